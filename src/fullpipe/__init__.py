@@ -1,0 +1,16 @@
+"""fullpipe: keep every engine of an NVIDIA GPU busy, and measure what it buys.
+
+Level 1 (between kernels): :mod:`fullpipe.pipeline`. Level 2 (inside kernels):
+:mod:`fullpipe.kernels`. Evidence: :mod:`fullpipe.trace`, :mod:`fullpipe.experiments`,
+``fullpipe report``. The CUDA runtime layer underneath is :mod:`fullpipe.cuda`.
+
+Importing fullpipe needs no GPU; creating a :class:`Device` does.
+"""
+
+from __future__ import annotations
+
+from ._version import __version__
+from .cuda.device import Device, DeviceFacts
+from .errors import CompileError, CudaError, NoDeviceError
+
+__all__ = ["__version__", "Device", "DeviceFacts", "CudaError", "NoDeviceError", "CompileError"]

@@ -1,0 +1,216 @@
+"""The ``fullpipe`` command.
+
+    fullpipe info [--json]              device facts and what they mean for pipelining
+    fullpipe compile [--arch sm_90a]    compile every shipped kernel (cached), with resources
+    fullpipe bench NAME [--quick]       one experiment: a table and its JSON
+
+Exit status: 0 on success, 2 when there is no usable GPU or the input is wrong,
+1 when an experiment or compile fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_NO_GPU = 2
+EXIT_USAGE = 2
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"fullpipe: {message}", file=sys.stderr)
+    return code
+
+
+def _open_device(index: int):
+    """The device, or None after printing one line when there is none."""
+    from .cuda.device import Device
+    from .errors import NoDeviceError
+
+    try:
+        return Device(index)
+    except NoDeviceError as exc:
+        _fail(f"no usable NVIDIA GPU or driver here ({exc.name}: {exc.description.strip()})", 0)
+        return None
+    except ValueError as exc:
+        _fail(str(exc), 0)
+        return None
+
+
+# --------------------------------------------------------------------------- info
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
+        n /= 1024
+    return str(n)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    dev = _open_device(args.device)
+    if dev is None:
+        return EXIT_NO_GPU
+    facts = dev.facts
+    if args.json:
+        d = facts.as_dict()
+        d["implications"] = facts.implications()
+        print(json.dumps(d, indent=2))
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"GPU {facts.index}: {facts.name}", show_header=True)
+    t.add_column("fact")
+    t.add_column("value", justify="right")
+    rows = [
+        ("compute capability", f"{facts.compute_capability[0]}.{facts.compute_capability[1]} ({facts.arch})"),
+        ("SMs", str(facts.sm_count)),
+        ("copy engines (asyncEngineCount)", str(facts.copy_engines)),
+        ("concurrent kernels", "yes" if facts.concurrent_kernels else "no"),
+        ("max resident grids", str(facts.max_resident_grids)),
+        ("threads / blocks per SM", f"{facts.max_threads_per_sm} / {facts.max_blocks_per_sm}"),
+        ("shared memory per SM", _fmt_bytes(facts.shared_memory_per_sm)),
+        ("shared memory per block (default / opt-in)",
+         f"{_fmt_bytes(facts.shared_memory_per_block)} / {_fmt_bytes(facts.shared_memory_per_block_optin)}"),
+        ("registers per SM / per block", f"{facts.registers_per_sm} / {facts.registers_per_block}"),
+        ("L2 cache", _fmt_bytes(facts.l2_cache)),
+        ("global memory", _fmt_bytes(facts.global_memory)),
+        ("memory pools (cudaMallocAsync)", "yes" if facts.memory_pools_supported else "no"),
+        ("stream priorities (lowest, highest)", str(facts.stream_priority_range)),
+        ("cooperative launch / clusters",
+         f"{'yes' if facts.cooperative_launch else 'no'} / {'yes' if facts.cluster_launch else 'no'}"),
+        ("PCIe link", f"gen {facts.pcie_generation} x{facts.pcie_width}" if facts.pcie_generation else "unknown (NVML unavailable)"),
+        ("driver / runtime / NVRTC", f"{facts.driver_version} / {facts.runtime_version} / {facts.nvrtc_version}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    con = _console()
+    con.print(t)
+    for line in facts.implications():
+        con.print(f"  • {line}")
+    return 0
+
+
+# --------------------------------------------------------------------------- compile
+def cmd_compile(args: argparse.Namespace) -> int:
+    import time
+
+    from .cuda import compiler
+    from .errors import CompileError
+
+    if args.clear_cache:
+        n = compiler.clear_cache()
+        print(f"removed {n} cached files from {compiler.cache_dir()}")
+    arch = args.arch
+    if arch is None:
+        dev = _open_device(args.device)
+        if dev is None:
+            print("fullpipe: pass --arch (e.g. --arch sm_90a) to compile without a GPU", file=sys.stderr)
+            return EXIT_NO_GPU
+        arch = compiler.default_arch(dev)
+    try:
+        compiler.check_arch(arch)
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    from rich.table import Table
+
+    t = Table(title=f"fullpipe kernels for {arch} (cache: {compiler.cache_dir()})")
+    for col in ("source", "kernel", "regs", "smem", "spills", "cache", "seconds"):
+        t.add_column(col)
+    rows, failed = [], 0
+    t_all = time.perf_counter()
+    for path in compiler.package_sources():
+        rel = path.relative_to(compiler.PACKAGE_ROOT).as_posix()
+        try:
+            mod = compiler.compile_file(path, arch=arch, use_cache=not args.no_cache)
+        except CompileError as exc:
+            failed += 1
+            print(exc, file=sys.stderr)
+            continue
+        for name, r in sorted(mod.resources.items()):
+            row = dict(source=rel, kernel=name, registers=r.registers, smem=r.shared_bytes,
+                       spill_bytes=r.spill_store_bytes + r.spill_load_bytes,
+                       cache="hit" if mod.from_cache else "miss", seconds=round(mod.seconds, 3))
+            rows.append(row)
+            t.add_row(rel, name, str(r.registers), str(r.shared_bytes), str(row["spill_bytes"]),
+                      row["cache"], f"{mod.seconds:.3f}")
+    total = time.perf_counter() - t_all
+    if args.json:
+        print(json.dumps({"arch": arch, "seconds": total, "kernels": rows}, indent=2))
+    else:
+        con = _console()
+        con.print(t)
+        con.print(f"{len(rows)} kernels in {total:.2f} s")
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- bench
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import experiments
+
+    if args.name not in experiments.names():
+        known = ", ".join(experiments.names()) or "(none yet)"
+        return _fail(f"unknown experiment {args.name!r}; known: {known}", EXIT_USAGE)
+    dev = _open_device(args.device)
+    if dev is None:
+        return EXIT_NO_GPU
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from .report.console import run_with_progress, print_result
+
+    result = run_with_progress(args.name, experiments.Context(device=dev, quick=args.quick, out_dir=out))
+    path = out / f"{args.name}.json"
+    result.to_json(path)
+    print_result(result)
+    print(f"JSON: {path}")
+    return 0 if result.verdict != "failed" else 1
+
+
+# --------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    from ._version import __version__
+
+    p = argparse.ArgumentParser(prog="fullpipe", description="Keep every engine of an NVIDIA GPU busy, and measure it.")
+    p.add_argument("--version", action="version", version=f"fullpipe {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("info", help="device facts and what they mean for pipelining")
+    s.add_argument("--json", action="store_true", help="print the facts as JSON")
+    s.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("compile", help="compile every shipped kernel to cubin (cached)")
+    s.add_argument("--arch", help="target, e.g. sm_90a (default: the GPU's)")
+    s.add_argument("--device", type=int, default=0)
+    s.add_argument("--no-cache", action="store_true", help="compile even if cached")
+    s.add_argument("--clear-cache", action="store_true", help="empty the cubin cache first")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_compile)
+
+    s = sub.add_parser("bench", help="run one experiment and print its table")
+    s.add_argument("name", help="experiment name")
+    s.add_argument("--quick", action="store_true", help="smaller sizes")
+    s.add_argument("--out", default="fullpipe-out", help="where JSON and figures go")
+    s.add_argument("--device", type=int, default=0)
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

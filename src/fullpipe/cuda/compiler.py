@@ -1,0 +1,349 @@
+"""The kernel compiler: CUDA C++ sources -> cubin through NVRTC, cached on disk.
+
+Why cubin and never PTX: a newer NVRTC writes PTX that an older driver cannot
+JIT-compile, while a cubin for the device's exact architecture loads anywhere
+the driver supports that architecture.
+
+Headers come from the NVIDIA wheels (nvidia-cuda-cccl for ``cuda/pipeline`` and
+``cuda/barrier``, nvidia-cuda-runtime / nvidia-cuda-crt for
+``cooperative_groups.h``, ``mma.h``, ``cuda_fp16.h``) found with cuda.pathfinder,
+or from a toolkit under ``CUDA_HOME``/``CUDA_PATH``; fullpipe's own headers live
+in ``fullpipe/cuda/include``.
+
+Cache: ``$FULLPIPE_CACHE_DIR`` or ``~/.cache/fullpipe/cubin``. The key hashes the
+source, fullpipe's own headers, the options, the architecture and the NVRTC
+version, so any change recompiles and nothing stale is ever loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..errors import CompileError
+from . import driver as drv
+
+CACHE_FORMAT = 1
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+FULLPIPE_INCLUDE = Path(__file__).resolve().parent / "include"
+DEFAULT_STD = "c++17"
+_ARCH_RE = re.compile(r"^sm_([1-9]\d{1,2})(a|f)?$")
+
+
+# --------------------------------------------------------------------------- paths
+def cache_dir() -> Path:
+    root = os.environ.get("FULLPIPE_CACHE_DIR")
+    path = Path(root) if root else Path.home() / ".cache" / "fullpipe" / "cubin"
+    return path
+
+
+def clear_cache() -> int:
+    """Delete every cached cubin; return how many files were removed."""
+    n = 0
+    d = cache_dir()
+    if d.is_dir():
+        for f in d.iterdir():
+            if f.suffix in (".cubin", ".json"):
+                f.unlink(missing_ok=True)
+                n += 1
+    return n
+
+
+def _toolkit_include_dirs() -> list[str]:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    inc = Path(home) / "include"
+    dirs = []
+    if (inc / "cccl").is_dir():
+        dirs.append(str(inc / "cccl"))
+    if inc.is_dir():
+        dirs.append(str(inc))
+    return dirs
+
+
+def include_dirs() -> list[str]:
+    """Header directories handed to NVRTC, most specific first."""
+    dirs: list[str] = [str(FULLPIPE_INCLUDE)]
+    try:
+        import cuda.pathfinder as pf
+
+        for lib in ("cccl", "cudart"):
+            d = pf.find_nvidia_header_directory(lib)
+            if d and d not in dirs:
+                dirs.append(d)
+    except Exception:  # old cuda.pathfinder or nothing found: fall back to the toolkit
+        pass
+    for d in _toolkit_include_dirs():
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    if int(err) != 0:
+        raise CompileError("nvrtcVersion", f"NVRTC is not usable: {err}")
+    return int(major), int(minor)
+
+
+# --------------------------------------------------------------------------- sources
+def package_source_path(relpath: str) -> Path:
+    """Path of a ``.cu`` source shipped in the package, e.g. ``"kernels/gemm/tiled.cu"``."""
+    path = (PACKAGE_ROOT / relpath).resolve()
+    if not path.is_file() or PACKAGE_ROOT not in path.parents:
+        raise FileNotFoundError(f"no kernel source {relpath!r} in the fullpipe package")
+    return path
+
+
+def package_sources() -> list[Path]:
+    """Every ``.cu`` source shipped in the package (the CPU tests compile them all)."""
+    return sorted(p for p in PACKAGE_ROOT.rglob("*.cu") if "__pycache__" not in p.parts)
+
+
+def _own_headers_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted(PACKAGE_ROOT.rglob("*.cuh")):
+        h.update(p.relative_to(PACKAGE_ROOT).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- arch
+def check_arch(arch: str) -> str:
+    if not isinstance(arch, str) or not _ARCH_RE.match(arch):
+        raise ValueError(
+            f"arch must look like 'sm_90' or 'sm_90a' (got {arch!r}); use the device's "
+            "compute capability, with the 'a' suffix for Hopper-only instructions "
+            "(wgmma, setmaxnreg)"
+        )
+    return arch
+
+
+def default_arch(device: Any = None) -> str:
+    """The architecture to compile for: the current device's, with the arch-specific
+    ``a`` suffix from compute capability 9.0 on (a cubin is built for this one GPU
+    anyway, so nothing is lost and wgmma/setmaxnreg become available)."""
+    if device is None:
+        from .device import Device
+
+        device = Device()
+    cc = device.facts.compute_capability if hasattr(device, "facts") else device.compute_capability
+    major, minor = int(cc[0]), int(cc[1])
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
+# --------------------------------------------------------------------------- resources
+@dataclasses.dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reported for one kernel (``-Xptxas -v``)."""
+
+    name: str
+    registers: int
+    shared_bytes: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+
+_FUNC_RE = re.compile(r"Compiling entry function '([^']+)'")
+_FRAME_RE = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED_RE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
+    """Parse the ptxas verbose report into one :class:`KernelResources` per entry."""
+    out: dict[str, KernelResources] = {}
+    current = None
+    frame = (0, 0, 0)
+    for line in log.splitlines():
+        m = _FUNC_RE.search(line)
+        if m:
+            current, frame = m.group(1), (0, 0, 0)
+            continue
+        m = _FRAME_RE.search(line)
+        if m and current:
+            frame = tuple(int(x) for x in m.groups())  # type: ignore[assignment]
+            continue
+        m = _USED_RE.search(line)
+        if m and current:
+            out[current] = KernelResources(
+                name=current,
+                registers=int(m.group(1)),
+                shared_bytes=int(m.group(2) or 0),
+                stack_frame_bytes=frame[0],
+                spill_store_bytes=frame[1],
+                spill_load_bytes=frame[2],
+            )
+            current = None
+    return out
+
+
+# --------------------------------------------------------------------------- compile
+@dataclasses.dataclass
+class CompiledModule:
+    """A cubin and what is known about it. ``kernel(name)`` loads it on first use."""
+
+    name: str
+    arch: str
+    cubin: bytes
+    log: str
+    from_cache: bool
+    seconds: float
+    key: str
+    _object_code: Any = dataclasses.field(default=None, repr=False)
+    _kernels: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def resources(self) -> dict[str, KernelResources]:
+        return parse_ptxas_log(self.log)
+
+    def kernel(self, symbol: str):
+        """The :class:`cuda.core.Kernel` named ``symbol`` (use ``extern "C"`` names)."""
+        if symbol not in self._kernels:
+            from cuda.core import ObjectCode
+
+            with drv.translated("cuLibraryLoadData"):
+                if self._object_code is None:
+                    self._object_code = ObjectCode.from_cubin(self.cubin, name=self.name)
+                self._kernels[symbol] = self._object_code.get_kernel(symbol)
+        return self._kernels[symbol]
+
+
+def _normalise_defines(defines: Mapping[str, Any] | None) -> list[str]:
+    out = []
+    for k, v in sorted((defines or {}).items()):
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)):
+            raise ValueError(f"invalid macro name {k!r}")
+        out.append(f"-D{k}" if v is None else f"-D{k}={v}")
+    return out
+
+
+def compile_source(
+    text: str,
+    *,
+    name: str = "inline.cu",
+    arch: str | None = None,
+    defines: Mapping[str, Any] | None = None,
+    options: Iterable[str] = (),
+    use_cache: bool = True,
+    device: Any = None,
+) -> CompiledModule:
+    """Compile CUDA C++ source text to a cubin.
+
+    ``arch`` is e.g. ``"sm_90a"``; without it, the current device's architecture
+    is used (so pass it explicitly when there is no GPU, as CI does). ``defines``
+    become ``-D`` macros; ``options`` are extra NVRTC options.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"source must be CUDA C++ text (str), got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(f"kernel source {name} is empty")
+    arch = check_arch(arch) if arch is not None else default_arch(device)
+    extra = list(options)
+    for o in extra:
+        if not isinstance(o, str) or not o.startswith("-"):
+            raise ValueError(f"NVRTC options must be strings starting with '-', got {o!r}")
+    flags = [f"-std={DEFAULT_STD}", "-default-device", *_normalise_defines(defines), *extra]
+    nvrtc_v = nvrtc_version()
+    key_material = json.dumps(
+        {
+            "format": CACHE_FORMAT,
+            "source": text,
+            "headers": _own_headers_digest(),
+            "flags": flags,
+            "arch": arch,
+            "nvrtc": nvrtc_v,
+        },
+        sort_keys=True,
+    )
+    key = hashlib.sha256(key_material.encode()).hexdigest()[:32]
+    cubin_path = cache_dir() / f"{key}.cubin"
+    meta_path = cache_dir() / f"{key}.json"
+
+    t0 = time.perf_counter()
+    if use_cache and cubin_path.is_file() and meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+            cubin = cubin_path.read_bytes()
+            return CompiledModule(
+                name, arch, cubin, meta.get("log", ""), True, time.perf_counter() - t0, key
+            )
+        except (OSError, ValueError):
+            pass  # a damaged entry: compile again and overwrite it
+
+    cubin, log = _nvrtc_compile(text, name, arch, flags)
+    seconds = time.perf_counter() - t0
+    if use_cache:
+        _write_atomic(cubin_path, cubin)
+        _write_atomic(meta_path, json.dumps({"name": name, "arch": arch, "log": log}).encode())
+    return CompiledModule(name, arch, cubin, log, False, seconds, key)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[bytes, str]:
+    """Compile with the NVRTC C API directly: it gives the log on success too."""
+    from cuda.bindings import nvrtc
+
+    drv._forbid_inside_host_function("nvrtcCompileProgram")
+    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), 0, [], [])
+    if int(err) != 0:
+        raise CompileError(name, f"nvrtcCreateProgram: {err}")
+    try:
+        opts = [*flags, f"-arch={arch}", "-Xptxas=-v"]
+        opts += [f"-I{d}" for d in include_dirs()]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log_buf = b" " * log_size
+        nvrtc.nvrtcGetProgramLog(prog, log_buf)
+        log = log_buf.decode(errors="replace").rstrip("\x00 \n")
+        if int(err) != 0:
+            raise CompileError(name, log or str(err))
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        if size == 0:
+            raise CompileError(name, f"NVRTC produced no cubin for {arch} (is the arch real?)\n{log}")
+        cubin = b" " * size
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        if int(err) != 0:
+            raise CompileError(name, f"nvrtcGetCUBIN: {err}")
+        return bytes(cubin), log
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def compile_file(path: str | os.PathLike, **kwargs: Any) -> CompiledModule:
+    """Compile a ``.cu`` file; see :func:`compile_source` for the options."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source {path} does not exist")
+    kwargs.setdefault("name", path.name)
+    return compile_source(path.read_text(), **kwargs)
+
+
+def compile_package_kernel(relpath: str, **kwargs: Any) -> CompiledModule:
+    """Compile a ``.cu`` file shipped in the package (path relative to ``fullpipe/``)."""
+    return compile_file(package_source_path(relpath), **kwargs)

@@ -1,0 +1,56 @@
+"""Events: timing and non-timing; record, wait, elapsed time.
+
+Rules the experiments follow (see the design notes):
+- record timing events on the stream that did the work, or on a stream that
+  has joined all the working streams first;
+- an event on the legacy default stream does not wait for non-blocking
+  streams, so timing that way measures nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import driver as drv
+
+
+def _core_device(device: Any):
+    return getattr(device, "core", device)
+
+
+def create_event(device: Any, *, timing: bool = False, blocking_sync: bool = False):
+    """A new event. Non-timing events are cheaper; use them for dependencies."""
+    from cuda.core import EventOptions
+
+    with drv.translated("cuEventCreate"):
+        return _core_device(device).create_event(
+            options=EventOptions(timing_enabled=timing, blocking_sync=blocking_sync)
+        )
+
+
+def record(stream: Any, event: Any = None, *, timing: bool = False):
+    """Record ``event`` (or a new one) on ``stream`` and return it."""
+    from cuda.core import EventOptions
+
+    with drv.translated("cuEventRecord"):
+        if event is None:
+            return stream.record(options=EventOptions(timing_enabled=timing))
+        return stream.record(event)
+
+
+def wait(stream: Any, event: Any) -> None:
+    """Make ``stream`` wait for ``event`` on the device (cuStreamWaitEvent): no host block."""
+    with drv.translated("cuStreamWaitEvent"):
+        stream.wait(event)
+
+
+def join(waiter: Any, *streams: Any) -> None:
+    """Make ``waiter`` wait for all work enqueued so far on each of ``streams``."""
+    for s in streams:
+        if s is not waiter:
+            wait(waiter, record(s))
+
+
+def elapsed_ms(start: Any, end: Any) -> float:
+    """Milliseconds between two completed timing events (cuEventElapsedTime)."""
+    return float(drv.call("cuEventElapsedTime", start.handle, end.handle))

@@ -1,0 +1,113 @@
+"""Host functions on a stream (cuLaunchHostFunc), made safe to use from Python.
+
+A host function runs on a driver thread when the stream reaches it, after all
+work enqueued before it and before all work enqueued after it. Rules:
+
+1. It must not call CUDA. The driver may deadlock or return
+   CUDA_ERROR_NOT_PERMITTED. Every CUDA call made through fullpipe from inside
+   a host function raises RuntimeError instead (see driver.py). Calls into
+   other libraries are not guarded: do not make them.
+2. It must do little: set a flag, put an item on a queue. While it runs, the
+   stream is stalled.
+3. The Python callable must stay alive until it has run. :func:`launch_host_func`
+   keeps it in a registry and drops it after it ran.
+
+An exception raised by the callable cannot propagate through the driver; it is
+stored on the returned :class:`HostCall` and re-raised by :meth:`HostCall.result`
+or by :func:`raise_pending`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from typing import Any, Callable
+
+from . import driver as drv
+from .streams import stream_handle
+
+_CALLBACK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+_lock = threading.Lock()
+_pending: dict[int, "HostCall"] = {}  # keeps callables alive until they ran
+_failed: list["HostCall"] = []  # calls that raised, until someone collects them
+_ids = itertools.count(1)
+
+
+class HostCall:
+    """One enqueued host function: ``done`` once it ran, ``exception`` if it raised."""
+
+    __slots__ = ("fn", "args", "done", "exception", "_event")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple):
+        self.fn = fn
+        self.args = args
+        self.done = False
+        self.exception: BaseException | None = None
+        self._event = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block the calling (ordinary) thread until the host function has run."""
+        return self._event.wait(timeout)
+
+    def result(self, timeout: float | None = None) -> None:
+        if not self.wait(timeout):
+            raise TimeoutError("host function has not run yet")
+        if self.exception is not None:
+            raise self.exception
+
+
+def _trampoline(user_data: int | None) -> None:
+    # Runs on the driver's callback thread; ctypes takes the GIL for us.
+    with _lock:
+        call = _pending.pop(int(user_data or 0), None)
+    if call is None:  # pragma: no cover - cannot happen unless the registry was corrupted
+        return
+    with drv.host_function_scope():
+        try:
+            call.fn(*call.args)
+        except BaseException as exc:  # noqa: BLE001 - must not escape into the driver
+            call.exception = exc
+            with _lock:
+                _failed.append(call)
+    call.done = True
+    call._event.set()
+
+
+_C_TRAMPOLINE = _CALLBACK_TYPE(_trampoline)  # module-level: lives as long as the process
+
+
+def launch_host_func(stream: Any, fn: Callable[..., Any], *args: Any) -> HostCall:
+    """Enqueue ``fn(*args)`` on ``stream``; return a :class:`HostCall` that tracks it."""
+    if not callable(fn):
+        raise TypeError(f"host function must be callable, got {type(fn).__name__}")
+    from cuda.bindings import driver
+
+    call = HostCall(fn, args)
+    key = next(_ids)
+    with _lock:
+        _pending[key] = call
+    fn_ptr = driver.CUhostFn(ctypes.cast(_C_TRAMPOLINE, ctypes.c_void_p).value)
+    try:
+        drv.call("cuLaunchHostFunc", stream_handle(stream), fn_ptr, key)
+    except BaseException:
+        with _lock:
+            _pending.pop(key, None)
+        raise
+    return call
+
+
+def pending_count() -> int:
+    """Host functions enqueued that have not run yet (for leak checks)."""
+    with _lock:
+        return len(_pending)
+
+
+def raise_pending() -> None:
+    """Re-raise the first stored exception from a host function, if any, and clear them."""
+    with _lock:
+        failed = list(_failed)
+        _failed.clear()
+    if failed:
+        raise failed[0].exception  # type: ignore[misc]

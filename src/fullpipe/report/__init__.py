@@ -1,0 +1,1 @@
+"""``fullpipe report`` and the console presentation of experiment results."""

@@ -1,0 +1,58 @@
+"""Shared fixtures. GPU tests are marked `gpu` and skip cleanly without a GPU."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_unavailable_reason() -> str | None:
+    try:
+        from fullpipe.cuda.device import Device
+
+        Device(0)
+        return None
+    except Exception as exc:  # no driver, no device, broken install
+        return f"no usable GPU: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            if reason is None:
+                reason = gpu_unavailable_reason() or ""
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test session compiles into its own cubin cache, so cache tests are honest."""
+    monkeypatch.setenv("FULLPIPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cubin-cache"))
+
+
+@pytest.fixture(scope="session")
+def device():
+    from fullpipe.cuda.device import Device
+
+    return Device(0)
+
+
+@pytest.fixture(scope="session")
+def pool(device):
+    """A device memory pool owned by the tests (never the device's default pool)."""
+    from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
+
+    return DeviceMemoryResource(device.core, DeviceMemoryResourceOptions())
+
+
+@pytest.fixture
+def stream(device):
+    from fullpipe.cuda.streams import create_stream
+
+    s = create_stream(device)
+    yield s
+    s.sync()
