@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .cuda.device import Device, DeviceFacts
+from .cuda.pool import DevicePool
 from .errors import CompileError, CudaError, NoDeviceError
 
-__all__ = ["__version__", "Device", "DeviceFacts", "CudaError", "NoDeviceError", "CompileError"]
+__all__ = ["__version__", "Device", "DeviceFacts", "DevicePool", "CudaError", "NoDeviceError", "CompileError"]

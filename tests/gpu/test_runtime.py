@@ -195,3 +195,23 @@ def test_cli_info_on_gpu(device):
 
     facts = json.loads(proc.stdout)
     assert facts["sm_count"] == device.facts.sm_count and facts["implications"]
+
+
+def test_device_pool_is_its_own_and_returns_to_zero(device, stream):
+    from fullpipe.cuda.pool import DevicePool
+
+    pool = DevicePool(device, release_threshold="max")
+    before = pool.stats()
+    arrays = [pool.empty((1 << 20,), np.float32, stream) for _ in range(8)]
+    assert pool.stats().used_bytes >= 8 * 4 * (1 << 20)
+    for a in arrays:
+        pool.free_array(a, stream)
+    stream.sync()
+    after = pool.stats()
+    assert after.used_bytes == before.used_bytes and after.allocations == 0
+    assert after.reserved_bytes > 0  # threshold "max": memory stays in the pool
+    pool.release_threshold = 0
+    pool.trim(0)
+    assert pool.stats().reserved_bytes == 0
+    with pytest.raises(ValueError):
+        pool.release_threshold = -1

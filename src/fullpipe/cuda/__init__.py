@@ -5,6 +5,7 @@
 - events.py    timing and non-timing events, cross-stream waits
 - hostfn.py    host functions on a stream, with the no-CUDA-inside rule enforced
 - memory.py    pinned host arrays, device arrays, async copies
+- pool.py      fullpipe's own stream-ordered memory pool (never the default pool)
 - compiler.py  NVRTC -> cubin, cached on disk
 - launch.py    launches with clusters, cooperative groups, >48 KiB shared memory
 - sass.py      disassembly, to check the instructions a technique is about
@@ -17,12 +18,15 @@ from .events import create_event, elapsed_ms, join, record, wait
 from .hostfn import launch_host_func
 from .launch import launch
 from .memory import DeviceArray, PinnedBuffer, as_device_array, device_empty, pinned_empty
+from .pool import DevicePool, PoolStats
 from .streams import create_stream, legacy_default_stream, per_thread_default_stream
 
 __all__ = [
     "Device",
     "DeviceFacts",
     "DeviceArray",
+    "DevicePool",
+    "PoolStats",
     "PinnedBuffer",
     "as_device_array",
     "compile_file",

@@ -9,13 +9,34 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
 from .result import Bound, Result, verdict_from_ratio
 
-# experiment name -> module under fullpipe.experiments (filled in as issues land)
-_MODULES: dict[str, str] = {}
+# experiment name -> module under fullpipe.experiments. Names whose module does not
+# exist yet are left out of names(); each issue's modules fill them in.
+_MODULES: dict[str, str] = {
+    # level 1: streams, pinned memory, events, host functions (issue 3)
+    "overlap": "overlap",
+    "pinned": "pinned",
+    "default-stream": "default_stream",
+    "sync": "sync",
+    "host-ring": "host_ring",
+    "concurrency": "concurrency",
+    "copy-engines": "copy_engines",
+    # level 1: stream-ordered memory (issue 4)
+    "alloc-stall": "alloc_stall",
+    "alloc-overhead": "alloc_overhead",
+    "release-threshold": "release_threshold",
+    "fragmentation": "fragmentation",
+    "llm-scratch": "llm_scratch",
+    # level 2: pipelined kernels (issue 6)
+    "gemm": "gemm",
+    "cluster": "cluster",
+    "persistent": "persistent",
+}
 
 
 @dataclasses.dataclass
@@ -30,11 +51,12 @@ class Context:
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    """Experiments whose module exists, in the order above."""
+    return [n for n, m in _MODULES.items() if importlib.util.find_spec(f"{__name__}.{m}") is not None]
 
 
 def load(name: str):
-    if name not in _MODULES:
+    if name not in names():
         known = ", ".join(names()) or "(none yet)"
         raise ValueError(f"unknown experiment {name!r}; known: {known}")
     return importlib.import_module(f"{__name__}.{_MODULES[name]}")
