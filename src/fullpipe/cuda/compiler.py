@@ -33,7 +33,6 @@ from . import driver as drv
 CACHE_FORMAT = 1
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 FULLPIPE_INCLUDE = Path(__file__).resolve().parent / "include"
-DEFAULT_STD = "c++17"
 _ARCH_RE = re.compile(r"^sm_([1-9]\d{1,2})(a|f)?$")
 
 
@@ -257,7 +256,9 @@ def compile_source(
     for o in extra:
         if not isinstance(o, str) or not o.startswith("-"):
             raise ValueError(f"NVRTC options must be strings starting with '-', got {o!r}")
-    flags = [f"-std={DEFAULT_STD}", "-default-device", *_normalise_defines(defines), *extra]
+    # No -std flag: NVRTC's default dialect is C++17, and NVRTC 13.0 drops the ptxas
+    # report (-Xptxas=-v) from the log when -std is given explicitly (seen on an H200).
+    flags = ["-default-device", *_normalise_defines(defines), *extra]
     nvrtc_v = nvrtc_version()
     key_material = json.dumps(
         {
