@@ -31,6 +31,24 @@ class Bound:
 
 
 @dataclasses.dataclass
+class Claim:
+    """One claim and what this run measured for it, for the report's claims table."""
+
+    claim: str
+    measured: str  # e.g. "2.9x serial throughput (3 streams)"
+    bound: str  # e.g. "max(H2D, compute, D2H) = 31.2 ms"
+    ratio: float | None
+    verdict: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return _json_safe(dataclasses.asdict(self))
+
+
+@dataclasses.dataclass
 class Result:
     experiment: str
     claim: str
@@ -44,6 +62,9 @@ class Result:
     notes: list[str] = dataclasses.field(default_factory=list)
     figures: dict[str, str] = dataclasses.field(default_factory=dict)
     traces: dict[str, str] = dataclasses.field(default_factory=dict)
+    # An experiment that tests several claims lists each one here, as
+    # Claim(...).as_dict(); `claim`/`verdict` above then summarise the main one.
+    claims: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     fullpipe_version: str = __version__
 
     def __post_init__(self) -> None:

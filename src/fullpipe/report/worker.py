@@ -1,0 +1,55 @@
+"""Run one experiment in its own process for `fullpipe report`.
+
+Why a process per experiment: a kernel fault leaves the CUDA context unusable
+for everything after it, and allocator settings are process-wide. The parent
+reads ``PROGRESS <fraction> <message>`` lines from stdout and the Result JSON
+from ``<out>/<name>.json``.
+
+    python -m fullpipe.report.worker NAME --out DIR [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from ..experiments import Context, Result, load
+
+
+def _progress(fraction: float, message: str = "") -> None:
+    print(f"PROGRESS {max(0.0, min(1.0, float(fraction))):.4f} {message}".rstrip(), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("name")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--device", type=int, default=0)
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        mod = load(args.name)
+    except Exception as exc:
+        Result(args.name, "", "failed", {}, {}, {}, notes=[f"cannot load experiment: {exc}"]).to_json(out / f"{args.name}.json")
+        return 1
+    try:
+        from ..cuda.device import Device
+
+        device = Device(args.device)
+        result = mod.run(Context(device=device, quick=args.quick, out_dir=out, progress=_progress))
+    except ImportError as exc:  # an optional dependency (torch, cupy, cupti) is missing
+        result = Result(args.name, getattr(mod, "CLAIM", ""), "skipped", {}, {}, {},
+                        notes=[f"skipped: missing optional dependency: {exc}"])
+    except Exception as exc:
+        result = Result(args.name, getattr(mod, "CLAIM", ""), "failed", {}, {}, {},
+                        notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
+    result.to_json(out / f"{args.name}.json")
+    return 0 if result.verdict != "failed" else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
