@@ -174,6 +174,43 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if result.verdict != "failed" else 1
 
 
+# --------------------------------------------------------------------------- trace
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Run one experiment under fullpipe.trace; write the Perfetto JSON, the PNG and
+    fullpipe's own timeline beside the experiment's JSON."""
+    from . import experiments
+
+    if args.name not in experiments.names():
+        known = ", ".join(experiments.names()) or "(none yet)"
+        return _fail(f"unknown experiment {args.name!r}; known: {known}", EXIT_USAGE)
+    dev = _open_device(args.device)
+    if dev is None:
+        return EXIT_NO_GPU
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from . import trace
+    from .report.console import print_result, run_with_progress
+
+    with trace.capture() as tl, trace.nvtx.range(f"fullpipe trace {args.name}"):
+        result = run_with_progress(args.name, experiments.Context(device=dev, quick=args.quick, out_dir=out))
+    perfetto = tl.save(out / f"{args.name}-trace.json")
+    timeline = tl.dump(out / f"{args.name}-timeline.json")
+    result.traces.update(perfetto=str(perfetto), timeline=str(timeline))
+    try:
+        png = tl.plot(out / f"{args.name}-trace.png", title=f"{args.name} on {dev.name}")
+        result.figures["trace"] = str(png)
+    except ImportError as exc:
+        png = None
+        print(f"fullpipe: no figure: {exc}", file=sys.stderr)
+    path = out / f"{args.name}.json"
+    result.to_json(path)
+    print_result(result)
+    print(tl.summary())
+    print(f"JSON: {path}\nPerfetto trace (open at https://ui.perfetto.dev): {perfetto}"
+          + (f"\nfigure: {png}" if png else ""))
+    return 0 if result.verdict != "failed" else 1
+
+
 # --------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
@@ -201,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="fullpipe-out", help="where JSON and figures go")
     s.add_argument("--device", type=int, default=0)
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("trace", help="run one experiment under the timeline tracer: Perfetto JSON + PNG")
+    s.add_argument("name", help="experiment name")
+    s.add_argument("--quick", action="store_true", help="smaller sizes")
+    s.add_argument("--out", default="fullpipe-out", help="where the JSON, trace and figure go")
+    s.add_argument("--device", type=int, default=0)
+    s.set_defaults(func=cmd_trace)
     return p
 
 
