@@ -6,18 +6,59 @@ release threshold would change their behaviour behind their back, so fullpipe
 creates a pool for itself and never touches the default one.
 
 Stream-ordered means: ``allocate(n, stream)`` and ``free(buf, stream)`` are
-enqueued on ``stream`` like a kernel. The host does not wait, and the memory is
-reused by later allocations on the same stream at once; reuse on another stream
-is ordered by the driver through events (never by a device-wide sync).
+enqueued on ``stream`` like a kernel (``cuMemAllocFromPoolAsync`` /
+``cuMemFreeAsync``). The host does not wait, and later allocations on the same
+stream reuse the memory at once.
 
-Release threshold: how many bytes the pool may keep reserved when the stream
-synchronizes. ``0`` returns free memory to the driver at every synchronization
-(a trip to the OS next time); ``"max"`` keeps it all.
+Cross-stream reuse is ordered by events, never by a device-wide sync. The pool
+keeps the driver's three reuse policies switched on (see
+:meth:`DevicePool.reuse_policies`):
+
+- *follow event dependencies*: memory freed on stream A is reused by an
+  allocation on stream B when B already waits (``cuStreamWaitEvent``) on an
+  event recorded on A after the free;
+- *opportunistic*: a free whose stream has already passed it (completed work)
+  can be reused by any stream, no dependency needed;
+- *internal dependencies*: otherwise the driver may insert such an event wait
+  into B itself.
+
+None of these ever waits for the whole device. What the driver cannot know is a
+buffer used on a stream other than the one it is freed on: that ordering is the
+caller's, and :meth:`DevicePool.hand_off` does it with one event (record on the
+stream that last used the buffer, wait on the stream that uses or frees it next).
+
+Release threshold: how many bytes the pool may keep reserved when a stream,
+event or the context synchronizes. ``0`` returns free memory to the driver at
+every synchronization (a trip to the OS next time); ``"max"`` keeps it all.
+``trim(keep)`` returns memory above ``keep`` bytes right now.
+
+Interop: the pool's handle can back other libraries so that a whole
+application shares one pool:
+
+- CuPy: ``cupy.cuda.set_allocator(pool.cupy_allocator().malloc)``, i.e.
+  ``cupy.cuda.MemoryAsyncPool(pool_handles=int(pool.handle))``; CuPy then
+  allocates on its current stream from this pool.
+- RMM: ``rmm.mr.set_current_device_resource(rmm.mr.CudaAsyncViewMemoryResource(pool.handle))``
+  (``pool.rmm_resource()``). The view does not own the pool: keep the
+  DevicePool alive while RMM uses it.
+- PyTorch and CuPy see pool arrays without copies: ``torch.as_tensor(pool.empty(...),
+  device="cuda")``, ``cupy.asarray(pool.empty(...))``.
+
+Out of memory: one trim-and-retry (synchronize the allocating stream so its
+pending frees land, return the pool's unused memory, try again), then a
+:class:`MemoryError` that says how much was asked, used, reserved and free.
+Nothing else is freed behind the user's back.
+
+Thread safety: allocate/free may be called from several host threads at once;
+the pool's driver calls and counters are under locks (each call holds its lock
+for microseconds; the device work stays asynchronous). Each thread must have
+the device's context current (``Device.set_current()``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import numpy as np
@@ -28,22 +69,58 @@ from .memory import DeviceArray
 
 UINT64_MAX = 2**64 - 1
 
+_REUSE_ATTRS = {
+    "follow_event_dependencies": "CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES",
+    "opportunistic": "CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC",
+    "internal_dependencies": "CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class PoolStats:
+    """A snapshot of the pool. Bytes come from the driver's pool attributes (they count
+    every allocation from this pool, also CuPy's/RMM's when they share it); the
+    allocation counts are of allocations made through this DevicePool object."""
+
     reserved_bytes: int
     reserved_high_bytes: int
     used_bytes: int
     used_high_bytes: int
     allocations: int  # live allocations made through this DevicePool object
+    allocations_high: int = 0  # most live allocations at once since the last reset
+    allocations_total: int = 0  # allocate() calls that succeeded, ever
+    oom_retries: int = 0  # times an allocation needed the trim-and-retry
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
 
 
-def _parse_threshold(value: int | str) -> int:
+def parse_threshold(value: int | str) -> int:
+    """``0``, a byte count or ``"max"`` -> the driver's release threshold in bytes."""
     if value == "max":
         return UINT64_MAX
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"release_threshold must be 0, a byte count or 'max', got {value!r}")
-    return value
+    return min(int(value), UINT64_MAX)
+
+
+_parse_threshold = parse_threshold  # old private name
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    e: BaseException | None = exc
+    while e is not None:
+        if isinstance(e, CudaError) and "OUT_OF_MEMORY" in str(e.name):
+            return True
+        text = str(e)
+        if "OUT_OF_MEMORY" in text or "out of memory" in text.lower():
+            return True
+        e = e.__cause__
+    return False
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 class DevicePool:
@@ -52,94 +129,192 @@ class DevicePool:
     >>> pool = DevicePool(dev, release_threshold="max")
     >>> buf = pool.allocate(1 << 20, stream)      # cuda.core Buffer, stream-ordered
     >>> pool.free(buf, stream)
+
+    ``max_size`` (bytes, optional) caps how much the pool may ever reserve; an
+    allocation beyond it fails with MemoryError like a full device would.
     """
 
-    def __init__(self, device: Any, release_threshold: int | str = "max"):
+    def __init__(self, device: Any, release_threshold: int | str = "max", *, max_size: int | None = None):
         from cuda.core import DeviceMemoryResource, DeviceMemoryResourceOptions
 
+        if max_size is not None and (
+            isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer)) or max_size <= 0
+        ):
+            raise ValueError(f"max_size must be a positive byte count or None, got {max_size!r}")
+        threshold = parse_threshold(release_threshold)  # validate before creating anything
         self.device = device
+        self.max_size = None if max_size is None else int(max_size)
         core = getattr(device, "core", device)
         with drv.translated("cuMemPoolCreate"):
-            self.resource = DeviceMemoryResource(core, DeviceMemoryResourceOptions())
+            self.resource = DeviceMemoryResource(
+                core, DeviceMemoryResourceOptions(max_size=self.max_size or 0)
+            )
+        self._lock = threading.Lock()  # fullpipe's counters
+        self._driver_lock = threading.Lock()  # one allocate/free driver call at a time (see below)
         self._live = 0
-        self.release_threshold = release_threshold
+        self._live_high = 0
+        self._total = 0
+        self._oom_retries = 0
+        self._set_attr("CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", threshold)
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (f"DevicePool(used={_mib(s.used_bytes)}, reserved={_mib(s.reserved_bytes)}, "
+                f"live allocations={s.allocations}, release_threshold={self.release_threshold})")
 
     # ------------------------------------------------------------------ handle & attrs
     @property
     def handle(self) -> Any:
-        """The CUmemoryPool handle (for CuPy ``MemoryAsyncPool(pool_handles=...)``, RMM)."""
+        """The CUmemoryPool handle (for CuPy ``MemoryAsyncPool(pool_handles=int(handle))``, RMM)."""
         return self.resource.handle
 
     def _set_attr(self, name: str, value: int) -> None:
         from cuda.bindings import driver
 
         attr = getattr(driver.CUmemPool_attribute, name)
-        drv.call("cuMemPoolSetAttribute", self.handle, attr, driver.cuuint64_t(value))
+        wrapped = int(value) if name in _REUSE_ATTRS.values() else driver.cuuint64_t(value)
+        drv.call("cuMemPoolSetAttribute", self.handle, attr, wrapped)
+
+    def _get_attr(self, name: str) -> int:
+        from cuda.bindings import driver
+
+        value = drv.call("cuMemPoolGetAttribute", self.handle, getattr(driver.CUmemPool_attribute, name))
+        return int(value)
 
     @property
     def release_threshold(self) -> int:
+        """Bytes the pool keeps reserved at a synchronization (2**64-1 for ``"max"``)."""
         return int(self.resource.attributes.release_threshold)
 
     @release_threshold.setter
     def release_threshold(self, value: int | str) -> None:
-        self._set_attr("CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", _parse_threshold(value))
+        self._set_attr("CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", parse_threshold(value))
 
+    def reuse_policies(self) -> dict[str, bool]:
+        """The driver's cross-stream reuse policies for this pool (all on by default)."""
+        return {k: bool(self._get_attr(v)) for k, v in _REUSE_ATTRS.items()}
+
+    def set_reuse_policies(self, **policies: bool) -> None:
+        """Switch reuse policies, e.g. ``set_reuse_policies(internal_dependencies=False)``
+        (the driver then never adds a stream dependency of its own; memory freed on
+        another stream is reused only after an event wait or once the free completed)."""
+        for k, v in policies.items():
+            if k not in _REUSE_ATTRS:
+                raise ValueError(f"unknown reuse policy {k!r}; known: {', '.join(_REUSE_ATTRS)}")
+            self._set_attr(_REUSE_ATTRS[k], 1 if v else 0)
+
+    # ------------------------------------------------------------------ statistics
     def stats(self) -> PoolStats:
         a = self.resource.attributes
+        with self._lock:
+            live, high, total, retries = self._live, self._live_high, self._total, self._oom_retries
         return PoolStats(
             reserved_bytes=int(a.reserved_mem_current),
             reserved_high_bytes=int(a.reserved_mem_high),
             used_bytes=int(a.used_mem_current),
             used_high_bytes=int(a.used_mem_high),
-            allocations=self._live,
+            allocations=live,
+            allocations_high=high,
+            allocations_total=total,
+            oom_retries=retries,
         )
 
     def reset_high_water_marks(self) -> None:
+        """Reset the reserved/used high-water marks (to the current values) and the
+        live-allocation high-water mark."""
         self._set_attr("CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH", 0)
         self._set_attr("CU_MEMPOOL_ATTR_USED_MEM_HIGH", 0)
+        with self._lock:
+            self._live_high = self._live
 
     def trim(self, keep_bytes: int = 0) -> None:
-        """Return reserved-but-unused memory above ``keep_bytes`` to the driver."""
-        if keep_bytes < 0:
-            raise ValueError("keep_bytes must be >= 0")
-        drv.call("cuMemPoolTrimTo", self.handle, keep_bytes)
+        """Return reserved-but-unused memory above ``keep_bytes`` to the driver now.
+
+        Frees still pending on a stream are not yet unused: synchronize that stream
+        first if they should go too."""
+        if isinstance(keep_bytes, bool) or not isinstance(keep_bytes, (int, np.integer)) or keep_bytes < 0:
+            raise ValueError(f"keep_bytes must be an int >= 0, got {keep_bytes!r}")
+        drv.call("cuMemPoolTrimTo", self.handle, int(keep_bytes))
 
     # ------------------------------------------------------------------ allocate / free
     def allocate(self, nbytes: int, stream: Any):
-        """A cuda.core Buffer of ``nbytes``, stream-ordered on ``stream``.
+        """A cuda.core Buffer of ``nbytes``, stream-ordered on ``stream`` (a cuda.core
+        Stream or any object with ``__cuda_stream__``). ``int(buf.handle)`` is the
+        device pointer. Use it on ``stream`` (or after :meth:`hand_off`).
 
         On out-of-memory: one trim-and-retry, then MemoryError with the numbers.
         """
         if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
             raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
         nbytes = int(nbytes)
-        for attempt in (0, 1):
+        stream = _core_stream(stream)
+        try:
+            buf = self._allocate_once(nbytes, stream)
+        except Exception as exc:
+            if not _is_out_of_memory(exc):
+                raise
+            with self._lock:
+                self._oom_retries += 1
+            with drv.translated("cuStreamSynchronize"):
+                stream.sync()  # let this stream's pending frees land, so trim can return them
+            self.trim(0)
             try:
-                with drv.translated("cuMemAllocFromPoolAsync"):
-                    buf = self.resource.allocate(nbytes, stream=stream)
-                self._live += 1
-                return buf
-            except CudaError as exc:
-                if "OUT_OF_MEMORY" not in str(exc):
+                buf = self._allocate_once(nbytes, stream)
+            except Exception as exc2:
+                if not _is_out_of_memory(exc2):
                     raise
-                if attempt == 0:
-                    stream.sync()  # let frees in flight on this stream land, then trim
-                    self.trim(0)
-                    continue
-                free, total = drv.call("cuMemGetInfo")
-                s = self.stats()
-                raise MemoryError(
-                    f"fullpipe pool: cannot allocate {nbytes} bytes; pool uses {s.used_bytes} "
-                    f"and reserves {s.reserved_bytes} bytes; the device has {int(free)} of "
-                    f"{int(total)} bytes free"
-                ) from exc
-        raise AssertionError("unreachable")
+                raise MemoryError(self._oom_message(nbytes)) from exc2
+        with self._lock:
+            self._live += 1
+            self._total += 1
+            self._live_high = max(self._live_high, self._live)
+        return buf
+
+    def _allocate_once(self, nbytes: int, stream: Any):
+        # The driver API is documented thread-safe; serializing this pool's own calls
+        # costs well under a microsecond and keeps two threads from ever racing inside
+        # one pool's bookkeeping (the driver's or cuda.core's).
+        with self._driver_lock, drv.translated("cuMemAllocFromPoolAsync"):
+            return self.resource.allocate(nbytes, stream=stream)
+
+    def _oom_message(self, nbytes: int) -> str:
+        free, total = drv.call("cuMemGetInfo")
+        s = self.stats()
+        cap = f"; the pool's max_size is {_mib(self.max_size)}" if self.max_size else ""
+        return (
+            f"fullpipe pool: cannot allocate {nbytes} bytes ({_mib(nbytes)}) even after "
+            f"trimming the pool: the pool has {s.used_bytes} bytes ({_mib(s.used_bytes)}) in use "
+            f"and {s.reserved_bytes} bytes ({_mib(s.reserved_bytes)}) reserved; the device has "
+            f"{int(free)} bytes ({_mib(int(free))}) free of {int(total)}{cap}. Free buffers you "
+            "no longer need (and synchronize the streams they were freed on), or ask for less."
+        )
 
     def free(self, buf: Any, stream: Any) -> None:
-        """Free ``buf`` in stream order on ``stream`` (cudaFreeAsync)."""
-        with drv.translated("cuMemFreeAsync"):
+        """Free ``buf`` in stream order on ``stream`` (cuMemFreeAsync).
+
+        Every use of ``buf`` must be ordered before this point on ``stream``: use it on
+        ``stream``, or :meth:`hand_off` it from the stream that used it last."""
+        if getattr(buf, "is_closed", False):
+            raise ValueError("buffer was already freed")
+        stream = _core_stream(stream)
+        with self._driver_lock, drv.translated("cuMemFreeAsync"):
             buf.close(stream)
-        self._live -= 1
+        with self._lock:
+            self._live -= 1
+
+    def hand_off(self, buf: Any, from_stream: Any, to_stream: Any):
+        """Order everything enqueued so far on ``from_stream`` before what comes next on
+        ``to_stream`` (an event recorded on one, waited on by the other: no host block,
+        no device-wide sync). Use it when a buffer allocated or written on one stream is
+        read, written or freed on another. ``buf`` (a Buffer or DeviceArray) is only
+        named for the reader. Returns the event."""
+        from .events import record, wait
+
+        del buf
+        src, dst = _core_stream(from_stream), _core_stream(to_stream)
+        ev = record(src)
+        wait(dst, ev)
+        return ev
 
     def empty(self, shape: Any, dtype: Any, stream: Any) -> DeviceArray:
         """An uninitialised DeviceArray from this pool (free it with ``free_array``)."""
@@ -149,11 +324,38 @@ class DevicePool:
         if n <= 0:
             raise ValueError(f"cannot allocate an empty array of shape {shape}")
         buf = self.allocate(n, stream)
-        return DeviceArray(int(buf.handle), shape, dtype, owner=buf)
+        dev_index = int(getattr(self.resource, "device_id", 0))
+        return DeviceArray(int(buf.handle), shape, dtype, owner=buf, device_index=dev_index)
 
     def free_array(self, array: DeviceArray, stream: Any) -> None:
+        if not isinstance(array, DeviceArray) or array.owner is None or not hasattr(array.owner, "close"):
+            raise TypeError("free_array takes a DeviceArray made by DevicePool.empty")
         self.free(array.owner, stream)
+
+    # ------------------------------------------------------------------ interop
+    def cupy_allocator(self):
+        """A ``cupy.cuda.MemoryAsyncPool`` over this pool: ``cupy.cuda.set_allocator(
+        pool.cupy_allocator().malloc)`` makes CuPy allocate from it (on CuPy's current
+        stream). Needs CuPy."""
+        import cupy
+
+        return cupy.cuda.MemoryAsyncPool(pool_handles=int(self.handle))
+
+    def rmm_resource(self):
+        """An ``rmm.mr.CudaAsyncViewMemoryResource`` over this pool (RMM does not own it:
+        keep this DevicePool alive while RMM uses it). Needs RMM."""
+        import rmm
+
+        return rmm.mr.CudaAsyncViewMemoryResource(self.handle)
 
     def close(self) -> None:
         with drv.translated("cuMemPoolDestroy"):
             self.resource.close()
+
+
+def _core_stream(stream: Any):
+    from .streams import as_core_stream
+
+    if stream is None:
+        raise TypeError("a stream is required: every allocation and free is stream-ordered")
+    return as_core_stream(stream)
