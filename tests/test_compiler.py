@@ -136,3 +136,16 @@ ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
     r = compiler.parse_ptxas_log(log)
     assert r["gemm"].registers == 128 and r["gemm"].shared_bytes == 33024 and r["gemm"].spills
     assert r["small"].registers == 8 and r["small"].shared_bytes == 0 and not r["small"].spills
+
+
+def test_resources_from_the_cubin_agree_with_the_ptxas_report():
+    """The fallback used when NVRTC's log has no ptxas report reads the same facts."""
+    mod = compiler.compile_package_kernel("cuda/probes.cu", arch=ARCH)
+    from_log = compiler.parse_ptxas_log(mod.log)
+    from_cubin = sass.resource_usage(mod.cubin)
+    assert from_log.keys() == from_cubin.keys()
+    for name, r in from_log.items():
+        c = from_cubin[name]
+        assert (c.registers, c.stack_frame_bytes, c.spills) == (r.registers, r.stack_frame_bytes, r.spills)
+        # cuobjdump counts the 1 KiB of shared memory the system reserves per block on sm_90.
+        assert 0 <= c.shared_bytes - r.shared_bytes <= 1024

@@ -208,7 +208,15 @@ class CompiledModule:
 
     @property
     def resources(self) -> dict[str, KernelResources]:
-        return parse_ptxas_log(self.log)
+        """Registers, shared memory, stack and spills per kernel: from the ptxas report
+        in the NVRTC log, or read from the cubin when the log has none (NVRTC 13.0 was
+        seen to leave the report out in some processes)."""
+        parsed = parse_ptxas_log(self.log)
+        if parsed:
+            return parsed
+        from .sass import resource_usage
+
+        return resource_usage(self.cubin)
 
     def kernel(self, symbol: str):
         """The :class:`cuda.core.Kernel` named ``symbol`` (use ``extern "C"`` names)."""
