@@ -95,3 +95,25 @@ def test_known_pattern_order():
     assert up.stream != k.stream
     assert up.end_ns <= k.start_ns
     assert tl.streams.get(up.stream) == "upload" and tl.streams.get(k.stream) == "compute"
+
+
+def test_serial_trace_numbers_written_out():
+    """The serial H200 recording, with its numbers copied from the raw records and
+    added up by hand: 8 batches of 8 MiB each way on one stream."""
+    s = recorded("serial").summary()
+    h2d = [153632, 153697, 153569, 153473, 153505, 154977, 153569, 153472]
+    d2h = [152769, 152704, 152896, 152736, 152577, 152929, 152673, 152609]
+    kernels = [151329, 151585, 151297, 151297, 151232, 151232, 151232, 151264]
+    assert sum(h2d) == 1_229_894 and sum(d2h) == 1_221_893 and sum(kernels) == 1_210_468
+    assert s.engines["h2d"].busy_ns == 1_229_894
+    assert s.engines["d2h"].busy_ns == 1_221_893
+    assert s.engines["compute"].busy_ns == 1_210_468
+    assert s.span_ns == 3_767_695
+    # Nothing runs at once on one stream, so busy time adds up and two engines never overlap.
+    assert s.at_least_1_ns == 1_229_894 + 1_221_893 + 1_210_468  # = 3_662_255
+    assert s.at_least_2_ns == 0 and s.copy_compute_overlap_ns == 0
+    # SMs idle = span - kernel time = 3_767_695 - 1_210_468.
+    assert s.sm_idle_ns == 2_557_227
+    # 8 x 8 MiB = 67_108_864 bytes in 1_229_894 ns busy: 54.56 GB/s while the H2D engine worked.
+    assert s.engines["h2d"].bytes == 67_108_864
+    assert abs(s.engines["h2d"].gb_per_s_busy - 67_108_864 / 1_229_894) < 1e-9
