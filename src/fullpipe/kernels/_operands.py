@@ -1,0 +1,90 @@
+"""Device-array operands for the kernels: what the Python fronts accept and check.
+
+Accepted: PyTorch CUDA tensors, CuPy arrays, fullpipe DeviceArrays (and anything
+with DLPack / ``__cuda_array_interface__``). PyTorch tensors are read directly
+(pointer, shape, dtype) so that bfloat16 works without the optional ml_dtypes
+package that NumPy-dtype based views need for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ..cuda.memory import DeviceArray, as_device_array
+
+_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+@dataclasses.dataclass
+class Operand:
+    """One device array as the kernels see it."""
+
+    obj: Any
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: str  # "float32", "float16", "bfloat16", or another NumPy dtype name
+    device_index: int
+    kind: str  # "torch", "cupy" or "fullpipe"
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "is_cuda")
+
+
+def operand(x: Any, name: str) -> Operand:
+    """Describe ``x`` (argument ``name``) or raise TypeError/ValueError saying what to fix."""
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"{name} is a NumPy (host) array: copy it to the GPU first (torch/cupy/fullpipe device array)")
+    if _is_torch_tensor(x):
+        if not x.is_cuda:
+            raise TypeError(f"{name} is a CPU tensor: move it to the GPU first (tensor.cuda())")
+        if not x.is_contiguous():
+            raise ValueError(f"{name} is not contiguous (row-major): call .contiguous() first")
+        dtype = _TORCH_DTYPES.get(str(x.dtype), str(x.dtype).replace("torch.", ""))
+        return Operand(x, int(x.data_ptr()), tuple(int(s) for s in x.shape), dtype, int(x.device.index or 0), "torch")
+    try:
+        arr = as_device_array(x)
+    except NotImplementedError as exc:  # e.g. bfloat16 through DLPack without ml_dtypes
+        raise TypeError(f"{name}: cannot read its dtype ({exc}); pass a torch tensor or install ml_dtypes") from exc
+    kind = "fullpipe" if isinstance(x, DeviceArray) else ("cupy" if type(x).__module__.startswith("cupy") else "other")
+    return Operand(x, arr.ptr, arr.shape, np.dtype(arr.dtype).name if arr.dtype.kind != "V" else str(arr.dtype),
+                   arr.device_index, kind)
+
+
+def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: Any) -> tuple[Any, Operand]:
+    """A new output array of the same kind as ``ref`` (torch -> torch, cupy -> cupy,
+    otherwise a fullpipe DeviceArray from the device's memory resource on ``stream``).
+
+    Torch and CuPy allocate in stream order on *their* current stream, so ``stream``
+    is made to wait for that stream first: the kernel never writes memory that
+    their earlier work may still use.
+    """
+    from cuda.core import Stream
+
+    from ..cuda.streams import legacy_default_stream
+
+    def foreign(handle: int):  # 0 is the legacy default stream, where torch/cupy work by default
+        return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
+
+    if ref.kind == "torch":
+        import torch
+
+        dev = torch.device("cuda", ref.device_index)
+        out = torch.empty(shape, dtype=getattr(torch, dtype), device=dev)
+        stream.wait(foreign(int(torch.cuda.current_stream(dev).cuda_stream)))
+    elif ref.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(ref.device_index):
+            out = cupy.empty(shape, dtype=dtype)
+            stream.wait(foreign(int(cupy.cuda.get_current_stream().ptr)))
+    else:
+        from cuda.core import Device as CoreDevice
+
+        from ..cuda.memory import device_empty
+
+        out = device_empty(shape, dtype, stream, CoreDevice(ref.device_index).memory_resource)
+    return out, operand(out, "out")

@@ -1,0 +1,105 @@
+"""CPU tests of the level-2 kernels: each compiles to an sm_90a cubin without spills,
+and its SASS holds the instructions its technique is about."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import pytest
+
+from fullpipe.cuda import compiler, sass
+
+ARCH = "sm_90a"
+
+
+def _module(name):
+    return compiler.compile_package_kernel(f"kernels/{name}", arch=ARCH)
+
+
+def _per_kernel_counts(mod) -> dict[str, collections.Counter]:
+    """Opcode counts (base opcode plus full mnemonic) per kernel of a cubin."""
+    text = sass.disassemble(mod.cubin)
+    parts = re.split(r"\.section\s+\.text\.", text)
+    out = {}
+    for part in parts[1:]:
+        name = part.split(",", 1)[0].strip()
+        c = sass.opcode_counts(part)
+        for m in re.finditer(r"\b((?:LDS|LDG|STS|STG|LDSM|HMMA|LDGSTS)(?:\.[A-Z0-9_]+)+)\b", part):
+            c[m.group(1)] += 1
+        out[name] = c
+    return out
+
+
+EXPECTED_KERNELS = {
+    "gemm_tiled.cu": {"gemm_tiled_f32", "gemm_tiled_f32_scalar"},
+    "gemm_double_buffer.cu": {f"gemm_double_buffer_s{s}{v}" for s in (2, 3, 4) for v in ("", "_scalar")},
+    "gemm_warp_specialized.cu": {f"gemm_warp_specialized_s{s}{v}" for s in (2, 3, 4) for v in ("", "_scalar")},
+    "gemm_wmma.cu": {f"gemm_wmma_{t}_s{s}" for t in ("f16", "bf16") for s in (3, 4)},
+    "cluster_gemm.cu": {"cluster_gemm_own_a", "cluster_gemm_shared_a"},
+    "persistent_gemm.cu": {"gemm_small_tiles_per_tile", "gemm_small_tiles_persistent"},
+    "persistent_grid_sync.cu": {"normalize_grid_sync", "normalize_partials", "normalize_scale"},
+}
+
+
+@pytest.mark.parametrize("source", sorted(EXPECTED_KERNELS))
+def test_kernels_compile_for_sm90a_without_spills(source):
+    mod = _module(source)
+    assert mod.cubin[:4] == b"\x7fELF"
+    res = mod.resources
+    assert set(res) == EXPECTED_KERNELS[source]
+    for r in res.values():
+        assert not r.spills and r.stack_frame_bytes == 0, f"{r.name} spills or uses local memory: {r}"
+
+
+def test_tiled_is_synchronous_and_vectorized():
+    counts = _per_kernel_counts(_module("gemm_tiled.cu"))
+    c = counts["gemm_tiled_f32"]
+    assert c["LDGSTS"] == 0, "the baseline must load through registers"
+    assert c["LDS.128"] > 0 and c["LDG.E.128.CONSTANT"] + c["LDG.E.128"] > 0 and c["STS.128"] > 0
+    assert c["BAR"] >= 2
+    assert _module("gemm_tiled.cu").resources["gemm_tiled_f32"].registers <= 128  # 2 blocks per SM
+
+
+@pytest.mark.parametrize("source", ["gemm_double_buffer.cu", "gemm_warp_specialized.cu"])
+def test_pipelined_fp32_kernels_use_async_copies_and_mbarriers(source):
+    for name, c in _per_kernel_counts(_module(source)).items():
+        assert c["LDGSTS"] > 0, f"{name}: no cp.async"
+        assert c["SYNCS"] > 0, f"{name}: no mbarrier operations (cuda::pipeline)"
+        assert c["LDS.128"] > 0, f"{name}: shared reads are not float4"
+        if not name.endswith("_scalar"):
+            assert c["LDGSTS.E.BYPASS.128"] > 0, f"{name}: copies are not 16 bytes"
+
+
+def test_double_buffer_fits_two_blocks_per_sm():
+    for r in _module("gemm_double_buffer.cu").resources.values():
+        assert r.registers <= 128, r
+
+
+def test_wmma_uses_tensor_cores_ldmatrix_and_16_byte_async_copies():
+    for name, c in _per_kernel_counts(_module("gemm_wmma.cu")).items():
+        assert c["HMMA"] >= 64, f"{name}: HMMA missing"
+        assert c["LDSM"] >= 16, f"{name}: fragments are not loaded with ldmatrix"
+        assert c["LDGSTS.E.BYPASS.128"] > 0, f"{name}: no 16-byte cp.async"
+        assert c["LD"] == 0, f"{name}: generic loads in the main loop (address space lost)"
+
+
+@pytest.mark.parametrize("source", ["cluster_gemm.cu", "persistent_gemm.cu"])
+def test_cluster_and_persistent_kernels_use_async_copies(source):
+    for name, c in _per_kernel_counts(_module(source)).items():
+        assert c["LDGSTS"] > 0, name
+
+
+def test_cluster_kernel_uses_cluster_barrier_and_dsmem():
+    counts = _per_kernel_counts(_module("cluster_gemm.cu"))
+    for name, c in counts.items():
+        assert c["UCGABAR_ARV"] > 0 and c["UCGABAR_WAIT"] > 0, f"{name}: no cluster barrier"
+    # Only the shared-A kernel reads another block's shared memory (a generic load).
+    assert counts["cluster_gemm_shared_a"]["LD"] > 0
+    assert counts["cluster_gemm_own_a"]["LD"] == 0
+
+
+def test_persistent_kernel_pulls_tiles_with_atomics():
+    counts = _per_kernel_counts(_module("persistent_gemm.cu"))
+    assert counts["gemm_small_tiles_persistent"]["ATOMG"] + counts["gemm_small_tiles_persistent"]["RED"] > 0
+    assert counts["gemm_small_tiles_per_tile"]["ATOMG"] == 0
