@@ -1,0 +1,130 @@
+"""concurrency: small kernels on many streams share SMs; at most 128 grids run at once.
+
+1. Sharing SMs: 8 kernels on 8 streams, each with one block per SM (64 threads,
+   spinning a few ms). Each block writes its SM id and its start/end on the global
+   timer: count the SMs that ran blocks of two or more different kernels at the
+   same instant.
+2. The resident-grid limit: more one-block kernels than the limit (128 on every
+   GPU from compute capability 7.0), each on its own stream, each spinning long
+   enough that all are launched before the first ends. The largest number of
+   intervals open at one instant is how many grids ran at once. A run with fewer
+   kernels than the limit is the control (all of them should run at once).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cuda.compiler import compile_package_kernel
+from ..cuda.launch import launch
+from ..cuda.memory import memset_d8
+from ..cuda.pool import DevicePool
+from ..cuda.streams import create_stream
+from ..pipeline.stats import max_concurrency
+from ..pipeline.timing import device_info
+from .result import Bound, Result
+
+NAME = "concurrency"
+TITLE = "Kernels from many streams share SMs; at most 128 grids are resident at once"
+CLAIM = ("Blocks of different kernels run on one SM at the same time, and at most 128 grids "
+         "(the resident-grid limit) run at once")
+
+
+def _stamps_of(arr, stream) -> np.ndarray:
+    return arr.to_numpy(stream).reshape(-1, 4).astype(np.int64)  # start, end, sm, tag
+
+
+def _sharing(dev, kern, pool, s, spin_ms: float, kernels: int = 8) -> dict:
+    blocks = dev.facts.sm_count
+    streams = [create_stream(dev) for _ in range(kernels)]
+    out = pool.empty((kernels, blocks, 4), np.uint64, s)
+    memset_d8(out.ptr, 0, out.nbytes, s)
+    s.sync()
+    for i, st in enumerate(streams):
+        launch(st, kern, blocks, 64, np.uint64(int(spin_ms * 1e6)), np.uint64(out.ptr + i * blocks * 32), np.uint64(i))
+    dev.synchronize()
+    st_ = _stamps_of(out, s)
+    per_sm: dict[int, list[tuple[int, int, int]]] = {}
+    for a, b, sm, tag in st_:
+        per_sm.setdefault(int(sm), []).append((int(a), int(b), int(tag)))
+    shared_sms, most_kernels = 0, 0
+    for blocks_on_sm in per_sm.values():
+        # how many distinct kernels were on this SM at one instant
+        best = 0
+        for a, b, _ in blocks_on_sm:
+            t = (a + b) // 2
+            kinds = {tag for (a2, b2, tag) in blocks_on_sm if a2 <= t < b2}
+            best = max(best, len(kinds))
+        most_kernels = max(most_kernels, best)
+        shared_sms += best >= 2
+    pool.free_array(out, s)
+    return {"kernels": kernels, "blocks_per_kernel": blocks, "sms_used": len(per_sm),
+            "sms_shared_by_2plus_kernels": shared_sms, "most_kernels_on_one_sm_at_once": most_kernels}
+
+
+def _resident(dev, kern, pool, s, grids: int, spin_ms: float) -> dict:
+    streams = [create_stream(dev) for _ in range(grids)]
+    out = pool.empty((grids, 4), np.uint64, s)
+    memset_d8(out.ptr, 0, out.nbytes, s)
+    s.sync()
+    dev.synchronize()
+    for i, st in enumerate(streams):
+        launch(st, kern, 1, 32, np.uint64(int(spin_ms * 1e6)), np.uint64(out.ptr + i * 32), np.uint64(i))
+    dev.synchronize()
+    st_ = _stamps_of(out, s)
+    intervals = [(int(a), int(b)) for a, b, _, _ in st_]
+    span = (max(b for _, b in intervals) - min(a for a, _ in intervals)) / 1e6
+    launched_before_first_end = sum(a < min(b for _, b in intervals) for a, _ in intervals)
+    for st in streams:
+        st.close()
+    pool.free_array(out, s)
+    return {"grids": grids, "ran_at_once": max_concurrency(intervals), "span_ms": span,
+            "waves": span / spin_ms, "started_before_first_end": launched_before_first_end}
+
+
+def run(ctx) -> Result:
+    dev = ctx.device
+    limit = dev.facts.max_resident_grids
+    spin_ms = 20.0 if ctx.quick else 50.0
+    kern = compile_package_kernel("pipeline/stamps.cu", device=dev).kernel("spin_stamp_sm")
+    pool = DevicePool(dev)
+    s = create_stream(dev)
+    ctx.progress(0.0, "SM sharing")
+    share = _sharing(dev, kern, pool, s, spin_ms=5.0)
+    rows = [{"test": "SM sharing", "grids": share["kernels"], "ran_at_once": share["most_kernels_on_one_sm_at_once"],
+             "detail": f"{share['sms_shared_by_2plus_kernels']} of {share['sms_used']} SMs ran blocks of "
+                       f">= 2 kernels at once"}]
+    results = {}
+    counts = (limit // 2, limit + limit // 2) if ctx.quick else (limit // 2, limit + limit // 2, 2 * limit + 16)
+    for i, g in enumerate(counts):
+        ctx.progress(0.2 + 0.8 * i / len(counts), f"{g} one-block kernels on {g} streams")
+        r = _resident(dev, kern, pool, s, g, spin_ms)
+        results[g] = r
+        rows.append({"test": "resident grids", "grids": g, "ran_at_once": r["ran_at_once"],
+                     "detail": f"span {r['span_ms']:.1f} ms = {r['waves']:.2f} x spin; "
+                               f"{r['started_before_first_end']} started before the first ended"})
+    over = [results[g]["ran_at_once"] for g in counts if g > limit]
+    control = results[counts[0]]["ran_at_once"]
+    limit_ok = all(o == limit for o in over) and control == counts[0]
+    sharing_ok = share["sms_shared_by_2plus_kernels"] > 0
+    verdict = "supported" if (limit_ok and sharing_ok) else (
+        "partly supported" if (limit_ok or sharing_ok) else "not supported")
+    notes = [
+        f"Control: {counts[0]} kernels, {control} ran at once. Above the limit: "
+        + ", ".join(f"{g} kernels -> {results[g]['ran_at_once']} at once" for g in counts[1:]) + ".",
+        f"Sharing: {share['kernels']} kernels x {share['blocks_per_kernel']} blocks; up to "
+        f"{share['most_kernels_on_one_sm_at_once']} different kernels on one SM at one instant.",
+        "Streams map onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default); the grids "
+        "here have no dependencies, so sharing a queue does not serialize them.",
+    ]
+    if not limit_ok and over:
+        notes.append(f"Measured {max(over)} grids at once above the limit, not {limit}: "
+                     "the 128 figure is not what this device/driver does.")
+    ratio = (max(over) / limit) if over else None
+    return Result(
+        experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
+        params={"spin_ms": spin_ms, "grid_counts": list(counts), "limit_from_spec": limit},
+        metrics={"sharing": share, "resident": {str(g): r for g, r in results.items()}},
+        bound=Bound("max resident grids (CUDA spec, compute capability >= 7.0)", limit, "grids"),
+        ratio=ratio, table=rows, notes=notes,
+    )

@@ -1,0 +1,571 @@
+"""The level-1 stream pipeline: host batches through H2D -> compute -> D2H on N
+non-blocking streams, so that both copy engines and the SMs work at once.
+
+The host-driver pattern, for batch j on stream ``j % N``::
+
+    buf = pool.allocate(in + out bytes, s)   # stream-ordered (cudaMallocAsync)
+    H2D(buf.in <- host slot or pinned input, s)
+    [release the input slot when the stream gets here: host function or event]
+    compute(s, x, y)                         # user callable or a fullpipe kernel
+    D2H(host slot or pinned output <- buf.out, s)
+    [tell the drain thread the output slot is ready]
+    pool.free(buf, s)                        # stream-ordered (cudaFreeAsync)
+
+All of it is enqueued without waiting: the CPU runs ahead to batch j+1 at once.
+Nothing inside the loop synchronizes a stream or the device; the only waits are
+the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
+wait at the end. See staging.py (the ring and its signals), pageable.py (CPU
+threads for pageable arrays), tuning.py (chunk="auto"), stats.py (what a run did).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..cuda import driver as drv
+from ..cuda.memory import DeviceArray, is_pinned, pinned_empty
+from . import plan as P
+from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, host_address, short_switch_interval
+from .stats import BatchTiming, PipelineStats, busy_from_timings
+from .staging import SlotRing, check_recycle, make_signal
+from .tuning import ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
+
+STAGING_MODES = ("auto", "ring", "direct")
+_DEVICE_ALIGN = 256
+
+ComputeFn = Callable[[Any, DeviceArray, "DeviceArray | None"], Any]
+
+
+class StreamPipeline:
+    """Push host arrays through H2D -> compute -> D2H on ``streams`` non-blocking streams.
+
+    >>> pipe = StreamPipeline(compute=fn, streams=3, chunk="auto")
+    >>> y = pipe.run(x)                  # one array, cut into chunks along axis 0
+    >>> ys = pipe.run_batches([a, b, c])  # a sequence of batches (sizes may differ)
+    >>> print(pipe.stats)
+
+    ``compute(stream, x, y)`` gets the cuda.core ``Stream`` (it has ``__cuda_stream__``)
+    and :class:`~fullpipe.cuda.memory.DeviceArray` views of the batch's input and
+    output (``__cuda_array_interface__``: ``torch.as_tensor(x, device="cuda")`` and
+    ``cupy.asarray(x)`` see them without a copy). It must enqueue its work on that
+    stream (e.g. ``torch.cuda.ExternalStream(int(stream.handle))``) and write ``y``
+    (None with ``output=None``). The views are valid only for work enqueued during the
+    call. ``compute=None`` copies the input back (``y`` is ``x``).
+
+    Options:
+
+    - ``streams``: N >= 1 streams, batches round-robin over them.
+    - ``chunk``: rows per chunk for :meth:`run`, a size (``"8MiB"``), or ``"auto"``
+      (measure the first chunks; see :mod:`fullpipe.pipeline.tuning`).
+    - ``slots``: K pinned slots each way in the staging ring used for pageable arrays.
+    - ``recycle``: how a slot comes back: ``"hostfn"`` (a native host function posts a
+      semaphore), ``"pyhostfn"`` (a Python host function), ``"event"``.
+    - ``staging``: ``"auto"`` (pinned arrays are copied directly, pageable ones through
+      the ring), ``"ring"`` (always the ring), ``"direct"`` (hand every array to
+      cuMemcpyAsync as is: pageable memory then blocks; a baseline for experiments).
+    - ``output``: ``"same"`` (like the input), ``None`` (no output), or
+      ``(row_shape, dtype)``.
+    - ``timing``: record four events per batch for per-stage stats (a few us per batch).
+    - ``synchronous``: wait for each batch before the next (the serial baseline).
+    - ``pool``: a :class:`~fullpipe.DevicePool` (one is made if not given).
+
+    On an exception in compute, a CUDA error, or Ctrl-C, the run drains what is in
+    flight, frees every device allocation it made, gives back the ring, and re-raises
+    the exception with a note naming the batch (also as ``exc.batch_index``).
+    """
+
+    def __init__(
+        self,
+        compute: ComputeFn | None = None,
+        *,
+        streams: int = 3,
+        chunk: int | str = "auto",
+        slots: int = 4,
+        recycle: str = "hostfn",
+        staging: str = "auto",
+        output: Any = "same",
+        timing: bool = True,
+        synchronous: bool = False,
+        pool: Any = None,
+        device: Any = None,
+        copy_threads: int | None = None,
+    ):
+        if compute is not None and not callable(compute):
+            raise TypeError(f"compute must be callable as compute(stream, x, y), got {type(compute).__name__}")
+        self.compute = compute
+        self.n_streams = P.check_positive_int(streams, "streams", "use 1 for a single stream")
+        self.chunk = parse_chunk(chunk)
+        self.slots = P.check_positive_int(slots, "slots", "the ring needs at least one pinned slot")
+        self.recycle = check_recycle(recycle)
+        if staging not in STAGING_MODES:
+            raise ValueError(f"staging must be one of {STAGING_MODES}, got {staging!r}")
+        self.staging = staging
+        self.output = P.parse_output(output)
+        if compute is None and (self.output.row_shape is not None or self.output.dtype is not None):
+            raise ValueError("compute=None copies the input back unchanged: output must be 'same' or None")
+        self.timing = bool(timing)
+        self.synchronous = bool(synchronous)
+        self.copy_threads = (default_copy_threads() if copy_threads is None
+                             else P.check_positive_int(copy_threads, "copy_threads"))
+        self._device = device
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._started = False
+        self._running = False
+        self.stats: PipelineStats | None = None
+        self.probe_stats: PipelineStats | None = None
+
+    # ------------------------------------------------------------------ lifetime
+    def _start(self) -> None:
+        if self._started:
+            return
+        from ..cuda.device import Device
+        from ..cuda.events import create_event
+        from ..cuda.pool import DevicePool
+        from ..cuda.streams import create_stream
+
+        if self._device is None:
+            self._device = Device(0)
+        self.device = self._device
+        if self._pool is None:
+            self._pool = DevicePool(self.device, release_threshold="max")
+        self.pool = self._pool
+        self.streams = [create_stream(self.device) for _ in range(self.n_streams)]
+        self._handles = [s.handle for s in self.streams]
+        self._ring_in = SlotRing(self.slots)
+        self._ring_out = SlotRing(self.slots)
+        self._copier_in: HostCopier | None = None
+        self._copier_out: HostCopier | None = None
+        self._free_events: list[tuple[Any, Any]] = []
+        self._events_out = 0
+        self._start_event = create_event(self.device, timing=True)
+        self._end_event = create_event(self.device, timing=True)
+        # Non-timing events that stream 0 waits on at the end of a run, one per stream.
+        self._join_events = [create_event(self.device, timing=False) for _ in range(self.n_streams)]
+        self._create_event = create_event
+        driver = drv.driver()
+        self._drv = driver
+        self._SUCCESS = driver.CUresult.CUDA_SUCCESS
+        self._NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
+        self._started = True
+
+    def close(self) -> None:
+        """Free the pinned ring, the events, the copy threads and (if it made it) the pool."""
+        if not self._started:
+            return
+        for s in self.streams:
+            with drv.translated("cuStreamSynchronize"):
+                s.sync()
+        self._ring_in.free()
+        self._ring_out.free()
+        for c in (self._copier_in, self._copier_out):
+            if c is not None:
+                c.close()
+        for ev, _ in self._free_events:
+            ev.close()
+        self._free_events = []
+        for s in self.streams:
+            s.close()
+        if self._owns_pool:
+            self.pool.close()
+            self._pool = None
+        self._started = False
+
+    def __enter__(self) -> "StreamPipeline":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamPipeline(streams={self.n_streams}, chunk={self.chunk!r}, slots={self.slots}, "
+            f"recycle={self.recycle!r}, staging={self.staging!r})"
+        )
+
+    def resources(self) -> dict[str, Any]:
+        """What the pipeline holds now, for leak checks: pool usage, live allocations,
+        timing events out, whether a run holds the ring, pinned bytes, pending Python
+        host functions."""
+        from ..cuda.hostfn import pending_count
+
+        d: dict[str, Any] = {"running": self._running, "python_host_functions_pending": pending_count()}
+        if self._started:
+            s = self.pool.stats()
+            d.update(
+                pool_used_bytes=s.used_bytes,
+                pool_allocations=s.allocations,
+                timing_events_out=self._events_out,
+                pinned_slots_free=0 if self._running else 2 * self.slots,
+                pinned_ring_bytes=self._ring_in.pinned_bytes + self._ring_out.pinned_bytes,
+            )
+        return d
+
+    # ------------------------------------------------------------------ public runs
+    def run(self, x: Any, out: np.ndarray | None = None) -> np.ndarray | None:
+        """Run one host array, cut into chunks along axis 0. Returns the output array
+        (``out`` if given; else a new one, pinned if ``x`` is pinned), or None with
+        ``output=None``."""
+        x = P.as_host_array(x, "input")
+        self._check_input_dtype(x.dtype)
+        spec = self.output
+        out_shape = None if spec.none else spec.shape_for(x.shape)
+        out_dtype = None if spec.none else spec.dtype_for(x.dtype)
+        if spec.none and out is not None:
+            raise ValueError("out given, but the pipeline has output=None")
+        if out is not None:
+            P.check_output(out, out_shape, out_dtype)  # type: ignore[arg-type]
+        rows = x.shape[0]
+        row_bytes = x.nbytes // rows
+        fixed_rows = None if self.chunk == "auto" else chunk_rows(self.chunk, row_bytes, rows)
+        self._start()
+        in_pinned = self._pinned(x)
+        if out is None and not spec.none:
+            out = pinned_empty(out_shape, out_dtype) if in_pinned else np.empty(out_shape, out_dtype)
+        stage_in = self._staging_mode(in_pinned)
+        stage_out = None if out is None else self._staging_mode(self._pinned(out))
+        start = 0
+        choice: ChunkChoice | None = None
+        self.probe_stats = None
+        n_probe = 0
+        if fixed_rows is None:
+            fixed_rows, choice, start, n_probe = self._tune(x, out, rows, row_bytes, stage_in, stage_out)
+        bounds = P.chunk_bounds(rows, fixed_rows, start)
+        batches = P.batches_from_array(x, out, bounds, first_index=n_probe)
+        stats = self._execute(batches, stage_in, stage_out) if batches else PipelineStats()
+        stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes}
+        if choice is not None:
+            stats.chunk.update(choice.as_dict())
+            stats.chunk["probe_batches"] = n_probe
+        self.stats = stats
+        return out
+
+    def run_batches(self, batches: Sequence[Any], outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray] | None:
+        """Run a sequence of host batches (sizes may differ). Returns their outputs
+        (``outs`` if given, else new pageable arrays), or None with ``output=None``."""
+        items, out_arrays, _ = P.batches_from_list(batches, outs, self.output)
+        self._check_input_dtype(items[0].src.dtype)
+        self._start()
+        stage_in = self._staging_mode(all(self._pinned(b.src) for b in items))
+        stage_out = None
+        if out_arrays is not None:
+            stage_out = self._staging_mode(all(self._pinned(o) for o in out_arrays))
+        self.probe_stats = None
+        self.stats = self._execute(items, stage_in, stage_out)
+        return out_arrays
+
+    # ------------------------------------------------------------------ helpers
+    def _check_input_dtype(self, dtype: np.dtype) -> None:
+        want = getattr(self.compute, "input_dtype", None)
+        if want is not None and np.dtype(want) != dtype:
+            raise ValueError(f"{type(self.compute).__name__} takes {np.dtype(want)} input, got {dtype}")
+
+    def _pinned(self, arr: np.ndarray) -> bool:
+        try:
+            return bool(is_pinned(arr))
+        except Exception:
+            return False
+
+    def _staging_mode(self, pinned: bool) -> str:
+        if self.staging == "auto":
+            return "direct" if pinned else "ring"
+        return self.staging
+
+    def _worker_setup(self) -> None:
+        """Run first on each staging thread: event waits need the device's context current."""
+        if self.recycle == "event":
+            self.device.set_current()
+
+    def _copier(self, direction: str) -> HostCopier:
+        attr = "_copier_in" if direction == "in" else "_copier_out"
+        if getattr(self, attr) is None:
+            setattr(self, attr, HostCopier(self.copy_threads))
+        return getattr(self, attr)
+
+    def _events(self) -> list[tuple[Any, Any]]:
+        while len(self._free_events) < 4:
+            ev = self._create_event(self.device, timing=True)
+            self._free_events.append((ev, ev.handle))
+        got = self._free_events[-4:]
+        del self._free_events[-4:]
+        self._events_out += 4
+        return got
+
+    def _give_back_events(self, evs: list[tuple[Any, Any]]) -> None:
+        self._free_events.extend(evs)
+        self._events_out -= len(evs)
+
+    def _check(self, name: str, result: Any) -> Any:
+        if result[0] != self._SUCCESS:
+            raise drv.error_from_code(name, result[0])
+        return result[1] if len(result) > 1 else None
+
+    # ------------------------------------------------------------------ chunk="auto"
+    def _tune(self, x, out, rows, row_bytes, stage_in, stage_out) -> tuple[int, ChunkChoice, int, int]:
+        """Run the probe chunks (real rows of x, kept), fit per-stage models, choose."""
+        probes = probe_rows(rows, row_bytes)
+        if not probes:
+            per = max(1, -(-rows // (2 * self.n_streams)))
+            reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: split into "
+                      f"{-(-rows // per)} chunks (two per stream)")
+            return per, ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason), 0, 0
+        bounds, a = [], 0
+        for r in probes:
+            bounds.append((a, a + r))
+            a += r
+        batches = P.batches_from_array(x, out, bounds)
+        saved = (self.synchronous, self.timing)
+        self.synchronous, self.timing = True, True
+        try:
+            pst = self._execute(batches, stage_in, stage_out)
+        finally:
+            self.synchronous, self.timing = saved
+        self.probe_stats = pst
+        t1, t2 = pst.timings[1], pst.timings[2]
+        n1, n2 = bounds[1][1] - bounds[1][0], bounds[2][1] - bounds[2][0]
+        stages = ["h2d"] + (["compute"] if self.compute is not None else []) + ([] if out is None else ["d2h"])
+        models = {}
+        for st in stages:
+            d1 = (t1.stage(st)[1] - t1.stage(st)[0]) / 1e3
+            d2 = (t2.stage(st)[1] - t2.stage(st)[0]) / 1e3
+            models[st] = StageModel.fit(n1 * row_bytes, d1, n2 * row_bytes, d2)
+        host_s = min(pst.enqueue_us[1:]) * 1e-6 if len(pst.enqueue_us) > 1 else 20e-6
+        free, _ = self.device.memory_info()
+        out_ratio = 0.0 if out is None else (out.nbytes / out.shape[0]) / row_bytes
+        choice = choose_chunk(
+            models, total_bytes=(rows - a) * row_bytes, row_bytes=row_bytes, streams=self.n_streams,
+            host_s=host_s, device_budget_bytes=free // 2, out_over_in=out_ratio,
+        )
+        return choice.rows, choice, a, len(probes)
+
+    # ------------------------------------------------------------------ the loop
+    def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None) -> PipelineStats:
+        n = len(batches)
+        K = self.slots
+        ring_in = stage_in == "ring"
+        ring_out = stage_out == "ring"
+        has_out = stage_out is not None
+        compute = self.compute
+        streams, handles = self.streams, self._handles
+        N = len(streams)
+        pool = self.pool
+        d = self._drv
+        timing = self.timing
+        start_h = self._start_event.handle
+        in_dtype = batches[0].src.dtype
+        out_dtype = batches[0].dst.dtype if has_out else None
+
+        stats = PipelineStats(
+            batches=n, streams=N, slots=K, recycle=self.recycle,
+            staging={"input": stage_in, "output": stage_out or "none"},
+            bytes_in=sum(b.in_bytes for b in batches), bytes_out=sum(b.out_bytes for b in batches),
+        )
+        if ring_in:
+            self._ring_in.ensure(max(b.in_bytes for b in batches))
+        if ring_out:
+            self._ring_out.ensure(max(b.out_bytes for b in batches))
+        stats.pinned_ring_bytes = (self._ring_in.pinned_bytes if ring_in else 0) + (
+            self._ring_out.pinned_bytes if ring_out else 0)
+
+        stop = threading.Event()
+        signals: list[Any] = []
+        stager: InputStager | None = None
+        drainer: OutputDrainer | None = None
+        live: list[tuple[Any, Any]] = []  # device buffers allocated and not yet freed
+        inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
+        timings: list[BatchTiming] = []
+        enqueue_us: list[float] = []
+        wait_s = 0.0
+        pos = 0
+        b = batches[0]
+        self._running = True
+        switch = short_switch_interval() if (ring_in or ring_out) else contextlib.nullcontext()
+        drained = True
+        t_start = time.perf_counter()
+        try:
+            with switch:
+                if ring_in:
+                    free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
+                    signals += free_in
+                    stager = InputStager(self._ring_in, free_in, [bb.src for bb in batches], self._copier("in"), stop,
+                                         on_start=self._worker_setup)
+                    stager.start()
+                if ring_out:
+                    ready_out = [make_signal(self.recycle, self.device, initial=0) for _ in range(K)]
+                    signals += ready_out
+                    drainer = OutputDrainer(self._ring_out, ready_out, [threading.Semaphore(1) for _ in range(K)],
+                                            self._copier("out"), stop, on_start=self._worker_setup)
+                    drainer.start()
+                # One start event that every stream waits for: a common time origin.
+                self._check("cuEventRecord", d.cuEventRecord(start_h, handles[0]))
+                for h in handles[1:]:
+                    self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(h, start_h, 0))
+
+                t_loop = time.perf_counter()
+                for pos, b in enumerate(batches):
+                    s, h = streams[pos % N], handles[pos % N]
+                    tw = time.perf_counter()
+                    slot = pos % K
+                    if ring_in:
+                        stager.take(pos)  # type: ignore[union-attr]
+                        src = self._ring_in.address(slot)
+                    else:
+                        src = host_address(b.src)
+                    if ring_out:
+                        drainer.acquire_slot(slot)  # type: ignore[union-attr]
+                        dst = self._ring_out.address(slot)
+                    elif has_out:
+                        dst = host_address(b.dst)
+                    t0 = time.perf_counter()
+                    wait_s += t0 - tw
+
+                    # ---- enqueue batch pos: alloc, H2D, compute, D2H, free; no waits
+                    in_bytes, out_bytes = b.in_bytes, b.out_bytes
+                    out_off = P.align_up(in_bytes, _DEVICE_ALIGN)
+                    dev_bytes = out_off + out_bytes if (has_out and compute is not None) else in_bytes
+                    buf = pool.allocate(dev_bytes, s)
+                    live.append((buf, s))
+                    ptr = int(buf.handle)
+                    evs = self._events() if timing else None
+                    if evs:
+                        inflight.append((b.index, evs))  # read back (or given back) later
+                    if evs:
+                        self._check("cuEventRecord", d.cuEventRecord(evs[0][1], h))
+                    self._check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(ptr, src, in_bytes, h))
+                    if ring_in:
+                        free_in[slot].arm(s)
+                    if evs:
+                        self._check("cuEventRecord", d.cuEventRecord(evs[1][1], h))
+                    x = DeviceArray(ptr, b.in_shape, in_dtype, owner=buf)
+                    if compute is not None:
+                        y = DeviceArray(ptr + out_off, b.out_shape, out_dtype, owner=buf) if has_out else None
+                        compute(s, x, y)
+                    else:
+                        y = x
+                    if evs:
+                        self._check("cuEventRecord", d.cuEventRecord(evs[2][1], h))
+                    if has_out:
+                        self._check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(dst, y.ptr, out_bytes, h))
+                    if evs:
+                        self._check("cuEventRecord", d.cuEventRecord(evs[3][1], h))
+                    if ring_out:
+                        ready_out[slot].arm(s)
+                        drainer.submit(slot, host_address(b.dst), out_bytes)  # type: ignore[union-attr]
+                    pool.free(buf, s)
+                    live.pop()
+                    t1 = time.perf_counter()
+                    enqueue_us.append((t1 - t0) * 1e6)
+                    # ---- bookkeeping, off the critical path of the GPU
+                    if evs:
+                        self._harvest(inflight, timings, start_h, block=False)
+                    if self.synchronous:
+                        with drv.translated("cuStreamSynchronize"):
+                            s.sync()
+                        wait_s += time.perf_counter() - t1
+                loop_s = time.perf_counter() - t_loop
+                loop_wait_s = wait_s
+
+                # ---- one wait at the end: join every stream into stream 0
+                end_h = self._end_event.handle
+                for i in range(1, N):
+                    j_ev = self._join_events[i].handle
+                    self._check("cuEventRecord", d.cuEventRecord(j_ev, handles[i]))
+                    self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(handles[0], j_ev, 0))
+                self._check("cuEventRecord", d.cuEventRecord(end_h, handles[0]))
+                tw = time.perf_counter()
+                if drainer is not None:
+                    drainer.finish()
+                    drainer.wait_done()
+                self._check("cuEventSynchronize", d.cuEventSynchronize(end_h))
+                if stager is not None:
+                    stager.join()
+                    stager.raise_error()
+                wait_s += time.perf_counter() - tw
+                self._harvest(inflight, timings, start_h, block=True)
+                stats.gpu_span_ms = self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
+        except BaseException as exc:
+            released, drained = self._abort(live, stop, stager, drainer, inflight)
+            _annotate(exc, b, pos, n, released, K)
+            raise
+        finally:
+            if drained:
+                for sig in signals:
+                    sig.close()
+            else:  # a host function may still run some day: keep its semaphore's memory alive
+                _ORPHANED_SIGNALS.extend(signals)
+            self._running = False
+        stats.wall_ms = (time.perf_counter() - t_start) * 1e3
+        stats.enqueue_us_per_batch = sum(enqueue_us) / n
+        stats.loop_us_per_batch = max(loop_s - loop_wait_s, 0.0) * 1e6 / n
+        stats.host_wait_ms = wait_s * 1e3
+        stats.enqueue_us = enqueue_us
+        stats.timings = timings
+        if timings:
+            stats.busy_ms = busy_from_timings(timings, compute is not None, has_out)
+        return stats
+
+    def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], start_h: Any, block: bool) -> None:
+        """Read the stage times of batches whose last event has completed (in order)."""
+        d = self._drv
+        while inflight:
+            index, evs = inflight[0]
+            if not block:
+                err = d.cuEventQuery(evs[3][1])[0]
+                if err == self._NOT_READY:
+                    return
+                if err != self._SUCCESS:
+                    raise drv.error_from_code("cuEventQuery", err)
+            t = tuple(self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, e[1])) for e in evs)
+            timings.append(BatchTiming(index, t))  # type: ignore[arg-type]
+            inflight.popleft()
+            self._give_back_events(evs)
+
+    def _abort(self, live, stop, stager, drainer, inflight) -> tuple[int, bool]:
+        """Drain in-flight work and give everything back. Returns the number of device
+        allocations freed here (the rest were already freed in stream order) and whether
+        every stream drained."""
+        stop.set()
+        freed = 0
+        for buf, s in live:
+            try:
+                self.pool.free(buf, s)
+                freed += 1
+            except Exception:  # the context may be broken (sticky CUDA error): nothing more to do
+                pass
+        live.clear()
+        drained = True
+        for s in self.streams:
+            try:
+                s.sync()  # after this every host function enqueued on s has run
+            except Exception:
+                drained = False
+        for w in (stager, drainer):
+            if w is not None:
+                w.join(timeout=10.0)
+        while inflight:
+            _, evs = inflight.popleft()
+            self._give_back_events(evs)
+        return freed, drained
+
+
+_ORPHANED_SIGNALS: list[Any] = []
+
+
+def _annotate(exc: BaseException, b: P.Batch, pos: int, n: int, freed: int, slots: int) -> None:
+    where = f"batch {b.index}" + (f" (rows {b.rows[0]}:{b.rows[1]})" if b.rows else "")
+    note = (
+        f"fullpipe.StreamPipeline: failed at {where}, {pos + 1} of {n} in this run; in-flight work was "
+        f"drained, {freed} device allocation(s) of the failing batch freed, all {slots} pinned slots "
+        "each way returned"
+    )
+    try:
+        exc.add_note(note)
+        exc.batch_index = b.index  # type: ignore[attr-defined]
+    except Exception:  # some exception types refuse new attributes
+        pass

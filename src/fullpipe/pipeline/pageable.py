@@ -1,0 +1,207 @@
+"""Pageable host arrays through the pinned ring, staged by CPU threads.
+
+Handing pageable memory to ``cuMemcpyAsync`` makes the driver copy it through a
+hidden pinned buffer, in pieces, while the calling thread waits: the copy engine
+idles while the CPU copies and vice versa, and the launching thread is blocked.
+Instead, fullpipe's staging threads copy batch j+1 into a pinned slot (several
+threads at once, ``memmove`` without the GIL) while the copy engine moves batch j
+out of another slot; on the way back, a drain thread copies finished slots into
+the user's output while later batches are still on the GPU.
+
+- :class:`HostCopier`  one memmove split over a few threads
+- :class:`InputStager` fills input slots ahead of the enqueueing thread
+- :class:`OutputDrainer` empties output slots once their D2H is done
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import queue
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator, Sequence
+
+from .staging import GpuSignal, SlotRing, Stopped
+
+PARALLEL_MIN_BYTES = 2 << 20  # below this one thread copies faster than several can start
+_PAGE = 4096
+_POLL_S = 0.05
+
+
+def default_copy_threads() -> int:
+    """Threads per direction: enough for ~50 GB/s of memmove on a server CPU, a few
+    cores left for the rest."""
+    return max(1, min(6, (os.cpu_count() or 2) // 3))
+
+
+def split_ranges(nbytes: int, parts: int, align: int = _PAGE) -> list[tuple[int, int]]:
+    """[(start, stop), ...] cutting nbytes into at most ``parts`` page-aligned pieces."""
+    if nbytes <= 0:
+        return []
+    parts = max(1, min(parts, -(-nbytes // align)))
+    step = -(-nbytes // parts)
+    step = -(-step // align) * align
+    return [(a, min(a + step, nbytes)) for a in range(0, nbytes, step)]
+
+
+class HostCopier:
+    """``copy(dst, src, nbytes)`` between host addresses, split over ``threads`` threads.
+    ``ctypes.memmove`` releases the GIL, so the pieces really run in parallel."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, int(threads))
+        self._pool = (ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fullpipe-copy")
+                      if self.threads > 1 else None)
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        if self._pool is None or nbytes < PARALLEL_MIN_BYTES:
+            ctypes.memmove(dst, src, nbytes)
+            return
+        pieces = split_ranges(nbytes, self.threads)
+        futures = [self._pool.submit(ctypes.memmove, dst + a, src + a, b - a) for a, b in pieces[1:]]
+        a, b = pieces[0]
+        ctypes.memmove(dst + a, src + a, b - a)
+        for f in futures:
+            f.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class _Worker:
+    """A daemon thread whose first exception is kept for the enqueueing thread."""
+
+    def __init__(self, name: str, on_start: Any = None):
+        self.error: BaseException | None = None
+        self._on_start = on_start  # e.g. make the device's context current on this thread
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            if self._on_start is not None:
+                self._on_start()
+            self.work()
+        except Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            self.error = exc
+
+    def work(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def host_address(array: Any) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+class InputStager(_Worker):
+    """Copies batch j's input into slot j % K as soon as the GPU has released that slot
+    (its ``free`` signal), then tells the enqueueing thread through ``take(j)``."""
+
+    def __init__(self, ring: SlotRing, free: Sequence[GpuSignal], sources: Sequence[Any],
+                 copier: HostCopier, stop: threading.Event, on_start: Any = None):
+        super().__init__("fullpipe-stage-in", on_start)
+        self.ring, self.free, self.sources, self.copier, self.stop = ring, free, sources, copier, stop
+        self._filled: queue.Queue[int] = queue.Queue()
+
+    def work(self) -> None:
+        k = self.ring.slots
+        for j, src in enumerate(self.sources):
+            slot = j % k
+            self.free[slot].wait(self.stop)
+            if self.stop.is_set():
+                return
+            self.copier.copy(self.ring.address(slot), host_address(src), src.nbytes)
+            self._filled.put(j)
+
+    def take(self, j: int) -> int:
+        """Block until batch j is in its slot; return the slot."""
+        while True:
+            try:
+                got = self._filled.get(timeout=_POLL_S)
+            except queue.Empty:
+                self.raise_error()
+                if not self.alive:
+                    raise RuntimeError("fullpipe input staging thread ended early") from None
+                continue
+            if got != j:  # pragma: no cover - the stager fills strictly in order
+                raise RuntimeError(f"staging order broken: expected batch {j}, got {got}")
+            return j % self.ring.slots
+
+
+class OutputDrainer(_Worker):
+    """Copies each finished output slot to the user's array, then frees the slot."""
+
+    def __init__(self, ring: SlotRing, ready: Sequence[GpuSignal], free: Sequence[threading.Semaphore],
+                 copier: HostCopier, stop: threading.Event, on_start: Any = None):
+        super().__init__("fullpipe-drain-out", on_start)
+        self.ring, self.ready, self.free, self.copier, self.stop = ring, ready, free, copier, stop
+        self._work: queue.Queue[tuple[int, int, int] | None] = queue.Queue()
+
+    def submit(self, slot: int, dst: int, nbytes: int) -> None:
+        self._work.put((slot, dst, nbytes))
+
+    def finish(self) -> None:
+        self._work.put(None)
+
+    def work(self) -> None:
+        while True:
+            try:
+                item = self._work.get(timeout=_POLL_S)
+            except queue.Empty:
+                if self.stop.is_set():
+                    return
+                continue
+            if item is None:
+                return
+            slot, dst, nbytes = item
+            self.ready[slot].wait(self.stop)
+            self.copier.copy(dst, self.ring.address(slot), nbytes)
+            self.free[slot].release()
+
+    def acquire_slot(self, slot: int) -> None:
+        """Block the enqueueing thread until output slot ``slot`` is free again."""
+        while not self.free[slot].acquire(timeout=_POLL_S):
+            self.raise_error()
+            if not self.alive:
+                raise RuntimeError("fullpipe output drain thread ended early")
+
+    def wait_done(self) -> None:
+        while not self.join(_POLL_S):
+            pass
+        self.raise_error()
+
+
+@contextlib.contextmanager
+def short_switch_interval(seconds: float = 2e-4) -> Iterator[None]:
+    """Lower the interpreter's GIL switch interval while staging threads run.
+
+    With the default 5 ms, a staging thread (or a Python host function) that wants
+    the GIL back after a memmove can wait up to 5 ms behind the enqueueing thread:
+    far longer than one batch. Restored on exit."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(min(old, seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)

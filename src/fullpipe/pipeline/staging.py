@@ -1,0 +1,244 @@
+"""The pinned staging ring, and the signals that tell the CPU a slot is done with.
+
+A :class:`SlotRing` holds K pinned host slots. A slot is reused only when the GPU
+has finished with it, and the CPU learns that without polling and without any
+device or stream synchronization, by one of three *recycle* modes:
+
+- ``"hostfn"`` (default): a host function enqueued on the stream right after the
+  copy that reads (or writes) the slot. The host function is libc's ``sem_post``
+  on a POSIX semaphore: no Python, no GIL, no CUDA call; it only sets a flag. The
+  staging thread waits on the semaphore.
+- ``"pyhostfn"``: the same, with a Python callable (``threading.Semaphore.release``)
+  as the host function. It needs the GIL, so it can wait behind busy Python
+  threads and stall its stream meanwhile; kept for comparison.
+- ``"event"``: an event recorded after the copy; the staging thread blocks in
+  ``cuEventSynchronize`` before reusing the slot.
+
+The host-function rule holds in every mode: the host function never calls CUDA.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import threading
+import time
+from typing import Any
+
+from ..cuda import driver as drv
+from ..cuda.memory import PinnedBuffer
+from ..cuda.streams import stream_handle
+
+RECYCLE_MODES = ("hostfn", "pyhostfn", "event")
+_WAIT_SLICE_S = 0.05  # waits wake this often to notice a stop request or a worker error
+
+
+class Stopped(Exception):
+    """Raised inside a staging thread when the run is being aborted."""
+
+
+# --------------------------------------------------------------------------- POSIX semaphores
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_libc = None
+_SEM_T_BYTES = 64  # sizeof(sem_t) is 32 on x86-64 and 64-bit Arm glibc; leave room
+
+
+def _load_libc():
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        for name in ("sem_init", "sem_post", "sem_timedwait", "sem_destroy"):
+            getattr(lib, name)  # AttributeError on a platform without POSIX semaphores
+        lib.sem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint]
+        lib.sem_timedwait.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Timespec)]
+        lib.sem_destroy.argtypes = [ctypes.c_void_p]
+        _libc = lib
+    return _libc
+
+
+def native_host_functions_available() -> bool:
+    try:
+        _load_libc()
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+class _NativeSemaphore:
+    """A POSIX semaphore in memory owned by this object; ``sem_post`` is its host function."""
+
+    def __init__(self, initial: int):
+        lib = _load_libc()
+        self._mem = ctypes.create_string_buffer(_SEM_T_BYTES)
+        self.address = ctypes.addressof(self._mem)
+        if lib.sem_init(self.address, 0, initial) != 0:
+            raise OSError(ctypes.get_errno(), "sem_init failed")
+        self._alive = True
+
+    def wait(self, stop: threading.Event) -> None:
+        lib = _libc
+        ts = _Timespec()
+        while True:
+            deadline = time.time() + _WAIT_SLICE_S
+            ts.tv_sec = int(deadline)
+            ts.tv_nsec = int((deadline - int(deadline)) * 1e9)
+            if lib.sem_timedwait(self.address, ctypes.byref(ts)) == 0:  # releases the GIL
+                return
+            err = ctypes.get_errno()
+            if err not in (errno.ETIMEDOUT, errno.EINTR):
+                raise OSError(err, "sem_timedwait failed")
+            if stop.is_set():
+                raise Stopped
+
+    def destroy(self) -> None:
+        if self._alive:
+            _libc.sem_destroy(self.address)
+            self._alive = False
+
+
+_sem_post_fn = None
+
+
+def _sem_post_host_fn():
+    global _sem_post_fn
+    if _sem_post_fn is None:
+        from cuda.bindings import driver
+
+        _sem_post_fn = driver.CUhostFn(ctypes.cast(_load_libc().sem_post, ctypes.c_void_p).value)
+    return _sem_post_fn
+
+
+# --------------------------------------------------------------------------- signals
+class GpuSignal:
+    """A flag the GPU raises (``arm(stream)``: when the stream reaches this point) and
+    a CPU thread waits for (``wait(stop)``). Counting: each arm is consumed by one wait;
+    ``initial`` raises it that many times up front (1 = "the slot starts free")."""
+
+    def arm(self, stream: Any) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def wait(self, stop: threading.Event) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release OS resources; only once every armed host function has run."""
+
+
+class HostFnSignal(GpuSignal):
+    """Host function = libc ``sem_post``: runs on the driver's thread without the GIL."""
+
+    def __init__(self, initial: int = 0):
+        self._sem = _NativeSemaphore(initial)
+        self._fn = _sem_post_host_fn()
+
+    def arm(self, stream: Any) -> None:
+        drv.call("cuLaunchHostFunc", stream_handle(stream), self._fn, self._sem.address)
+
+    def wait(self, stop: threading.Event) -> None:
+        self._sem.wait(stop)
+
+    def close(self) -> None:
+        self._sem.destroy()
+
+
+class PyHostFnSignal(GpuSignal):
+    """Host function = a Python ``Semaphore.release`` (takes the GIL on the driver thread)."""
+
+    def __init__(self, initial: int = 0):
+        self._sem = threading.Semaphore(initial)
+
+    def arm(self, stream: Any) -> None:
+        from ..cuda.hostfn import launch_host_func
+
+        launch_host_func(stream, self._sem.release)
+
+    def wait(self, stop: threading.Event) -> None:
+        while not self._sem.acquire(timeout=_WAIT_SLICE_S):
+            if stop.is_set():
+                raise Stopped
+
+
+class EventSignal(GpuSignal):
+    """An event recorded on the stream; the waiter blocks in cuEventSynchronize.
+
+    ``armed`` counts records the waiter has not consumed yet, so a waiter never
+    syncs on an event whose next record has not been made (an unrecorded event
+    reads as complete)."""
+
+    def __init__(self, device: Any, initial: int = 0):
+        from ..cuda.events import create_event
+
+        self._event = create_event(device, timing=False)
+        self._handle = self._event.handle
+        self._armed = threading.Semaphore(initial)
+
+    def arm(self, stream: Any) -> None:
+        drv.call("cuEventRecord", self._handle, stream_handle(stream))
+        self._armed.release()
+
+    def wait(self, stop: threading.Event) -> None:
+        while not self._armed.acquire(timeout=_WAIT_SLICE_S):
+            if stop.is_set():
+                raise Stopped
+        drv.call("cuEventSynchronize", self._handle)
+
+    def close(self) -> None:
+        self._event.close()
+
+
+def make_signal(mode: str, device: Any, initial: int = 0) -> GpuSignal:
+    if mode == "hostfn":
+        return HostFnSignal(initial)
+    if mode == "pyhostfn":
+        return PyHostFnSignal(initial)
+    if mode == "event":
+        return EventSignal(device, initial)
+    raise ValueError(f"recycle must be one of {RECYCLE_MODES}, got {mode!r}")
+
+
+def check_recycle(mode: Any) -> str:
+    if mode not in RECYCLE_MODES:
+        raise ValueError(f"recycle must be one of {RECYCLE_MODES}, got {mode!r}")
+    if mode == "hostfn" and not native_host_functions_available():
+        return "pyhostfn"  # no POSIX semaphores in this libc: the Python host function still works
+    return mode
+
+
+# --------------------------------------------------------------------------- the ring
+class SlotRing:
+    """K pinned host slots of ``slot_bytes`` each, reused round-robin.
+
+    The ring only owns memory; who may touch a slot when is decided by the signals
+    the executor makes per run (one per slot). Batch j uses slot ``j % K``.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.slot_bytes = 0
+        self._buffers: list[PinnedBuffer] = []
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.slot_bytes * len(self._buffers)
+
+    def ensure(self, slot_bytes: int) -> None:
+        """Make every slot at least ``slot_bytes`` long (only between runs)."""
+        if slot_bytes <= self.slot_bytes and len(self._buffers) == self.slots:
+            return
+        self.free()
+        size = max(slot_bytes, 4096)
+        self._buffers = [PinnedBuffer(size) for _ in range(self.slots)]
+        self.slot_bytes = size
+
+    def address(self, slot: int) -> int:
+        return self._buffers[slot].ptr
+
+    def free(self) -> None:
+        for b in self._buffers:
+            b.free()
+        self._buffers = []
+        self.slot_bytes = 0

@@ -1,0 +1,162 @@
+"""What a pipeline run did, from events recorded on the streams that did the work.
+
+Each batch records four timing events on its stream: before H2D, after H2D,
+after compute, after D2H. All are read relative to one start event that every
+stream waited on, so the batches' stage intervals share one time axis.
+
+- **busy** of a stage = the length of the *union* of its intervals over all
+  batches: the time that stage (copy engine each way, the SMs) had work. A
+  batch's interval may include time spent queued behind another stream's copy on
+  the same engine; that time is covered by the other batch's interval, so the
+  union still measures the engine's busy time.
+- **bound** = the busiest stage's busy time, measured for these same batches in
+  this same run; ``ratio_to_bound`` = bound / wall: 1.0 means the slowest stage
+  never waited.
+- **overlap** = (sum of the stages' busy times) / wall: 1.0 is serial, 3.0 is
+  all three stages busy all the time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Sequence
+
+STAGES = ("h2d", "compute", "d2h")
+
+
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by a set of [start, end) intervals."""
+    total = 0.0
+    cur_start = cur_end = None
+    for a, b in sorted((a, b) for a, b in intervals if b > a):
+        if cur_end is None or a > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start  # type: ignore[operator]
+            cur_start, cur_end = a, b
+        else:
+            cur_end = max(cur_end, b)
+    if cur_end is not None:
+        total += cur_end - cur_start  # type: ignore[operator]
+    return total
+
+
+def max_concurrency(intervals: Sequence[tuple[float, float]]) -> int:
+    """The largest number of intervals open at one instant (an end at t closes before
+    a start at t opens)."""
+    points = []
+    for a, b in intervals:
+        if b > a:
+            points.append((a, 1))
+            points.append((b, -1))
+    points.sort(key=lambda p: (p[0], p[1]))
+    best = cur = 0
+    for _, d in points:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+@dataclasses.dataclass
+class BatchTiming:
+    """Milliseconds from the run's start event: before H2D, after H2D, after compute,
+    after D2H."""
+
+    index: int
+    t: tuple[float, float, float, float]
+
+    def stage(self, name: str) -> tuple[float, float]:
+        k = STAGES.index(name)
+        return self.t[k], self.t[k + 1]
+
+
+@dataclasses.dataclass
+class PipelineStats:
+    batches: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    streams: int = 0
+    slots: int = 0
+    staging: dict[str, str] = dataclasses.field(default_factory=dict)  # {"input": "ring"|"direct", ...}
+    recycle: str = ""
+    pinned_ring_bytes: int = 0
+    wall_ms: float = 0.0  # host wall clock of the run (end to end)
+    gpu_span_ms: float | None = None  # start event -> end event
+    busy_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    enqueue_us_per_batch: float = 0.0  # host time in the per-batch GPU calls
+    loop_us_per_batch: float = 0.0  # all host time per batch except waiting for slots
+    host_wait_ms: float = 0.0  # main thread blocked on the staging ring
+    chunk: dict[str, Any] | None = None  # the chunk choice and its reason
+    timings: list[BatchTiming] = dataclasses.field(default_factory=list, repr=False)
+    enqueue_us: list[float] = dataclasses.field(default_factory=list, repr=False)  # per batch
+
+    @property
+    def throughput_gbps(self) -> float:
+        """Input bytes per second over the run's wall time, in GB/s."""
+        return self.bytes_in / (self.wall_ms * 1e6) if self.wall_ms > 0 else 0.0
+
+    @property
+    def bound_stage(self) -> str | None:
+        return max(self.busy_ms, key=self.busy_ms.get) if self.busy_ms else None  # type: ignore[arg-type]
+
+    @property
+    def bound_ms(self) -> float | None:
+        return max(self.busy_ms.values()) if self.busy_ms else None
+
+    @property
+    def ratio_to_bound(self) -> float | None:
+        b = self.bound_ms
+        return b / self.wall_ms if b is not None and self.wall_ms > 0 else None
+
+    @property
+    def overlap(self) -> float | None:
+        if not self.busy_ms or not self.gpu_span_ms:
+            return None
+        return sum(self.busy_ms.values()) / self.gpu_span_ms
+
+    def stage_gbps(self, stage: str) -> float | None:
+        """Bytes moved by a copy stage over that stage's busy time (GB/s)."""
+        ms = self.busy_ms.get(stage)
+        n = self.bytes_in if stage == "h2d" else self.bytes_out if stage == "d2h" else None
+        return n / (ms * 1e6) if ms and n else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("timings", "enqueue_us")}
+        d.update(
+            throughput_gbps=self.throughput_gbps,
+            bound_stage=self.bound_stage,
+            bound_ms=self.bound_ms,
+            ratio_to_bound=self.ratio_to_bound,
+            overlap=self.overlap,
+            h2d_gbps=self.stage_gbps("h2d"),
+            d2h_gbps=self.stage_gbps("d2h"),
+        )
+        return d
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.batches} batches, {self.bytes_in / 1e6:.1f} MB in, {self.bytes_out / 1e6:.1f} MB out "
+            f"on {self.streams} streams ({self.staging}, {self.slots} slots, recycle={self.recycle})",
+            f"wall {self.wall_ms:.2f} ms, throughput {self.throughput_gbps:.2f} GB/s",
+        ]
+        if self.busy_ms:
+            busy = ", ".join(f"{k} {v:.2f} ms" for k, v in self.busy_ms.items())
+            lines.append(
+                f"busy: {busy}; bound {self.bound_stage} {self.bound_ms:.2f} ms -> "
+                f"{self.ratio_to_bound:.1%} of bound; overlap {self.overlap:.2f}"
+            )
+        lines.append(
+            f"host: enqueue {self.enqueue_us_per_batch:.1f} us/batch, loop {self.loop_us_per_batch:.1f} us/batch, "
+            f"waited {self.host_wait_ms:.2f} ms for staging"
+        )
+        if self.chunk:
+            lines.append(f"chunk: {self.chunk.get('reason', self.chunk)}")
+        return "\n".join(lines)
+
+
+def busy_from_timings(timings: Sequence[BatchTiming], with_compute: bool, with_d2h: bool) -> dict[str, float]:
+    busy = {"h2d": union_length(t.stage("h2d") for t in timings)}
+    if with_compute:
+        busy["compute"] = union_length(t.stage("compute") for t in timings)
+    if with_d2h:
+        busy["d2h"] = union_length(t.stage("d2h") for t in timings)
+    return busy

@@ -1,0 +1,223 @@
+"""GPU tests of the stream pipeline: bit-exact results on fresh random data with
+poisoned outputs, every staging and recycle mode, torch/cupy computes, chunk="auto",
+the stats, and the failure path (nothing leaks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fullpipe.cuda import driver as drv
+from fullpipe.cuda import hostfn
+from fullpipe.cuda.memory import is_pinned, pinned_empty
+from fullpipe.cuda.pool import DevicePool
+from fullpipe.errors import CudaError
+from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline.workload import MixKernel, reference
+
+pytestmark = pytest.mark.gpu
+POISON = 0xDEADBEEF
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def mix(device):
+    return MixKernel(device, rounds=3)
+
+
+@pytest.fixture
+def own_pool(device):
+    p = DevicePool(device, release_threshold="max")
+    yield p
+    p.close()
+
+
+def _random(n, seed=0, pinned=False):
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 2**32, n, dtype=np.uint32)
+    if not pinned:
+        return data
+    x = pinned_empty(n, np.uint32)
+    x[:] = data
+    return x
+
+
+def _usage(pipe, pool):
+    s = pool.stats()
+    r = pipe.resources()
+    return (s.used_bytes, s.allocations, r["timing_events_out"], r["pinned_slots_free"], r["running"],
+            hostfn.pending_count())
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_run_is_bit_exact(device, mix, own_pool, pinned):
+    x = _random(10 * MiB // 4 + 3, seed=1, pinned=pinned)
+    y = pinned_empty(x.shape, np.uint32) if pinned else np.empty_like(x)
+    y.fill(POISON)
+    with StreamPipeline(mix, streams=3, chunk="1MiB", pool=own_pool, device=device) as pipe:
+        out = pipe.run(x, out=y)
+        assert out is y
+        np.testing.assert_array_equal(y, reference(x, mix.rounds))
+        want = "direct" if pinned else "ring"
+        assert pipe.stats.staging == {"input": want, "output": want}
+        assert pipe.stats.batches == 11
+
+
+@pytest.mark.parametrize("recycle", ["hostfn", "pyhostfn", "event"])
+@pytest.mark.parametrize("slots", [1, 3])
+def test_ring_modes_bit_exact(device, mix, own_pool, recycle, slots):
+    x = _random(3 * MiB, seed=2)
+    with StreamPipeline(mix, streams=3, chunk=100_003, slots=slots, recycle=recycle, pool=own_pool,
+                        device=device) as pipe:
+        y = pipe.run(x)
+        np.testing.assert_array_equal(y, reference(x, mix.rounds))
+        assert pipe.stats.recycle == recycle
+
+
+def test_ten_thousand_random_batches_bit_exact_and_nothing_leaks(device, mix, own_pool):
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 16_384, 10_000)
+    batches = [rng.integers(0, 2**32, int(k), dtype=np.uint32) for k in sizes]
+    outs = [np.full(int(k), POISON, np.uint32) for k in sizes]
+    with StreamPipeline(mix, streams=4, slots=3, pool=own_pool, device=device) as pipe:
+        pipe.run_batches(batches[:10], outs=outs[:10])  # pool and ring warm
+        own_pool_start = _usage(pipe, own_pool)
+        pipe.run_batches(batches, outs=outs)
+        for b, o in zip(batches, outs):
+            assert np.array_equal(o, reference(b, mix.rounds))
+        assert _usage(pipe, own_pool) == own_pool_start
+        print(pipe.stats)
+        assert pipe.stats.batches == 10_000
+
+
+def test_identity_and_sink(device, own_pool):
+    x = _random(4 * MiB, seed=4)
+    with StreamPipeline(None, streams=2, chunk="1MiB", pool=own_pool, device=device) as pipe:
+        np.testing.assert_array_equal(pipe.run(x), x)
+    with StreamPipeline(None, streams=2, chunk="1MiB", output=None, pool=own_pool, device=device) as pipe:
+        assert pipe.run(x) is None and set(pipe.stats.busy_ms) == {"h2d"}
+
+
+def test_pinned_input_gives_pinned_output(device, mix, own_pool):
+    x = _random(MiB, seed=5, pinned=True)
+    with StreamPipeline(mix, streams=2, chunk=65536, pool=own_pool, device=device) as pipe:
+        y = pipe.run(x)
+    assert is_pinned(y)
+    np.testing.assert_array_equal(y, reference(x, mix.rounds))
+
+
+def test_torch_compute_zero_copy(device, own_pool):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+
+    def compute(stream, x, y):
+        with torch.cuda.stream(torch.cuda.ExternalStream(int(stream.handle))):
+            tx = torch.as_tensor(x, device="cuda")
+            ty = torch.as_tensor(y, device="cuda")
+            assert tx.data_ptr() == x.ptr and ty.data_ptr() == y.ptr  # no copies
+            torch.mul(tx, 2.0, out=ty)
+            ty.add_(1.0)
+
+    x = np.random.default_rng(6).random((4096, 64), dtype=np.float32)
+    with StreamPipeline(compute, streams=3, chunk=500, pool=own_pool, device=device) as pipe:
+        y = pipe.run(x)
+    np.testing.assert_array_equal(y, x * 2.0 + 1.0)
+
+
+def test_cupy_compute_zero_copy(device, own_pool):
+    cp = pytest.importorskip("cupy")
+
+    def compute(stream, x, y):
+        with cp.cuda.ExternalStream(int(stream.handle)):
+            cx, cy = cp.asarray(x), cp.asarray(y)
+            assert cx.data.ptr == x.ptr
+            cp.sqrt(cx, out=cy)
+
+    x = np.random.default_rng(7).random(1_000_000).astype(np.float64)
+    with StreamPipeline(compute, streams=3, chunk=123_457, pool=own_pool, device=device) as pipe:
+        y = pipe.run(x)
+    np.testing.assert_array_equal(y, np.sqrt(x))
+
+
+def test_other_output_shape(device, own_pool):
+    cp = pytest.importorskip("cupy")
+
+    def row_sums(stream, x, y):
+        with cp.cuda.ExternalStream(int(stream.handle)):
+            cp.sum(cp.asarray(x), axis=1, out=cp.asarray(y))
+
+    x = np.random.default_rng(8).integers(0, 1000, (10_000, 32)).astype(np.int64)
+    with StreamPipeline(row_sums, streams=2, chunk=999, output=((), np.int64), pool=own_pool,
+                        device=device) as pipe:
+        y = pipe.run(x)
+    np.testing.assert_array_equal(y, x.sum(axis=1))
+
+
+def test_chunk_auto_chooses_and_explains(device, mix, own_pool):
+    x = _random(64 * MiB // 4, seed=9, pinned=True)
+    with StreamPipeline(mix, streams=3, chunk="auto", pool=own_pool, device=device) as pipe:
+        y = pipe.run(x)
+        np.testing.assert_array_equal(y[:1_000_000], reference(x[:1_000_000], mix.rounds))
+        np.testing.assert_array_equal(y[-1_000_000:], reference(x[-1_000_000:], mix.rounds))
+        c = pipe.stats.chunk
+        print(c["reason"])
+        assert c["probe_batches"] == 3 and c["rows"] >= 1 and "bound by" in c["reason"]
+
+
+def test_stats_show_overlap(device, own_pool):
+    mix = MixKernel(device, rounds=64)
+    x = _random(128 * MiB // 4, seed=10, pinned=True)
+    y = pinned_empty(x.shape, np.uint32)
+    with StreamPipeline(mix, streams=3, chunk="8MiB", pool=own_pool, device=device) as pipe:
+        pipe.run(x, out=y)
+        pipe.run(x, out=y)
+        st = pipe.stats
+    print(st)
+    assert set(st.busy_ms) == {"h2d", "compute", "d2h"}
+    assert st.ratio_to_bound <= 1.0 + 1e-6 and st.overlap > 1.3
+    assert st.gpu_span_ms <= st.wall_ms + 1e-3
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+@pytest.mark.parametrize("recycle", ["hostfn", "event"])
+def test_exception_in_compute_drains_and_nothing_leaks(device, mix, own_pool, exc, recycle):
+    calls = {"n": 0}
+
+    def compute(stream, x, y):
+        if calls["n"] == 7:
+            calls["n"] += 1
+            raise exc("boom")
+        calls["n"] += 1
+        mix(stream, x, y)
+
+    compute.input_dtype = np.uint32
+    x = _random(2 * MiB, seed=11)
+    with StreamPipeline(compute, streams=3, chunk=65536, slots=3, recycle=recycle, pool=own_pool,
+                        device=device) as pipe:
+        pipe.run(x[:65536])
+        before = _usage(pipe, own_pool)
+        with pytest.raises(exc) as info:
+            pipe.run(x)
+        assert info.value.batch_index == 7
+        for s in pipe.streams:
+            s.sync()
+        assert _usage(pipe, own_pool) == before
+        y = pipe.run(x)  # usable again
+        np.testing.assert_array_equal(y, reference(x, mix.rounds))
+
+
+def test_cuda_error_in_compute_is_reported_with_batch(device, own_pool):
+    def bad(stream, x, y):
+        # A null destination: CUDA_ERROR_INVALID_VALUE, raised at the call (not sticky).
+        drv.call("cuMemsetD8Async", 0, 0, 16, stream.handle)
+
+    with StreamPipeline(bad, streams=2, chunk=1000, pool=own_pool, device=device) as pipe:
+        before = own_pool.stats()
+        with pytest.raises(CudaError) as info:
+            pipe.run(np.ones(5000, np.float32))
+        assert info.value.batch_index == 0
+        for s in pipe.streams:
+            s.sync()
+        after = own_pool.stats()
+        assert (after.used_bytes, after.allocations) == (before.used_bytes, before.allocations)

@@ -1,0 +1,371 @@
+"""CPU tests of the executor's loop against a fake CUDA driver.
+
+The fake runs every stream as a host thread that executes its operations in
+order, asynchronously to the enqueueing thread (with small random delays), and
+implements events, cross-stream waits, host functions (the real native
+``sem_post`` and the real Python trampoline are called through their C
+pointers), stream-ordered alloc/free and async copies over host memory. It
+exercises the real executor code: the pinned ring and its three recycle modes,
+the staging threads, the ordering of slot reuse, chunk="auto", stats, and the
+failure path (exception in compute, Ctrl-C) with its resource accounting. It
+proves logic, not speed; the GPU tests prove the rest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import queue
+import random
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+
+import fullpipe.cuda.device as fdevice
+import fullpipe.cuda.driver as fdriver
+import fullpipe.cuda.events as fevents
+import fullpipe.cuda.pool as fpool
+import fullpipe.cuda.streams as fstreams
+import fullpipe.pipeline.executor as fexec
+from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline.workload import reference
+
+SUCCESS, NOT_READY = 0, 600
+_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_clock0 = time.perf_counter()
+
+
+def _now_ms() -> float:
+    return (time.perf_counter() - _clock0) * 1e3
+
+
+class FakeEvent:
+    def __init__(self):
+        self.handle = self
+        self.recorded = 0
+        self.completed = 0
+        self.when = 0.0
+        self.cond = threading.Condition()
+
+    def close(self):
+        pass
+
+    def wait_for(self, gen):
+        with self.cond:
+            self.cond.wait_for(lambda: self.completed >= gen)
+
+
+class FakeStream:
+    def __init__(self, jitter: float):
+        self.handle = self
+        self.q: queue.Queue = queue.Queue()
+        self.jitter = jitter
+        self.rng = random.Random(id(self))
+        self.t = threading.Thread(target=self._loop, daemon=True)
+        self.t.start()
+
+    def _loop(self):
+        while True:
+            op = self.q.get()
+            if op is None:
+                self.q.task_done()
+                return
+            if self.jitter and self.rng.random() < 0.3:
+                time.sleep(self.rng.random() * self.jitter)
+            try:
+                op()
+            finally:
+                self.q.task_done()
+
+    def put(self, op):
+        self.q.put(op)
+
+    def sync(self):
+        self.q.join()
+
+    def close(self):
+        self.q.put(None)
+
+    def __cuda_stream__(self):
+        return (0, id(self))
+
+
+class FakeDriver(types.SimpleNamespace):
+    """Only what fullpipe's executor, staging and memory modules call."""
+
+    def __init__(self):
+        super().__init__()
+        self.CUresult = types.SimpleNamespace(CUDA_SUCCESS=SUCCESS, CUDA_ERROR_NOT_READY=NOT_READY)
+        self.host_allocs: dict[int, ctypes.Array] = {}
+
+    # errors
+    def cuGetErrorName(self, err):
+        return SUCCESS, b"CUDA_ERROR_FAKE"
+
+    def cuGetErrorString(self, err):
+        return SUCCESS, b"fake error"
+
+    # events
+    def cuEventRecord(self, ev, stream):
+        ev.recorded += 1
+        gen = ev.recorded
+
+        def done():
+            with ev.cond:
+                ev.completed = max(ev.completed, gen)
+                ev.when = _now_ms()
+                ev.cond.notify_all()
+
+        stream.put(done)
+        return (SUCCESS,)
+
+    def cuStreamWaitEvent(self, stream, ev, flags):
+        gen = ev.recorded
+        stream.put(lambda: ev.wait_for(gen))
+        return (SUCCESS,)
+
+    def cuEventQuery(self, ev):
+        return (SUCCESS,) if ev.completed >= ev.recorded else (NOT_READY,)
+
+    def cuEventSynchronize(self, ev):
+        ev.wait_for(ev.recorded)
+        return (SUCCESS,)
+
+    def cuEventElapsedTime(self, a, b):
+        return SUCCESS, b.when - a.when
+
+    # copies and host functions
+    def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+        stream.put(lambda: ctypes.memmove(dst, src, n))
+        return (SUCCESS,)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+        stream.put(lambda: ctypes.memmove(dst, src, n))
+        return (SUCCESS,)
+
+    def cuLaunchHostFunc(self, stream, fn, user_data):
+        f = _HOSTFN(int(fn))  # the real C function pointer: sem_post or fullpipe's trampoline
+        stream.put(lambda: f(int(user_data)))
+        return (SUCCESS,)
+
+    def cuMemHostAlloc(self, n, flags):
+        buf = ctypes.create_string_buffer(n)
+        addr = ctypes.addressof(buf)
+        self.host_allocs[addr] = buf
+        return SUCCESS, addr
+
+    def cuMemFreeHost(self, addr):
+        self.host_allocs.pop(int(addr), None)
+        return (SUCCESS,)
+
+
+class FakeBuffer:
+    def __init__(self, n):
+        self.mem = ctypes.create_string_buffer(n + 256)
+        self.handle = (ctypes.addressof(self.mem) + 255) // 256 * 256
+        self.size = n
+
+
+class FakePool:
+    def __init__(self, device, release_threshold="max"):
+        self.used = 0
+        self.live = 0
+        self.lock = threading.Lock()
+
+    def allocate(self, n, stream):
+        with self.lock:
+            self.used += n
+            self.live += 1
+        return FakeBuffer(n)
+
+    def free(self, buf, stream):
+        def release():
+            with self.lock:
+                self.used -= buf.size
+
+        stream.put(release)
+        with self.lock:
+            self.live -= 1
+
+    def stats(self):
+        return types.SimpleNamespace(used_bytes=self.used, allocations=self.live)
+
+    def close(self):
+        pass
+
+
+class FakeDevice:
+    def __init__(self, index=0):
+        self.facts = types.SimpleNamespace(sm_count=4)
+
+    def memory_info(self):
+        return 8 << 30, 16 << 30
+
+    def set_current(self):
+        pass
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    d = FakeDriver()
+    jitter = {"value": 2e-4}
+    monkeypatch.setattr(fdriver, "driver", lambda: d)
+    monkeypatch.setattr(fdevice, "Device", FakeDevice)
+    monkeypatch.setattr(fpool, "DevicePool", FakePool)
+    monkeypatch.setattr(fstreams, "create_stream", lambda dev, **kw: FakeStream(jitter["value"]))
+    monkeypatch.setattr(fevents, "create_event", lambda dev, **kw: FakeEvent())
+    pinned: set[int] = set()
+    monkeypatch.setattr(fexec, "is_pinned", lambda a: a.__array_interface__["data"][0] in pinned)
+    return types.SimpleNamespace(driver=d, jitter=jitter, pinned=pinned)
+
+
+def host_view(ptr: int, n: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_uint32 * n).from_address(ptr))
+
+
+class FakeMix:
+    """A compute that runs on the fake stream: y = reference(x, rounds)."""
+
+    input_dtype = np.dtype(np.uint32)
+
+    def __init__(self, rounds=2, fail_at=None, exc=RuntimeError):
+        self.rounds, self.fail_at, self.exc, self.calls = rounds, fail_at, exc, 0
+
+    def __call__(self, stream, x, y):
+        if self.fail_at is not None and self.calls == self.fail_at:
+            self.calls += 1
+            raise self.exc("compute failed on purpose")
+        self.calls += 1
+        n, xp, yp, r = x.size, x.ptr, y.ptr, self.rounds
+        stream.put(lambda: host_view(yp, n).__setitem__(slice(None), reference(host_view(xp, n), r)))
+
+
+def _assert_clean(pipe):
+    for s in pipe.streams:
+        s.sync()
+    r = pipe.resources()
+    assert r["pool_allocations"] == 0 and r["pool_used_bytes"] == 0
+    assert r["timing_events_out"] == 0 and not r["running"]
+    assert r["python_host_functions_pending"] == 0
+    assert r["pinned_slots_free"] == 2 * pipe.slots
+
+
+@pytest.mark.parametrize("recycle", ["hostfn", "pyhostfn", "event"])
+@pytest.mark.parametrize("slots", [1, 3])
+def test_ring_random_batches_bit_exact(fake, recycle, slots):
+    rng = np.random.default_rng(slots)
+    batches = [rng.integers(0, 2**32, int(rng.integers(1, 3000)), dtype=np.uint32) for _ in range(300)]
+    pipe = StreamPipeline(FakeMix(), streams=3, slots=slots, recycle=recycle, copy_threads=2)
+    outs = pipe.run_batches(batches)
+    for b, o in zip(batches, outs):
+        np.testing.assert_array_equal(o, reference(b, 2))
+    st = pipe.stats
+    assert st.staging == {"input": "ring", "output": "ring"} and st.batches == 300
+    assert len(st.timings) == 300 and set(st.busy_ms) == {"h2d", "compute", "d2h"}
+    _assert_clean(pipe)
+
+
+def test_direct_pinned_and_run_chunks(fake):
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2**32, 100_003, dtype=np.uint32)
+    out = np.full_like(x, 0xDEADBEEF)
+    fake.pinned.update({x.ctypes.data, out.ctypes.data})
+    pipe = StreamPipeline(FakeMix(3), streams=4, chunk=4096)
+    got = pipe.run(x, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, reference(x, 3))
+    assert pipe.stats.staging == {"input": "direct", "output": "direct"}
+    assert pipe.stats.batches == -(-100_003 // 4096)
+    _assert_clean(pipe)
+
+
+def test_pageable_in_pinned_out_mixed_staging(fake):
+    x = np.arange(50_000, dtype=np.uint32)
+    out = np.zeros_like(x)
+    fake.pinned.add(out.ctypes.data)
+    pipe = StreamPipeline(FakeMix(1), streams=2, chunk="64KiB", slots=2)
+    pipe.run(x, out=out)
+    np.testing.assert_array_equal(out, reference(x, 1))
+    assert pipe.stats.staging == {"input": "ring", "output": "direct"}
+
+
+def test_identity_and_sink_without_compute(fake):
+    x = np.random.default_rng(2).integers(0, 255, (1000, 7), dtype=np.uint8)
+    pipe = StreamPipeline(None, streams=3, chunk=37)
+    np.testing.assert_array_equal(pipe.run(x), x)
+    sink = StreamPipeline(None, streams=2, chunk=100, output=None)
+    assert sink.run(x) is None and "d2h" not in sink.stats.busy_ms
+
+
+def test_output_with_other_row_shape_and_dtype(fake):
+    def row_sums(stream, x, y):
+        n_rows, n_cols, xp, yp = x.shape[0], x.shape[1], x.ptr, y.ptr
+
+        def op():
+            xs = np.ctypeslib.as_array((ctypes.c_float * (n_rows * n_cols)).from_address(xp)).reshape(n_rows, n_cols)
+            ys = np.ctypeslib.as_array((ctypes.c_double * n_rows).from_address(yp))
+            ys[:] = xs.sum(axis=1, dtype=np.float64)
+
+        stream.put(op)
+
+    x = np.random.default_rng(3).random((999, 16), dtype=np.float32)
+    pipe = StreamPipeline(row_sums, streams=3, chunk=100, output=((), np.float64))
+    y = pipe.run(x)
+    assert y.shape == (999,) and y.dtype == np.float64
+    np.testing.assert_allclose(y, x.sum(axis=1, dtype=np.float64))
+
+
+@pytest.mark.parametrize("recycle", ["hostfn", "event"])
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_exception_in_compute_drains_and_returns_everything(fake, recycle, exc):
+    rng = np.random.default_rng(4)
+    batches = [rng.integers(0, 2**32, 1000, dtype=np.uint32) for _ in range(50)]
+    pipe = StreamPipeline(FakeMix(fail_at=17, exc=exc), streams=3, slots=3, recycle=recycle)
+    with pytest.raises(exc) as info:
+        pipe.run_batches(batches)
+    assert info.value.batch_index == 17
+    assert any("failed at batch 17" in n for n in getattr(info.value, "__notes__", []))
+    _assert_clean(pipe)
+    # The pipeline is usable again afterwards, with the same ring.
+    pipe.compute = FakeMix()
+    outs = pipe.run_batches(batches[:10])
+    np.testing.assert_array_equal(outs[9], reference(batches[9], 2))
+    _assert_clean(pipe)
+
+
+def test_staging_thread_error_reaches_the_caller(fake, monkeypatch):
+    pipe = StreamPipeline(FakeMix(), streams=2, slots=2, chunk=1000)
+    x = np.arange(10_000, dtype=np.uint32)
+    calls = itertools.count()
+    real_copy = fexec.HostCopier.copy
+
+    def flaky_copy(self, dst, src, n):
+        if next(calls) == 5:
+            raise MemoryError("staging copy failed")
+        return real_copy(self, dst, src, n)
+
+    monkeypatch.setattr(fexec.HostCopier, "copy", flaky_copy)
+    with pytest.raises(MemoryError, match="staging copy failed"):
+        pipe.run(x)
+    _assert_clean(pipe)
+
+
+def test_chunk_auto_probes_then_chooses(fake):
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(5).integers(0, 2**32, 48 << 20 >> 2, dtype=np.uint32)  # 48 MiB
+    pipe = StreamPipeline(FakeMix(0), streams=2, chunk="auto")
+    y = pipe.run(x)
+    np.testing.assert_array_equal(y, x)  # rounds=0: identity, every row once
+    c = pipe.stats.chunk
+    assert c["probe_batches"] == 3 and c["rows"] >= 1 and "MiB" in c["reason"]
+    assert pipe.probe_stats.batches == 3
+    assert pipe.stats.batches + 3 == len(pipe.stats.timings) + 3
+
+
+def test_synchronous_baseline_is_correct(fake):
+    x = np.arange(5000, dtype=np.uint32)
+    pipe = StreamPipeline(FakeMix(), streams=1, chunk=512, synchronous=True)
+    np.testing.assert_array_equal(pipe.run(x), reference(x, 2))

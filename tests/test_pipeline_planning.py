@@ -1,0 +1,291 @@
+"""CPU tests of the pipeline's host logic: input checks, batch planning, chunk tuning,
+stats arithmetic, the staging helpers, and the workload's NumPy reference."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fullpipe.pipeline import StreamPipeline, plan, stats, tuning
+from fullpipe.pipeline.pageable import HostCopier, split_ranges
+from fullpipe.pipeline.staging import HostFnSignal, Stopped, native_host_functions_available
+from fullpipe.pipeline.workload import reference
+
+MiB = 1 << 20
+
+
+# --------------------------------------------------------------------------- constructor checks
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"streams": 0}, ValueError, "streams must be >= 1"),
+        ({"streams": -2}, ValueError, "streams must be >= 1"),
+        ({"streams": 2.0}, TypeError, "streams must be an int"),
+        ({"chunk": 0}, ValueError, "chunk must be >= 1"),
+        ({"chunk": -5}, ValueError, "chunk must be >= 1"),
+        ({"chunk": "0MiB"}, ValueError, "chunk must be > 0"),
+        ({"chunk": "lots"}, ValueError, "chunk must be 'auto'"),
+        ({"chunk": True}, TypeError, "chunk must be"),
+        ({"slots": 0}, ValueError, "slots must be >= 1"),
+        ({"recycle": "poll"}, ValueError, "recycle must be one of"),
+        ({"staging": "maybe"}, ValueError, "staging must be one of"),
+        ({"output": "different"}, ValueError, "output must be"),
+        ({"output": ((3,), object)}, ValueError, "cannot go to the GPU"),
+        ({"compute": 42}, TypeError, "compute must be callable"),
+    ],
+)
+def test_bad_options_are_rejected_before_any_gpu_work(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        StreamPipeline(**kwargs)
+
+
+def test_compute_none_needs_same_output():
+    with pytest.raises(ValueError, match="compute=None"):
+        StreamPipeline(compute=None, output=((4,), np.float32))
+
+
+@pytest.mark.parametrize(
+    "x, match",
+    [
+        (np.zeros((0, 4), np.float32), "empty"),
+        (np.float32(3.0), "scalar"),
+        (np.zeros((8, 8), np.float32)[:, ::2], "not C-contiguous"),
+        (np.array([object()] * 3), "cannot go to the GPU"),
+    ],
+)
+def test_bad_input_is_a_value_error_without_a_gpu(x, match):
+    pipe = StreamPipeline(compute=lambda s, a, b: None, chunk=4)
+    with pytest.raises(ValueError, match=match):
+        pipe.run(x)
+    assert not pipe._started  # nothing was created on the GPU
+
+
+@pytest.mark.parametrize(
+    "out, match",
+    [
+        (np.zeros((10, 3), np.float64), "dtype"),
+        (np.zeros((9, 3), np.float32), "shape"),
+        (np.zeros((3, 10), np.float32).T, "C-contiguous"),
+    ],
+)
+def test_wrong_output_is_a_value_error_without_a_gpu(out, match):
+    pipe = StreamPipeline(compute=lambda s, a, b: None, chunk=4)
+    with pytest.raises(ValueError, match=match):
+        pipe.run(np.ones((10, 3), np.float32), out=out)
+    assert not pipe._started
+
+
+def test_read_only_output_is_rejected():
+    out = np.zeros((10, 3), np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        StreamPipeline(compute=lambda s, a, b: None, chunk=4).run(np.ones((10, 3), np.float32), out=out)
+
+
+def test_device_array_input_is_a_type_error():
+    class FakeDeviceArray:
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    with pytest.raises(TypeError, match="device array"):
+        StreamPipeline(chunk=4).run(FakeDeviceArray())
+
+
+def test_compute_dtype_is_checked_before_gpu_work():
+    class Typed:
+        input_dtype = np.dtype(np.uint32)
+
+        def __call__(self, s, x, y):
+            pass
+
+    with pytest.raises(ValueError, match="takes uint32 input, got float32"):
+        StreamPipeline(compute=Typed(), chunk=4).run(np.ones(16, np.float32))
+
+
+def test_run_batches_checks():
+    pipe = StreamPipeline(compute=lambda s, a, b: None)
+    with pytest.raises(ValueError, match="no batches"):
+        pipe.run_batches([])
+    with pytest.raises(ValueError, match="batch 1 is empty"):
+        pipe.run_batches([np.ones(3, np.float32), np.ones(0, np.float32)])
+    with pytest.raises(ValueError, match="batch 1 has dtype"):
+        pipe.run_batches([np.ones(3, np.float32), np.ones(3, np.int32)])
+    with pytest.raises(ValueError, match="2 outputs for 1 batches"):
+        pipe.run_batches([np.ones(3, np.float32)], outs=[np.ones(3, np.float32)] * 2)
+    with pytest.raises(ValueError, match=r"outs\[0\] has shape"):
+        pipe.run_batches([np.ones(3, np.float32)], outs=[np.ones(4, np.float32)])
+    with pytest.raises(TypeError, match="sequence of arrays"):
+        pipe.run_batches(np.ones((3, 3), np.float32))
+    assert not pipe._started
+
+
+# --------------------------------------------------------------------------- planning
+def test_chunk_bounds_cover_every_row_once():
+    for rows in (1, 7, 100, 1001):
+        for chunk in (1, 3, 100, 5000):
+            b = plan.chunk_bounds(rows, chunk)
+            assert b[0][0] == 0 and b[-1][1] == rows
+            assert all(b0[1] == b1[0] for b0, b1 in zip(b, b[1:]))
+            assert all(0 < hi - lo <= chunk for lo, hi in b)
+    assert plan.chunk_bounds(10, 4, start=3) == [(3, 7), (7, 10)]
+
+
+def test_batches_view_the_users_arrays():
+    x = np.arange(20, dtype=np.float32).reshape(10, 2)
+    out = np.empty_like(x)
+    bs = plan.batches_from_array(x, out, plan.chunk_bounds(10, 4), first_index=3)
+    assert [b.index for b in bs] == [3, 4, 5]
+    assert [b.rows for b in bs] == [(0, 4), (4, 8), (8, 10)]
+    assert bs[2].src.base is x or np.shares_memory(bs[2].src, x)
+    assert np.shares_memory(bs[1].dst, out) and bs[1].in_bytes == 4 * 2 * 4
+
+
+def test_output_spec_shapes():
+    spec = plan.parse_output(((5,), np.float16))
+    assert spec.shape_for((7, 3)) == (7, 5) and spec.dtype_for(np.dtype(np.float32)) == np.float16
+    same = plan.parse_output("same")
+    assert same.shape_for((7, 3)) == (7, 3) and plan.parse_output(None).none
+
+
+def test_parse_chunk_sizes():
+    assert tuning.parse_chunk("auto") == "auto"
+    assert tuning.parse_chunk(128) == 128
+    assert tuning.parse_chunk("8MiB") == f"{8 * MiB}B"
+    assert tuning.parse_chunk("1.5 kb") == "1500B"
+    assert tuning.chunk_rows(tuning.parse_chunk("8MiB"), row_bytes=4096, rows=10_000) == 2048
+    assert tuning.chunk_rows(tuning.parse_chunk("1B"), row_bytes=4096, rows=10) == 1
+    assert tuning.chunk_rows(1000, row_bytes=4, rows=10) == 10
+
+
+# --------------------------------------------------------------------------- tuning
+def _models(h2d_gbps=55.0, compute_gbps=55.0, d2h_gbps=55.0, copy_latency=10e-6, launch=5e-6):
+    return {
+        "h2d": tuning.StageModel(copy_latency, 1 / (h2d_gbps * 1e9)),
+        "compute": tuning.StageModel(launch, 1 / (compute_gbps * 1e9)),
+        "d2h": tuning.StageModel(copy_latency, 1 / (d2h_gbps * 1e9)),
+    }
+
+
+def test_stage_model_fit_recovers_a_line_and_clamps_noise():
+    m = tuning.StageModel.fit(1e6, 10e-6 + 1e6 / 50e9, 8e6, 10e-6 + 8e6 / 50e9)
+    assert m.fixed_s == pytest.approx(10e-6) and m.per_byte_s == pytest.approx(1 / 50e9)
+    noisy = tuning.StageModel.fit(1e6, 50e-6, 8e6, 40e-6)  # bigger chunk measured faster
+    assert noisy.per_byte_s > 0 and noisy.fixed_s >= 0
+
+
+def test_auto_chunk_amortises_copy_latency_for_copy_bound_work():
+    c = tuning.choose_chunk(_models(compute_gbps=500), total_bytes=4 << 30, row_bytes=4, streams=3,
+                            host_s=20e-6, device_budget_bytes=40 << 30)
+    # 10 us latency at 55 GB/s needs ~10.5 MB for 95 %: the choice must be at least that.
+    assert c.bound_stage in ("h2d", "d2h")
+    assert c.nbytes >= 10_450_000 and c.predicted_efficiency >= 0.95
+    assert c.nbytes % MiB == 0 and "Rates:" in c.reason and "bound by" in c.reason
+
+
+def test_auto_chunk_grows_when_host_enqueue_dominates():
+    fast_host = tuning.choose_chunk(_models(), total_bytes=8 << 30, row_bytes=4, streams=3,
+                                    host_s=5e-6, device_budget_bytes=40 << 30)
+    slow_host = tuning.choose_chunk(_models(), total_bytes=8 << 30, row_bytes=4, streams=3,
+                                    host_s=2e-3, device_budget_bytes=40 << 30)
+    assert slow_host.nbytes > fast_host.nbytes
+    assert slow_host.nbytes / 55e9 >= 0.95 * 2e-3
+
+
+def test_auto_chunk_capped_by_input_size_and_memory():
+    small = tuning.choose_chunk(_models(), total_bytes=24 * MiB, row_bytes=4, streams=3,
+                                host_s=20e-6, device_budget_bytes=40 << 30)
+    assert small.nbytes <= 24 * MiB // 12 and "capped by" in small.reason
+    tight = tuning.choose_chunk(_models(), total_bytes=8 << 30, row_bytes=4, streams=4,
+                                host_s=20e-6, device_budget_bytes=64 * MiB)
+    assert tight.nbytes <= 64 * MiB // (4 * 2 * 2) and "device memory" in tight.reason
+
+
+def test_auto_chunk_whole_rows():
+    c = tuning.choose_chunk(_models(), total_bytes=4 << 30, row_bytes=3 * 1000, streams=2,
+                            host_s=20e-6, device_budget_bytes=40 << 30)
+    assert c.nbytes == c.rows * 3000
+
+
+def test_probe_rows():
+    assert tuning.probe_rows(1000, 1000) == []  # 1 MB: too small to probe
+    p = tuning.probe_rows(64 * MiB // 4, 4)
+    assert p[0] == p[1] == MiB // 4 and p[2] == 8 * MiB // 4
+
+
+# --------------------------------------------------------------------------- stats
+def test_union_length_and_concurrency():
+    assert stats.union_length([(0, 1), (0.5, 2), (3, 4)]) == pytest.approx(3.0)
+    assert stats.union_length([]) == 0.0
+    assert stats.union_length([(1, 1), (2, 1)]) == 0.0
+    assert stats.max_concurrency([(0, 2), (1, 3), (2, 4)]) == 2  # end at 2 closes before start at 2
+    assert stats.max_concurrency([(0, 10)] * 128 + [(10, 20)] * 72) == 128
+
+
+def test_pipeline_stats_bound_and_overlap():
+    t = [stats.BatchTiming(i, (i * 1.0, i + 1.0, i + 2.0, i + 3.0)) for i in range(10)]
+    busy = stats.busy_from_timings(t, True, True)
+    assert busy == {"h2d": pytest.approx(10.0), "compute": pytest.approx(10.0), "d2h": pytest.approx(10.0)}
+    st = stats.PipelineStats(batches=10, bytes_in=10 * 10**6, bytes_out=10 * 10**6, wall_ms=12.0,
+                             gpu_span_ms=12.0, busy_ms=busy)
+    assert st.bound_ms == pytest.approx(10.0) and st.ratio_to_bound == pytest.approx(10 / 12)
+    assert st.overlap == pytest.approx(30 / 12) and st.stage_gbps("h2d") == pytest.approx(1.0)
+    assert "of bound" in str(st) and st.as_dict()["bound_stage"] in ("h2d", "compute", "d2h")
+
+
+# --------------------------------------------------------------------------- staging helpers
+def test_split_ranges_page_aligned_and_complete():
+    for n in (1, 4096, 5000, 10 * MiB + 17):
+        r = split_ranges(n, 5)
+        assert r[0][0] == 0 and r[-1][1] == n and len(r) <= 5
+        assert all(a % 4096 == 0 for a, _ in r)
+
+
+def test_host_copier_copies_every_byte():
+    src = np.random.default_rng(0).integers(0, 255, 7 * MiB + 123, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    c = HostCopier(4)
+    try:
+        c.copy(dst.ctypes.data, src.ctypes.data, src.nbytes)
+    finally:
+        c.close()
+    np.testing.assert_array_equal(dst, src)
+
+
+@pytest.mark.skipif(not native_host_functions_available(), reason="no POSIX semaphores")
+def test_native_semaphore_signal_counts_and_stops():
+    sig = HostFnSignal(initial=1)
+    stop = threading.Event()
+    sig.wait(stop)  # the initial count
+    # sem_post, called the way the driver calls the host function: a C function pointer
+    import ctypes
+
+    from fullpipe.pipeline import staging
+
+    address = ctypes.cast(staging._load_libc().sem_post, ctypes.c_void_p).value
+    assert int(sig._fn) == address  # the host function handed to cuLaunchHostFunc is sem_post
+    post = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
+    threading.Timer(0.05, post, args=(sig._sem.address,)).start()
+    t0 = time.perf_counter()
+    sig.wait(stop)
+    assert time.perf_counter() - t0 < 2.0
+    threading.Timer(0.05, stop.set).start()
+    with pytest.raises(Stopped):
+        sig.wait(stop)
+    sig.close()
+
+
+def test_reference_matches_a_scalar_model():
+    x = np.array([0, 1, 0xFFFFFFFF, 123456789], dtype=np.uint32)
+
+    def scalar(v, rounds):
+        for _ in range(rounds):
+            v = (v * 1664525 + 1013904223) & 0xFFFFFFFF
+            v ^= v >> 13
+        return v
+
+    got = reference(x, 5)
+    assert got.dtype == np.uint32
+    assert [int(g) for g in got] == [scalar(int(v), 5) for v in x]
+    np.testing.assert_array_equal(reference(x, 0), x)
