@@ -216,6 +216,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(fdevice, "Device", FakeDevice)
     monkeypatch.setattr(fpool, "DevicePool", FakePool)
     monkeypatch.setattr(fstreams, "create_stream", lambda dev, **kw: FakeStream(jitter["value"]))
+    monkeypatch.setattr(fstreams, "long_lived_streams",
+                        lambda dev, n, **kw: [FakeStream(jitter["value"]) for _ in range(n)])
     monkeypatch.setattr(fevents, "create_event", lambda dev, **kw: FakeEvent())
     pinned: set[int] = set()
     monkeypatch.setattr(fexec, "is_pinned", lambda a: a.__array_interface__["data"][0] in pinned)

@@ -92,3 +92,24 @@ def as_core_stream(stream: Any):
         f"expected a stream (cuda.core.Stream, or an object with __cuda_stream__ such as a "
         f"torch/cupy stream), got {type(stream).__name__}"
     )
+
+
+# Streams that live as long as the process, reused by every pipeline on a device.
+# Why not create and destroy streams per pipeline: caching allocators (CuPy's
+# memory pool, PyTorch's) remember the stream on which each block was used and
+# later record events or synchronize on that stream. A compute callable that
+# allocates through them on a pipeline stream would leave them holding a stale
+# handle once the stream is destroyed; reusing it is undefined behaviour (seen as
+# a hang on an H200 with CuPy). Long-lived streams cost nothing when idle.
+_stream_cache: dict[tuple[int, int | None], list] = {}
+
+
+def long_lived_streams(device: Any, count: int, *, priority: int | None = None) -> list:
+    """``count`` non-blocking streams on ``device`` that are never destroyed; repeated
+    calls return the same streams (the first ``count`` of them)."""
+    dev = _as_core_device(device)
+    key = (int(dev.device_id), priority)
+    cache = _stream_cache.setdefault(key, [])
+    while len(cache) < count:
+        cache.append(create_stream(device, priority=priority))
+    return cache[:count]

@@ -128,7 +128,7 @@ class StreamPipeline:
         from ..cuda.device import Device
         from ..cuda.events import create_event
         from ..cuda.pool import DevicePool
-        from ..cuda.streams import create_stream
+        from ..cuda.streams import long_lived_streams
 
         if self._device is None:
             self._device = Device(0)
@@ -136,7 +136,8 @@ class StreamPipeline:
         if self._pool is None:
             self._pool = DevicePool(self.device, release_threshold="max")
         self.pool = self._pool
-        self.streams = [create_stream(self.device) for _ in range(self.n_streams)]
+        # Long-lived streams, shared with later pipelines: see streams.long_lived_streams.
+        self.streams = long_lived_streams(self.device, self.n_streams)
         self._handles = [s.handle for s in self.streams]
         self._ring_in = SlotRing(self.slots)
         self._ring_out = SlotRing(self.slots)
@@ -170,8 +171,6 @@ class StreamPipeline:
         for ev, _ in self._free_events:
             ev.close()
         self._free_events = []
-        for s in self.streams:
-            s.close()
         if self._owns_pool:
             self.pool.close()
             self._pool = None
