@@ -143,6 +143,10 @@ def test_resources_from_the_cubin_agree_with_the_ptxas_report():
     mod = compiler.compile_package_kernel("cuda/probes.cu", arch=ARCH)
     from_log = compiler.parse_ptxas_log(mod.log)
     from_cubin = sass.resource_usage(mod.cubin)
+    assert from_cubin, "cuobjdump found no kernels in the cubin"
+    if not from_log:
+        pytest.skip("this NVRTC left the ptxas report out of its log (NVRTC 13.0 does so when "
+                    "it reuses a build); the cubin-side numbers above are what resources uses")
     assert from_log.keys() == from_cubin.keys()
     for name, r in from_log.items():
         c = from_cubin[name]
