@@ -26,6 +26,16 @@ def test_info_without_gpu_is_one_line_and_status_2():
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+@pytest.mark.parametrize("argv", [["report", "--quick"], ["bench", "copy-engines"], ["trace", "overlap"]])
+def test_gpu_commands_without_gpu_are_one_line_and_status_2(argv):
+    proc = run_cli(*argv)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fullpipe: no usable NVIDIA GPU")
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
 def test_compile_without_gpu_asks_for_arch():
     proc = run_cli("compile")
     assert proc.returncode == 2 and "--arch" in proc.stderr and "Traceback" not in proc.stderr
@@ -51,6 +61,7 @@ def test_compile_all_kernels_reports_resources_and_caches(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["compile", "--arch", "sm90"], "arch must look like"),
     (["bench", "no-such-experiment"], "unknown experiment"),
+    (["report", "--only", "no-such-experiment"], "unknown experiment"),
 ])
 def test_usage_errors_exit_2_with_a_message(argv, message, capsys):
     assert cli.main(argv) == 2

@@ -3,6 +3,8 @@
     fullpipe info [--json]              device facts and what they mean for pipelining
     fullpipe compile [--arch sm_90a]    compile every shipped kernel (cached), with resources
     fullpipe bench NAME [--quick]       one experiment: a table and its JSON
+    fullpipe trace NAME [--quick]       one experiment under the tracer: Perfetto JSON + PNG
+    fullpipe report [--quick]           every experiment: one HTML report with figures
 
 Exit status: 0 on success, 2 when there is no usable GPU or the input is wrong,
 1 when an experiment or compile fails.
@@ -211,6 +213,31 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if result.verdict != "failed" else 1
 
 
+# --------------------------------------------------------------------------- report
+def cmd_report(args: argparse.Namespace) -> int:
+    """Every experiment, each in its own process, then one self-contained HTML page."""
+    from . import experiments
+
+    unknown = [n for n in (args.only or []) if n not in experiments.names()]
+    if unknown:
+        known = ", ".join(experiments.names())
+        return _fail(f"unknown experiment(s) {', '.join(unknown)}; known: {known}", EXIT_USAGE)
+    dev = _open_device(args.device)
+    if dev is None:
+        return EXIT_NO_GPU
+    from .report.runner import run_report
+
+    facts = dev.facts.as_dict()
+    facts["implications"] = dev.facts.implications()
+    del dev  # each experiment runs in a process of its own
+    page = run_report(Path(args.out), quick=args.quick, only=args.only, facts=facts, device=args.device)
+    doc = json.loads((page.parent / "results.json").read_text())
+    verdicts = [r.get("verdict") for r in doc["results"]]
+    print(f"report: {page}  ({len(verdicts)} experiments: "
+          + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + ")")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
@@ -238,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="fullpipe-out", help="where JSON and figures go")
     s.add_argument("--device", type=int, default=0)
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("report", help="run every experiment and write one HTML report")
+    s.add_argument("--quick", action="store_true", help="the same experiments, smaller (minutes)")
+    s.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
+    s.add_argument("--out", default="fullpipe-report", help="output folder (index.html, results.json)")
+    s.add_argument("--device", type=int, default=0)
+    s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("trace", help="run one experiment under the timeline tracer: Perfetto JSON + PNG")
     s.add_argument("name", help="experiment name")

@@ -47,8 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         result = Result(args.name, getattr(mod, "CLAIM", ""), "failed", {}, {}, {},
                         notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
+    _relative_paths(result, out)
     result.to_json(out / f"{args.name}.json")
     return 0 if result.verdict != "failed" else 1
+
+
+def _relative_paths(result: Result, out: Path) -> None:
+    """Figures and traces relative to the report folder, so the folder can move."""
+    root = out.resolve()
+    for mapping in (result.figures, result.traces):
+        for key, value in list(mapping.items()):
+            p = Path(value)
+            if p.is_absolute():
+                try:
+                    mapping[key] = p.resolve().relative_to(root).as_posix()
+                except ValueError:
+                    pass
 
 
 if __name__ == "__main__":  # pragma: no cover
