@@ -23,11 +23,8 @@
 // producer_commit() orders them before the consumers' wait like the async copies.
 #include <cooperative_groups.h>
 #include <cuda/pipeline>
+#include <fullpipe/gemm_fp32_tile.cuh>
 
-#define TILE_M 128
-#define TILE_N 128
-#define TILE_K 16
-#define A_STRIDE (TILE_K + 4)  // floats per As row: 80 bytes, keeps float4 alignment
 #define THREADS 256
 #define A_FLOATS (TILE_M * A_STRIDE)
 #define STAGE_FLOATS (A_FLOATS + TILE_K * TILE_N)  // one ring buffer: As then Bs
@@ -36,70 +33,8 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-// C tile of this thread: rows warp_m*64 + tm + 8*i, columns warp_n*32 + h*16 + tn*4 + j.
-struct ThreadTile {
-    int row0, col0;  // first row / column inside the block tile
-    __device__ ThreadTile() {
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        row0 = (warp / 4) * 64 + lane / 4;
-        col0 = (warp % 4) * 32 + (lane % 4) * 4;
-    }
-};
+using namespace fp_fp32_tile;
 
-// One K-slice of math: acc += As(rows of this thread) x Bs(columns of this thread).
-__device__ __forceinline__ void compute_slice(const float* __restrict__ As, const float* __restrict__ Bs,
-                                              const ThreadTile& t, float acc[8][8]) {
-#pragma unroll
-    for (int kk = 0; kk < TILE_K; kk += 4) {
-        float4 a[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] = *reinterpret_cast<const float4*>(&As[(t.row0 + 8 * i) * A_STRIDE + kk]);
-#pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4) {
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[(kk + k4) * TILE_N + t.col0]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[(kk + k4) * TILE_N + t.col0 + 16]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float av = k4 == 0 ? a[i].x : k4 == 1 ? a[i].y : k4 == 2 ? a[i].z : a[i].w;
-                acc[i][0] = fmaf(av, b0.x, acc[i][0]);
-                acc[i][1] = fmaf(av, b0.y, acc[i][1]);
-                acc[i][2] = fmaf(av, b0.z, acc[i][2]);
-                acc[i][3] = fmaf(av, b0.w, acc[i][3]);
-                acc[i][4] = fmaf(av, b1.x, acc[i][4]);
-                acc[i][5] = fmaf(av, b1.y, acc[i][5]);
-                acc[i][6] = fmaf(av, b1.z, acc[i][6]);
-                acc[i][7] = fmaf(av, b1.w, acc[i][7]);
-            }
-        }
-    }
-}
-
-template <bool VEC>
-__device__ __forceinline__ void store_tile(float* __restrict__ C, int M, int N, int bm, int bn, const ThreadTile& t,
-                                           float acc[8][8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int row = bm + t.row0 + 8 * i;
-        if (row >= M) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int col = bn + t.col0 + 16 * h;
-            float* dst = &C[(size_t)row * N + col];
-            if (VEC) {
-                if (col < N)
-                    *reinterpret_cast<float4*>(dst) =
-                        make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (col + e < N) dst[e] = acc[i][4 * h + e];
-            }
-        }
-    }
-}
-
-// Start the copies of one K-slice into one ring buffer (As, Bs). Each thread copies
-// 2 chunks of A (row c/4, k (c%4)*4..+3) and 2 of B (row c/32, columns (c%32)*4..+3).
 template <bool VEC>
 __device__ __forceinline__ void copy_slice_async(float* As, float* Bs, const float* __restrict__ A,
                                                  const float* __restrict__ B, int M, int N, int K, int bm, int bn,

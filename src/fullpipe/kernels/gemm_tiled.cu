@@ -6,8 +6,8 @@
 // flight the FMA units of this block are idle: that is what the pipelined kernels
 // (gemm_double_buffer.cu, gemm_warp_specialized.cu) remove.
 //
-// Tile math (the same in the pipelined fp32 kernels, so that they differ from this
-// one in the pipeline only):
+// Tile math (cuda/include/fullpipe/gemm_fp32_tile.cuh, shared with the pipelined fp32
+// kernels, so that they differ from this one in the pipeline only):
 //   block tile 128 x 128 of C, K-slices of BK = 16, 256 threads = 8 warps (2 x 4),
 //   warp tile 64 x 32, thread tile 8 x 8 (rows tm + 8*i, columns tn*4 + {0..3} and
 //   16 + tn*4 + {0..3}), read from shared memory as float4.
@@ -18,51 +18,13 @@
 // N % 4 == 0 and 16-byte aligned pointers (the Python wrapper picks it then);
 // the SCALAR variant loads element by element. Out-of-range elements read as 0.
 
-#define TILE_M 128
-#define TILE_N 128
-#define TILE_K 16
-#define A_STRIDE (TILE_K + 4)  // floats per As row: 80 bytes, keeps float4 alignment
+#include <fullpipe/gemm_fp32_tile.cuh>
+
 #define THREADS 256
 
 namespace {
 
-// C tile of this thread: rows warp_m*64 + tm + 8*i, columns warp_n*32 + h*16 + tn*4 + j.
-struct ThreadTile {
-    int row0, col0;  // first row / column inside the block tile
-    __device__ ThreadTile() {
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        row0 = (warp / 4) * 64 + lane / 4;
-        col0 = (warp % 4) * 32 + (lane % 4) * 4;
-    }
-};
-
-// One K-slice of math: acc += As(rows of this thread) x Bs(columns of this thread).
-__device__ __forceinline__ void compute_slice(const float* __restrict__ As, const float* __restrict__ Bs,
-                                              const ThreadTile& t, float acc[8][8]) {
-#pragma unroll
-    for (int kk = 0; kk < TILE_K; kk += 4) {
-        float4 a[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] = *reinterpret_cast<const float4*>(&As[(t.row0 + 8 * i) * A_STRIDE + kk]);
-#pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4) {
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[(kk + k4) * TILE_N + t.col0]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[(kk + k4) * TILE_N + t.col0 + 16]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float av = k4 == 0 ? a[i].x : k4 == 1 ? a[i].y : k4 == 2 ? a[i].z : a[i].w;
-                acc[i][0] = fmaf(av, b0.x, acc[i][0]);
-                acc[i][1] = fmaf(av, b0.y, acc[i][1]);
-                acc[i][2] = fmaf(av, b0.z, acc[i][2]);
-                acc[i][3] = fmaf(av, b0.w, acc[i][3]);
-                acc[i][4] = fmaf(av, b1.x, acc[i][4]);
-                acc[i][5] = fmaf(av, b1.y, acc[i][5]);
-                acc[i][6] = fmaf(av, b1.z, acc[i][6]);
-                acc[i][7] = fmaf(av, b1.w, acc[i][7]);
-            }
-        }
-    }
-}
+using namespace fp_fp32_tile;
 
 // Global -> registers for one K-slice: each thread holds 2 chunks of A and 2 of B
 // (4 floats each). Out-of-range elements become 0.
@@ -94,30 +56,6 @@ __device__ __forceinline__ void fetch_slice(const float* __restrict__ A, const f
 #pragma unroll
             for (int e = 0; e < 4; ++e) v[e] = (bk < K && gc + e < N) ? B[(size_t)bk * N + gc + e] : 0.f;
             rb[r] = make_float4(v[0], v[1], v[2], v[3]);
-        }
-    }
-}
-
-template <bool VEC>
-__device__ __forceinline__ void store_tile(float* __restrict__ C, int M, int N, int bm, int bn, const ThreadTile& t,
-                                           float acc[8][8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int row = bm + t.row0 + 8 * i;
-        if (row >= M) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int col = bn + t.col0 + 16 * h;
-            float* dst = &C[(size_t)row * N + col];
-            if (VEC) {
-                if (col < N)
-                    *reinterpret_cast<float4*>(dst) =
-                        make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (col + e < N) dst[e] = acc[i][4 * h + e];
-            }
         }
     }
 }

@@ -27,11 +27,8 @@
 // Kernels gemm_warp_specialized_s{2,3,4}[_scalar]: 320 threads, dynamic shared memory
 // STAGES * 18432 + 67584 bytes. Edges as in gemm_double_buffer.cu.
 #include <cuda/pipeline>
+#include <fullpipe/gemm_fp32_tile.cuh>
 
-#define TILE_M 128
-#define TILE_N 128
-#define TILE_K 16
-#define A_STRIDE (TILE_K + 4)
 #define A_FLOATS (TILE_M * A_STRIDE)
 #define STAGE_FLOATS (A_FLOATS + TILE_K * TILE_N)
 #define C_STRIDE (TILE_N + 4)  // epilogue buffer row: 132 floats
@@ -44,6 +41,8 @@
 
 namespace {
 
+using namespace fp_fp32_tile;
+
 // A group of consecutive warps with its own named barrier: what cuda::make_pipeline
 // needs (size, thread_rank, sync) for a pipeline that only some warps share.
 struct WarpRange {
@@ -52,44 +51,6 @@ struct WarpRange {
     __device__ unsigned thread_rank() const { return threadIdx.x - first_thread; }
     __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(barrier_id), "r"(threads) : "memory"); }
 };
-
-// C tile of compute thread t (0..255): rows warp_m*64 + tm + 8*i, columns warp_n*32 + h*16 + tn*4 + j.
-struct ThreadTile {
-    int row0, col0;
-    __device__ explicit ThreadTile(int t) {
-        const int warp = t / 32, lane = t % 32;
-        row0 = (warp / 4) * 64 + lane / 4;
-        col0 = (warp % 4) * 32 + (lane % 4) * 4;
-    }
-};
-
-// One K-slice of math: acc += As(rows of this thread) x Bs(columns of this thread).
-__device__ __forceinline__ void compute_slice(const float* __restrict__ As, const float* __restrict__ Bs,
-                                              const ThreadTile& t, float acc[8][8]) {
-#pragma unroll
-    for (int kk = 0; kk < TILE_K; kk += 4) {
-        float4 a[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] = *reinterpret_cast<const float4*>(&As[(t.row0 + 8 * i) * A_STRIDE + kk]);
-#pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4) {
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[(kk + k4) * TILE_N + t.col0]);
-            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[(kk + k4) * TILE_N + t.col0 + 16]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float av = k4 == 0 ? a[i].x : k4 == 1 ? a[i].y : k4 == 2 ? a[i].z : a[i].w;
-                acc[i][0] = fmaf(av, b0.x, acc[i][0]);
-                acc[i][1] = fmaf(av, b0.y, acc[i][1]);
-                acc[i][2] = fmaf(av, b0.z, acc[i][2]);
-                acc[i][3] = fmaf(av, b0.w, acc[i][3]);
-                acc[i][4] = fmaf(av, b1.x, acc[i][4]);
-                acc[i][5] = fmaf(av, b1.y, acc[i][5]);
-                acc[i][6] = fmaf(av, b1.z, acc[i][6]);
-                acc[i][7] = fmaf(av, b1.w, acc[i][7]);
-            }
-        }
-    }
-}
 
 // LOADER: copy one K-slice (A 128 x 16, B 16 x 128 = 1024 float4 chunks) into a ring
 // buffer; 32 lanes, 32 chunks each. Outside the matrices: zeros.
