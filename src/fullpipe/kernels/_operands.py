@@ -88,3 +88,16 @@ def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: An
 
         out = device_empty(shape, dtype, stream, CoreDevice(ref.device_index).memory_resource)
     return out, operand(out, "out")
+
+
+def output(out: Any, ref: Operand, shape: tuple[int, int], stream: Any) -> tuple[Any, Operand]:
+    """The float32 result array: a new one of ``ref``'s kind (torch, cupy or fullpipe)
+    when ``out`` is None, else ``out`` checked for shape, dtype and device."""
+    if out is None:
+        return empty_like_kind(ref, shape, "float32", stream)
+    C = operand(out, "out")
+    if C.shape != shape or C.dtype != "float32":
+        raise ValueError(f"out must be a {shape} float32 array, got {C.shape} {C.dtype}")
+    if C.device_index != ref.device_index:
+        raise ValueError("out must be on the same GPU as a and b")
+    return out, C

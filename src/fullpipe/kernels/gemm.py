@@ -34,7 +34,7 @@ import numpy as np
 from ..cuda import compiler
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, empty_like_kind, operand
+from ._operands import Operand, operand, output
 
 FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)
 FP32_STAGE_BYTES = (128 * 20 + 16 * 128) * 4  # one ring buffer: As[128][20] + Bs[16][128] floats
@@ -200,14 +200,7 @@ def gemm(
     # Validate everything that does not need the output before allocating it.
     plan(variant, m, n, k, A.dtype, stages=stages, aligned=True)
     s = as_core_stream(stream)
-    if out is None:
-        out, C = empty_like_kind(A, (m, n), "float32", s)
-    else:
-        C = operand(out, "out")
-        if C.shape != (m, n) or C.dtype != "float32":
-            raise ValueError(f"out must be a ({m}, {n}) float32 array, got {C.shape} {C.dtype}")
-        if C.device_index != A.device_index:
-            raise ValueError("out must be on the same GPU as a and b")
+    out, C = output(out, A, (m, n), s)
     aligned = all(x.ptr % 16 == 0 for x in (A, B, C))
     _, sm_count = _device_info(A.device_index)
     p = plan(variant, m, n, k, A.dtype, stages=stages, aligned=aligned, sm_count=sm_count)

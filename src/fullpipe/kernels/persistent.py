@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream, stream_handle
-from ._operands import empty_like_kind, operand
+from ._operands import empty_like_kind, operand, output
 from .gemm import _check_pair, _device_info, _module
 
 GEMM_SOURCE = "kernels/persistent_gemm.cu"
@@ -62,12 +62,7 @@ def small_tiles_gemm(a: Any, b: Any, *, persistent: bool = True, stream: Any, ou
     if k % 4 or n % 4:
         raise ValueError(f"K and N must be multiples of 4 (16-byte copies), got K={k}, N={n}")
     s = as_core_stream(stream)
-    if out is None:
-        out, C = empty_like_kind(A, (m, n), "float32", s)
-    else:
-        C = operand(out, "out")
-        if C.shape != (m, n) or C.dtype != "float32":
-            raise ValueError(f"out must be a ({m}, {n}) float32 array, got {C.shape} {C.dtype}")
+    out, C = output(out, A, (m, n), s)
     if any(x.ptr % 16 for x in (A, B, C)):
         raise ValueError("a, b and out must be 16-byte aligned (a sliced view may not be): copy them")
     arch, sm_count = _device_info(A.device_index)
