@@ -155,7 +155,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- bench
-def cmd_bench(args: argparse.Namespace) -> int:
+def _experiment_setup(args: argparse.Namespace):
+    """(device, output folder) for `bench`/`trace NAME`, or the exit status on a bad
+    name or no GPU."""
     from . import experiments
 
     if args.name not in experiments.names():
@@ -166,6 +168,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return EXIT_NO_GPU
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    return dev, out
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import experiments
+
+    setup = _experiment_setup(args)
+    if isinstance(setup, int):
+        return setup
+    dev, out = setup
     from .report.console import run_with_progress, print_result
 
     result = run_with_progress(args.name, experiments.Context(device=dev, quick=args.quick, out_dir=out))
@@ -182,14 +194,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     fullpipe's own timeline beside the experiment's JSON."""
     from . import experiments
 
-    if args.name not in experiments.names():
-        known = ", ".join(experiments.names()) or "(none yet)"
-        return _fail(f"unknown experiment {args.name!r}; known: {known}", EXIT_USAGE)
-    dev = _open_device(args.device)
-    if dev is None:
-        return EXIT_NO_GPU
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    setup = _experiment_setup(args)
+    if isinstance(setup, int):
+        return setup
+    dev, out = setup
     from . import trace
     from .report.console import print_result, run_with_progress
 
