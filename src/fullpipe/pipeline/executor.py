@@ -33,6 +33,7 @@ from ..cuda.memory import DeviceArray, is_pinned, pinned_empty
 from . import plan as P
 from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, host_address, short_switch_interval
 from .stats import BatchTiming, PipelineStats, busy_from_timings
+from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .tuning import ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
 
@@ -234,10 +235,12 @@ class StreamPipeline:
         self.probe_stats = None
         n_probe = 0
         if fixed_rows is None:
-            fixed_rows, choice, start, n_probe = self._tune(x, out, rows, row_bytes, stage_in, stage_out)
+            with nvtx.range("fullpipe.pipeline: chunk='auto' probes"):
+                fixed_rows, choice, start, n_probe = self._tune(x, out, rows, row_bytes, stage_in, stage_out)
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x, out, bounds, first_index=n_probe)
-        stats = self._execute(batches, stage_in, stage_out) if batches else PipelineStats()
+        with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
+            stats = self._execute(batches, stage_in, stage_out) if batches else PipelineStats()
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes}
         if choice is not None:
             stats.chunk.update(choice.as_dict())
@@ -256,7 +259,8 @@ class StreamPipeline:
         if out_arrays is not None:
             stage_out = self._staging_mode(all(self._pinned(o) for o in out_arrays))
         self.probe_stats = None
-        self.stats = self._execute(items, stage_in, stage_out)
+        with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
+            self.stats = self._execute(items, stage_in, stage_out)
         return out_arrays
 
     # ------------------------------------------------------------------ helpers
