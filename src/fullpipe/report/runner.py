@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from .. import experiments
 from ..experiments.result import Result
+from .figures import add_table_figures
 from .html import render
 
 TIME_LIMIT_S = {"quick": 240, "full": 900}
@@ -105,6 +106,7 @@ def run_report(out_dir: Path, *, quick: bool = False, only: Sequence[str] | None
             res = run_one(name, out_dir, quick, progress, device)
             results.append(res)
             prog.update(overall, completed=i + 1, msg=res.get("verdict", ""))
+    add_table_figures(results, out_dir)
     versions = software_versions()
     doc = {"facts": facts, "versions": versions, "quick": quick, "results": results}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=2))
