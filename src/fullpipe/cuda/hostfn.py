@@ -111,3 +111,45 @@ def raise_pending() -> None:
         _failed.clear()
     if failed:
         raise failed[0].exception  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- native host functions
+# cuda.bindings wraps every host function in a trampoline that takes the GIL before
+# calling it, even a native one such as libc's sem_post. That makes the stream wait
+# for the GIL, and deadlocks against any thread that holds the GIL while it waits for
+# the device: seen on an H200 with CuPy, whose first launch of a CUB kernel
+# (cudaFuncGetAttributes -> lazy module loading -> context synchronization) runs with
+# the GIL held. A native host function enqueued straight through libcuda needs no GIL.
+_libcuda_launch_host_func: Any = None
+
+
+def _libcuda_entry() -> Any:
+    global _libcuda_launch_host_func
+    if _libcuda_launch_host_func is None:
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuLaunchHostFunc
+        except (OSError, AttributeError):
+            fn = False  # no driver library here (CPU tests with a fake driver)
+        else:
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+        _libcuda_launch_host_func = fn
+    return _libcuda_launch_host_func
+
+
+def launch_native_host_func(stream: Any, fn_address: int, data: int) -> None:
+    """Enqueue the C function at ``fn_address`` (``void fn(void*)``) with ``data`` on
+    ``stream``, without any Python in the call path when it runs: no GIL, no CUDA.
+    Only for native functions that obey the host-function rules (e.g. ``sem_post``)."""
+    drv._forbid_inside_host_function("cuLaunchHostFunc")
+    entry = _libcuda_entry()
+    if not entry:
+        from cuda.bindings import driver
+
+        drv.call("cuLaunchHostFunc", stream_handle(stream), driver.CUhostFn(fn_address), data)
+        return
+    err = entry(int(stream_handle(stream)), fn_address, data)
+    if err != 0:
+        from cuda.bindings import driver
+
+        raise drv.error_from_code("cuLaunchHostFunc", driver.CUresult(err))

@@ -97,10 +97,10 @@ def as_core_stream(stream: Any):
 # Streams that live as long as the process, reused by every pipeline on a device.
 # Why not create and destroy streams per pipeline: caching allocators (CuPy's
 # memory pool, PyTorch's) remember the stream on which each block was used and
-# later record events or synchronize on that stream. A compute callable that
-# allocates through them on a pipeline stream would leave them holding a stale
-# handle once the stream is destroyed; reusing it is undefined behaviour (seen as
-# a hang on an H200 with CuPy). Long-lived streams cost nothing when idle.
+# later record events on it or order reuse against it. A compute callable that
+# allocates through them on a pipeline stream would leave them holding the handle
+# of a destroyed stream, which the driver may hand out again for an unrelated one.
+# Long-lived streams cost nothing when idle.
 _stream_cache: dict[tuple[int, int | None], list] = {}
 
 

@@ -6,8 +6,9 @@ device or stream synchronization, by one of three *recycle* modes:
 
 - ``"hostfn"`` (default): a host function enqueued on the stream right after the
   copy that reads (or writes) the slot. The host function is libc's ``sem_post``
-  on a POSIX semaphore: no Python, no GIL, no CUDA call; it only sets a flag. The
-  staging thread waits on the semaphore.
+  on a POSIX semaphore, enqueued straight through libcuda (see
+  ``hostfn.launch_native_host_func``): no Python, no GIL, no CUDA call; it only
+  sets a flag. The staging thread waits on the semaphore.
 - ``"pyhostfn"``: the same, with a Python callable (``threading.Semaphore.release``)
   as the host function. It needs the GIL, so it can wait behind busy Python
   threads and stall its stream meanwhile; kept for comparison.
@@ -27,6 +28,7 @@ import time
 from typing import Any
 
 from ..cuda import driver as drv
+from ..cuda.hostfn import launch_native_host_func
 from ..cuda.memory import PinnedBuffer
 from ..cuda.streams import stream_handle
 
@@ -100,16 +102,8 @@ class _NativeSemaphore:
             self._alive = False
 
 
-_sem_post_fn = None
-
-
-def _sem_post_host_fn():
-    global _sem_post_fn
-    if _sem_post_fn is None:
-        from cuda.bindings import driver
-
-        _sem_post_fn = driver.CUhostFn(ctypes.cast(_load_libc().sem_post, ctypes.c_void_p).value)
-    return _sem_post_fn
+def _sem_post_address() -> int:
+    return int(ctypes.cast(_load_libc().sem_post, ctypes.c_void_p).value)
 
 
 # --------------------------------------------------------------------------- signals
@@ -133,10 +127,11 @@ class HostFnSignal(GpuSignal):
 
     def __init__(self, initial: int = 0):
         self._sem = _NativeSemaphore(initial)
-        self._fn = _sem_post_host_fn()
+        self._fn = _sem_post_address()
 
     def arm(self, stream: Any) -> None:
-        drv.call("cuLaunchHostFunc", stream_handle(stream), self._fn, self._sem.address)
+        # Straight through libcuda: cuda.bindings' own trampoline would take the GIL.
+        launch_native_host_func(stream, self._fn, self._sem.address)
 
     def wait(self, stop: threading.Event) -> None:
         self._sem.wait(stop)
