@@ -11,6 +11,11 @@ work enqueued before it and before all work enqueued after it. Rules:
    stream is stalled.
 3. The Python callable must stay alive until it has run. :func:`launch_host_func`
    keeps it in a registry and drops it after it ran.
+4. A Python host function needs the GIL to run, and its stream waits until it has
+   run. A thread that holds the GIL while it waits for the device (some libraries'
+   calls do, e.g. CuPy loading a kernel lazily) then deadlocks with it. fullpipe's
+   own pipelines therefore use native host functions
+   (:func:`launch_native_host_func`), which need no GIL.
 
 An exception raised by the callable cannot propagate through the driver; it is
 stored on the returned :class:`HostCall` and re-raised by :meth:`HostCall.result`
