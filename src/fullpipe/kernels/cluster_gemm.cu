@@ -18,6 +18,7 @@
 // Launch with cluster = (CLUSTER, 1, 1) (given at launch time, not compiled in), grid = (ceil(N/64) rounded up to a multiple
 // of CLUSTER, ceil(M/64)), block = 256. Needs K % 4 == 0, N % 4 == 0, 16-byte aligned pointers.
 #include <cooperative_groups.h>
+#include <fullpipe/cp_async.cuh>
 
 namespace cg = cooperative_groups;
 
@@ -31,13 +32,6 @@ namespace cg = cooperative_groups;
 #define THREADS 256
 
 namespace {
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 // 64 x 16 A slice: 256 chunks, one per thread.
 __device__ __forceinline__ void load_a(float* As, const float* __restrict__ A, int M, int K, int bm, int k0) {

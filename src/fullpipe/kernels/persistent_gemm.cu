@@ -18,6 +18,8 @@
 // Tile math: 64 x 64 C tile, BK = 16, 256 threads as 16 x 16, thread tile 4 x 4
 // (rows ty + 16*i, columns tx*4 .. +3). 2-stage cp.async ring (16-byte copies, zero
 // fill outside the matrices): needs K % 4 == 0, N % 4 == 0, 16-byte aligned pointers.
+#include <fullpipe/cp_async.cuh>
+
 #define T_M 64
 #define T_N 64
 #define T_K 16
@@ -28,13 +30,6 @@
 #define NO_TILE 0x7fffffff
 
 namespace {
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 struct Problem {
     const float* A;

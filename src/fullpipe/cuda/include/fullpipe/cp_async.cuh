@@ -1,0 +1,13 @@
+// cp.async (sm_80+): 16-byte global -> shared copies that bypass the registers,
+// grouped and waited for with commit_group / wait_group. Shared by the kernels that
+// issue the PTX themselves (cluster_gemm.cu, persistent_gemm.cu).
+#pragma once
+
+// Copy 16 bytes; when `valid` is false, write 16 zero bytes instead (src-size 0),
+// which is how the kernels zero-fill tiles that hang over the matrix edges.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
