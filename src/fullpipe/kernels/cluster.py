@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..cuda.launch import launch
-from ..cuda.streams import as_core_stream
-from ._operands import operand, output
-from .gemm import _check_pair, _device_info, _module
+from .gemm import _device_info, _float32_cp_async_operands, _module
 
 SOURCE = "kernels/cluster_gemm.cu"
 CLUSTER = 4
@@ -42,18 +40,7 @@ def cluster_gemm(a: Any, b: Any, *, share_a: bool = True, stream: Any, out: Any 
 
     Needs K and N multiples of 4 and 16-byte aligned arrays.
     """
-    if stream is None:
-        raise TypeError("stream is required")
-    A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
-    if A.dtype != "float32":
-        raise ValueError(f"cluster_gemm takes float32 inputs, got {A.dtype}")
-    if k % 4 or n % 4:
-        raise ValueError(f"K and N must be multiples of 4 (16-byte copies), got K={k}, N={n}")
-    s = as_core_stream(stream)
-    out, C = output(out, A, (m, n), s)
-    if any(x.ptr % 16 for x in (A, B, C)):
-        raise ValueError("a, b and out must be 16-byte aligned (a sliced view may not be): copy them")
+    A, B, out, C, s, m, n, k = _float32_cp_async_operands(a, b, out, stream, "cluster_gemm")
     arch, _ = _device_info(A.device_index)
     kernel = _module(SOURCE, arch).kernel("cluster_gemm_shared_a" if share_a else "cluster_gemm_own_a")
     launch(s, kernel, grid_for(m, n), THREADS, np.uint64(A.ptr), np.uint64(B.ptr), np.uint64(C.ptr),

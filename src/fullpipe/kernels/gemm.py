@@ -175,6 +175,27 @@ def _check_pair(a: Operand, b: Operand) -> tuple[int, int, int]:
     return m, n, k
 
 
+def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, *, nonempty: bool = False):
+    """Checked operands of a float32 kernel that copies 16-byte chunks with cp.async:
+    returns (A, B, out, C, core stream, m, n, k). Everything is checked before the
+    output is allocated, except its alignment."""
+    if stream is None:
+        raise TypeError("stream is required")
+    A, B = operand(a, "a"), operand(b, "b")
+    m, n, k = _check_pair(A, B)
+    if A.dtype != "float32":
+        raise ValueError(f"{who} takes float32 inputs, got {A.dtype}")
+    if nonempty and min(m, n, k) < 1:
+        raise ValueError(f"M, N, K must be >= 1, got {m}, {n}, {k}")
+    if k % 4 or n % 4:
+        raise ValueError(f"K and N must be multiples of 4 (16-byte copies), got K={k}, N={n}")
+    s = as_core_stream(stream)
+    out, C = output(out, A, (m, n), s)
+    if any(x.ptr % 16 for x in (A, B, C)):
+        raise ValueError("a, b and out must be 16-byte aligned (a sliced view may not be): copy them")
+    return A, B, out, C, s, m, n, k
+
+
 def gemm(
     a: Any,
     b: Any,

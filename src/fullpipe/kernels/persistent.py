@@ -18,8 +18,8 @@ import numpy as np
 
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream, stream_handle
-from ._operands import empty_like_kind, operand, output
-from .gemm import _check_pair, _device_info, _module
+from ._operands import empty_like_kind, operand
+from .gemm import _device_info, _float32_cp_async_operands, _module
 
 GEMM_SOURCE = "kernels/persistent_gemm.cu"
 SYNC_SOURCE = "kernels/persistent_grid_sync.cu"
@@ -51,20 +51,7 @@ def small_tiles_gemm(a: Any, b: Any, *, persistent: bool = True, stream: Any, ou
 
     Needs K and N multiples of 4 and 16-byte aligned arrays (16-byte cp.async copies).
     """
-    if stream is None:
-        raise TypeError("stream is required")
-    A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
-    if A.dtype != "float32":
-        raise ValueError(f"small_tiles_gemm takes float32 inputs, got {A.dtype}")
-    if min(m, n, k) < 1:
-        raise ValueError(f"M, N, K must be >= 1, got {m}, {n}, {k}")
-    if k % 4 or n % 4:
-        raise ValueError(f"K and N must be multiples of 4 (16-byte copies), got K={k}, N={n}")
-    s = as_core_stream(stream)
-    out, C = output(out, A, (m, n), s)
-    if any(x.ptr % 16 for x in (A, B, C)):
-        raise ValueError("a, b and out must be 16-byte aligned (a sliced view may not be): copy them")
+    A, B, out, C, s, m, n, k = _float32_cp_async_operands(a, b, out, stream, "small_tiles_gemm", nonempty=True)
     arch, sm_count = _device_info(A.device_index)
     mod = _module(GEMM_SOURCE, arch)
     tiles = -(-m // TILE) * -(-n // TILE)
