@@ -174,6 +174,7 @@ class FakePool:
         self.used = 0
         self.live = 0
         self.lock = threading.Lock()
+        self.buffers = {}
 
     def allocate(self, n, stream):
         with self.lock:
@@ -189,6 +190,14 @@ class FakePool:
         stream.put(release)
         with self.lock:
             self.live -= 1
+
+    def allocate_ptr(self, n, stream):
+        buf = self.allocate(n, stream)
+        self.buffers[buf.handle] = buf
+        return buf.handle
+
+    def free_ptr(self, ptr, stream):
+        self.free(self.buffers.pop(ptr), stream)
 
     def stats(self):
         return types.SimpleNamespace(used_bytes=self.used, allocations=self.live)

@@ -65,6 +65,7 @@ import numpy as np
 
 from ..errors import CudaError
 from . import driver as drv
+from .hotpath import HotPath, handle_int
 from .memory import DeviceArray
 
 UINT64_MAX = 2**64 - 1
@@ -155,6 +156,8 @@ class DevicePool:
         self._live_high = 0
         self._total = 0
         self._oom_retries = 0
+        self._hot_local = threading.local()
+        self._handle_int = handle_int(self.resource.handle)
         self._set_attr("CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", threshold)
 
     def __repr__(self) -> str:
@@ -288,6 +291,51 @@ class DevicePool:
             f"{int(free)} bytes ({_mib(int(free))}) free of {int(total)}{cap}. Free buffers you "
             "no longer need (and synchronize the streams they were freed on), or ask for less."
         )
+
+    def allocate_ptr(self, nbytes: int, stream: Any) -> int:
+        """Like :meth:`allocate`, but returns the device pointer as an int, with no
+        Buffer object: for per-batch loops where microseconds count (the executor).
+        ``stream`` is a stream object or its handle as an int. Free with :meth:`free_ptr`.
+        Same out-of-memory handling as :meth:`allocate`."""
+        h = handle_int(stream)
+        hot = self._hot()
+        try:
+            with self._driver_lock:
+                ptr = hot.alloc_from_pool(nbytes, self._handle_int, h)
+        except CudaError as exc:
+            if not _is_out_of_memory(exc):
+                raise
+            with self._lock:
+                self._oom_retries += 1
+            drv.call("cuStreamSynchronize", h)
+            self.trim(0)
+            try:
+                with self._driver_lock:
+                    ptr = hot.alloc_from_pool(nbytes, self._handle_int, h)
+            except CudaError as exc2:
+                if not _is_out_of_memory(exc2):
+                    raise
+                raise MemoryError(self._oom_message(nbytes)) from exc2
+        with self._lock:
+            self._live += 1
+            self._total += 1
+            if self._live > self._live_high:
+                self._live_high = self._live
+        return ptr
+
+    def free_ptr(self, ptr: int, stream: Any) -> None:
+        """Free a pointer from :meth:`allocate_ptr` in stream order on ``stream``."""
+        with self._driver_lock:
+            self._hot().free_async(ptr, handle_int(stream))
+        with self._lock:
+            self._live -= 1
+
+    def _hot(self) -> HotPath:
+        # One HotPath per thread: its output slot for the pointer is not shared.
+        hot = getattr(self._hot_local, "hot", None)
+        if hot is None:
+            hot = self._hot_local.hot = HotPath()
+        return hot
 
     def free(self, buf: Any, stream: Any) -> None:
         """Free ``buf`` in stream order on ``stream`` (cuMemFreeAsync).

@@ -29,9 +29,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..cuda import driver as drv
+from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.memory import DeviceArray, is_pinned, pinned_empty
 from . import plan as P
-from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, host_address, short_switch_interval
+from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, short_switch_interval
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
@@ -140,6 +141,10 @@ class StreamPipeline:
         # Long-lived streams, shared with later pipelines: see streams.long_lived_streams.
         self.streams = long_lived_streams(self.device, self.n_streams)
         self._handles = [s.handle for s in self.streams]
+        # The per-batch driver calls go through libcuda directly (cuda/hotpath.py);
+        # handles are then plain ints.
+        self._hot = HotPath()
+        self._hs = [handle_int(h) for h in self._handles] if self._hot.native else list(self._handles)
         self._ring_in = SlotRing(self.slots)
         self._ring_out = SlotRing(self.slots)
         self._copier_in: HostCopier | None = None
@@ -294,7 +299,7 @@ class StreamPipeline:
     def _events(self) -> list[tuple[Any, Any]]:
         while len(self._free_events) < 4:
             ev = self._create_event(self.device, timing=True)
-            self._free_events.append((ev, ev.handle))
+            self._free_events.append((ev, handle_int(ev.handle) if self._hot.native else ev.handle))
         got = self._free_events[-4:]
         del self._free_events[-4:]
         self._events_out += 4
@@ -355,10 +360,11 @@ class StreamPipeline:
         ring_out = stage_out == "ring"
         has_out = stage_out is not None
         compute = self.compute
-        streams, handles = self.streams, self._handles
+        streams, handles, hs = self.streams, self._handles, self._hs
         N = len(streams)
         pool = self.pool
         d = self._drv
+        hot = self._hot
         timing = self.timing
         start_h = self._start_event.handle
         in_dtype = batches[0].src.dtype
@@ -380,7 +386,7 @@ class StreamPipeline:
         signals: list[Any] = []
         stager: InputStager | None = None
         drainer: OutputDrainer | None = None
-        live: list[tuple[Any, Any]] = []  # device buffers allocated and not yet freed
+        live: list[tuple[int, Any]] = []  # device pointers allocated and not yet freed
         inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
         timings: list[BatchTiming] = []
         enqueue_us: list[float] = []
@@ -412,55 +418,53 @@ class StreamPipeline:
 
                 t_loop = time.perf_counter()
                 for pos, b in enumerate(batches):
-                    s, h = streams[pos % N], handles[pos % N]
+                    s, h = streams[pos % N], hs[pos % N]
                     tw = time.perf_counter()
                     slot = pos % K
                     if ring_in:
                         stager.take(pos)  # type: ignore[union-attr]
                         src = self._ring_in.address(slot)
                     else:
-                        src = host_address(b.src)
+                        src = b.src_addr
                     if ring_out:
                         drainer.acquire_slot(slot)  # type: ignore[union-attr]
                         dst = self._ring_out.address(slot)
                     elif has_out:
-                        dst = host_address(b.dst)
+                        dst = b.dst_addr
                     t0 = time.perf_counter()
                     wait_s += t0 - tw
 
                     # ---- enqueue batch pos: alloc, H2D, compute, D2H, free; no waits
                     in_bytes, out_bytes = b.in_bytes, b.out_bytes
-                    out_off = P.align_up(in_bytes, _DEVICE_ALIGN)
+                    out_off = (in_bytes + _DEVICE_ALIGN - 1) // _DEVICE_ALIGN * _DEVICE_ALIGN
                     dev_bytes = out_off + out_bytes if (has_out and compute is not None) else in_bytes
-                    buf = pool.allocate(dev_bytes, s)
-                    live.append((buf, s))
-                    ptr = int(buf.handle)
+                    ptr = pool.allocate_ptr(dev_bytes, h)
+                    live.append((ptr, h))
                     evs = self._events() if timing else None
                     if evs:
                         inflight.append((b.index, evs))  # read back (or given back) later
-                    if evs:
-                        self._check("cuEventRecord", d.cuEventRecord(evs[0][1], h))
-                    self._check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(ptr, src, in_bytes, h))
+                        hot.event_record(evs[0][1], h)
+                    hot.memcpy_htod(ptr, src, in_bytes, h)
                     if ring_in:
                         free_in[slot].arm(s)
                     if evs:
-                        self._check("cuEventRecord", d.cuEventRecord(evs[1][1], h))
-                    x = DeviceArray(ptr, b.in_shape, in_dtype, owner=buf)
+                        hot.event_record(evs[1][1], h)
+                    x = DeviceArray(ptr, b.in_shape, in_dtype)
                     if compute is not None:
-                        y = DeviceArray(ptr + out_off, b.out_shape, out_dtype, owner=buf) if has_out else None
+                        y = DeviceArray(ptr + out_off, b.out_shape, out_dtype) if has_out else None
                         compute(s, x, y)
                     else:
                         y = x
                     if evs:
-                        self._check("cuEventRecord", d.cuEventRecord(evs[2][1], h))
+                        hot.event_record(evs[2][1], h)
                     if has_out:
-                        self._check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(dst, y.ptr, out_bytes, h))
+                        hot.memcpy_dtoh(dst, y.ptr, out_bytes, h)
                     if evs:
-                        self._check("cuEventRecord", d.cuEventRecord(evs[3][1], h))
+                        hot.event_record(evs[3][1], h)
                     if ring_out:
                         ready_out[slot].arm(s)
-                        drainer.submit(slot, host_address(b.dst), out_bytes)  # type: ignore[union-attr]
-                    pool.free(buf, s)
+                        drainer.submit(slot, b.dst_addr, out_bytes)  # type: ignore[union-attr]
+                    pool.free_ptr(ptr, h)
                     live.pop()
                     t1 = time.perf_counter()
                     enqueue_us.append((t1 - t0) * 1e6)
@@ -535,9 +539,9 @@ class StreamPipeline:
         every stream drained."""
         stop.set()
         freed = 0
-        for buf, s in live:
+        for ptr, h in live:
             try:
-                self.pool.free(buf, s)
+                self.pool.free_ptr(ptr, h)
                 freed += 1
             except Exception:  # the context may be broken (sticky CUDA error): nothing more to do
                 pass

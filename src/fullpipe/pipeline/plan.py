@@ -121,13 +121,12 @@ class Batch:
     out_shape: tuple[int, ...] | None
     rows: tuple[int, int] | None = None  # (start, stop) when cut from one array
 
-    @property
-    def in_bytes(self) -> int:
-        return self.src.nbytes
-
-    @property
-    def out_bytes(self) -> int:
-        return 0 if self.dst is None else self.dst.nbytes
+    def __post_init__(self) -> None:
+        # Read once here, not per enqueue: the executor's loop counts microseconds.
+        self.in_bytes = self.src.nbytes
+        self.out_bytes = 0 if self.dst is None else self.dst.nbytes
+        self.src_addr = self.src.ctypes.data
+        self.dst_addr = 0 if self.dst is None else self.dst.ctypes.data
 
 
 def chunk_bounds(rows: int, chunk_rows: int, start: int = 0) -> list[tuple[int, int]]:

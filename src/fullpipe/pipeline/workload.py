@@ -11,12 +11,13 @@ bit with NumPy.
 
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
-from ..cuda import driver as drv
 
 LCG_MUL = np.uint32(1664525)
 LCG_ADD = np.uint32(1013904223)
@@ -42,6 +43,7 @@ class MixKernel:
 
     def __init__(self, device: Any, rounds: int = 1, blocks_per_sm: int = 8):
         from ..cuda.compiler import compile_package_kernel
+        from ..cuda.hotpath import HotPath, PackedArgs, handle_int
 
         if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 0:
             raise ValueError(f"rounds must be an int >= 0, got {rounds!r}")
@@ -49,11 +51,13 @@ class MixKernel:
         self.device = device
         self.kernel = compile_package_kernel("pipeline/workload.cu", device=device).kernel("workload_mix")
         self.max_blocks = device.facts.sm_count * blocks_per_sm
-        self._configs: dict[int, Any] = {}
-        from cuda.core import LaunchConfig
-        from cuda.core import launch as core_launch
-
-        self._LaunchConfig, self._launch = LaunchConfig, core_launch
+        # The launch is on the pipeline's per-batch hot path: a ctypes cuLaunchKernel
+        # with arguments packed once (see cuda/hotpath.py), not cuda.core's launch().
+        self._hot = HotPath()
+        self._handle_int = handle_int
+        self._kernel_handle = handle_int(self.kernel.handle)
+        self._args = PackedArgs([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32])
+        self._lock = threading.Lock()  # the packed arguments are one set per object
 
     def grid_for(self, n: int) -> int:
         return max(1, min(self.max_blocks, math.ceil(max(n // 4, 1) / BLOCK)))
@@ -65,13 +69,12 @@ class MixKernel:
             raise ValueError(f"MixKernel takes uint32 x and y of one size, got {x!r} and {y!r}")
         if x.ptr % 16 or y.ptr % 16:
             raise ValueError("MixKernel needs 16-byte aligned device arrays (uint4 loads)")
-        grid = self.grid_for(x.size)
-        cfg = self._configs.get(grid)
-        if cfg is None:
-            cfg = self._configs[grid] = self._LaunchConfig(grid=grid, block=BLOCK)
-        with drv.translated("cuLaunchKernel(workload_mix)"):
-            self._launch(stream, cfg, self.kernel, np.uint64(x.ptr), np.uint64(y.ptr), np.uint64(x.size),
-                        np.int32(self.rounds))
+        n = x.size
+        grid = self.grid_for(n)
+        h = self._handle_int(stream)
+        with self._lock:
+            self._args.set(x.ptr, y.ptr, n, self.rounds)
+            self._hot.launch(self._kernel_handle, grid, BLOCK, self._args, h)
 
 
 def time_kernel_ms(kernel: MixKernel, stream: Any, x: Any, y: Any, repeat: int = 5) -> float:

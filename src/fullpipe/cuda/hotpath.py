@@ -1,0 +1,172 @@
+"""Driver calls for per-batch hot loops, straight into libcuda through ctypes.
+
+Why: a pipeline batch costs five or six driver calls (allocate, H2D, launch, D2H,
+free, a host function). Through cuda.core and cuda.bindings each call also builds
+Python wrapper objects (Buffer, CUdeviceptr, CUresult tuples, LaunchConfig, kernel
+argument packing), which costs several microseconds per call; a ctypes call with
+fixed argument types costs well under one. The executor's per-batch enqueue cost
+is a target of its own (issue 3: <= 20 us for the four operations), so the loop
+uses these entry points. Everything else in fullpipe keeps the checked, friendlier
+``driver.call`` / cuda.core path.
+
+:class:`HotPath` binds the functions once. Without a loadable libcuda (CPU tests
+with a fake driver) it forwards to the cuda.bindings-shaped ``driver()`` module, so
+the same executor code runs against the fake.
+
+:class:`PackedArgs` holds a kernel's arguments in ctypes storage with a ``void**``
+array pointing at them: set new values, launch, and the driver copies them at
+launch time, so the storage can be reused at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Sequence
+
+from . import driver as drv
+
+_u64, _vp, _sz, _int, _uint = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint
+
+# name -> (libcuda symbol, argtypes). Symbols as cuda.h's macros map them (API v2).
+_SIGNATURES: dict[str, tuple[str, list[Any]]] = {
+    "cuMemcpyHtoDAsync": ("cuMemcpyHtoDAsync_v2", [_u64, _vp, _sz, _vp]),
+    "cuMemcpyDtoHAsync": ("cuMemcpyDtoHAsync_v2", [_vp, _u64, _sz, _vp]),
+    "cuMemAllocFromPoolAsync": ("cuMemAllocFromPoolAsync", [ctypes.POINTER(_u64), _sz, _vp, _vp]),
+    "cuMemFreeAsync": ("cuMemFreeAsync", [_u64, _vp]),
+    "cuEventRecord": ("cuEventRecord", [_vp, _vp]),
+    "cuLaunchKernel": ("cuLaunchKernel", [_vp, _uint, _uint, _uint, _uint, _uint, _uint, _uint, _vp, _vp, _vp]),
+}
+
+_libcuda: Any = None
+
+
+def _load_libcuda() -> Any:
+    global _libcuda
+    if _libcuda is None:
+        try:
+            _libcuda = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            _libcuda = False
+    return _libcuda
+
+
+def handle_int(h: Any) -> int:
+    """A driver handle (cuda.bindings object, cuda.core object with .handle, or int) as int."""
+    if isinstance(h, int):
+        return h
+    inner = getattr(h, "handle", None)
+    if inner is not None and inner is not h:
+        return handle_int(inner)
+    if hasattr(h, "__cuda_stream__"):  # a PyTorch / CuPy stream
+        return int(h.__cuda_stream__()[1])
+    return int(h)
+
+
+class HotPath:
+    """The few driver calls a pipeline makes per batch. Handles are plain ints.
+
+    Every method raises :class:`fullpipe.CudaError` on failure, like ``driver.call``.
+    """
+
+    def __init__(self, use_libcuda: bool | None = None):
+        lib = _load_libcuda() if use_libcuda is not False else False
+        # A fake driver in tests replaces driver(): never mix it with the real libcuda.
+        if lib and use_libcuda is None and not _is_real_bindings(drv.driver()):
+            lib = False
+        self.native = bool(lib)
+        self._fn: dict[str, Any] = {}
+        if lib:
+            for name, (symbol, argtypes) in _SIGNATURES.items():
+                f = getattr(lib, symbol)
+                f.argtypes, f.restype = argtypes, _int
+                self._fn[name] = f
+        self._ptr = _u64()
+        self._ptr_ref = ctypes.byref(self._ptr)
+
+    # ------------------------------------------------------------------ errors
+    @staticmethod
+    def _raise(name: str, code: int) -> None:
+        from cuda.bindings import driver
+
+        raise drv.error_from_code(name, driver.CUresult(code))
+
+    def _bindings(self, name: str, *args: Any) -> Any:
+        result = getattr(drv.driver(), name)(*args)
+        if int(result[0]) != 0:
+            raise drv.error_from_code(name, result[0])
+        return result[1] if len(result) > 1 else None
+
+    # ------------------------------------------------------------------ calls
+    def memcpy_htod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        if self.native:
+            err = self._fn["cuMemcpyHtoDAsync"](dst, src, nbytes, stream)
+            if err:
+                self._raise("cuMemcpyHtoDAsync", err)
+        else:
+            self._bindings("cuMemcpyHtoDAsync", dst, src, nbytes, stream)
+
+    def memcpy_dtoh(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        if self.native:
+            err = self._fn["cuMemcpyDtoHAsync"](dst, src, nbytes, stream)
+            if err:
+                self._raise("cuMemcpyDtoHAsync", err)
+        else:
+            self._bindings("cuMemcpyDtoHAsync", dst, src, nbytes, stream)
+
+    def alloc_from_pool(self, nbytes: int, pool: int, stream: int) -> int:
+        """cuMemAllocFromPoolAsync; returns the device pointer. Not thread-safe per
+        HotPath object (one output slot): give each thread its own."""
+        if not self.native:
+            return int(self._bindings("cuMemAllocFromPoolAsync", nbytes, pool, stream))
+        err = self._fn["cuMemAllocFromPoolAsync"](self._ptr_ref, nbytes, pool, stream)
+        if err:
+            self._raise("cuMemAllocFromPoolAsync", err)
+        return self._ptr.value
+
+    def free_async(self, ptr: int, stream: int) -> None:
+        if self.native:
+            err = self._fn["cuMemFreeAsync"](ptr, stream)
+            if err:
+                self._raise("cuMemFreeAsync", err)
+        else:
+            self._bindings("cuMemFreeAsync", ptr, stream)
+
+    def event_record(self, event: int, stream: int) -> None:
+        if self.native:
+            err = self._fn["cuEventRecord"](event, stream)
+            if err:
+                self._raise("cuEventRecord", err)
+        else:
+            self._bindings("cuEventRecord", event, stream)
+
+    def launch(self, kernel: int, grid: int, block: int, args: "PackedArgs", stream: int, shared_mem: int = 0) -> None:
+        """cuLaunchKernel of a 1-D grid; ``kernel`` is a CUfunction or CUkernel handle."""
+        if self.native:
+            err = self._fn["cuLaunchKernel"](kernel, grid, 1, 1, block, 1, 1, shared_mem, stream, args.address, None)
+            if err:
+                self._raise("cuLaunchKernel", err)
+        else:
+            self._bindings("cuLaunchKernel", kernel, grid, 1, 1, block, 1, 1, shared_mem, stream, args.address, 0)
+
+
+class PackedArgs:
+    """Kernel arguments in ctypes storage plus the ``void*[]`` the driver reads.
+
+    >>> args = PackedArgs([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32])
+    >>> args.set(x_ptr, y_ptr, n); hot.launch(kernel, grid, block, args, stream)
+    """
+
+    def __init__(self, types: Sequence[Any]):
+        self._values = [t() for t in types]
+        self._array = (_vp * len(self._values))(*[ctypes.addressof(v) for v in self._values])
+        self.address = ctypes.addressof(self._array)
+
+    def set(self, *values: Any) -> None:
+        if len(values) != len(self._values):
+            raise ValueError(f"kernel takes {len(self._values)} arguments, got {len(values)}")
+        for slot, v in zip(self._values, values):
+            slot.value = v
+
+
+def _is_real_bindings(module: Any) -> bool:
+    return getattr(module, "__name__", "").startswith("cuda.bindings")
