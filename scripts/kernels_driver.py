@@ -5,6 +5,7 @@ Used under compute-sanitizer (scripts/sanitize-kernels) and ncu (scripts/ncu-ker
     python scripts/kernels_driver.py              # small sizes, every kernel
     python scripts/kernels_driver.py --size 4096  # one square size (for ncu)
     python scripts/kernels_driver.py --only wmma  # kernels whose label contains 'wmma'
+                                                  # (every candidate tiling in WMMA_CANDIDATES)
 Prints one line per kernel; exits 1 if any result is wrong.
 """
 
@@ -31,18 +32,34 @@ def main() -> int:
     fp32_shapes = [(args.size,) * 3] if args.size else [(130, 68, 40), (67, 45, 33)]  # vector path, element path
     f16_shapes = [(args.size,) * 3] if args.size else [(136, 264, 48)]
     cases = []
+    from fullpipe.kernels.gemm import DB_ONE_BLOCK_STAGES, launch_plan, plan_double_buffer_one_block
+
+    def db_one_block(a, b, o, s):
+        m, k = a.shape
+        n = b.shape[1]
+        launch_plan(plan_double_buffer_one_block(m, n, k, s), a.data_ptr(), b.data_ptr(), o.data_ptr(), m, n, k,
+                    stream=stream)
+
     for shape in fp32_shapes:
+        if shape[1] % 4 == 0 and shape[2] % 4 == 0:  # the one-block build has the 16-byte copy path only
+            for s in DB_ONE_BLOCK_STAGES:
+                cases.append((f"double_buffer s{s} b1", shape, torch.float32, lambda a, b, o, s=s: db_one_block(a, b, o, s)))
         cases.append(("tiled", shape, torch.float32, lambda a, b, o: kernels.gemm(a, b, variant="tiled", stream=stream, out=o)))
         for s in (2, 3, 4):
             cases.append((f"double_buffer s{s}", shape, torch.float32,
                           lambda a, b, o, s=s: kernels.gemm(a, b, variant="double_buffer", stages=s, stream=stream, out=o)))
             cases.append((f"warp_specialized s{s}", shape, torch.float32,
                           lambda a, b, o, s=s: kernels.gemm(a, b, variant="warp_specialized", stages=s, stream=stream, out=o)))
+    from fullpipe.kernels.gemm import WMMA_CANDIDATES, wmma_config
+
+    # Small sizes (sanitizers): every candidate tiling. One big size (ncu): the default
+    # only, since ncu tells kernels apart by symbol and every tiling has the same ones.
+    wmma_cfgs = [wmma_config(None)] if args.size else list(WMMA_CANDIDATES)
     for shape in f16_shapes:
         for dt in (torch.float16, torch.bfloat16):
-            for s in (3, 4):
-                cases.append((f"wmma {str(dt)[6:]} s{s}", shape, dt,
-                              lambda a, b, o, s=s: kernels.gemm(a, b, variant="wmma", stages=s, stream=stream, out=o)))
+            for cfg in wmma_cfgs:
+                cases.append((f"wmma {str(dt)[6:]} {cfg.name}", shape, dt,
+                              lambda a, b, o, c=cfg: kernels.gemm(a, b, variant="wmma", config=c, stream=stream, out=o)))
     for shape in [(args.size,) * 3] if args.size else [(200, 136, 40)]:
         for p in (False, True):
             cases.append((f"small_tiles persistent={p}", shape, torch.float32,
@@ -66,7 +83,7 @@ def main() -> int:
         tol = 1e-4 if dt == torch.float32 else 1e-2
         ok = err < tol
         bad += not ok
-        print(f"{'ok  ' if ok else 'BAD '} {label:28s} {m}x{n}x{k}  rel err {err:.2e}", flush=True)
+        print(f"{'ok  ' if ok else 'BAD '} {label:40s} {m}x{n}x{k}  rel err {err:.2e}", flush=True)
     if not args.only or "normalize" in args.only:
         n = args.size * args.size if args.size else 5000
         x = torch.rand(n, device="cuda") + 0.5

@@ -8,6 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fullpipe import kernels  # noqa: E402
+from fullpipe.kernels.gemm import (WMMA_CANDIDATES, launch_plan, plan, plan_double_buffer_one_block,  # noqa: E402
+                                   wmma_config)
 
 pytestmark = pytest.mark.gpu
 
@@ -66,8 +68,11 @@ def test_fp32_gemm_misaligned_views_take_the_element_path(variant, stream):
     _check(out, a, b, 1e-4, f"{variant} misaligned")
 
 
+DEFAULT_WMMA_STAGES = [s for s in (2, 3, 4, 5) if wmma_config(None).with_stages(s).shared_mem <= 227 * 1024]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("stages", DEFAULT_WMMA_STAGES)
 @pytest.mark.parametrize("shape", F16_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_wmma_gemm_matches_upcast_reference(dtype, stages, shape, stream):
     m, n, k = shape
@@ -75,6 +80,45 @@ def test_wmma_gemm_matches_upcast_reference(dtype, stages, shape, stream):
     kernels.gemm(a, b, variant="wmma", stages=stages, stream=stream, out=out)
     stream.sync()
     _check(out, a, b, 1e-2, f"wmma {dtype} stages={stages} {shape}")
+
+
+# Every candidate tiling: square, rectangular (M != N, K not a multiple of BK), odd M,
+# tiny, and more tiles than SMs.
+WMMA_CONFIG_SHAPES = [(512, 512, 512), (384, 1000, 328), (129, 264, 40), (8, 8, 8), (2048, 1536, 96)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("config", WMMA_CANDIDATES, ids=lambda c: c.name)
+@pytest.mark.parametrize("shape", WMMA_CONFIG_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_wmma_tiling_matches_upcast_reference(dtype, config, shape, stream):
+    m, n, k = shape
+    a, b, out = _inputs(m, n, k, dtype, seed=11)
+    kernels.gemm(a, b, variant="wmma", config=config, stream=stream, out=out)
+    stream.sync()
+    _check(out, a, b, 1e-2, f"wmma {dtype} {config.name} {shape}")
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("shape", [(256, 256, 256), (512, 384, 640), (1000, 1004, 996), (1, 4, 4), (2048, 2048, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_double_buffer_one_block_build_matches(stages, shape, stream):
+    m, n, k = shape
+    a, b, out = _inputs(m, n, k, torch.float32, seed=17)
+    launch_plan(plan_double_buffer_one_block(m, n, k, stages), a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k,
+                stream=stream)
+    stream.sync()
+    _check(out, a, b, 1e-4, f"double_buffer s{stages} b1 {shape}")
+
+
+@pytest.mark.parametrize("variant, stages", [("tiled", None), ("double_buffer", 2), ("double_buffer", 4)])
+def test_forced_one_block_per_sm_launch_gives_the_same_result(variant, stages, stream):
+    # The benchmark's equal-occupancy launches pad the dynamic shared memory.
+    m, n, k = 1000, 1004, 996
+    a, b, out = _inputs(m, n, k, torch.float32, seed=13)
+    p = plan(variant, m, n, k, "float32", stages=stages)
+    launch_plan(p, a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, stream=stream, shared_mem=120 * 1024)
+    stream.sync()
+    _check(out, a, b, 1e-4, f"{variant} s{stages} @1 block/SM")
 
 
 def test_gemm_allocates_a_torch_output_and_repeats_bitwise(stream):

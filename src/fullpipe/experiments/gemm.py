@@ -2,17 +2,34 @@
 beside cuBLAS (through PyTorch) measured in the same run on the same stream.
 
 Kernels (fullpipe.kernels.gemm): tiled (load -> sync -> compute), double_buffer
-(cuda::pipeline ring, stages 2/3/4), warp_specialized (loader / compute / storer
-warps, stages 2/3/4), wmma (tensor cores, fp16 and bf16, stages 3/4). Bounds:
-cuBLAS fp32 (TF32 off), fp16 and bf16 at the same sizes.
+(cp.async ring, stages 2/3/4), warp_specialized (loader / compute / storer warps,
+stages 2/3/4), wmma (tensor cores, fp16 and bf16; the default tiling WMMA_DEFAULT with
+a stage sweep). Bounds: cuBLAS fp32 (TF32 off), fp16 and bf16 at the same sizes.
 
 Every kernel's output is checked against cuBLAS on the same random inputs, with the
 output poisoned first, before it is timed; a wrong kernel is reported, not timed.
+
+Two extra measurements explain the fp32 numbers:
+- "@1 block/SM": tiled and double_buffer launched with the same padded dynamic shared
+  memory, so that one block fits an SM for both (equal occupancy by construction). At
+  the normal two blocks per SM the scheduler already overlaps one block's loads with
+  the other's math, which hides what double buffering does inside one block.
+- ncu (when `ncu` is on PATH and FULLPIPE_NO_NCU is not 1): share of global loads that
+  are asynchronous (LDGSTS), tensor-pipe and FMA-pipe use, issue-slot use, active
+  warps and the main stall reasons of tiled / double_buffer / warp_specialized / wmma,
+  from a child run at 2048^3 bounded to 90 s. Without ncu this degrades to a note.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
 from typing import Any
 
 from . import Bound, Context, Result
@@ -26,7 +43,43 @@ CLAIM = (
 )
 
 FP32_KERNELS = [("tiled", None)] + [("double_buffer", s) for s in (2, 3, 4)] + [("warp_specialized", s) for s in (2, 3, 4)]
-WMMA_STAGES = (3, 4)
+WMMA_STAGES = (2, 3, 4, 5)  # swept for the default tiling; counts that do not fit its shared memory are skipped
+# Dynamic shared memory that makes a block too big for two per SM (2 x (120 + 1) KiB >
+# 228 KiB), larger than every fp32 ring (4 x 18 KiB): the "@1 block/SM" launches.
+FORCED_ONE_BLOCK_SMEM = 120 * 1024
+FORCED_SIZE = 4096
+DB_ONE_BLOCK_CONFIG = "b1: built for 1 block/SM"  # config column of gemm_double_buffer_s{S}_b1 rows
+# The one-block build is the same source as double_buffer; True: its rows are labelled
+# "double_buffer" and compete in the claims (best build wins); False: "double_buffer b1",
+# shown but left out of the claims.
+DB_ONE_BLOCK_IN_CLAIMS = True
+
+# ---- ncu ----------------------------------------------------------------------------
+NCU_TIMEOUT_S = 90.0
+NCU_SIZE = 2048
+STALLS = ("barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
+          "not_selected", "lg_throttle", "sleeping", "dispatch_stall")
+NCU_CORE = (
+    "smsp__inst_executed_op_ldgsts.sum",  # cp.async instructions (warp level)
+    "smsp__inst_executed_op_global_ld.sum",  # LDG instructions
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "smsp__inst_executed.sum",
+    "gpu__time_duration.sum",
+)
+NCU_EXTRA = (
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+    "smsp__inst_executed_pipe_fma.sum",
+    *(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALLS),
+)
+
+
+def _kernels_gemm():
+    """The module fullpipe.kernels.gemm (``fullpipe.kernels.gemm`` the attribute is the function)."""
+    import importlib
+
+    return importlib.import_module("..kernels.gemm", __package__)
 
 
 def device_info(dev: Any) -> dict[str, Any]:
@@ -69,11 +122,26 @@ def tflops(m: int, n: int, k: int, ms: float) -> float:
     return 2.0 * m * n * k / (ms * 1e-3) / 1e12
 
 
+def _fits(cfg: Any) -> bool:
+    """Whether a wmma config is valid (e.g. its shared memory fits); stage sweeps skip the rest."""
+    try:
+        cfg.validate()
+        return True
+    except ValueError:
+        return False
+
+
+def _row(size, kernel, stages=None, tf=None, vs="-", ratio=None, ms=None, sp=None, err=None, config=None):
+    # Every row has the same keys: the console table takes its columns from the first.
+    return {"size": size, "kernel": kernel, "stages": stages, "config": config, "TFLOP/s": tf, "vs": vs,
+            "ratio": ratio, "ms": ms, "spread": sp, "rel_err": err}
+
+
 def run(ctx: Context) -> Result:
     import torch
 
     from ..cuda.streams import create_stream
-    from ..kernels import gemm
+    G = _kernels_gemm()
 
     dev = ctx.device
     stream = create_stream(dev)
@@ -83,13 +151,15 @@ def run(ctx: Context) -> Result:
     metrics: dict[str, Any] = {}
     notes: list[str] = []
     failures: list[str] = []
-    steps = len(sizes) * (3 + len(FP32_KERNELS) + 2 * len(WMMA_STAGES))
+    wmma_default = G.wmma_config(None)
+    wmma_stages = [s for s in WMMA_STAGES if _fits(wmma_default.with_stages(s))]
+    steps = len(sizes) * (3 + len(FP32_KERNELS) + len(G.DB_ONE_BLOCK_STAGES) + 2 * len(wmma_stages)) + 4 + 1
     done = 0
 
     def tick(msg: str) -> None:
         nonlocal done
         done += 1
-        ctx.progress(done / steps, msg)
+        ctx.progress(min(done / steps, 1.0), msg)
 
     def timed(fn) -> tuple[float, float]:
         ts = time_on_stream(fn, stream, warmup=2, repeat=repeat)
@@ -116,51 +186,95 @@ def run(ctx: Context) -> Result:
                     refs[dt] = (a.float() @ b.float()) if dt != "float32" else (a @ b)
                     ms, sp = timed(lambda a=a, b=b: torch.matmul(a, b))
                 cublas[dt] = tflops(n, n, n, ms)
-                rows.append({"size": n, "kernel": f"cuBLAS {dt}", "stages": None, "TFLOP/s": cublas[dt],
-                             "vs": "-", "ratio": None, "ms": ms, "spread": sp, "rel_err": None})
+                rows.append(_row(n, f"cuBLAS {dt}", tf=cublas[dt], ms=ms, sp=sp))
                 metrics[f"cublas_{dt}_{n}_tflops"] = cublas[dt]
                 tick(f"{n}: cuBLAS {dt}")
 
-            def measure(label: str, dt: str, variant: str, stages: int | None) -> float | None:
-                a, b = inputs[dt]
+            def measure(label: str, dt: str, fn, stages: int | None, config: str | None = None,
+                        bound: tuple[str, float] | None = None) -> float | None:
+                """Check ``fn()`` (which writes ``out``) against cuBLAS, then time it."""
                 with torch_on(stream):
                     out.fill_(float("nan"))  # poison, in stream order
-                gemm(a, b, variant=variant, stages=stages, stream=stream, out=out)
+                fn()
                 stream.sync()
                 err = rel_error(out, refs[dt])
                 tol = 1e-4 if dt == "float32" else 1e-2
-                bound_dt = dt
+                vs, ref_tf = bound or (f"cuBLAS {dt}", cublas[dt])
                 if not err < tol:  # NaN fails too
-                    failures.append(f"{label} at {n}: relative error {err:.3e} vs cuBLAS (tolerance {tol:g})")
-                    rows.append({"size": n, "kernel": label, "stages": stages, "TFLOP/s": None,
-                                 "vs": f"cuBLAS {bound_dt}", "ratio": None, "ms": None, "spread": None,
-                                 "rel_err": err})
+                    failures.append(f"{label} s{stages} {config or ''} at {n}: relative error {err:.3e} vs cuBLAS "
+                                    f"(tolerance {tol:g})")
+                    rows.append(_row(n, label, stages, vs=vs, err=err, config=config))
                     return None
-                ms, sp = timed(lambda: gemm(a, b, variant=variant, stages=stages, stream=stream, out=out))
+                ms, sp = timed(fn)
                 tf = tflops(n, n, n, ms)
-                rows.append({"size": n, "kernel": label, "stages": stages, "TFLOP/s": tf,
-                             "vs": f"cuBLAS {bound_dt}", "ratio": tf / cublas[bound_dt], "ms": ms, "spread": sp,
-                             "rel_err": err})
-                metrics[f"{label}_s{stages}_{n}_tflops" if stages else f"{label}_{n}_tflops"] = tf
+                rows.append(_row(n, label, stages, tf, vs, tf / ref_tf, ms, sp, err, config))
                 return tf
 
             for variant, stages in FP32_KERNELS:
-                measure(variant, "float32", variant, stages)
+                a, b = inputs["float32"]
+                tf = measure(variant, "float32",
+                             lambda a=a, b=b, v=variant, s=stages: G.gemm(a, b, variant=v, stages=s, stream=stream, out=out),
+                             stages)
+                if tf is not None:
+                    metrics[f"{variant}_s{stages}_{n}_tflops" if stages else f"{variant}_{n}_tflops"] = tf
                 tick(f"{n}: {variant} s{stages}")
+            # double_buffer built for one block per SM (more registers): same code, other build.
+            for stages in G.DB_ONE_BLOCK_STAGES:
+                a, b = inputs["float32"]
+                p = G.plan_double_buffer_one_block(n, n, n, stages)
+                tf = measure("double_buffer" if DB_ONE_BLOCK_IN_CLAIMS else "double_buffer b1", "float32",
+                             lambda p=p, a=a, b=b: G.launch_plan(p, a.data_ptr(), b.data_ptr(), out.data_ptr(), n, n,
+                                                                 n, stream=stream, device_index=a.device.index or 0),
+                             stages, config=DB_ONE_BLOCK_CONFIG)
+                if tf is not None:
+                    metrics[f"double_buffer_s{stages}_b1_{n}_tflops"] = tf
+                tick(f"{n}: double_buffer s{stages} b1")
             for dt in ("float16", "bfloat16"):
-                for stages in WMMA_STAGES:
-                    measure(f"wmma {dt}", dt, "wmma", stages)
+                a, b = inputs[dt]
+                for stages in wmma_stages:
+                    cfg = wmma_default.with_stages(stages)
+                    tf = measure(f"wmma {dt}", dt,
+                                 lambda a=a, b=b, c=cfg: G.gemm(a, b, variant="wmma", config=c, stream=stream, out=out),
+                                 stages, config=cfg.name)
+                    if tf is not None:
+                        metrics[f"wmma {dt}_s{stages}_{n}_tflops"] = tf
                     tick(f"{n}: wmma {dt} s{stages}")
+
+            # Equal occupancy: tiled and double_buffer with one block per SM each.
+            if n == FORCED_SIZE:
+                a, b = inputs["float32"]
+                base = None
+                for variant, stages in [("tiled", None), ("double_buffer", 2), ("double_buffer", 3),
+                                        ("double_buffer", 4)]:
+                    p = G.plan(variant, n, n, n, "float32", stages=stages)
+
+                    def forced(p=p, a=a, b=b):
+                        G.launch_plan(p, a.data_ptr(), b.data_ptr(), out.data_ptr(), n, n, n, stream=stream,
+                                      device_index=a.device.index or 0, shared_mem=FORCED_ONE_BLOCK_SMEM)
+
+                    label = f"{variant} @1 block/SM"
+                    tf = measure(label, "float32", forced, stages,
+                                 bound=("tiled @1 block/SM", base) if base else ("cuBLAS float32", cublas["float32"]))
+                    if tf is not None:
+                        key = f"forced1_{variant}" + (f"_s{stages}" if stages else "") + f"_{n}_tflops"
+                        metrics[key] = tf
+                        if variant == "tiled":
+                            base = tf
+                    tick(f"{n}: {label} s{stages}")
             del a32, b32, inputs, refs, out
             torch.cuda.empty_cache()
 
     # Claims, at the largest size.
     big = sizes[-1]
 
-    def best(prefix: str) -> tuple[float | None, int | None]:
+    def best(prefix: str, size: int = big) -> tuple[float | None, int | None]:
         cands = [(r["TFLOP/s"], r["stages"]) for r in rows
-                 if r["size"] == big and r["kernel"] == prefix and r["TFLOP/s"] is not None]
+                 if r["size"] == size and r["kernel"] == prefix and r["TFLOP/s"] is not None]
         return max(cands, default=(None, None), key=lambda c: c[0])
+
+    def best_config(prefix: str, size: int = big) -> str | None:
+        cands = [r for r in rows if r["size"] == size and r["kernel"] == prefix and r["TFLOP/s"] is not None]
+        return max(cands, key=lambda r: r["TFLOP/s"])["config"] if cands else None
 
     tiled, _ = best("tiled")
     db, db_s = best("double_buffer")
@@ -178,21 +292,63 @@ def run(ctx: Context) -> Result:
         ("wmma bf16 / cuBLAS bf16", wmbf / cub["bfloat16"] if wmbf else None, 0.4),
     ]
     for name, value, target in checks:
-        rows.append({"size": big, "kernel": f"claim: {name}", "stages": None, "TFLOP/s": None,
-                     "vs": f">= {target}", "ratio": value, "ms": None, "spread": None,
-                     "rel_err": None, })
+        rows.append(_row(big, f"claim: {name}", vs=f">= {target}", ratio=value))
         metrics[f"claim {name}"] = value
         if value is not None:
             notes.append(f"{name} = {value:.2f} (target >= {target}): {'met' if value >= target else 'NOT met'}")
-    notes.append(f"best stages at {big}: double_buffer {db_s}, warp_specialized {ws_s}, wmma fp16 {wm16_s}")
-    if ws and db and ws < db:
+    db_cfg = best_config("double_buffer")
+    notes.append(f"best stages at {big}: double_buffer {db_s}" + (f" ({db_cfg})" if db_cfg else " (2 blocks/SM build)")
+                 + f", warp_specialized {ws_s}, wmma fp16 {wm16_s} "
+                 f"(wmma tiling {wmma_default.name} with the stage count swept; scripts/gemm-sweep times every "
+                 "candidate tiling)")
+
+    notes.append(f"double_buffer rows with config '{DB_ONE_BLOCK_CONFIG}' are the same kernel built with "
+                 "__launch_bounds__(256, 1): up to 255 registers (vs 128 for two blocks per SM), which the compiler "
+                 "spends on keeping the next k-step's operands in registers; "
+                 + ("the claims take the faster build" if DB_ONE_BLOCK_IN_CLAIMS else "they are left out of the claims"))
+    # Equal occupancy: what double buffering does inside one block.
+    f_tiled = metrics.get(f"forced1_tiled_{FORCED_SIZE}_tflops")
+    f_db = [(metrics[k], k) for k in metrics if k.startswith("forced1_double_buffer_")]
+    if f_tiled and f_db:
+        top, key = max(f_db)
+        metrics["forced1_double_buffer_over_tiled"] = top / f_tiled
         notes.append(
-            "warp_specialized is slower than double_buffer here. Likely why: it runs one 320-thread block per SM "
-            "(8 compute warps; the epilogue buffer makes the block too big for two), while double_buffer fits two "
-            "256-thread blocks per SM (16 compute warps) - the SIMT FMA pipes need those warps to hide shared-memory "
-            "latency; a loader warp saves the compute warps only the copy-issue work, which is small for BK = 16. "
-            "scripts/ncu-kernels shows issue-slot utilization and warp stall reasons for both."
-        )
+            f"@1 block/SM ({FORCED_SIZE}^3; both launched with {FORCED_ONE_BLOCK_SMEM // 1024} KiB of dynamic shared "
+            f"memory, so only one block fits an SM and occupancy is equal, 8 warps/SM): double_buffer "
+            f"{top:.1f} TFLOP/s ({key.split('_')[3]}) = {top / f_tiled:.2f}x tiled {f_tiled:.1f}. Inside one block, "
+            "tiled's SMs idle while a slice loads; the ring keeps the next slices in flight. At the normal 2 blocks/SM "
+            "the scheduler overlaps one block's loads with the other block's math, so tiled already hides most of it.")
+
+    # ncu evidence (optional, bounded).
+    ncu_res: dict[str, Any] | None = None
+    if os.environ.get("FULLPIPE_NO_NCU") == "1":
+        notes.append("ncu skipped (FULLPIPE_NO_NCU=1)")
+    else:
+        ctx.progress(min(done / steps, 0.97), "ncu")
+        ncu_res = ncu_evidence(NCU_SIZE, device_index=getattr(dev, "index", 0) or 0, db_stages=db_s or 3,
+                               ws_stages=ws_s or 4, wmma=wmma_default.name,
+                               db_one_block=best_config("double_buffer") == DB_ONE_BLOCK_CONFIG)
+        if ncu_res["error"] and not ncu_res["per_kernel"]:
+            notes.append(f"ncu evidence not available: {ncu_res['error']}")
+        else:
+            if ncu_res["error"]:
+                notes.append(f"ncu: {ncu_res['error']}")
+            rows.extend(ncu_rows(ncu_res))
+            metrics.update(ncu_metrics(ncu_res))
+    tick("ncu")
+
+    if ws and db and ws < db:
+        ev = ws_vs_db_evidence(ncu_res)
+        notes.append(
+            "warp_specialized is slower than double_buffer here. Structure: one 320-thread block per SM (8 compute "
+            "warps; the C epilogue buffer makes the block too big for two), while double_buffer runs two 256-thread "
+            "blocks per SM (16 math warps): the SIMT FMA pipes need those warps to hide shared-memory latency, and a "
+            "loader warp saves the math warps only the copy-issue work, which is small for BK = 16. "
+            + (ev if ev else "ncu evidence: not measured (see the ncu note); scripts/ncu-kernels shows it."))
+    elif ncu_res and ncu_res.get("per_kernel"):
+        ev = ws_vs_db_evidence(ncu_res)
+        if ev:
+            notes.append(ev)
     if big < 8192:
         notes.append("quick mode: the 8192^3 targets are checked at 4096^3")
     notes.append("cuBLAS fp32 with TF32 off; our wmma kernels write fp32 C, cuBLAS fp16/bf16 write fp16/bf16 C")
@@ -219,7 +375,9 @@ def run(ctx: Context) -> Result:
         claim=CLAIM,
         verdict=verdict,
         device=device_info(dev),
-        params={"sizes": list(sizes), "repeat": repeat, "quick": ctx.quick, "layout": "row-major A(M,K) B(K,N)"},
+        params={"sizes": list(sizes), "repeat": repeat, "quick": ctx.quick, "layout": "row-major A(M,K) B(K,N)",
+                "wmma_config": wmma_default.name, "forced_one_block_smem": FORCED_ONE_BLOCK_SMEM,
+                "ncu_size": NCU_SIZE},
         metrics=metrics,
         bound=Bound(f"cuBLAS fp16 {big}^3", cub["float16"], "TFLOP/s"),
         ratio=(wm16 / cub["float16"]) if wm16 else None,
@@ -227,6 +385,232 @@ def run(ctx: Context) -> Result:
         notes=notes,
         figures=figures,
     )
+
+
+# --------------------------------------------------------------------------- ncu
+def find_ncu() -> str | None:
+    for cand in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
+    """{kernel name: {metric: value}} from ``ncu --csv`` output (other lines ignored)."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if len(r) > 5]
+    hdr = next((r for r in rows if "Kernel Name" in r and "Metric Name" in r), None)
+    if hdr is None:
+        return {}
+    k, name, val = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
+    per: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r is hdr or len(r) <= max(k, name, val):
+            continue
+        try:
+            v = float(r[val].replace(",", ""))
+        except ValueError:
+            continue
+        kern = r[k].split("(")[0].strip()
+        per.setdefault(kern, {})[r[name]] = v  # one launch per kernel
+    return per
+
+
+def ncu_evidence(size: int = NCU_SIZE, *, device_index: int = 0, db_stages: int = 3, ws_stages: int = 4,
+                 wmma: str | None = None, db_one_block: bool = False, timeout_s: float = NCU_TIMEOUT_S,
+                 ncu: str | None = None) -> dict[str, Any]:
+    """Profile tiled / double_buffer / warp_specialized / wmma fp16 once each at size^3
+    under ncu, in a child process; never raises, never takes longer than ``timeout_s``.
+
+    Returns ``{"size", "per_kernel": {kernel: {metric: value}}, "labels": {kernel: label},
+    "metrics", "seconds", "command", "error"}``; ``error`` is None when it worked.
+    The full metric set is tried first; if ncu rejects it, the core set alone.
+    """
+    G = _kernels_gemm()
+
+    t0 = time.perf_counter()
+    wmma = wmma or G.WMMA_DEFAULT
+    labels = ncu_labels(db_stages, ws_stages, wmma, db_one_block)
+    res: dict[str, Any] = {"size": size, "per_kernel": {}, "labels": labels, "metrics": [], "seconds": None,
+                           "command": None, "error": None}
+    ncu = ncu or find_ncu()
+    if ncu is None:
+        res["error"] = "ncu not found (install Nsight Compute or set NCU=/path/to/ncu)"
+        return res
+    import fullpipe
+
+    env = dict(os.environ)  # the profiled process imports this very fullpipe
+    src = os.path.dirname(os.path.dirname(os.path.abspath(fullpipe.__file__)))
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["FULLPIPE_NO_NCU"] = "1"
+    child = [sys.executable, "-m", "fullpipe.experiments.gemm", "--ncu-child", "--size", str(size), "--device",
+             str(device_index), "--db-stages", str(db_stages), "--ws-stages", str(ws_stages), "--wmma", wmma]
+    if db_one_block:
+        child.append("--db-one-block")
+    last = ""
+    for metric_set in (NCU_CORE + NCU_EXTRA, NCU_CORE):
+        left = timeout_s - (time.perf_counter() - t0)
+        if left < 10:
+            res["error"] = (res["error"] or "") + f" (no time left within {timeout_s:.0f} s)"
+            break
+        cmd = [ncu, "--clock-control", "none", "--print-units", "base", "--csv", "--metrics", ",".join(metric_set),
+               "--kernel-name", "regex:^gemm_(tiled|double_buffer|warp_specialized|wmma)_", *child]
+        res["command"] = " ".join(cmd)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=left, env=env)
+        except subprocess.TimeoutExpired:
+            res["error"] = f"ncu did not finish within {timeout_s:.0f} s"
+            break
+        except OSError as exc:
+            res["error"] = f"ncu could not run: {exc}"
+            break
+        per = parse_ncu_csv(p.stdout)
+        if per:
+            res["per_kernel"], res["metrics"], res["error"] = per, list(metric_set), None
+            if "BAD" in p.stderr:
+                res["error"] = "a kernel gave a wrong result under ncu"
+            break
+        last = " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
+        res["error"] = f"ncu exit {p.returncode}, no metric rows: {last}"
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def ncu_labels(db_stages: int, ws_stages: int, wmma: str | None, db_one_block: bool = False) -> dict[str, str]:
+    """Kernel symbol -> table label, for the kernels the ncu child runs."""
+    G = _kernels_gemm()
+
+    cfg = G.wmma_config(wmma)
+    b1 = "_b1" if db_one_block else ""
+    return {"gemm_tiled_f32": "tiled", f"gemm_double_buffer_s{db_stages}{b1}": f"double_buffer s{db_stages}{b1}",
+            f"gemm_warp_specialized_s{ws_stages}": f"warp_specialized s{ws_stages}",
+            f"gemm_wmma_f16_s{cfg.stages}": f"wmma float16 {cfg.name}"}
+
+
+def _derived(m: dict[str, float]) -> dict[str, float | None]:
+    lg, ld = m.get("smsp__inst_executed_op_ldgsts.sum"), m.get("smsp__inst_executed_op_global_ld.sum")
+    fma, inst = m.get("smsp__inst_executed_pipe_fma.sum"), m.get("smsp__inst_executed.sum")
+    d: dict[str, float | None] = {
+        "async_load_share": lg / (lg + ld) if lg is not None and ld is not None and lg + ld > 0 else None,
+        "tensor_pipe_pct": m.get("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
+        "fma_pipe_pct": m.get("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+        "issue_active_pct": m.get("smsp__issue_active.avg.pct_of_peak_sustained_active"),
+        "warps_active_pct": m.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
+        "fma_inst_share": fma / inst if fma is not None and inst else None,
+        "ms": m["gpu__time_duration.sum"] * 1e-6 if "gpu__time_duration.sum" in m else None,
+    }
+    for r in STALLS:
+        d[f"stall_{r}"] = m.get(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio")
+    return d
+
+
+def _top_stalls(d: dict[str, float | None], n: int = 3) -> str:
+    st = sorted(((v, k[6:]) for k, v in d.items() if k.startswith("stall_") and v is not None), reverse=True)
+    return ", ".join(f"{name} {v:.2f}" for v, name in st[:n])
+
+
+def _summary(d: dict[str, float | None]) -> str:
+    def pct(x):
+        return "-" if x is None else f"{x:.0f}%"
+
+    parts = [f"async loads {'-' if d['async_load_share'] is None else format(d['async_load_share'], '.2f')}",
+             f"tensor {pct(d['tensor_pipe_pct'])}", f"fma {pct(d['fma_pipe_pct'])}",
+             f"issue {pct(d['issue_active_pct'])}", f"warps {pct(d['warps_active_pct'])}"]
+    top = _top_stalls(d)
+    if top:
+        parts.append(f"stalls/issue: {top}")
+    return "; ".join(parts)
+
+
+def ncu_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for kern, label in res["labels"].items():
+        m = res["per_kernel"].get(kern)
+        if m is None:
+            continue
+        d = _derived(m)
+        rows.append(_row(res["size"], f"ncu: {label}", ms=d["ms"], config=_summary(d),
+                         vs="ratio = LDGSTS share of global loads", ratio=d["async_load_share"]))
+    return rows
+
+
+def ncu_metrics(res: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"ncu_size": res["size"]}
+    for kern, label in res["labels"].items():
+        m = res["per_kernel"].get(kern)
+        if m is None:
+            continue
+        for k, v in _derived(m).items():
+            if v is not None:
+                out[f"ncu_{label.split()[0]}_{k}"] = v
+    return out
+
+
+def ws_vs_db_evidence(res: dict[str, Any] | None) -> str:
+    """A sentence comparing warp_specialized with double_buffer under ncu ("" if not measured)."""
+    if not res or not res.get("per_kernel"):
+        return ""
+    by_label = {label.split()[0]: res["per_kernel"].get(kern) for kern, label in res["labels"].items()}
+    ws, db = by_label.get("warp_specialized"), by_label.get("double_buffer")
+    if not ws or not db:
+        return ""
+    w, d = _derived(ws), _derived(db)
+
+    def f(x, spec=".0f", suffix="%"):
+        return "-" if x is None else format(x, spec) + suffix
+
+    return (f"ncu at {res['size']}^3, warp_specialized vs double_buffer: issue slots used {f(w['issue_active_pct'])} "
+            f"vs {f(d['issue_active_pct'])}, warps active {f(w['warps_active_pct'])} vs {f(d['warps_active_pct'])}, "
+            f"FMA pipe {f(w['fma_pipe_pct'])} vs {f(d['fma_pipe_pct'])}, FMA share of instructions "
+            f"{f(w['fma_inst_share'], '.2f', '')} vs {f(d['fma_inst_share'], '.2f', '')} (8 of 10 warps issue FFMA in "
+            f"warp_specialized, all warps in double_buffer); top stalls per issue: ws {_top_stalls(w) or '-'}; "
+            f"db {_top_stalls(d) or '-'}")
+
+
+def _ncu_child(argv: list[str]) -> int:
+    """Run each profiled kernel once (``python -m fullpipe.experiments.gemm --ncu-child``).
+    Prints to stderr only: stdout belongs to ncu's CSV."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ncu-child", action="store_true")
+    ap.add_argument("--size", type=int, default=NCU_SIZE)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--db-stages", type=int, default=3)
+    ap.add_argument("--ws-stages", type=int, default=4)
+    ap.add_argument("--wmma", default=None)
+    ap.add_argument("--db-one-block", action="store_true", help="the double_buffer build for 1 block/SM")
+    args = ap.parse_args(argv)
+    import torch
+
+    from ..cuda.device import Device
+    from ..cuda.streams import create_stream
+    G = _kernels_gemm()
+
+    torch.cuda.set_device(args.device)
+    stream = create_stream(Device(args.device))
+    n = args.size
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    ref = a.double() @ b.double()
+    cases = [("tiled", None, a, b), ("double_buffer", args.db_stages, a, b),
+             ("warp_specialized", args.ws_stages, a, b), ("wmma", None, a.half(), b.half())]
+    bad = 0
+    for variant, stages, x, y in cases:
+        out = torch.full((n, n), float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        if variant == "double_buffer" and args.db_one_block:
+            p = G.plan_double_buffer_one_block(n, n, n, stages)
+            G.launch_plan(p, x.data_ptr(), y.data_ptr(), out.data_ptr(), n, n, n, stream=stream,
+                          device_index=args.device)
+        else:
+            kw = {"config": args.wmma} if variant == "wmma" else {"stages": stages}
+            G.gemm(x, y, variant=variant, stream=stream, out=out, **kw)
+        stream.sync()
+        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        ok = err < (1e-2 if variant == "wmma" else 1e-4)
+        bad += not ok
+        print(f"{'ok ' if ok else 'BAD'} {variant} {stages} rel err {err:.2e}", file=sys.stderr, flush=True)
+    return 1 if bad else 0
 
 
 def _figure(rows: list[dict[str, Any]], size: int, out_dir) -> str:
@@ -249,3 +633,7 @@ def _figure(rows: list[dict[str, Any]], size: int, out_dir) -> str:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":
+    sys.exit(_ncu_child(sys.argv[1:]))

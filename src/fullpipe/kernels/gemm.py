@@ -14,13 +14,19 @@ variant             inputs      technique
 tiled               float32     shared tiles, load -> __syncthreads -> compute
 double_buffer       float32     cuda::pipeline ring of 2/3/4 stages (memcpy_async)
 warp_specialized    float32     loader warp -> compute warps -> storer warp
-wmma                fp16/bf16   tensor cores (wmma) fed by a 3/4-stage cp.async ring
+wmma                fp16/bf16   tensor cores (wmma) fed by a 2-5-stage cp.async ring
 ==================  ==========  =================================================
 
 Any M, N, K >= 1 for the float32 variants (16-byte copies when K and N are
 multiples of 4 and the pointers 16-byte aligned, element copies otherwise).
 ``wmma`` needs K and N multiples of 8 and 16-byte aligned pointers.
 The kernel is enqueued on ``stream`` and the call returns at once.
+
+``wmma`` tiles are compile-time constants: a :class:`WmmaConfig` (block tile,
+K-slice, warp tile, stages, blocks per SM) becomes ``-D`` macros for NVRTC, one
+cached cubin per tile. ``config=`` picks one of :data:`WMMA_CONFIGS` by name or
+takes a WmmaConfig; without it :data:`WMMA_DEFAULT` is used (scripts/gemm-sweep
+times them all on a GPU).
 """
 
 from __future__ import annotations
@@ -40,8 +46,148 @@ FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)
 FP32_STAGE_BYTES = (128 * 20 + 16 * 128) * 4  # one ring buffer: As[128][20] + Bs[16][128] floats
 WS_EPILOGUE_BYTES = 128 * 132 * 4  # warp_specialized: the C tile handed to the storer warp
 WS_THREADS = 320  # 1 loader warp + 8 compute warps + 1 storer warp
-WMMA_TILE = (128, 256)
-WMMA_STAGE_BYTES = (128 * 40 + 32 * 264) * 2  # As[128][40] + Bs[32][264] 16-bit elements
+MAX_BLOCK_SHARED = 227 * 1024  # dynamic shared memory one block may have (sm_80 .. sm_90)
+MAX_SM_SHARED = 228 * 1024  # shared memory of one SM (sm_90); each resident block also costs 1 KiB
+MAX_SM_REGISTERS = 65536
+
+
+@dataclasses.dataclass(frozen=True)
+class WmmaConfig:
+    """One compile-time tiling of gemm_wmma.cu.
+
+    Block tile ``bm x bn``, K-slice ``bk``, warp tile ``wm x wn`` (so
+    ``(bm/wm) * (bn/wn)`` warps), ``stages`` ring buffers, ``min_blocks`` for
+    ``__launch_bounds__`` (2: registers capped so that two blocks share an SM),
+    ``prefetch``: fragments of the next K-step loaded during the current MMAs
+    (False builds the plain loop, kept for comparison).
+    """
+
+    bm: int = 128
+    bn: int = 256
+    bk: int = 32
+    wm: int = 64
+    wn: int = 64
+    stages: int = 4
+    min_blocks: int = 1
+    prefetch: bool = True
+
+    SKEW = 8  # elements of padding per shared row (keeps ldmatrix conflict-free)
+
+    @property
+    def name(self) -> str:
+        n = f"{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}_s{self.stages}"
+        if self.min_blocks != 1:
+            n += f"_b{self.min_blocks}"
+        return n + ("" if self.prefetch else "_noprefetch")
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def stage_bytes(self) -> int:
+        """One ring buffer: As[bm][bk+8] + Bs[bk][bn+8], 16-bit elements."""
+        return (self.bm * (self.bk + self.SKEW) + self.bk * (self.bn + self.SKEW)) * 2
+
+    @property
+    def shared_mem(self) -> int:
+        return self.stages * self.stage_bytes
+
+    def with_stages(self, stages: int) -> "WmmaConfig":
+        return dataclasses.replace(self, stages=stages)
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        """The -D macros of gemm_wmma.cu (the stage count picks the kernel, not a macro)."""
+        return (("WMMA_BM", self.bm), ("WMMA_BN", self.bn), ("WMMA_BK", self.bk), ("WMMA_WM", self.wm),
+                ("WMMA_WN", self.wn), ("WMMA_MIN_BLOCKS", self.min_blocks), ("WMMA_PREFETCH", int(self.prefetch)))
+
+    def validate(self) -> "WmmaConfig":
+        """Raise ValueError naming the broken constraint (the same ones the .cu asserts)."""
+        for f in ("bm", "bn", "bk", "wm", "wn", "stages", "min_blocks"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"WmmaConfig.{f} must be a positive int, got {v!r}")
+        if self.wm % 16 or self.wn % 16:
+            raise ValueError(f"warp tile {self.wm}x{self.wn}: wm and wn must be multiples of 16 (wmma fragments are 16x16)")
+        if self.bm % self.wm or self.bn % self.wn:
+            raise ValueError(f"block tile {self.bm}x{self.bn} must be a whole number of {self.wm}x{self.wn} warp tiles")
+        if self.bk % 32:
+            raise ValueError(f"bk = {self.bk} must be a multiple of 32 (an even number of 16-deep wmma K-steps)")
+        if self.threads > 1024:
+            raise ValueError(f"{self.warps} warps = {self.threads} threads: a block has at most 1024 threads")
+        a_cols, b_cols = self.bk // 8, self.bn // 8  # 16-byte chunks per row of As / Bs
+        if self.threads % a_cols or (self.bm * a_cols) % self.threads:
+            raise ValueError(f"the A slice ({self.bm}x{self.bk}) does not split into 16-byte chunks evenly over "
+                             f"{self.threads} threads")
+        if self.threads % b_cols or (self.bk * b_cols) % self.threads:
+            raise ValueError(f"the B slice ({self.bk}x{self.bn}) does not split into 16-byte chunks evenly over "
+                             f"{self.threads} threads")
+        if not 2 <= self.stages <= 5:
+            raise ValueError(f"stages must be one of (2, 3, 4, 5) for variant 'wmma', got {self.stages!r}")
+        if self.min_blocks not in (1, 2):
+            raise ValueError(f"min_blocks must be 1 or 2, got {self.min_blocks!r}")
+        if self.shared_mem > MAX_BLOCK_SHARED:
+            raise ValueError(
+                f"wmma config {self.name} needs {self.shared_mem} bytes of shared memory, more than the "
+                f"{MAX_BLOCK_SHARED} a block can have: use fewer stages or a smaller tile")
+        if self.min_blocks * (self.shared_mem + 1024) > MAX_SM_SHARED:
+            raise ValueError(
+                f"wmma config {self.name}: {self.min_blocks} blocks of {self.shared_mem} bytes of shared memory "
+                f"do not fit one SM ({MAX_SM_SHARED} bytes): use fewer stages or min_blocks=1")
+        if self.warps * 16 * (self.wn + 4) * 4 > 2 * self.stage_bytes:
+            raise ValueError(f"wmma config {self.name}: the epilogue strips do not fit in the ring")
+        return self
+
+
+# Candidate tilings for Hopper (mma.sync-class tensor cores through wmma), timed by
+# scripts/gemm-sweep. Three ways to keep the tensor pipes fed:
+# - ILP: one 8-warp block per SM, 64x64 warp tiles (4x4 accumulator fragments, 128
+#   fp32 accumulators per thread, ~240 registers), next K-step's fragments prefetched;
+# - two blocks per SM ("_b2"): one block's barrier and wait are covered by the other's MMAs;
+# - TLP: 16 warps per SM with 64x32 warp tiles (<= 128 registers, so no fragment prefetch).
+WMMA_CANDIDATES: tuple[WmmaConfig, ...] = (
+    WmmaConfig(128, 256, 32, 64, 64, stages=4),
+    WmmaConfig(128, 256, 32, 64, 64, stages=3),
+    WmmaConfig(128, 256, 64, 64, 64, stages=3),
+    WmmaConfig(128, 256, 64, 64, 64, stages=4),
+    WmmaConfig(256, 128, 32, 64, 64, stages=4),
+    WmmaConfig(256, 128, 64, 64, 64, stages=3),
+    WmmaConfig(128, 128, 32, 64, 64, stages=4, min_blocks=2),
+    WmmaConfig(128, 128, 32, 64, 64, stages=5, min_blocks=2),
+    WmmaConfig(128, 128, 64, 64, 64, stages=3, min_blocks=2),
+    WmmaConfig(128, 256, 32, 64, 32, stages=4, prefetch=False),
+    WmmaConfig(128, 256, 64, 64, 32, stages=3, prefetch=False),
+    WmmaConfig(128, 128, 32, 64, 32, stages=4, min_blocks=2, prefetch=False),
+    WmmaConfig(128, 256, 32, 64, 64, stages=4, prefetch=False),  # last session's loop (279 TFLOP/s fp16 on H200)
+)
+WMMA_CONFIGS: dict[str, WmmaConfig] = {c.name: c for c in WMMA_CANDIDATES}
+# The default wmma tiling. After scripts/gemm-sweep on the target GPU, set this to the
+# fastest name in the sweep's table: nothing else needs to change.
+WMMA_DEFAULT = "128x256x64_w64x64_s3"
+
+
+def wmma_config(config: "str | WmmaConfig | None" = None, stages: int | None = None) -> WmmaConfig:
+    """The validated WmmaConfig for ``config`` (a name in WMMA_CONFIGS, a WmmaConfig or
+    None for WMMA_DEFAULT), with ``stages`` overriding its stage count."""
+    if config is None:
+        config = WMMA_DEFAULT
+    if isinstance(config, str):
+        if config not in WMMA_CONFIGS:
+            raise ValueError(f"unknown wmma config {config!r}; choose one of {', '.join(WMMA_CONFIGS)} "
+                             "or pass a fullpipe.kernels.gemm.WmmaConfig")
+        config = WMMA_CONFIGS[config]
+    if not isinstance(config, WmmaConfig):
+        raise TypeError(f"config must be a wmma config name or a WmmaConfig, got {type(config).__name__}")
+    if stages is not None:
+        if not isinstance(stages, (int, np.integer)) or stages not in (2, 3, 4, 5):
+            raise ValueError(f"stages must be one of (2, 3, 4, 5) for variant 'wmma', got {stages!r}")
+        config = config.with_stages(int(stages))
+    return config.validate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +205,8 @@ VARIANTS: dict[str, Variant] = {
     "warp_specialized": Variant(
         "warp_specialized", "kernels/gemm_warp_specialized.cu", ("float32",), (2, 3, 4), 4
     ),
-    "wmma": Variant("wmma", "kernels/gemm_wmma.cu", ("float16", "bfloat16"), (3, 4), 4),
+    # wmma: the stage count comes with the config (WMMA_DEFAULT); `stages=` overrides it.
+    "wmma": Variant("wmma", "kernels/gemm_wmma.cu", ("float16", "bfloat16"), (2, 3, 4, 5), None),
 }
 
 
@@ -72,6 +219,7 @@ class LaunchPlan:
     grid: tuple[int, ...]
     block: int
     shared_mem: int
+    defines: tuple[tuple[str, int], ...] = ()  # -D macros the source is compiled with
 
 
 def _ceil(a: int, b: int) -> int:
@@ -88,10 +236,12 @@ def plan(
     stages: int | None = None,
     aligned: bool = True,
     sm_count: int = 132,
+    config: "str | WmmaConfig | None" = None,
 ) -> LaunchPlan:
     """Choose the kernel and launch shape, or raise ValueError naming the constraint.
 
     ``aligned``: all pointers are 16-byte aligned. ``sm_count`` sizes persistent grids.
+    ``config``: the wmma tiling (name or WmmaConfig; None = WMMA_DEFAULT).
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
@@ -107,6 +257,8 @@ def plan(
             + ("use variant='wmma' for float16/bfloat16" if dtype in ("float16", "bfloat16") else
                "convert the inputs (e.g. a.float()) or pick another variant")
         )
+    if config is not None and variant != "wmma":
+        raise ValueError(f"config= chooses a wmma tiling; variant {variant!r} has none (leave config=None)")
     if stages is None:
         stages = v.default_stages
     elif not v.stages:
@@ -122,9 +274,11 @@ def plan(
             )
         if not aligned:
             raise ValueError("variant 'wmma' needs 16-byte aligned A, B and out (a sliced view is not); copy it")
+        cfg = wmma_config(config, stages)
         tag = "f16" if dtype == "float16" else "bf16"
-        tiles = _ceil(m, WMMA_TILE[0]) * _ceil(n, WMMA_TILE[1])
-        return LaunchPlan(v.source, f"gemm_wmma_{tag}_s{stages}", (tiles,), 256, stages * WMMA_STAGE_BYTES)
+        tiles = _ceil(m, cfg.bm) * _ceil(n, cfg.bn)
+        return LaunchPlan(v.source, f"gemm_wmma_{tag}_s{cfg.stages}", (tiles,), cfg.threads, cfg.shared_mem,
+                          cfg.defines)
 
     vec = aligned and k % 4 == 0 and n % 4 == 0
     suffix = "" if vec else "_scalar"
@@ -144,6 +298,22 @@ def plan(
     )
 
 
+DB_ONE_BLOCK_STAGES = (3, 4)
+
+
+def plan_double_buffer_one_block(m: int, n: int, k: int, stages: int, *, aligned: bool = True) -> LaunchPlan:
+    """The double_buffer kernel built for one block per SM (``gemm_double_buffer_s{S}_b1``:
+    up to 255 registers instead of 128). Same launch shape and shared memory as
+    ``plan("double_buffer", ...)``; vector path only (K, N multiples of 4, aligned)."""
+    if stages not in DB_ONE_BLOCK_STAGES:
+        raise ValueError(f"stages must be one of {DB_ONE_BLOCK_STAGES} for the one-block build, got {stages!r}")
+    p = plan("double_buffer", m, n, k, "float32", stages=stages, aligned=aligned)
+    if p.kernel.endswith("_scalar"):
+        raise ValueError("the one-block build has the 16-byte copy path only: K and N must be multiples of 4 "
+                         "and the pointers 16-byte aligned")
+    return dataclasses.replace(p, kernel=p.kernel + "_b1")
+
+
 @functools.lru_cache(maxsize=None)
 def _device_info(index: int) -> tuple[str, int]:
     from ..cuda.device import Device
@@ -153,13 +323,30 @@ def _device_info(index: int) -> tuple[str, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _module(source: str, arch: str):
-    return compiler.compile_package_kernel(source, arch=arch)
+def _module(source: str, arch: str, defines: tuple[tuple[str, int], ...] = ()):
+    """One compiled module per (source, arch, macros); NVRTC's disk cache is keyed the same way."""
+    return compiler.compile_package_kernel(source, arch=arch, defines=dict(defines))
+
+
+def precompile_wmma(config: "str | WmmaConfig", arch: str) -> str | None:
+    """Compile one wmma tiling (both dtypes, every stage count) into the disk cache,
+    without touching a GPU; returns None, or the error text. Picklable, for process pools."""
+    cfg = wmma_config(config)
+    try:
+        compiler.compile_package_kernel(VARIANTS["wmma"].source, arch=arch, defines=dict(cfg.defines))
+        return None
+    except Exception as exc:  # the caller reports it beside the config
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def module_for(p: LaunchPlan, arch: str):
+    """The compiled module of a plan (usable without a GPU: pass ``arch``)."""
+    return _module(p.source, arch, p.defines)
 
 
 def kernel_for(p: LaunchPlan, device_index: int = 0):
     arch, _ = _device_info(device_index)
-    return _module(p.source, arch).kernel(p.kernel)
+    return module_for(p, arch).kernel(p.kernel)
 
 
 def _check_pair(a: Operand, b: Operand) -> tuple[int, int, int]:
@@ -204,13 +391,15 @@ def gemm(
     stages: int | None = None,
     stream: Any,
     out: Any = None,
+    config: "str | WmmaConfig | None" = None,
 ) -> Any:
     """``out = a @ b`` (float32), enqueued on ``stream``; returns ``out``.
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)
     float32 C-contiguous device array; when None, one of the kind of ``a`` is
-    allocated.
+    allocated. ``config``: wmma only, the tiling (a name in WMMA_CONFIGS or a
+    WmmaConfig; default WMMA_DEFAULT); ``stages`` overrides its stage count.
     """
     if stream is None:
         raise TypeError("stream is required: pass the stream to enqueue the kernel on (fullpipe.cuda.create_stream)")
@@ -219,27 +408,43 @@ def gemm(
     A, B = operand(a, "a"), operand(b, "b")
     m, n, k = _check_pair(A, B)
     # Validate everything that does not need the output before allocating it.
-    plan(variant, m, n, k, A.dtype, stages=stages, aligned=True)
+    plan(variant, m, n, k, A.dtype, stages=stages, aligned=True, config=config)
     s = as_core_stream(stream)
     out, C = output(out, A, (m, n), s)
     aligned = all(x.ptr % 16 == 0 for x in (A, B, C))
     _, sm_count = _device_info(A.device_index)
-    p = plan(variant, m, n, k, A.dtype, stages=stages, aligned=aligned, sm_count=sm_count)
+    p = plan(variant, m, n, k, A.dtype, stages=stages, aligned=aligned, sm_count=sm_count, config=config)
+    launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index)
+    return out
+
+
+def launch_plan(p: LaunchPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
+                device_index: int = 0, shared_mem: int | None = None) -> None:
+    """Enqueue the kernel of ``p`` on ``stream`` for already checked pointers.
+
+    ``shared_mem`` (bytes, >= the plan's) launches with more dynamic shared memory
+    than the kernel uses. The benchmark uses it to force one block per SM for two
+    kernels alike (occupancy is then equal by construction); nothing else should.
+    """
+    smem = p.shared_mem
+    if shared_mem is not None:
+        if shared_mem < p.shared_mem:
+            raise ValueError(f"shared_mem={shared_mem} is less than the {p.shared_mem} bytes {p.kernel} needs")
+        smem = int(shared_mem)
     launch(
-        s,
-        kernel_for(p, A.device_index),
+        as_core_stream(stream),
+        kernel_for(p, device_index),
         p.grid,
         p.block,
-        np.uint64(A.ptr),
-        np.uint64(B.ptr),
-        np.uint64(C.ptr),
+        np.uint64(a_ptr),
+        np.uint64(b_ptr),
+        np.uint64(c_ptr),
         np.int32(m),
         np.int32(n),
         np.int32(k),
-        shared_mem=p.shared_mem,
-        device_index=A.device_index,
+        shared_mem=smem,
+        device_index=device_index,
     )
-    return out
 
 
 def flops(m: int, n: int, k: int) -> float:

@@ -1,27 +1,41 @@
 // Warp-specialized fp32 GEMM: C[M,N] = A[M,K] @ B[K,N], row-major fp32.
 //
-// Technique: permanent roles inside one block, joined by two cuda::pipelines.
+// Technique: permanent roles inside one block, joined by mbarriers (the "full" /
+// "empty" pair of each ring buffer: a producer/consumer handshake in shared memory).
 //
-//   warp 0       LOADER   issues the async copies (cuda::memcpy_async) of each K-slice
-//                         into a ring of STAGES shared buffers          ----+
-//                                                                           | load pipeline
-//   warps 1..8   COMPUTE  wait for a slice, do the 8 x 8-per-thread math,   <---+ (STAGES stages)
-//                         release the slice; at the end of a tile write
-//                         the 128 x 128 C tile to a shared epilogue buffer ----+
-//                                                                              | store pipeline
-//   warp 9       STORER   wait for the C tile, write it to global memory,  <---+ (1 stage)
-//                         release the buffer
+//   warp 0       LOADER   for each K-slice: wait empty[b], start the async copies
+//                         (cuda::memcpy_async) into ring buffer b, and once they have
+//                         landed arrive on full[b]                          ----+
+//                                                                               | load ring
+//   warps 1..8   COMPUTE  wait full[b], do the 8 x 8-per-thread math,       <---+ (STAGES buffers)
+//                         arrive on empty[b]; at the end of a tile: wait
+//                         c_empty, write the 128 x 128 C tile to a shared
+//                         epilogue buffer, arrive on c_full                 ----+
+//                                                                               | store hand-off
+//   warp 9       STORER   wait c_full, write the tile to global memory,     <---+ (1 buffer)
+//                         arrive on c_empty
 //
 // The block is persistent (grid = number of SMs) and walks the C tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ...: so the loader already fetches the next
 // tile's first slices while the compute warps finish this one, and the storer
-// writes tile t while the compute warps work on tile t+1. Loader and storer never
-// wait for each other: each talks to the compute warps through its own pipeline.
+// writes tile t while the compute warps work on tile t+1.
 //
-// Each pipeline is made over the warps that use it (a "warp range" group with its
-// own named barrier), and each thread takes its role with cuda::pipeline_role:
-//   load pipeline : loader = producer, compute = consumer   (threads 0..287)
-//   store pipeline: compute = producer, storer = consumer   (threads 32..319)
+// Phases: slice number `it` (counted over all tiles of the block) lives in buffer
+// b = it % STAGES; it is the (it / STAGES)-th use of that buffer, so waiters wait on
+// parity (it / STAGES) & 1 of full[b] / empty[b]. The loader tracks its own copies
+// with a thread-scope cuda::pipeline (cp.async commit groups) and signals slice
+// it - LAG (LAG = STAGES - 2) after issuing slice it and waiting for that older group:
+// up to LAG + 1 slices are in flight per lane, and the compute warps always find the
+// next slice signalled while they work on the current one. A plain mbarrier arrive
+// (release) after cp.async.wait_group publishes the copies (and the zero-filled edge
+// chunks) to the compute warps' acquiring wait.
+//
+// Why no cuda::pipeline between the roles (the previous version): its producer_commit()
+// makes the barrier track the copies with cp.async.mbarrier.arrive and then arrives
+// again, two arrive operations by one thread on one phase, which compute-sanitizer
+// synccheck reports as "Missing wait" (seen on gemm_double_buffer). Here every thread
+// arrives at most once per phase, and every arrival is waited for by its consumer
+// before the block exits (the drains at the end), so nothing is pending at exit.
 //
 // Tile math: gemm_tiled.cu's (128 x 128 tile, BK = 16, thread tile 8 x 8).
 // Kernels gemm_warp_specialized_s{2,3,4}[_scalar]: 320 threads, dynamic shared memory
@@ -43,21 +57,30 @@ namespace {
 
 using namespace fp_fp32_tile;
 
-// A group of consecutive warps with its own named barrier: what cuda::make_pipeline
-// needs (size, thread_rank, sync) for a pipeline that only some warps share.
-struct WarpRange {
-    unsigned first_thread, threads, barrier_id;
-    __device__ unsigned size() const { return threads; }
-    __device__ unsigned thread_rank() const { return threadIdx.x - first_thread; }
-    __device__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(barrier_id), "r"(threads) : "memory"); }
-};
+// mbarrier helpers (PTX, sm_90). A phase completes when `count` threads have arrived;
+// waiting names the parity of the phase to wait for (the current or the previous one).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {  // release: my writes before it are published
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {  // acquire
+    asm volatile(
+        "{\n .reg .pred done;\n"
+        "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT_%=;\n}"
+        ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
 
 // LOADER: copy one K-slice (A 128 x 16, B 16 x 128 = 1024 float4 chunks) into a ring
 // buffer; 32 lanes, 32 chunks each. Outside the matrices: zeros.
 template <bool VEC>
 __device__ __forceinline__ void load_slice(float* As, float* Bs, const float* __restrict__ A,
                                            const float* __restrict__ B, int M, int N, int K, int bm, int bn, int k0,
-                                           int lane, cuda::pipeline<cuda::thread_scope_block>& pipe) {
+                                           int lane, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
 #pragma unroll 4
     for (int c = lane; c < 512; c += 32) {
         const int gr = bm + c / 4, gk = k0 + (c % 4) * 4;
@@ -106,14 +129,23 @@ __device__ __forceinline__ void store_c_tile(const float* Cs, float* __restrict_
 template <int STAGES, bool VEC>
 __device__ __forceinline__ void gemm_warp_specialized(const float* __restrict__ A, const float* __restrict__ B,
                                                       float* __restrict__ C, int M, int N, int K) {
+    constexpr int LAG = STAGES - 2;  // loader: slices issued but not yet signalled
     extern __shared__ __align__(16) float smem[];
-    float* ring = smem;                          // STAGES x (As[128][20], Bs[16][128])
-    float* Cs = smem + STAGES * STAGE_FLOATS;    // epilogue buffer [128][132]
-    __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, STAGES> load_state;
-    __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, 1> store_state;
-
-    const WarpRange load_group{0, 32 * (1 + COMPUTE_WARPS), 1};             // loader + compute
-    const WarpRange store_group{32 * FIRST_COMPUTE_WARP, 32 * (COMPUTE_WARPS + 1), 2};  // compute + storer
+    float* ring = smem;                        // STAGES x (As[128][20], Bs[16][128])
+    float* Cs = smem + STAGES * STAGE_FLOATS;  // epilogue buffer [128][132]
+    __shared__ unsigned long long full[STAGES];   // loader -> compute: slice landed    (32 arrivals)
+    __shared__ unsigned long long empty[STAGES];  // compute -> loader: slice consumed  (256 arrivals)
+    __shared__ unsigned long long c_full;         // compute -> storer: C tile written  (256 arrivals)
+    __shared__ unsigned long long c_empty;        // storer -> compute: C tile stored   (32 arrivals)
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < STAGES; ++b) {
+            mbar_init(&full[b], 32);
+            mbar_init(&empty[b], COMPUTE_THREADS);
+        }
+        mbar_init(&c_full, COMPUTE_THREADS);
+        mbar_init(&c_empty, 32);
+    }
+    __syncthreads();  // the barriers are initialized before any role uses them
 
     const int tiles_n = (N + TILE_N - 1) / TILE_N;
     const int tiles = tiles_n * ((M + TILE_M - 1) / TILE_M);
@@ -121,52 +153,65 @@ __device__ __forceinline__ void gemm_warp_specialized(const float* __restrict__ 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (warp == LOADER_WARP) {
-        auto load = cuda::make_pipeline(load_group, &load_state, cuda::pipeline_role::producer);
-        int it = 0;  // slices produced so far: the ring buffer is it % STAGES
+        cuda::pipeline<cuda::thread_scope_thread> copies = cuda::make_pipeline();  // this lane's cp.async groups
+        int it = 0;  // slices issued so far (over all tiles)
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             const int bm = (tile / tiles_n) * TILE_M, bn = (tile % tiles_n) * TILE_N;
             for (int s = 0; s < slices; ++s, ++it) {
-                float* buf = ring + (it % STAGES) * STAGE_FLOATS;
-                load.producer_acquire();  // the compute warps have released this buffer
-                load_slice<VEC>(buf, buf + A_FLOATS, A, B, M, N, K, bm, bn, s * TILE_K, lane, load);
-                load.producer_commit();   // complete once these copies land
+                const int b = it % STAGES;
+                if (it >= STAGES) mbar_wait(&empty[b], ((it / STAGES) - 1) & 1);  // buffer released
+                float* buf = ring + b * STAGE_FLOATS;
+                copies.producer_acquire();
+                load_slice<VEC>(buf, buf + A_FLOATS, A, B, M, N, K, bm, bn, s * TILE_K, lane, copies);
+                copies.producer_commit();
+                if (it >= LAG) {  // slice it - LAG has landed (my part of it): signal it
+                    cuda::pipeline_consumer_wait_prior<LAG>(copies);
+                    mbar_arrive(&full[(it - LAG) % STAGES]);
+                }
             }
         }
+        cuda::pipeline_consumer_wait_prior<0>(copies);  // the last LAG slices
+        for (int g = it > LAG ? it - LAG : 0; g < it; ++g) mbar_arrive(&full[g % STAGES]);
+        // Drain: wait until the compute warps have released the last buffers, so that
+        // every arrival on empty[] is observed before the block exits.
+        for (int g = it > STAGES ? it - STAGES : 0; g < it; ++g) mbar_wait(&empty[g % STAGES], (g / STAGES) & 1);
     } else if (warp == STORER_WARP) {
-        auto store = cuda::make_pipeline(store_group, &store_state, cuda::pipeline_role::consumer);
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int j = 0;  // C tiles stored so far
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
             const int bm = (tile / tiles_n) * TILE_M, bn = (tile % tiles_n) * TILE_N;
-            store.consumer_wait();     // the compute warps have written the C tile
+            mbar_wait(&c_full, j & 1);  // the compute warps have written the C tile
             store_c_tile<VEC>(Cs, C, M, N, bm, bn, lane);
-            store.consumer_release();  // they may write the next one
+            mbar_arrive(&c_empty);  // they may write the next one
         }
     } else {
-        auto load = cuda::make_pipeline(load_group, &load_state, cuda::pipeline_role::consumer);
-        auto store = cuda::make_pipeline(store_group, &store_state, cuda::pipeline_role::producer);
         const ThreadTile t(threadIdx.x - 32 * FIRST_COMPUTE_WARP);
         int it = 0;  // slices consumed so far
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int j = 0;   // C tiles handed to the storer
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
             float acc[8][8];
 #pragma unroll
             for (int i = 0; i < 8; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+                for (int jj = 0; jj < 8; ++jj) acc[i][jj] = 0.f;
             for (int s = 0; s < slices; ++s, ++it) {
-                const float* buf = ring + (it % STAGES) * STAGE_FLOATS;
-                load.consumer_wait();     // the loader's copies of this slice have landed
+                const int b = it % STAGES;
+                const float* buf = ring + b * STAGE_FLOATS;
+                mbar_wait(&full[b], (it / STAGES) & 1);  // the loader's copies of this slice have landed
                 compute_slice(buf, buf + A_FLOATS, t, acc);
-                load.consumer_release();  // the loader may refill the buffer
+                mbar_arrive(&empty[b]);  // the loader may refill the buffer
             }
             // Hand the tile to the storer through shared memory.
-            store.producer_acquire();  // the storer has finished the previous tile
+            if (j > 0) mbar_wait(&c_empty, (j - 1) & 1);  // the storer has finished the previous tile
 #pragma unroll
             for (int i = 0; i < 8; ++i)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                     *reinterpret_cast<float4*>(&Cs[(t.row0 + 8 * i) * C_STRIDE + t.col0 + 16 * h]) =
                         make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-            store.producer_commit();
+            mbar_arrive(&c_full);
         }
+        // Drain: the storer's last arrival is observed before the block exits.
+        if (j > 0) mbar_wait(&c_empty, (j - 1) & 1);
     }
 }
 
