@@ -30,6 +30,7 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from .measure import median
 from .result import Bound, Result, verdict_from_ratio
+from ..report.claims import with_claims
 
 NAME = "alloc-overhead"
 TITLE = "Per-batch allocation cost: cudaMalloc vs the stream-ordered pool vs caching allocators"
@@ -183,7 +184,7 @@ def run(ctx) -> Result:
         f"{metrics['cuMemAlloc/cuMemFree']['throughput_gb_s'] / bound_gbps:.2f}.",
         "Only the allocator differs between rows: same batches, same streams, same host waits.",
     ] + skipped
-    return Result(
+    return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
         verdict=verdict,
@@ -196,4 +197,4 @@ def run(ctx) -> Result:
         ratio=metrics["fullpipe pool"]["throughput_gb_s"] / bound_gbps,
         table=rows,
         notes=notes,
-    )
+    ))

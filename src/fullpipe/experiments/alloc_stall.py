@@ -26,6 +26,7 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from .measure import median
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "alloc-stall"
 TITLE = "cudaMalloc/cudaFree vs the stream-ordered pool while another stream's kernel runs"
@@ -137,7 +138,7 @@ def run(ctx) -> Result:
         aux.free_array(arr, s)
     a.sync()
     b.sync()
-    return Result(
+    return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
         verdict=verdict,
@@ -156,4 +157,4 @@ def run(ctx) -> Result:
         ratio=malloc_host / spin_ms,
         table=rows,
         notes=notes,
-    )
+    ))

@@ -23,6 +23,7 @@ from ..cuda.streams import create_stream
 from ..pipeline.stats import max_concurrency
 from ..pipeline.timing import device_info
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "concurrency"
 TITLE = "Kernels from many streams share SMs; at most 128 grids are resident at once"
@@ -121,10 +122,10 @@ def run(ctx) -> Result:
         notes.append(f"Measured {max(over)} grids at once above the limit, not {limit}: "
                      "the 128 figure is not what this device/driver does.")
     ratio = (max(over) / limit) if over else None
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
         params={"spin_ms": spin_ms, "grid_counts": list(counts), "limit_from_spec": limit},
         metrics={"sharing": share, "resident": {str(g): r for g, r in results.items()}},
         bound=Bound("max resident grids (CUDA spec, compute capability >= 7.0)", limit, "grids"),
         ratio=ratio, table=rows, notes=notes,
-    )
+    ))

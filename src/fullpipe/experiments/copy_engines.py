@@ -22,6 +22,7 @@ from ..pipeline.timing import device_info, gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
 from .measure import median
 from .result import Bound, Result, verdict_from_ratio
+from ..report.claims import with_claims
 
 NAME = "copy-engines"
 TITLE = "H2D, D2H and compute at once vs alone: what asyncEngineCount buys"
@@ -73,7 +74,7 @@ def run(ctx) -> Result:
     for a in (d_a, d_b, d_c, d_e):
         pool.free_array(a, t)
     t.sync()
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
         params={"bytes": size, "repeat": repeat, "compute_rounds": kernel.rounds},
         metrics={"async_engine_count": engines, "alone_ms": alone, "overlap_ratio": results},
@@ -85,4 +86,4 @@ def run(ctx) -> Result:
             "H2D + D2H at once share the PCIe link's two directions; the small loss there is the "
             "link, not the engines.",
         ],
-    )
+    ))

@@ -33,6 +33,7 @@ from ..cuda.streams import create_stream, legacy_default_stream, per_thread_defa
 from ..pipeline.timing import device_info
 from .measure import median
 from .result import Result
+from ..report.claims import with_claims
 
 NAME = "default-stream"
 TITLE = "Legacy default stream, blocking and non-blocking streams, per-thread default streams"
@@ -136,7 +137,7 @@ def run(ctx) -> Result:
                      "expected": "serial" if expect_serial else "concurrent", "as_expected": ok})
     for s in blocking + nonblocking + [alone_stream]:
         s.sync()
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict="supported" if as_expected else "partly supported",
         device=device_info(dev),
         params={"spin_ms": spin_ms, "copy_bytes": copy_bytes, "blocks_per_kernel": BLOCKS, "repeat": repeat},
@@ -149,4 +150,4 @@ def run(ctx) -> Result:
             "stream, and all later work in blocking streams waits for it: one op serializes the lot. "
             "Non-blocking streams ignore the legacy stream.",
         ],
-    )
+    ))

@@ -23,6 +23,7 @@ from typing import Any
 from . import _alloc_common as common
 from ._alloc_worker import ALLOCATORS
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "fragmentation"
 TITLE = "Fragmentation under a capped budget: caching allocators vs the stream-ordered pool"
@@ -119,7 +120,7 @@ def run(ctx) -> Result:
             notes.append(f"{kind}: {r['big_error']}")
     pool = results.get("fullpipe", {})
     ratio = (pool["peak_reserved"] / pool["peak_live"]) if pool.get("peak_live") else None
-    return Result(
+    return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
         verdict=verdict,
@@ -130,4 +131,4 @@ def run(ctx) -> Result:
         ratio=ratio,
         table=rows,
         notes=notes,
-    )
+    ))

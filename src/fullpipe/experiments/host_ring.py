@@ -23,6 +23,7 @@ from ..pipeline.staging import native_host_functions_available
 from ..pipeline.timing import device_info, gbps
 from ..pipeline.workload import MixKernel, reference
 from .result import Bound, Result, verdict_from_ratio
+from ..report.claims import with_claims
 
 NAME = "host-ring"
 TITLE = "Pinned staging ring: K slots, recycled by host function or by event"
@@ -103,7 +104,7 @@ def run(ctx) -> Result:
     main = modes[0]
     ratio_3_vs_8 = tput[(main, 3)] / tput[(main, 8)]
     verdict = "failed" if not correct else verdict_from_ratio(ratio_3_vs_8, 0.95, 0.8)
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
         params={"batches": BATCHES, "batch_bytes": batch_bytes, "streams": 3, "slots": list(SLOTS),
                 "recycle": modes, "compute_rounds": kernel.rounds, "host_memory": "pageable"},
@@ -119,4 +120,4 @@ def run(ctx) -> Result:
             "The Python host function needs the GIL on the driver's callback thread; while it waits, "
             "its stream is stalled.",
         ],
-    )
+    ))

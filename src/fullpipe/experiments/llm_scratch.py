@@ -32,6 +32,7 @@ from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "llm-scratch"
 TITLE = "Variable-length sequences: per-sequence scratch from the pool vs preallocate-for-max vs cudaMalloc"
@@ -230,7 +231,7 @@ def run(ctx) -> Result:
         f"lengths: median {int(np.median(lengths))}, max {max(lengths)}, {n_seq} sequences, {steps} decode steps "
         "each; peak for the pool is its reserved high-water mark, for cuMemAlloc the live bytes.",
     ]
-    return Result(
+    return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
         verdict=verdict,
@@ -242,4 +243,4 @@ def run(ctx) -> Result:
         ratio=speed,
         table=rows,
         notes=notes,
-    )
+    ))

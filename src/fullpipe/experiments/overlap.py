@@ -29,6 +29,7 @@ from ..pipeline.timing import device_info, gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds, reference
 from .measure import median, time_on_stream
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "overlap"
 TITLE = "Serial vs pipelined H2D -> compute -> D2H on 1-8 streams"
@@ -309,7 +310,7 @@ def run(ctx) -> Result:
     pool.free_array(da, s0)
     pool.free_array(db, s0)
     s0.sync()
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
         params={"batches": batches, "chunk_bytes": CHUNK_BYTES, "streams": list(STREAM_COUNTS),
                 "repeat": repeat, "workloads": WORKLOADS, "host_memory": "pinned"},
@@ -317,7 +318,7 @@ def run(ctx) -> Result:
         bound=Bound("max(copies both ways at once, compute) for the same batches, balanced",
                     figures_data["balanced"][1], "ms"),
         ratio=best3["ratio"], table=table, notes=notes, figures=figures, traces=traces,
-    )
+    ))
 
 
 def _figure(ctx, data) -> dict[str, str]:

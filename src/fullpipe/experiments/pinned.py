@@ -26,6 +26,7 @@ from ..pipeline.timing import device_info, gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
 from .measure import median
 from .result import Bound, Result, verdict_from_ratio
+from ..report.claims import with_claims
 
 NAME = "pinned"
 TITLE = "Pinned vs pageable host memory; pageable arrays through the pipeline's pinned ring"
@@ -202,7 +203,7 @@ def run(ctx) -> Result:
     pool.free_array(d_in, s0)
     pool.free_array(d_out, s0)
     s0.sync()
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
         params={"bytes": size, "repeat": repeat, "executor_chunk_bytes": chunk * 4, "streams": 3},
         metrics={"rates": rates, "overlap": overlap, "executor_ratio_to_pinned": ex,
@@ -210,4 +211,4 @@ def run(ctx) -> Result:
                  "h2d_stage_ratio_min_chunks_8mib_up": min(big_chunks)},
         bound=Bound("pinned copy peak (H2D alone / both ways at once), this run", pinned_h2d, "GB/s"),
         ratio=ratio, table=rows, notes=notes,
-    )
+    ))

@@ -25,6 +25,7 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from .measure import median
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "release-threshold"
 TITLE = "Release threshold 0 / middle / max: time per batch vs memory held between batches"
@@ -130,7 +131,7 @@ def run(ctx) -> Result:
         f"({zero_s['steady_ms']:.2f} vs {max_s['steady_ms']:.2f} ms) and leaves "
         f"{(max_s['held_gib']):.2f} GiB more for other consumers.",
     ]
-    return Result(
+    return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
         verdict=verdict,
@@ -145,4 +146,4 @@ def run(ctx) -> Result:
         table=rows,
         notes=notes,
         figures=figures,
-    )
+    ))

@@ -37,8 +37,12 @@ class Claim:
     claim: str
     measured: str  # e.g. "2.9x serial throughput (3 streams)"
     bound: str  # e.g. "max(H2D, compute, D2H) = 31.2 ms"
-    ratio: float | None
+    ratio: float | None  # measured / bound
     verdict: str
+    # Optional: the id of the claim in fullpipe.report.claims.CANONICAL (or an
+    # experiment-local id), and the rule that turned the number into the verdict.
+    key: str | None = None
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -65,6 +69,8 @@ class Result:
     # An experiment that tests several claims lists each one here, as
     # Claim(...).as_dict(); `claim`/`verdict` above then summarise the main one.
     claims: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # Seconds the experiment took (set by `fullpipe report` / the worker; None if unknown).
+    wall_s: float | None = None
     fullpipe_version: str = __version__
 
     def __post_init__(self) -> None:

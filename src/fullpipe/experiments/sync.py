@@ -33,6 +33,7 @@ from ..cuda.streams import create_stream
 from ..pipeline.stats import union_length
 from ..pipeline.timing import device_info
 from .result import Bound, Result
+from ..report.claims import with_claims
 
 NAME = "sync"
 TITLE = "Producer -> consumer across streams: event wait vs stream sync vs device sync"
@@ -100,7 +101,7 @@ def run(ctx) -> Result:
     else:
         verdict = "supported" if event_best else "partly supported"
     long_k = kernel_us_list[-1]
-    return Result(
+    return with_claims(Result(
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
         params={"items": items, "kernel_us": list(kernel_us_list)},
         metrics={f"{k}us_{m.replace(' ', '_')}": {"items_per_s": r["items/s"], "idle_fraction": r["gpu_idle_fraction"]}
@@ -115,4 +116,4 @@ def run(ctx) -> Result:
             "so nothing overlaps.",
             "With short kernels the Python launch rate (two launches per item) can bound every mode.",
         ],
-    )
+    ))

@@ -26,6 +26,10 @@ def run_with_progress(name: str, ctx: Context) -> Result:
                             device={}, params={}, metrics={},
                             notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
         progress(1.0, result.verdict)
+    if not result.claims:
+        from .claims import with_claims
+
+        with_claims(result)
     return result
 
 
@@ -48,6 +52,14 @@ def print_result(result: Result) -> None:
     con.print(f"verdict: [bold]{result.verdict}[/bold] — {result.claim}")
     for n in result.notes:
         con.print(f"  note: {n}")
+    if result.claims:
+        t = Table(title="claims", show_lines=False)
+        for c in ("claim", "measured here", "bound", "ratio", "verdict"):
+            t.add_column(c, overflow="fold")
+        for c in result.claims:
+            t.add_row(str(c.get("claim", "")), str(c.get("measured", "")), str(c.get("bound", "")),
+                      _fmt(c.get("ratio")), f"[bold]{c.get('verdict', '')}[/bold]")
+        con.print(t)
 
 
 def _fmt(v) -> str:

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         result = Result(args.name, getattr(mod, "CLAIM", ""), "failed", {}, {}, {},
                         notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
+    if not result.claims:  # an experiment that does not fill its claims itself
+        from .claims import with_claims
+
+        with_claims(result)
     _relative_paths(result, out)
     result.to_json(out / f"{args.name}.json")
     return 0 if result.verdict != "failed" else 1

@@ -1,0 +1,77 @@
+"""`fullpipe report`'s runner on a machine without a GPU: an experiment that fails, one
+that hangs, and a whole (small) report that still completes with every claim listed."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from fullpipe.report import runner
+from fullpipe.report.claims import CANONICAL
+from tests.conftest import gpu_unavailable_reason
+
+no_gpu_only = pytest.mark.skipif(gpu_unavailable_reason() is None,
+                                 reason="this machine has a GPU: the experiments would really run")
+
+
+def test_a_hung_experiment_is_killed_at_its_time_limit(tmp_path, monkeypatch):
+    script = "import time; print('PROGRESS 0.5 halfway', flush=True); time.sleep(120)"
+    monkeypatch.setattr(runner, "worker_command", lambda *a: [sys.executable, "-c", script])
+    seen = []
+    t0 = time.monotonic()
+    res = runner.run_one("sync", tmp_path, True, lambda f, m: seen.append((f, m)), limit_s=3)
+    assert time.monotonic() - t0 < 15
+    assert res["verdict"] == "failed" and "timed out after 3 s" in res["notes"][0]
+    assert (0.5, "halfway") in seen
+    assert res["wall_s"] >= 3
+
+
+@no_gpu_only
+def test_a_failing_experiment_is_reported_with_its_reason(tmp_path):
+    res = runner.run_one("copy-engines", tmp_path, True, lambda f, m: None)
+    assert res["verdict"] == "failed"
+    assert res["notes"] and res["notes"][0].strip()
+    assert isinstance(res["wall_s"], float)
+    # the worker filled the claims: failed, with the reason
+    assert res["claims"] and all(c["verdict"] == "failed" for c in res["claims"])
+
+
+@no_gpu_only
+def test_report_completes_when_experiments_fail(tmp_path):
+    page = runner.run_report(tmp_path, quick=True, only=["sync", "alloc-stall"], facts=None)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [r["experiment"] for r in doc["results"]] == ["sync", "alloc-stall"]
+    assert all(r["verdict"] == "failed" and isinstance(r["wall_s"], float) for r in doc["results"])
+    assert isinstance(doc["wall_s"], float) and doc["started"]
+    html = page.read_text()
+    table = html[html.index('id="claims-table"'):html.index("</table>", html.index('id="claims-table"'))]
+    assert table.count("<tr") == len(CANONICAL) + 1
+    assert "not run" in table and "failed" in table
+
+
+def test_precompile_builds_every_kernel_into_the_cache(tmp_path, monkeypatch):
+    from fullpipe.cuda import compiler
+
+    monkeypatch.setenv("FULLPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    small = [p for p in compiler.package_sources() if p.name in ("probes.cu", "stamps.cu", "workload.cu")]
+    monkeypatch.setattr(compiler, "package_sources", lambda: small)  # the spawned workers compile what they are given
+    done = []
+    res = runner.precompile("sm_90a", lambda f, m: done.append(f), workers=2)
+    assert res["errors"] == []
+    assert res["compiled"] == len(small) == len(done) >= 3
+    assert len(list((tmp_path / "cache").glob("*.cubin"))) >= res["compiled"]
+
+
+def test_arch_of_matches_the_compiler():
+    assert runner.arch_of({"compute_capability": [9, 0]}) == "sm_90a"
+    assert runner.arch_of({"compute_capability": [8, 9]}) == "sm_89"
+    assert runner.arch_of(None) is None
+
+
+def test_software_versions_name_everything_the_page_lists():
+    v = runner.software_versions()
+    for k in ("python", "fullpipe", "cuda-core", "numpy", "torch", "cupy", "cupti-python", "NVRTC wheel"):
+        assert k in v
