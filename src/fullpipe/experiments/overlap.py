@@ -84,7 +84,7 @@ def _trace_overhead(ctx, kernel, pool, dev, n, x, y, repeat) -> dict:
             tl.save(tdir / "overlap-balanced-3-streams.json")
             tl.plot(ctx.out_dir / "overlap-timeline.png")
             out["trace_summary_at_least_2"] = tl.summary().at_least_2_fraction
-            out.update(_copy_gaps(tl))
+            out.update(_copy_gaps(tl.timeline))
     except Exception as exc:  # CUPTI missing or refused: the experiment still stands
         out["trace_overhead_error"] = f"{type(exc).__name__}: {exc}"
     return out
