@@ -52,6 +52,7 @@ NCU_METRICS = (
 # Distributed shared memory metrics differ between ncu versions: any metric whose
 # name matches this is added (found with `ncu --query-metrics`).
 DSMEM_RE = re.compile(r"dsmem|distributed|dshared|shared_remote|remote_shared", re.I)
+DSMEM_WANTED = ("sm__sass_inst_executed_op_dshared_ld", "l1tex__m_xbar2l1tex_read_bytes_mem_dshared")
 NCU_TIMEOUT_S = 60.0
 
 
@@ -131,7 +132,10 @@ def ncu_measure(size: int = 1024, *, timeout_s: float = NCU_TIMEOUT_S, ncu: str 
     known = _available_metrics(ncu, min(20.0, timeout_s / 2))
     metrics = [m for m in NCU_METRICS if known is None or m.rsplit(".", 1)[0] in known]
     if known:
-        res["dsmem_metrics"] = sorted(m + ".sum" for m in known if DSMEM_RE.search(m))
+        # ncu 2025+ has ~90 distributed-shared-memory counters: keep the two that
+        # say how much went through DSMEM (instructions, bytes over the SM-to-SM network).
+        res["dsmem_available"] = sum(1 for m in known if DSMEM_RE.search(m))
+        res["dsmem_metrics"] = [m + ".sum" for m in DSMEM_WANTED if m in known]
         metrics += res["dsmem_metrics"]
     left = max(5.0, timeout_s - (time.perf_counter() - t0))
     cmd = [ncu, "--clock-control", "none", "--print-units", "base", "--csv", "--metrics", ",".join(metrics),
@@ -297,8 +301,21 @@ def run(ctx: Context) -> Result:
                 metrics["ncu_a_bytes_per_cluster_shared"] = der[sh_k]["A_bytes_per_cluster"]
                 metrics["ncu_a_bytes_per_block_own"] = der[own_k]["A_bytes_per_block"]
             metrics["ncu_size"] = ncu_res["size"]
+            # A-load instructions, measured: all LDGSTS minus the B ones (B is loaded alike by
+            # both kernels). An instruction count, unlike L2 bytes, does not depend on what
+            # else is cached: the cleanest "read once per cluster" evidence.
+            per, exp = ncu_res["per_kernel"], ncu_res["expected"]
+            a_instr = {k: per[k]["smsp__inst_executed_op_ldgsts.sum"] - exp[k]["ldgsts_B"]
+                       for k in (own_k, sh_k) if "smsp__inst_executed_op_ldgsts.sum" in per.get(k, {})}
+            if len(a_instr) == 2 and a_instr[sh_k] > 0:
+                metrics["ncu_a_ldgsts_own_over_shared"] = a_instr[own_k] / a_instr[sh_k]
+                metrics["ncu_a_ldgsts_per_cluster_shared"] = a_instr[sh_k] / exp[sh_k]["clusters"]
+                metrics["ncu_a_ldgsts_per_block_own"] = a_instr[own_k] / exp[own_k]["blocks"]
             if ncu_res["dsmem_metrics"]:
-                notes.append("DSMEM metrics of this ncu: " + ", ".join(ncu_res["dsmem_metrics"]))
+                per = ncu_res["per_kernel"]
+                notes.append("DSMEM traffic (ncu): " + "; ".join(
+                    f"{d}: own_a {per.get('cluster_gemm_own_a', {}).get(d)}, shared_a "
+                    f"{per.get('cluster_gemm_shared_a', {}).get(d)}" for d in ncu_res["dsmem_metrics"]))
             else:
                 notes.append("this ncu lists no distributed-shared-memory metric; the DSMEM reads show as generic "
                              "loads (LD) in the SASS of cluster_gemm_shared_a")
@@ -313,7 +330,7 @@ def run(ctx: Context) -> Result:
         notes.append(f"time own_a / shared_a = {ratio:.3f} at T_K={cl.TILE_K} (> 1 means sharing through DSMEM "
                      "is faster)" + (f"; at T_K=16: {ms[(False, 16)] / ms[(True, 16)]:.3f}" if (True, 16) in ms
                                      and (False, 16) in ms else ""))
-        measured_cut = metrics.get("ncu_a_bytes_own_over_shared")
+        measured_cut = metrics.get("ncu_a_ldgsts_own_over_shared")
         cut = measured_cut if measured_cut is not None else metrics["a_bytes_ratio_own_over_shared"]
         loads_removed = cut >= 0.9 * cl.CLUSTER
         verdict = ("supported" if loads_removed and ratio >= 0.95 else
@@ -323,13 +340,14 @@ def run(ctx: Context) -> Result:
                          "time, so most duplicate loads hit L2 anyway; in exchange every K slice costs a cluster "
                          "barrier (release arrive = MEMBAR.ALL.GPU + UCGABAR_ARV, acquire wait = UCGABAR_WAIT + "
                          "CCTL.IVALL) and a DSMEM gather (remote LD.128 + STS.128) into the local working copy")
-        src = (f"measured by ncu at {ncu_res['size']}^3: A from L2 {cut:.2f}x fewer bytes"
+        src = (f"ncu at {ncu_res['size']}^3: {cut:.2f}x fewer A-load instructions (LDGSTS); a cluster issues "
+               f"{metrics['ncu_a_ldgsts_per_cluster_shared']:.0f} for A, one block of own_a "
+               f"{metrics['ncu_a_ldgsts_per_block_own']:.0f}: A is read once per cluster"
                if measured_cut is not None else f"by construction: {cut:.0f}x fewer bytes (ncu not run)")
         per_cluster = ""
-        if "ncu_a_bytes_per_cluster_shared" in metrics:
-            per_cluster = (f"; A per cluster {metrics['ncu_a_bytes_per_cluster_shared'] / 2**10:.0f} KiB (shared) vs "
-                           f"{metrics['ncu_a_bytes_per_cluster_own'] / 2**10:.0f} KiB (own), one block alone reads "
-                           f"{metrics['ncu_a_bytes_per_block_own'] / 2**10:.0f} KiB")
+        if "ncu_a_bytes_own_over_shared" in metrics:
+            per_cluster = (f"; L2 reads attributed to A {metrics['ncu_a_bytes_own_over_shared']:.1f}x fewer "
+                           "(L2 reads minus the expected B bytes: approximate)")
         claims.append(Claim(
             claim="clusters remove duplicate loads",
             measured=f"{src}{per_cluster}; time own/shared = {ratio:.2f}x ({n}^3)",

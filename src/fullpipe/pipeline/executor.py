@@ -427,8 +427,7 @@ class StreamPipeline:
                     else:
                         src = b.src_addr
                     if ring_out:
-                        drainer.acquire_slot(slot)  # type: ignore[union-attr]
-                        dst = self._ring_out.address(slot)
+                        dst = self._ring_out.address(slot)  # acquired just before the D2H, below
                     elif has_out:
                         dst = b.dst_addr
                     t0 = time.perf_counter()
@@ -457,6 +456,14 @@ class StreamPipeline:
                         y = x
                     if evs:
                         hot.event_record(evs[2][1], h)
+                    if ring_out:
+                        # Wait for the output slot only now: this batch's H2D and compute
+                        # are already queued while the drain thread empties the slot.
+                        tw = time.perf_counter()
+                        drainer.acquire_slot(slot)  # type: ignore[union-attr]
+                        t_acq = time.perf_counter() - tw
+                        wait_s += t_acq
+                        t0 += t_acq  # not enqueue time
                     if has_out:
                         hot.memcpy_dtoh(dst, y.ptr, out_bytes, h)
                     if evs:
