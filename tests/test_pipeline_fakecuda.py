@@ -266,10 +266,12 @@ def _assert_clean(pipe):
 
 @pytest.mark.parametrize("recycle", ["hostfn", "pyhostfn", "event"])
 @pytest.mark.parametrize("slots", [1, 3])
-def test_ring_random_batches_bit_exact(fake, recycle, slots):
+@pytest.mark.parametrize("copy_streams", [False, True])
+def test_ring_random_batches_bit_exact(fake, recycle, slots, copy_streams):
     rng = np.random.default_rng(slots)
     batches = [rng.integers(0, 2**32, int(rng.integers(1, 3000)), dtype=np.uint32) for _ in range(300)]
-    pipe = StreamPipeline(FakeMix(), streams=3, slots=slots, recycle=recycle, copy_threads=2)
+    pipe = StreamPipeline(FakeMix(), streams=3, slots=slots, recycle=recycle, copy_threads=2,
+                          copy_streams=copy_streams)
     outs = pipe.run_batches(batches)
     for b, o in zip(batches, outs):
         np.testing.assert_array_equal(o, reference(b, 2))
@@ -331,10 +333,12 @@ def test_output_with_other_row_shape_and_dtype(fake):
 
 @pytest.mark.parametrize("recycle", ["hostfn", "event"])
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
-def test_exception_in_compute_drains_and_returns_everything(fake, recycle, exc):
+@pytest.mark.parametrize("copy_streams", [False, True])
+def test_exception_in_compute_drains_and_returns_everything(fake, recycle, exc, copy_streams):
     rng = np.random.default_rng(4)
     batches = [rng.integers(0, 2**32, 1000, dtype=np.uint32) for _ in range(50)]
-    pipe = StreamPipeline(FakeMix(fail_at=17, exc=exc), streams=3, slots=3, recycle=recycle)
+    pipe = StreamPipeline(FakeMix(fail_at=17, exc=exc), streams=3, slots=3, recycle=recycle,
+                          copy_streams=copy_streams)
     with pytest.raises(exc) as info:
         pipe.run_batches(batches)
     assert info.value.batch_index == 17

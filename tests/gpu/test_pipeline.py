@@ -74,6 +74,24 @@ def test_ring_modes_bit_exact(device, mix, own_pool, recycle, slots):
         assert pipe.stats.recycle == recycle
 
 
+@pytest.mark.parametrize("pinned", [True, False])
+@pytest.mark.parametrize("streams", [1, 3])
+def test_copy_streams_bit_exact_and_nothing_leaks(device, mix, own_pool, pinned, streams):
+    """copy_streams=True: H2D on one stream, D2H on another, compute on N; freed on the D2H stream."""
+    x = _random(6 * MiB + 5, seed=4, pinned=pinned)
+    y = pinned_empty(x.shape, np.uint32) if pinned else np.empty_like(x)
+    with StreamPipeline(mix, streams=streams, chunk=262_147, copy_streams=True, pool=own_pool,
+                        device=device) as pipe:
+        pipe.run(x, out=y)  # warm
+        start = _usage(pipe, own_pool)
+        for _ in range(3):
+            y.fill(POISON)
+            pipe.run(x, out=y)
+            np.testing.assert_array_equal(y, reference(x, mix.rounds))
+        assert _usage(pipe, own_pool) == start
+        assert set(pipe.stats.busy_ms) == {"h2d", "compute", "d2h"}
+
+
 def test_ten_thousand_random_batches_bit_exact_and_nothing_leaks(device, mix, own_pool):
     rng = np.random.default_rng(3)
     sizes = rng.integers(1, 16_384, 10_000)

@@ -34,6 +34,7 @@ _SIGNATURES: dict[str, tuple[str, list[Any]]] = {
     "cuMemAllocFromPoolAsync": ("cuMemAllocFromPoolAsync", [ctypes.POINTER(_u64), _sz, _vp, _vp]),
     "cuMemFreeAsync": ("cuMemFreeAsync", [_u64, _vp]),
     "cuEventRecord": ("cuEventRecord", [_vp, _vp]),
+    "cuStreamWaitEvent": ("cuStreamWaitEvent", [_vp, _vp, _uint]),
     "cuLaunchKernel": ("cuLaunchKernel", [_vp, _uint, _uint, _uint, _uint, _uint, _uint, _uint, _vp, _vp, _vp]),
 }
 
@@ -138,6 +139,14 @@ class HotPath:
                 self._raise("cuEventRecord", err)
         else:
             self._bindings("cuEventRecord", event, stream)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        if self.native:
+            err = self._fn["cuStreamWaitEvent"](stream, event, 0)
+            if err:
+                self._raise("cuStreamWaitEvent", err)
+        else:
+            self._bindings("cuStreamWaitEvent", stream, event, 0)
 
     def launch(self, kernel: int, grid: int, block: int, args: "PackedArgs", stream: int, shared_mem: int = 0) -> None:
         """cuLaunchKernel of a 1-D grid; ``kernel`` is a CUfunction or CUkernel handle."""

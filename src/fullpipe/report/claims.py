@@ -340,7 +340,9 @@ def _overlap_targets(d: _Data) -> Judged:
     chunk = d.m_or(None, "balanced_best_chunk_MiB")
     verdict = ("supported" if ratio >= 0.95 and sp >= 2.7 else "partly supported" if sp >= 2.0
                else "not supported")
-    return Judged(measured=f"{ratio:.3f}× bound, {_x(sp)} serial" + (f" (best at {chunk} MiB chunks)" if chunk else ""),
+    layout = d.m_or(None, "balanced_best_layout")
+    where = ", ".join(str(p) for p in (layout, f"{chunk} MiB chunks" if chunk else None) if p)
+    return Judged(measured=f"{ratio:.3f}× bound, {_x(sp)} serial" + (f" (best: {where})" if where else ""),
                   bound=f"max(copies both ways at once, compute) = {bound_ms:.1f} ms", ratio=ratio,
                   verdict=verdict, target="supported: ≥ 0.95× bound and ≥ 2.7×; partly: ≥ 2×")
 

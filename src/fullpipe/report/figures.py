@@ -90,6 +90,11 @@ def fig_overlap(r: dict) -> list[tuple[str, Any]]:
         all_n |= set(ns)
         bound_gbps = serial["GB/s"] * serial["wall_ms"] / serial["bound_ms"]
         a1.plot(ns, [x["GB/s"] for x in pipe], "o-", color=c, label=f"{w}: pipeline")
+        cs = sorted(_rows(r, workload=w, mode="pipeline, copy streams"), key=lambda x: x["streams"])
+        if cs:  # N compute streams + one H2D and one D2H stream
+            a1.plot([x["streams"] for x in cs], [x["GB/s"] for x in cs], "^:", color=c,
+                    label=f"{w}: + H2D and D2H copy streams")
+            all_n |= {x["streams"] for x in cs}
         a1.axhline(bound_gbps, color=c, ls="--", lw=1.2)
         same = next((b for b in bounds if abs(b[0] - bound_gbps) <= 0.01 * b[0]), None)
         if same:
