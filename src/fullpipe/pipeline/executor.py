@@ -161,6 +161,14 @@ class StreamPipeline:
         # when it is enqueued, so the next record may follow at once; each event is only
         # ever recorded on one stream, so its records also complete in order.
         self._handoff = [create_event(self.device, timing=False) for _ in range(1 + self.n_streams)]
+        # copy_streams: a batch's buffer is allocated on the H2D stream but last used on the
+        # D2H stream. Freeing it there would leave the pool nothing to reuse on the H2D
+        # stream while the host runs ahead (it would grow by a batch per batch). Instead
+        # the H2D stream frees it itself, _lag batches later, after waiting for an event
+        # recorded behind its D2H: stream-ordered reuse on one stream, bounded memory.
+        self._lag = max(4, self.n_streams + 2)
+        self._done = [create_event(self.device, timing=False) for _ in range(self._lag)]
+        self._handoff += self._done
         self._handoff_h = [handle_int(e.handle) if self._hot.native else e.handle for e in self._handoff]
         self._ring_in = SlotRing(self.slots)
         self._ring_out = SlotRing(self.slots)
@@ -403,7 +411,7 @@ class StreamPipeline:
         signals: list[Any] = []
         stager: InputStager | None = None
         drainer: OutputDrainer | None = None
-        live: list[tuple[int, Any]] = []  # device pointers allocated and not yet freed
+        live: list[tuple[int, Any, Any]] = []  # (device pointer, stream, done event) not yet freed
         inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
         timings: list[BatchTiming] = []
         enqueue_us: list[float] = []
@@ -437,7 +445,8 @@ class StreamPipeline:
                 if engine:  # every H2D on one stream, every D2H on another
                     s_in, s_out = self._all_streams[N], self._all_streams[N + 1]
                     h_in, h_out = hs[N], hs[N + 1]
-                    ev_in, ev_c_of = self._handoff_h[0], self._handoff_h[1:]
+                    ev_in, ev_c_of = self._handoff_h[0], self._handoff_h[1:1 + N]
+                    ev_done_of, lag = self._handoff_h[1 + N:], self._lag
                 t_loop = time.perf_counter()
                 for pos, b in enumerate(batches):
                     s, h = streams[pos % N], hs[pos % N]
@@ -462,8 +471,12 @@ class StreamPipeline:
                     in_bytes, out_bytes = b.in_bytes, b.out_bytes
                     out_off = (in_bytes + _DEVICE_ALIGN - 1) // _DEVICE_ALIGN * _DEVICE_ALIGN
                     dev_bytes = out_off + out_bytes if (has_out and compute is not None) else in_bytes
+                    if engine and len(live) >= lag:  # free the buffer of batch pos - lag (see _start)
+                        old_ptr, _, old_done = live.pop(0)
+                        hot.stream_wait_event(h_in, old_done)
+                        pool.free_ptr(old_ptr, h_in)
                     ptr = pool.allocate_ptr(dev_bytes, h_in)
-                    live.append((ptr, h_in))
+                    live.append((ptr, h_in, None))
                     evs = self._events() if timing else None
                     if evs:
                         inflight.append((b.index, evs))  # read back (or given back) later
@@ -503,10 +516,13 @@ class StreamPipeline:
                     if ring_out:
                         ready_out[slot].arm(s_out)
                         drainer.submit(slot, b.dst_addr, out_bytes)  # type: ignore[union-attr]
-                    # Freed on the stream that used it last (the D2H stream with copy_streams:
-                    # everything before it there is ordered by the two waits above).
-                    pool.free_ptr(ptr, h_out)
-                    live.pop()
+                    if engine:  # freed lag batches later, on the H2D stream, behind this event
+                        done = ev_done_of[pos % lag]
+                        hot.event_record(done, h_out)
+                        live[-1] = (ptr, h_in, done)
+                    else:
+                        pool.free_ptr(ptr, h)
+                        live.pop()
                     t1 = time.perf_counter()
                     enqueue_us.append((t1 - t0) * 1e6)
                     # ---- bookkeeping, off the critical path of the GPU
@@ -516,6 +532,11 @@ class StreamPipeline:
                         with drv.translated("cuStreamSynchronize"):
                             s_out.sync()
                         wait_s += time.perf_counter() - t1
+                # copy_streams: the buffers still waiting for their deferred free go on the
+                # D2H stream, behind every D2H (nothing is allocated after them in this run).
+                while live:
+                    old_ptr, _, _ = live.pop(0)
+                    pool.free_ptr(old_ptr, h_out)
                 loop_s = time.perf_counter() - t_loop
                 loop_wait_s = wait_s
 
@@ -588,7 +609,7 @@ class StreamPipeline:
             except Exception:
                 drained = False
         freed = 0
-        for ptr, h in live:
+        for ptr, h, _ in live:
             try:
                 self.pool.free_ptr(ptr, h)
                 freed += 1
