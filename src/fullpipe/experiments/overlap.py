@@ -1,4 +1,4 @@
-"""overlap: serial vs the stream pipeline with 1, 2, 3, 4 and 8 streams.
+"""overlap: serial vs the stream pipeline with 1, 2, 3, 4 and 8 streams, and with copy streams.
 
 The same batches (8 MiB of uint32 each, pinned host memory) go through H2D ->
 compute -> D2H. The compute is fullpipe's mix kernel, calibrated in this run to
@@ -8,7 +8,12 @@ at the same time, as they do inside a pipeline (PCIe carries a little less each
 way when both directions are busy).
 
 - serial: one stream, and the host waits for each batch before the next;
-- pipeline, N streams: StreamPipeline, nothing waits inside the loop.
+- pipeline, N streams: StreamPipeline, nothing waits inside the loop; each batch's
+  copies and compute on its own stream;
+- pipeline, copy streams: every H2D on one stream, every D2H on another, compute on
+  N streams (StreamPipeline(copy_streams=True)): each copy engine works through one
+  queue instead of switching between streams;
+- the balanced workload on 3 streams at chunk sizes from 2-4 to 16-32 MiB.
 
 Bound, measured in this run for the same batches: max(all H2D and all D2H copies
 run together, all compute launches back to back). Ratio = bound / wall. The

@@ -38,7 +38,10 @@ TECHNIQUES: dict[str, str] = {
         "A GPU has separate engines for copying to the device, computing and copying back. Cut the data "
         "into batches and give each batch a stream: batch i+1 uploads while batch i computes and batch i-1 "
         "downloads. With three balanced stages that is up to 3× the throughput of running them one after "
-        "another; streams beyond the number of engines only add batches in flight."),
+        "another; streams beyond the number of engines only add batches in flight. How the work is spread "
+        "over streams matters too: a copy engine that switches between several streams' queues idles a few "
+        "microseconds per copy, so one stream for all uploads and one for all downloads (compute on the "
+        "others, joined by events) gets closer to the bound."),
     "pinned": (
         "Copy engines DMA only from page-locked (pinned) host memory. From pageable memory the driver "
         "copies through a staging buffer of its own with the CPU, and the call returns only when that is "
