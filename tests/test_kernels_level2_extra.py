@@ -140,7 +140,7 @@ ok   cluster_gemm_own_a       T_K=32 1024x1024x1024  rel err 1.0e-07
 def test_ncu_csv_is_parsed_per_kernel_and_tabled_with_ratios():
     from fullpipe.experiments import cluster as ex
 
-    per = ex._parse_csv(NCU_CSV)
+    per = ex.parse_ncu_csv(NCU_CSV)
     assert per["cluster_gemm_own_a"]["smsp__inst_executed_op_ldgsts.sum"] == 143360
     assert per["cluster_gemm_shared_a"]["lts__t_sectors_srcunit_tex_op_read.sum"] == 2621440
     exp = ex.expected_counts(1024)

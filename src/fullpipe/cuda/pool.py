@@ -251,27 +251,40 @@ class DevicePool:
             raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
         nbytes = int(nbytes)
         stream = _core_stream(stream)
+
+        def sync() -> None:
+            with drv.translated("cuStreamSynchronize"):
+                stream.sync()
+
+        buf = self._with_oom_retry(nbytes, lambda: self._allocate_once(nbytes, stream), sync)
+        self._count_allocation()
+        return buf
+
+    def _with_oom_retry(self, nbytes: int, attempt: Any, sync_stream: Any) -> Any:
+        """``attempt()``; on out-of-memory: let the stream's pending frees land, trim the
+        pool, try once more, then raise MemoryError with the numbers."""
         try:
-            buf = self._allocate_once(nbytes, stream)
+            return attempt()
         except Exception as exc:
             if not _is_out_of_memory(exc):
                 raise
             with self._lock:
                 self._oom_retries += 1
-            with drv.translated("cuStreamSynchronize"):
-                stream.sync()  # let this stream's pending frees land, so trim can return them
+            sync_stream()
             self.trim(0)
             try:
-                buf = self._allocate_once(nbytes, stream)
+                return attempt()
             except Exception as exc2:
                 if not _is_out_of_memory(exc2):
                     raise
                 raise MemoryError(self._oom_message(nbytes)) from exc2
+
+    def _count_allocation(self) -> None:
         with self._lock:
             self._live += 1
             self._total += 1
-            self._live_high = max(self._live_high, self._live)
-        return buf
+            if self._live > self._live_high:
+                self._live_high = self._live
 
     def _allocate_once(self, nbytes: int, stream: Any):
         # The driver API is documented thread-safe; serializing this pool's own calls
@@ -299,28 +312,13 @@ class DevicePool:
         Same out-of-memory handling as :meth:`allocate`."""
         h = handle_int(stream)
         hot = self._hot()
-        try:
+
+        def attempt() -> int:
             with self._driver_lock:
-                ptr = hot.alloc_from_pool(nbytes, self._handle_int, h)
-        except CudaError as exc:
-            if not _is_out_of_memory(exc):
-                raise
-            with self._lock:
-                self._oom_retries += 1
-            drv.call("cuStreamSynchronize", h)
-            self.trim(0)
-            try:
-                with self._driver_lock:
-                    ptr = hot.alloc_from_pool(nbytes, self._handle_int, h)
-            except CudaError as exc2:
-                if not _is_out_of_memory(exc2):
-                    raise
-                raise MemoryError(self._oom_message(nbytes)) from exc2
-        with self._lock:
-            self._live += 1
-            self._total += 1
-            if self._live > self._live_high:
-                self._live_high = self._live
+                return hot.alloc_from_pool(nbytes, self._handle_int, h)
+
+        ptr = self._with_oom_retry(nbytes, attempt, lambda: drv.call("cuStreamSynchronize", h))
+        self._count_allocation()
         return ptr
 
     def free_ptr(self, ptr: int, stream: Any) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 from . import Bound, Claim, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from .measure import median, spread, time_on_stream
+from .ncu import find_ncu, parse_ncu_csv
 
 NAME = "cluster"
 TITLE = "Thread-block clusters: one global load of a shared tile per cluster"
@@ -56,13 +56,6 @@ DSMEM_WANTED = ("sm__sass_inst_executed_op_dshared_ld", "l1tex__m_xbar2l1tex_rea
 NCU_TIMEOUT_S = 60.0
 
 
-def find_ncu() -> str | None:
-    for cand in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
 def _available_metrics(ncu: str, timeout_s: float) -> set[str] | None:
     """Base names of the metrics this ncu knows for this GPU (None if it cannot say)."""
     try:
@@ -73,26 +66,6 @@ def _available_metrics(ncu: str, timeout_s: float) -> set[str] | None:
     return names or None
 
 
-def _parse_csv(text: str) -> dict[str, dict[str, float]]:
-    import csv
-    import io
-
-    rows = [r for r in csv.reader(io.StringIO(text)) if len(r) > 5]
-    hdr = next((r for r in rows if "Kernel Name" in r and "Metric Name" in r), None)
-    if hdr is None:
-        return {}
-    k, name, val = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
-    per: dict[str, dict[str, float]] = {}
-    for r in rows:
-        if r is hdr or len(r) <= max(k, name, val):
-            continue
-        try:
-            v = float(r[val].replace(",", ""))
-        except ValueError:
-            continue
-        kern = next((x for x in ("cluster_gemm_shared_a", "cluster_gemm_own_a") if x in r[k]), r[k])
-        per.setdefault(kern, {})[r[name]] = v  # one launch of each kernel: last value wins
-    return per
 
 
 def expected_counts(size: int) -> dict[str, dict[str, float]]:
@@ -158,7 +131,7 @@ def ncu_measure(size: int = 1024, *, timeout_s: float = NCU_TIMEOUT_S, ncu: str 
         res["error"] = f"ncu could not run: {exc}"
         return res
     res["seconds"] = time.perf_counter() - t0
-    per = _parse_csv(p.stdout)
+    per = parse_ncu_csv(p.stdout)
     res["per_kernel"] = per
     if not per:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]

@@ -23,10 +23,7 @@ Two extra measurements explain the fp32 numbers:
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,6 +31,7 @@ from typing import Any
 
 from . import Bound, Context, Result
 from .measure import median, spread, time_on_stream
+from .ncu import find_ncu, parse_ncu_csv  # noqa: F401 (parse_ncu_csv is part of this module's API)
 
 NAME = "gemm"
 TITLE = "Pipelined GEMM kernels vs cuBLAS"
@@ -388,31 +386,6 @@ def run(ctx: Context) -> Result:
 
 
 # --------------------------------------------------------------------------- ncu
-def find_ncu() -> str | None:
-    for cand in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
-def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
-    """{kernel name: {metric: value}} from ``ncu --csv`` output (other lines ignored)."""
-    rows = [r for r in csv.reader(io.StringIO(text)) if len(r) > 5]
-    hdr = next((r for r in rows if "Kernel Name" in r and "Metric Name" in r), None)
-    if hdr is None:
-        return {}
-    k, name, val = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
-    per: dict[str, dict[str, float]] = {}
-    for r in rows:
-        if r is hdr or len(r) <= max(k, name, val):
-            continue
-        try:
-            v = float(r[val].replace(",", ""))
-        except ValueError:
-            continue
-        kern = r[k].split("(")[0].strip()
-        per.setdefault(kern, {})[r[name]] = v  # one launch per kernel
-    return per
 
 
 def ncu_evidence(size: int = NCU_SIZE, *, device_index: int = 0, db_stages: int = 3, ws_stages: int = 4,

@@ -111,6 +111,23 @@ def _copy_gaps(tl) -> dict:
     return out
 
 
+def _all_copies(x, y, n, d_in, d_out, s_in, s_out):
+    """Two callables that enqueue every batch's H2D (on s_in) and every batch's D2H (on
+    s_out) back to back, for batches of n elements: what the copy bound is timed on."""
+    xs = [x[j * n:(j + 1) * n] for j in range(x.size // n)]
+    ys = [y[j * n:(j + 1) * n] for j in range(y.size // n)]
+
+    def all_h2d():
+        for xi in xs:
+            copy_h2d(d_in.ptr, xi, s_in)
+
+    def all_d2h():
+        for yi in ys:
+            copy_d2h(yi, d_out.ptr, s_out)
+
+    return all_h2d, all_d2h
+
+
 def _chunk_sweep(ctx, kernel, pool, dev, x, y, s0, s1, da, db, repeat, mib_list, progress) -> list[dict]:
     """The balanced workload (same rounds, so compute per byte stays balanced with
     the copies) on 3 streams at several chunk sizes, each against the bound and the
@@ -121,17 +138,7 @@ def _chunk_sweep(ctx, kernel, pool, dev, x, y, s0, s1, da, db, repeat, mib_list,
         progress(i / len(mib_list), f"balanced, chunk {mib} MiB")
         n = (mib << 20) // 4
         k = x.size // n
-        xs = [x[j * n:(j + 1) * n] for j in range(k)]
-        ys = [y[j * n:(j + 1) * n] for j in range(k)]
-
-        def all_h2d():
-            for xi in xs:
-                copy_h2d(da.ptr, xi, s0)
-
-        def all_d2h():
-            for yi in ys:
-                copy_d2h(yi, db.ptr, s1)
-
+        all_h2d, all_d2h = _all_copies(x, y, n, da, db, s0, s1)
         dn = DeviceArray(da.ptr, n, np.uint32), DeviceArray(db.ptr, n, np.uint32)
         both_ms = median(time_streams(dev, s0, [(s0, all_h2d), (s1, all_d2h)], repeat=3))
         compute_ms = median(time_on_stream(lambda: [kernel(s0, dn[0], dn[1]) for _ in range(k)], s0,
@@ -170,17 +177,7 @@ def run(ctx) -> Result:
 
     # ---- bounds, measured now: copies alone and both directions at once; compute alone
     ctx.progress(0.02, "measuring copy peaks")
-    xs = [x[i * n:(i + 1) * n] for i in range(batches)]
-    ys = [y[i * n:(i + 1) * n] for i in range(batches)]
-
-    def all_h2d():
-        for xi in xs:
-            copy_h2d(da.ptr, xi, s0)
-
-    def all_d2h():
-        for yi in ys:
-            copy_d2h(yi, db.ptr, s1)
-
+    all_h2d, all_d2h = _all_copies(x, y, n, da, db, s0, s1)
     h2d_ms = median(time_streams(dev, s0, [(s0, all_h2d)], repeat=3))
     d2h_ms = median(time_streams(dev, s0, [(s1, all_d2h)], repeat=3))
     both_ms = median(time_streams(dev, s0, [(s0, all_h2d), (s1, all_d2h)], repeat=3))
