@@ -242,6 +242,24 @@ def test_split_ranges_page_aligned_and_complete():
         assert all(a % 4096 == 0 for a, _ in r)
 
 
+def test_host_copier_gives_each_thread_at_least_a_min_piece(monkeypatch):
+    from fullpipe.pipeline import pageable
+
+    seen = []
+    real = pageable.split_ranges
+    monkeypatch.setattr(pageable, "split_ranges", lambda n, parts, **kw: seen.append(parts) or real(n, parts))
+    src = np.ones(16 * MiB, np.uint8)
+    dst = np.zeros_like(src)
+    c = HostCopier(5)
+    try:
+        for nbytes in (1 * MiB, 3 * MiB, 4 * MiB, 16 * MiB):
+            c.copy(dst.ctypes.data, src.ctypes.data, nbytes)
+    finally:
+        c.close()
+    assert seen == [2, 5]  # 1 and 3 MiB: one thread; 4 MiB: two pieces; 16 MiB: all five threads
+    assert dst[:16 * MiB].all()
+
+
 def test_host_copier_copies_every_byte():
     src = np.random.default_rng(0).integers(0, 255, 7 * MiB + 123, dtype=np.uint8)
     dst = np.zeros_like(src)
