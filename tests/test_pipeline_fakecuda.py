@@ -184,6 +184,9 @@ class FakePool:
 
     def free(self, buf, stream):
         def release():
+            # Poison the memory when the free is reached in stream order: a buffer freed
+            # before its last use (a stream-ordering bug) then gives wrong outputs.
+            ctypes.memset(buf.handle, 0xAB, buf.size)
             with self.lock:
                 self.used -= buf.size
 
@@ -329,6 +332,26 @@ def test_output_with_other_row_shape_and_dtype(fake):
     y = pipe.run(x)
     assert y.shape == (999,) and y.dtype == np.float64
     np.testing.assert_allclose(y, x.sum(axis=1, dtype=np.float64))
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+def test_copy_streams_never_free_a_buffer_before_its_d2h(fake, monkeypatch, streams):
+    """A slow D2H stream: a buffer freed before its D2H ran would be poisoned (FakePool)."""
+    real = fake.driver.cuMemcpyDtoHAsync
+
+    def slow_d2h(dst, src, n, stream):
+        stream.put(lambda: time.sleep(0.002))
+        return real(dst, src, n, stream)
+
+    monkeypatch.setattr(fake.driver, "cuMemcpyDtoHAsync", slow_d2h)
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(9).integers(0, 2**32, 40 * 1000, dtype=np.uint32)
+    out = np.zeros_like(x)
+    fake.pinned.update({x.ctypes.data, out.ctypes.data})
+    pipe = StreamPipeline(FakeMix(2), streams=streams, chunk=1000, copy_streams=True)
+    pipe.run(x, out=out)
+    np.testing.assert_array_equal(out, reference(x, 2))
+    _assert_clean(pipe)
 
 
 @pytest.mark.parametrize("recycle", ["hostfn", "event"])

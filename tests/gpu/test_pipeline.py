@@ -77,7 +77,8 @@ def test_ring_modes_bit_exact(device, mix, own_pool, recycle, slots):
 @pytest.mark.parametrize("pinned", [True, False])
 @pytest.mark.parametrize("streams", [1, 3])
 def test_copy_streams_bit_exact_and_nothing_leaks(device, mix, own_pool, pinned, streams):
-    """copy_streams=True: H2D on one stream, D2H on another, compute on N; freed on the D2H stream."""
+    """copy_streams=True: H2D on one stream, D2H on another, compute on N; each buffer freed on
+    the H2D stream `lag` batches later, behind an event recorded after its D2H."""
     x = _random(6 * MiB + 5, seed=4, pinned=pinned)
     y = pinned_empty(x.shape, np.uint32) if pinned else np.empty_like(x)
     with StreamPipeline(mix, streams=streams, chunk=262_147, copy_streams=True, pool=own_pool,

@@ -89,7 +89,13 @@ class HotPath:
     def _raise(name: str, code: int) -> None:
         from cuda.bindings import driver
 
-        raise drv.error_from_code(name, driver.CUresult(code))
+        from ..errors import CudaError
+
+        try:
+            err = driver.CUresult(code)
+        except ValueError:  # a code this cuda.bindings does not know
+            raise CudaError(name, code, f"CUresult {code}", "unknown error code") from None
+        raise drv.error_from_code(name, err)
 
     def _bindings(self, name: str, *args: Any) -> Any:
         result = getattr(drv.driver(), name)(*args)

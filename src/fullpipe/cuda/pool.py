@@ -310,6 +310,8 @@ class DevicePool:
         Buffer object: for per-batch loops where microseconds count (the executor).
         ``stream`` is a stream object or its handle as an int. Free with :meth:`free_ptr`.
         Same out-of-memory handling as :meth:`allocate`."""
+        if nbytes <= 0:
+            raise ValueError(f"allocation size must be positive, got {nbytes}")
         h = handle_int(stream)
         hot = self._hot()
 

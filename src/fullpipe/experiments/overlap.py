@@ -97,13 +97,15 @@ def _trace_overhead(ctx, kernel, pool, dev, n, x, y, repeat) -> dict:
 
 
 def _copy_gaps(tl) -> dict:
-    """Median idle gap (us) between consecutive copies on each copy engine, in the
-    traced run: the price of a copy engine switching from one stream's copy to the
-    next stream's, which the back-to-back bound does not pay."""
+    """Median idle gap (us) between consecutive copies of different streams in one
+    direction, in the traced run: time the back-to-back bound does not pay. It holds the
+    engine's switch from one stream's queue to the next and any wait of the next copy
+    for its own stream's earlier work; copies that overlap (several engines in one
+    direction) count as no gap."""
     out = {}
     for engine in ("h2d", "d2h"):
         recs = tl.of_engine(engine)
-        gaps = sorted(b.start_ns - a.end_ns for a, b in zip(recs, recs[1:]) if b.stream != a.stream)
+        gaps = sorted(max(0, b.start_ns - a.end_ns) for a, b in zip(recs, recs[1:]) if b.stream != a.stream)
         if gaps:
             out[f"{engine}_switch_gap_us_median"] = gaps[len(gaps) // 2] / 1e3
             busy = sum(r.duration_ns for r in recs)
@@ -203,6 +205,8 @@ def run(ctx) -> Result:
 
         with StreamPipeline(kernel, streams=3, chunk=n, pool=pool, device=dev) as pipe:
             ok = _check_correct(pipe, x, y, rounds, rng)
+        with StreamPipeline(kernel, streams=2, chunk=n, pool=pool, device=dev, copy_streams=True) as pipe:
+            ok &= _check_correct(pipe, x, y, rounds, rng)
         all_correct &= ok
         serial = StreamPipeline(kernel, streams=1, chunk=n, pool=pool, device=dev, synchronous=True, timing=False)
         with serial:
@@ -273,6 +277,17 @@ def run(ctx) -> Result:
     copy_rows = [r for r in table if r["workload"] == "balanced" and r["mode"] == "pipeline, copy streams"]
     candidates = ([r for r in bal if r["streams"] >= 3] + [r for r in sweep if r["chunk_MiB"] >= 8] + copy_rows)
     best3 = max(candidates, key=lambda r: (min(r["ratio"] / 0.95, r["speedup"] / 2.7), r["ratio"]))
+    # The best of ~10 noisy rows is biased upwards: check the chosen configuration once
+    # more for correctness and judge the target on a fresh measurement of it.
+    kernel.rounds = metrics["balanced_rounds"]
+    n_best = (best3["chunk_MiB"] << 20) // 4
+    with StreamPipeline(kernel, streams=best3["streams"], chunk=n_best, pool=pool, device=dev,
+                        copy_streams=best3["mode"] == "pipeline, copy streams") as pipe:
+        all_correct &= _check_correct(pipe, x, y, kernel.rounds, rng)
+        fresh = _median_run(pipe, x, y, repeat)
+    metrics["balanced_best_selected_ratio"] = best3["ratio"]
+    best3 = dict(best3, ratio=best3["bound_ms"] / fresh.wall_ms,
+                 speedup=best3["speedup"] * best3["wall_ms"] / fresh.wall_ms, wall_ms=fresh.wall_ms)
     metrics["balanced_best_chunk_MiB"] = best3["chunk_MiB"]
     metrics["balanced_best_layout"] = (f"{best3['streams']} compute streams + 1 H2D + 1 D2H stream"
                                        if best3["mode"] == "pipeline, copy streams" else f"{best3['streams']} streams")
@@ -319,12 +334,14 @@ def run(ctx) -> Result:
                          f"N={r['streams']}: {r['ratio']:.3f}x bound, {r['speedup']:.2f}x serial, "
                          f"{r['enqueue_us']:.1f} us enqueue" for r in copy_rows)
                      + ". The price: two event records and two stream waits more per batch on the host.")
-    if "d2h_switch_gap_us_median" in metrics:
+    if "d2h_switch_gap_us_median" in metrics and "h2d_switch_gap_us_median" in metrics:
         notes.append(
             f"Why not 1.0x at 8 MiB: in the CUPTI trace each copy engine idles a median "
             f"{metrics['h2d_switch_gap_us_median']:.1f} us (H2D) / {metrics['d2h_switch_gap_us_median']:.1f} us "
-            "(D2H) between copies of different streams, which the back-to-back bound does not pay; with "
-            "3 streams a stream's next H2D also waits for its previous D2H. Bigger chunks pay the gap less often.")
+            "(D2H) between copies of different streams (engine switch plus any wait for the stream's own "
+            "earlier work: with 3 streams a stream's next H2D waits for its previous D2H), which the "
+            "back-to-back bound does not pay. Bigger chunks pay it less often; one stream per copy "
+            "direction (copy streams) avoids the switch.")
     if "trace_overhead" in metrics:
         notes.append(f"Tracing this balanced 3-stream run with CUPTI costs {100 * metrics['trace_overhead']:.1f} % "
                      f"of its time with batch tags, {100 * metrics['trace_untagged_overhead']:.1f} % without "

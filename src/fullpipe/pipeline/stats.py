@@ -75,6 +75,7 @@ class PipelineStats:
     bytes_in: int = 0
     bytes_out: int = 0
     streams: int = 0
+    copy_streams: bool = False  # True: + one H2D and one D2H stream (StreamPipeline(copy_streams=True))
     slots: int = 0
     staging: dict[str, str] = dataclasses.field(default_factory=dict)  # {"input": "ring"|"direct", ...}
     recycle: str = ""

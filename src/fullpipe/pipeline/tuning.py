@@ -125,6 +125,7 @@ def choose_chunk(
     max_slot_bytes: int = 256 * MiB,
     efficiency: float = 0.95,
     chunks_per_stream: int = 4,
+    buffers_in_flight: int | None = None,
 ) -> ChunkChoice:
     """Chunk size (bytes, whole rows) for the rest of a run. See the module docstring."""
     if not models or any(k not in STAGES for k in models):
@@ -134,9 +135,11 @@ def choose_chunk(
     rates = ", ".join(f"{k} {1e-9 / models[k].per_byte_s:.3g} GB/s" for k in models if models[k].per_byte_s > 0)
     lower = smallest_efficient_chunk(models, host_s, efficiency) * 1.25  # margin over the model's noise
     lower = max(lower, row_bytes)
-    # In flight at once: about one chunk per stream, input and output on the device.
+    # In flight at once: about two chunks per stream (copy_streams holds more: the
+    # caller says how many), input and output on the device.
     per_chunk_device = 1.0 + out_over_in
-    upper_memory = device_budget_bytes / (streams * 2 * per_chunk_device)
+    in_flight = buffers_in_flight if buffers_in_flight is not None else streams * 2
+    upper_memory = device_budget_bytes / (in_flight * per_chunk_device)
     upper_share = total_bytes / (streams * chunks_per_stream)
     upper = min(upper_memory, upper_share, max_slot_bytes)
     if lower <= upper:

@@ -45,8 +45,8 @@ class MixKernel:
         from ..cuda.compiler import compile_package_kernel
         from ..cuda.hotpath import HotPath, PackedArgs, handle_int
 
-        if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 0:
-            raise ValueError(f"rounds must be an int >= 0, got {rounds!r}")
+        if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or not 0 <= rounds < 2**31:
+            raise ValueError(f"rounds must be an int in [0, 2**31), got {rounds!r}")
         self.rounds = int(rounds)
         self.device = device
         self.kernel = compile_package_kernel("pipeline/workload.cu", device=device).kernel("workload_mix")
@@ -69,6 +69,8 @@ class MixKernel:
             raise ValueError(f"MixKernel takes uint32 x and y of one size, got {x!r} and {y!r}")
         if x.ptr % 16 or y.ptr % 16:
             raise ValueError("MixKernel needs 16-byte aligned device arrays (uint4 loads)")
+        if not 0 <= self.rounds < 2**31:
+            raise ValueError(f"rounds must be an int in [0, 2**31), got {self.rounds!r}")
         n = x.size
         grid = self.grid_for(n)
         h = self._handle_int(stream)
