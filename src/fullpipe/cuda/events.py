@@ -51,6 +51,17 @@ def join(waiter: Any, *streams: Any) -> None:
             wait(waiter, record(s))
 
 
+def start_together(streams: Any) -> Any:
+    """A timing event after all work so far on every stream, that every stream then
+    waits for: a common start for work spread over ``streams`` (the first one records it)."""
+    first = streams[0]
+    join(first, *streams)
+    start = record(first, timing=True)
+    for s in streams[1:]:
+        wait(s, start)
+    return start
+
+
 def elapsed_ms(start: Any, end: Any) -> float:
     """Milliseconds between two completed timing events (cuEventElapsedTime)."""
     return float(drv.call("cuEventElapsedTime", start.handle, end.handle))

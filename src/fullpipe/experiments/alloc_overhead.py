@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..cuda import driver as drv
-from ..cuda.events import elapsed_ms, join, record, wait
+from ..cuda.events import elapsed_ms, join, record, start_together
 from ..cuda.memory import copy_d2h, copy_h2d, memset_d8, pinned_empty
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
@@ -74,10 +74,7 @@ def _pipeline(dev, alloc, streams, slots, sizes, *, verify: bool, timed: bool):
     alloc_s = 0.0
     bad = 0
     first = streams[0]
-    join(first, *streams)
-    start = record(first, timing=True)
-    for s in streams[1:]:
-        wait(s, start)
+    start = start_together(streams)
     for i, nbytes in enumerate(sizes):
         k = i % len(streams)
         s = streams[k]

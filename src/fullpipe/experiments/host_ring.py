@@ -22,6 +22,7 @@ from ..pipeline import StreamPipeline
 from ..pipeline.staging import native_host_functions_available
 from ..pipeline.timing import device_info, gbps
 from ..pipeline.workload import MixKernel, reference
+from .measure import median_pipeline_run
 from .result import Bound, Result, verdict_from_ratio
 from ..report.claims import with_claims
 
@@ -33,15 +34,6 @@ BATCHES = 500
 SLOTS = (1, 2, 3, 4, 8)
 MiB = 1 << 20
 
-
-def _median_wall(pipe, x, y, repeat):
-    pipe.run(x, out=y)  # warm-up: ring allocated, output pages touched
-    runs = []
-    for _ in range(repeat):
-        pipe.run(x, out=y)
-        runs.append(pipe.stats)
-    runs.sort(key=lambda s: s.wall_ms)
-    return runs[len(runs) // 2]
 
 
 def run(ctx) -> Result:
@@ -61,7 +53,7 @@ def run(ctx) -> Result:
     xp, yp = pinned_empty(x.shape, x.dtype), pinned_empty(x.shape, x.dtype)
     xp[:] = x
     with StreamPipeline(kernel, streams=3, chunk=n, pool=pool, device=dev) as pipe:
-        bound_st = _median_wall(pipe, xp, yp, repeat)
+        bound_st = median_pipeline_run(pipe, xp, yp, repeat)
     bound_gbps = gbps(nbytes, bound_st.wall_ms)
 
     modes = ["hostfn", "pyhostfn", "event"] if native_host_functions_available() else ["pyhostfn", "event"]

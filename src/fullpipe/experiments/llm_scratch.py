@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cuda import driver as drv
-from ..cuda.events import elapsed_ms, join, record, wait
+from ..cuda.events import elapsed_ms, join, record, start_together
 from ..cuda.memory import copy_d2d, memset_d8
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
@@ -126,10 +126,7 @@ def _sequence(dev, seq_id, L, steps, s, get, put, counter_ptr):
 def _run_variant(dev, streams, lengths, steps, get, put, counter_ptr):
     done = [None] * len(streams)
     first = streams[0]
-    join(first, *streams)
-    start = record(first, timing=True)
-    for s in streams[1:]:
-        wait(s, start)
+    start = start_together(streams)
     for i, L in enumerate(lengths):
         k = i % len(streams)
         if done[k] is not None:

@@ -11,6 +11,18 @@ from ..cuda import driver as drv
 from ..cuda.events import elapsed_ms, record
 
 
+def median_pipeline_run(pipe: Any, x: Any, out: Any, repeat: int):
+    """One warm-up ``pipe.run(x, out=out)`` (pool reserves, ring allocated, output pages
+    touched), then ``repeat`` runs; returns the stats of the median run by wall time."""
+    pipe.run(x, out=out)
+    runs = []
+    for _ in range(repeat):
+        pipe.run(x, out=out)
+        runs.append(pipe.stats)
+    runs.sort(key=lambda s: s.wall_ms)
+    return runs[len(runs) // 2]
+
+
 def time_on_stream(
     fn: Callable[[], Any], stream: Any, *, warmup: int = 2, repeat: int = 10
 ) -> list[float]:

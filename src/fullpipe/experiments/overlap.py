@@ -32,7 +32,7 @@ from ..cuda.streams import create_stream
 from ..pipeline import StreamPipeline
 from ..pipeline.timing import device_info, gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds, reference
-from .measure import median, time_on_stream
+from .measure import median, median_pipeline_run, time_on_stream
 from .result import Bound, Result
 from ..report.claims import with_claims
 
@@ -55,15 +55,6 @@ def _check_correct(pipe, x, y, rounds, rng) -> bool:
     return bool(np.array_equal(y[idx], reference(x[idx], rounds))
                 and np.array_equal(y[head], reference(x[head], rounds)))
 
-
-def _median_run(pipe, x, y, repeat):
-    pipe.run(x, out=y)  # warm-up (pool reserves, events created)
-    runs = []
-    for _ in range(repeat):
-        pipe.run(x, out=y)
-        runs.append(pipe.stats)
-    runs.sort(key=lambda s: s.wall_ms)
-    return runs[len(runs) // 2]
 
 
 def _trace_overhead(ctx, kernel, pool, dev, n, x, y, repeat) -> dict:
@@ -148,9 +139,9 @@ def _chunk_sweep(ctx, kernel, pool, dev, x, y, s0, s1, da, db, repeat, mib_list,
         bound_ms = max(both_ms, compute_ms)
         with StreamPipeline(kernel, streams=1, chunk=n, pool=pool, device=dev, synchronous=True,
                             timing=False) as serial:
-            serial_ms = _median_run(serial, x, y, repeat).wall_ms
+            serial_ms = median_pipeline_run(serial, x, y, repeat).wall_ms
         with StreamPipeline(kernel, streams=3, chunk=n, pool=pool, device=dev) as pipe:
-            st = _median_run(pipe, x, y, repeat)
+            st = median_pipeline_run(pipe, x, y, repeat)
         rows.append({
             "workload": "balanced, chunk sweep", "mode": "pipeline", "streams": 3, "chunk_MiB": mib,
             "GB/s": gbps(nbytes, st.wall_ms), "wall_ms": st.wall_ms, "bound_ms": bound_ms,
@@ -210,7 +201,7 @@ def run(ctx) -> Result:
         all_correct &= ok
         serial = StreamPipeline(kernel, streams=1, chunk=n, pool=pool, device=dev, synchronous=True, timing=False)
         with serial:
-            st = _median_run(serial, x, y, repeat)
+            st = median_pipeline_run(serial, x, y, repeat)
         serial_ms = st.wall_ms
         step += 1
         rows = [{
@@ -221,7 +212,7 @@ def run(ctx) -> Result:
         for ns in STREAM_COUNTS:
             ctx.progress(0.05 + 0.85 * step / n_steps, f"{wname}: {ns} stream(s)")
             with StreamPipeline(kernel, streams=ns, chunk=n, pool=pool, device=dev) as pipe:
-                st = _median_run(pipe, x, y, repeat)
+                st = median_pipeline_run(pipe, x, y, repeat)
             rows.append({
                 "workload": wname, "mode": "pipeline", "streams": ns, "GB/s": gbps(nbytes, st.wall_ms),
                 "wall_ms": st.wall_ms, "bound_ms": bound_ms, "ratio": bound_ms / st.wall_ms,
@@ -234,7 +225,7 @@ def run(ctx) -> Result:
         for ns in COPY_STREAM_COUNTS:
             ctx.progress(0.05 + 0.85 * step / n_steps, f"{wname}: copy streams + {ns} compute")
             with StreamPipeline(kernel, streams=ns, chunk=n, pool=pool, device=dev, copy_streams=True) as pipe:
-                st = _median_run(pipe, x, y, repeat)
+                st = median_pipeline_run(pipe, x, y, repeat)
             rows.append({
                 "workload": wname, "mode": "pipeline, copy streams", "streams": ns,
                 "GB/s": gbps(nbytes, st.wall_ms), "wall_ms": st.wall_ms, "bound_ms": bound_ms,
@@ -246,7 +237,7 @@ def run(ctx) -> Result:
             metrics.update(_trace_overhead(ctx, kernel, pool, dev, n, x, y, repeat))
         # Host overhead without per-stage events (the four operations + alloc/free only).
         with StreamPipeline(kernel, streams=3, chunk=n, pool=pool, device=dev, timing=False) as pipe:
-            st = _median_run(pipe, x, y, repeat)
+            st = median_pipeline_run(pipe, x, y, repeat)
         metrics[f"{wname}_enqueue_us_no_events"] = st.enqueue_us_per_batch
         step += 1
         table += rows
@@ -284,7 +275,7 @@ def run(ctx) -> Result:
     with StreamPipeline(kernel, streams=best3["streams"], chunk=n_best, pool=pool, device=dev,
                         copy_streams=best3["mode"] == "pipeline, copy streams") as pipe:
         all_correct &= _check_correct(pipe, x, y, kernel.rounds, rng)
-        fresh = _median_run(pipe, x, y, repeat)
+        fresh = median_pipeline_run(pipe, x, y, repeat)
     metrics["balanced_best_selected_ratio"] = best3["ratio"]
     best3 = dict(best3, ratio=best3["bound_ms"] / fresh.wall_ms,
                  speedup=best3["speedup"] * best3["wall_ms"] / fresh.wall_ms, wall_ms=fresh.wall_ms)

@@ -24,7 +24,7 @@ from ..cuda.streams import create_stream
 from ..pipeline import StreamPipeline
 from ..pipeline.timing import device_info, gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
-from .measure import median
+from .measure import median, median_pipeline_run
 from .result import Bound, Result, verdict_from_ratio
 from ..report.claims import with_claims
 
@@ -35,15 +35,6 @@ CLAIM = ("Pinned memory is needed for full-speed, overlappable copies; staging a
 
 MiB = 1 << 20
 
-
-def _best_run(pipe, x, out, repeat):
-    pipe.run(x, out=out)  # warm-up: ring allocated, output pages touched
-    runs = []
-    for _ in range(repeat):
-        pipe.run(x, out=out)
-        runs.append(pipe.stats)
-    runs.sort(key=lambda s: s.wall_ms)
-    return runs[len(runs) // 2]
 
 
 def _host_memmove_bound(page_src, pin_dst, pin_src, page_dst, size, repeat) -> dict:
@@ -158,7 +149,7 @@ def run(ctx) -> Result:
                 pipe.run(src, out=dst)
                 if not np.array_equal(dst, page_src):
                     raise AssertionError(f"{label}: output differs from input")
-            st = _best_run(pipe, src, dst, repeat)
+            st = median_pipeline_run(pipe, src, dst, repeat)
         rate = gbps(size, st.wall_ms)  # bytes each way per second of wall time
         ex[label] = rate / peak
         rows.append({"test": "executor", "memory": "pageable" if src is page_src else "pinned", "what": label,
@@ -167,7 +158,7 @@ def run(ctx) -> Result:
     chunk_rows = []
     for mib in (1, 2, 4, 8, 16, 32):
         with StreamPipeline(None, streams=3, chunk=mib * MiB // 4, pool=pool, device=dev, output=None) as pipe:
-            st = _best_run(pipe, pin_src, None, repeat)
+            st = median_pipeline_run(pipe, pin_src, None, repeat)
         h2d_stage = st.stage_gbps("h2d")
         chunk_rows.append({"test": "executor H2D stage", "memory": "pinned", "what": f"chunk {mib} MiB",
                            "GB/s": h2d_stage, "ratio_to_pinned": h2d_stage / pinned_h2d,

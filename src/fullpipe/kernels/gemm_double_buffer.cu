@@ -55,29 +55,8 @@ __device__ __forceinline__ void copy_slice_async(float* As, float* Bs, const flo
                                                  const float* __restrict__ B, int M, int N, int K, int bm, int bn,
                                                  int k0, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int c = threadIdx.x + THREADS * r;
-        const int gr = bm + c / 4, gk = k0 + (c % 4) * 4;
-        float* da = &As[(c / 4) * A_STRIDE + (c % 4) * 4];
-        const float* sa = &A[(size_t)gr * K + gk];
-        const int bk = k0 + c / 32, gc = bn + (c % 32) * 4;
-        float* db = &Bs[(c / 32) * TILE_N + (c % 32) * 4];
-        const float* sb = &B[(size_t)bk * N + gc];
-        if (VEC) {
-            if (gr < M && gk < K) cuda::memcpy_async(da, sa, cuda::aligned_size_t<16>(16), pipe);
-            else *reinterpret_cast<float4*>(da) = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (bk < K && gc < N) cuda::memcpy_async(db, sb, cuda::aligned_size_t<16>(16), pipe);
-            else *reinterpret_cast<float4*>(db) = make_float4(0.f, 0.f, 0.f, 0.f);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                if (gr < M && gk + e < K) cuda::memcpy_async(da + e, sa + e, cuda::aligned_size_t<4>(4), pipe);
-                else da[e] = 0.f;
-                if (bk < K && gc + e < N) cuda::memcpy_async(db + e, sb + e, cuda::aligned_size_t<4>(4), pipe);
-                else db[e] = 0.f;
-            }
-        }
-    }
+    for (int r = 0; r < 2; ++r)  // 512 chunk pairs (A and B), 256 threads: two each
+        copy_chunk_async<VEC>(As, Bs, A, B, M, N, K, bm, bn, k0, threadIdx.x + THREADS * r, pipe);
 }
 
 template <int STAGES, bool VEC>
@@ -89,10 +68,7 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
     const int bm = blockIdx.y * TILE_M, bn = blockIdx.x * TILE_N;
     const ThreadTile t;
     float acc[8][8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+    zero_acc(acc);
 
     const int slices = (K + TILE_K - 1) / TILE_K;
     // Prologue: slices 0 .. STAGES-2 in flight. Always STAGES-1 commits (empty ones

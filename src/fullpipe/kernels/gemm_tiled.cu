@@ -68,10 +68,7 @@ __device__ __forceinline__ void gemm_tiled(const float* __restrict__ A, const fl
     const int bm = blockIdx.y * TILE_M, bn = blockIdx.x * TILE_N;
     const ThreadTile t;
     float acc[8][8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+    zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += TILE_K) {
         // Phase 1: everybody loads (global -> registers -> shared).

@@ -82,28 +82,8 @@ __device__ __forceinline__ void load_slice(float* As, float* Bs, const float* __
                                            const float* __restrict__ B, int M, int N, int K, int bm, int bn, int k0,
                                            int lane, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
 #pragma unroll 4
-    for (int c = lane; c < 512; c += 32) {
-        const int gr = bm + c / 4, gk = k0 + (c % 4) * 4;
-        float* da = &As[(c / 4) * A_STRIDE + (c % 4) * 4];
-        const float* sa = &A[(size_t)gr * K + gk];
-        const int bk = k0 + c / 32, gc = bn + (c % 32) * 4;
-        float* db = &Bs[(c / 32) * TILE_N + (c % 32) * 4];
-        const float* sb = &B[(size_t)bk * N + gc];
-        if (VEC) {
-            if (gr < M && gk < K) cuda::memcpy_async(da, sa, cuda::aligned_size_t<16>(16), pipe);
-            else *reinterpret_cast<float4*>(da) = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (bk < K && gc < N) cuda::memcpy_async(db, sb, cuda::aligned_size_t<16>(16), pipe);
-            else *reinterpret_cast<float4*>(db) = make_float4(0.f, 0.f, 0.f, 0.f);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                if (gr < M && gk + e < K) cuda::memcpy_async(da + e, sa + e, cuda::aligned_size_t<4>(4), pipe);
-                else da[e] = 0.f;
-                if (bk < K && gc + e < N) cuda::memcpy_async(db + e, sb + e, cuda::aligned_size_t<4>(4), pipe);
-                else db[e] = 0.f;
-            }
-        }
-    }
+    for (int c = lane; c < 512; c += 32)  // 512 chunk pairs (A and B), 32 lanes: 16 each
+        copy_chunk_async<VEC>(As, Bs, A, B, M, N, K, bm, bn, k0, c, pipe);
 }
 
 // STORER: the 128 x 128 tile from the epilogue buffer to C, one row per step,

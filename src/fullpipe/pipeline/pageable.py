@@ -26,7 +26,6 @@ from typing import Any, Iterator, Sequence
 
 from .staging import GpuSignal, SlotRing, Stopped
 
-PARALLEL_MIN_BYTES = 2 << 20  # below this one thread copies faster than several can start
 # Each staging thread gets at least this much of a copy. Measured on the H200 machine
 # (16 vCPUs, scripts/ring-tune): 4 MiB batches both ways moved 6 GB/s split over 5
 # threads per direction and 11-15 GB/s over 2; the hand-offs of many small pieces
@@ -64,7 +63,7 @@ class HostCopier:
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         parts = min(self.threads, nbytes // MIN_PIECE_BYTES)
-        if self._pool is None or nbytes < PARALLEL_MIN_BYTES or parts < 2:
+        if self._pool is None or parts < 2:
             ctypes.memmove(dst, src, nbytes)
             return
         pieces = split_ranges(nbytes, parts)

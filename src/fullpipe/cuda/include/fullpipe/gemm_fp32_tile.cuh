@@ -8,6 +8,7 @@
 //   Shared memory per K-slice: As[128][TILE_K + 4] (A as stored, row-major, padded so
 //   that the eight rows a warp reads at once fall in different banks), Bs[TILE_K][128].
 #pragma once
+#include <cuda/pipeline>
 
 #define TILE_M 128
 #define TILE_N 128
@@ -32,6 +33,45 @@ struct ThreadTile {
         col0 = (warp % 4) * 32 + (lane % 4) * 4;
     }
 };
+
+__device__ __forceinline__ void zero_acc(float acc[8][8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+}
+
+// Async copy of 16-byte chunk c (0 .. 511) of A's slice and of B's slice into As / Bs
+// (cp.async, tracked by this thread's pipeline; the pipelined kernels hand out the
+// chunks to their copying threads). A chunk c: row c / 4, columns 4 (c % 4) ..;
+// B chunk c: row c / 32, columns 4 (c % 32) ... Outside the matrices: zeros, written
+// with ordinary stores. VEC copies whole chunks (needs K % 4 == 0, N % 4 == 0 and
+// 16-byte aligned pointers); otherwise element by element.
+template <bool VEC>
+__device__ __forceinline__ void copy_chunk_async(float* As, float* Bs, const float* __restrict__ A,
+                                                 const float* __restrict__ B, int M, int N, int K, int bm, int bn,
+                                                 int k0, int c, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
+    const int gr = bm + c / 4, gk = k0 + (c % 4) * 4;
+    float* da = &As[(c / 4) * A_STRIDE + (c % 4) * 4];
+    const float* sa = &A[(size_t)gr * K + gk];
+    const int bk = k0 + c / 32, gc = bn + (c % 32) * 4;
+    float* db = &Bs[(c / 32) * TILE_N + (c % 32) * 4];
+    const float* sb = &B[(size_t)bk * N + gc];
+    if (VEC) {
+        if (gr < M && gk < K) cuda::memcpy_async(da, sa, cuda::aligned_size_t<16>(16), pipe);
+        else *reinterpret_cast<float4*>(da) = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (bk < K && gc < N) cuda::memcpy_async(db, sb, cuda::aligned_size_t<16>(16), pipe);
+        else *reinterpret_cast<float4*>(db) = make_float4(0.f, 0.f, 0.f, 0.f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            if (gr < M && gk + e < K) cuda::memcpy_async(da + e, sa + e, cuda::aligned_size_t<4>(4), pipe);
+            else da[e] = 0.f;
+            if (bk < K && gc + e < N) cuda::memcpy_async(db + e, sb + e, cuda::aligned_size_t<4>(4), pipe);
+            else db[e] = 0.f;
+        }
+    }
+}
 
 // One K-slice of math: acc += As(rows of this thread) x Bs(columns of this thread).
 __device__ __forceinline__ void compute_slice(const float* __restrict__ As, const float* __restrict__ Bs,
