@@ -294,6 +294,12 @@ def run(ctx: Context) -> Result:
         metrics[f"claim {name}"] = value
         if value is not None:
             notes.append(f"{name} = {value:.2f} (target >= {target}): {'met' if value >= target else 'NOT met'}")
+    if db and tiled and db / tiled < 1.3:
+        need = 1.3 * tiled
+        notes.append(f"for double_buffer >= 1.3x tiled it would need {need:.1f} TFLOP/s = {need / cub['float32']:.2f}x "
+                     f"cuBLAS fp32 ({cub['float32']:.1f}): the baseline tiled already reaches "
+                     f"{tiled / cub['float32']:.2f}x cuBLAS here (scripts/fp32-sweep: the K-slice depth 8/16/32 moves "
+                     "neither kernel past ~0.80x cuBLAS)")
     db_cfg = best_config("double_buffer")
     notes.append(f"best stages at {big}: double_buffer {db_s}" + (f" ({db_cfg})" if db_cfg else " (2 blocks/SM build)")
                  + f", warp_specialized {ws_s}, wmma fp16 {wm16_s} "

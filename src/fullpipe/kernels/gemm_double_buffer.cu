@@ -55,7 +55,7 @@ __device__ __forceinline__ void copy_slice_async(float* As, float* Bs, const flo
                                                  const float* __restrict__ B, int M, int N, int K, int bm, int bn,
                                                  int k0, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r)  // 512 chunk pairs (A and B), 256 threads: two each
+    for (int r = 0; r < SLICE_CHUNKS / THREADS; ++r)  // chunk pairs (A and B): 512 at BK = 16, two per thread
         copy_chunk_async<VEC>(As, Bs, A, B, M, N, K, bm, bn, k0, threadIdx.x + THREADS * r, pipe);
 }
 

@@ -8,7 +8,7 @@
 //
 // Tile math (cuda/include/fullpipe/gemm_fp32_tile.cuh, shared with the pipelined fp32
 // kernels, so that they differ from this one in the pipeline only):
-//   block tile 128 x 128 of C, K-slices of BK = 16, 256 threads = 8 warps (2 x 4),
+//   block tile 128 x 128 of C, K-slices of BK = 16 (FP32_BK), 256 threads = 8 warps (2 x 4),
 //   warp tile 64 x 32, thread tile 8 x 8 (rows tm + 8*i, columns tn*4 + {0..3} and
 //   16 + tn*4 + {0..3}), read from shared memory as float4.
 //   Shared memory: As[128][BK + 4] (A as stored, row-major, padded so that the eight
@@ -21,21 +21,22 @@
 #include <fullpipe/gemm_fp32_tile.cuh>
 
 #define THREADS 256
+#define CHUNKS (SLICE_CHUNKS / THREADS)  // 16-byte chunks of A (and of B) per thread per slice
 
 namespace {
 
 using namespace fp_fp32_tile;
 
-// Global -> registers for one K-slice: each thread holds 2 chunks of A and 2 of B
-// (4 floats each). Out-of-range elements become 0.
+// Global -> registers for one K-slice: each thread holds CHUNKS chunks of A and CHUNKS
+// of B (4 floats each; 2 + 2 at BK = 16). Out-of-range elements become 0.
 template <bool VEC>
 __device__ __forceinline__ void fetch_slice(const float* __restrict__ A, const float* __restrict__ B, int M, int N,
-                                            int K, int bm, int bn, int k0, float4 ra[2], float4 rb[2]) {
+                                            int K, int bm, int bn, int k0, float4 ra[CHUNKS], float4 rb[CHUNKS]) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < CHUNKS; ++r) {
         const int c = threadIdx.x + THREADS * r;
-        // A chunk: row c/4 of the tile, k = (c%4)*4 .. +3
-        const int gr = bm + c / 4, gk = k0 + (c % 4) * 4;
+        // A chunk: row c / A_CHUNKS_PER_ROW of the tile, k = (c % A_CHUNKS_PER_ROW) * 4 .. +3
+        const int gr = bm + c / A_CHUNKS_PER_ROW, gk = k0 + (c % A_CHUNKS_PER_ROW) * 4;
         float v[4];
         if (VEC) {
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -72,12 +73,12 @@ __device__ __forceinline__ void gemm_tiled(const float* __restrict__ A, const fl
 
     for (int k0 = 0; k0 < K; k0 += TILE_K) {
         // Phase 1: everybody loads (global -> registers -> shared).
-        float4 ra[2], rb[2];
+        float4 ra[CHUNKS], rb[CHUNKS];
         fetch_slice<VEC>(A, B, M, N, K, bm, bn, k0, ra, rb);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int r = 0; r < CHUNKS; ++r) {
             const int c = threadIdx.x + THREADS * r;
-            *reinterpret_cast<float4*>(&As[(c / 4) * A_STRIDE + (c % 4) * 4]) = ra[r];
+            *reinterpret_cast<float4*>(&As[(c / A_CHUNKS_PER_ROW) * A_STRIDE + (c % A_CHUNKS_PER_ROW) * 4]) = ra[r];
             *reinterpret_cast<float4*>(&Bs[(c / 32) * TILE_N + (c % 32) * 4]) = rb[r];
         }
         __syncthreads();  // the slice is in shared memory

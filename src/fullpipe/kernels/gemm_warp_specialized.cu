@@ -82,7 +82,7 @@ __device__ __forceinline__ void load_slice(float* As, float* Bs, const float* __
                                            const float* __restrict__ B, int M, int N, int K, int bm, int bn, int k0,
                                            int lane, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
 #pragma unroll 4
-    for (int c = lane; c < 512; c += 32)  // 512 chunk pairs (A and B), 32 lanes: 16 each
+    for (int c = lane; c < SLICE_CHUNKS; c += 32)  // chunk pairs (A and B): 512 at BK = 16, 16 per lane
         copy_chunk_async<VEC>(As, Bs, A, B, M, N, K, bm, bn, k0, c, pipe);
 }
 

@@ -12,8 +12,14 @@
 
 #define TILE_M 128
 #define TILE_N 128
-#define TILE_K 16
-#define A_STRIDE (TILE_K + 4)  // floats per As row: 80 bytes, keeps float4 alignment
+#ifndef FP32_BK
+#define FP32_BK 16  // K-slice depth; 8, 16 or 32 with -DFP32_BK (scripts/fp32-sweep)
+#endif
+#define TILE_K FP32_BK
+#define A_STRIDE (TILE_K + 4)  // floats per As row: keeps float4 alignment, rows in distinct banks
+#define A_CHUNKS_PER_ROW (TILE_K / 4)
+#define SLICE_CHUNKS (TILE_M * TILE_K / 4)  // 16-byte chunks of A's slice (and of B's: TILE_K x 128)
+static_assert(TILE_K == 8 || TILE_K == 16 || TILE_K == 32, "FP32_BK must be 8, 16 or 32");
 
 namespace fp_fp32_tile {
 
@@ -41,18 +47,18 @@ __device__ __forceinline__ void zero_acc(float acc[8][8]) {
         for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
 }
 
-// Async copy of 16-byte chunk c (0 .. 511) of A's slice and of B's slice into As / Bs
-// (cp.async, tracked by this thread's pipeline; the pipelined kernels hand out the
-// chunks to their copying threads). A chunk c: row c / 4, columns 4 (c % 4) ..;
-// B chunk c: row c / 32, columns 4 (c % 32) ... Outside the matrices: zeros, written
+// Async copy of 16-byte chunk c (0 .. SLICE_CHUNKS-1) of A's slice and of B's slice into
+// As / Bs (cp.async, tracked by this thread's pipeline; the pipelined kernels hand out the
+// chunks to their copying threads). A chunk c: row c / A_CHUNKS_PER_ROW, columns
+// 4 (c % A_CHUNKS_PER_ROW) ..; B chunk c: row c / 32, columns 4 (c % 32) ... Outside the matrices: zeros, written
 // with ordinary stores. VEC copies whole chunks (needs K % 4 == 0, N % 4 == 0 and
 // 16-byte aligned pointers); otherwise element by element.
 template <bool VEC>
 __device__ __forceinline__ void copy_chunk_async(float* As, float* Bs, const float* __restrict__ A,
                                                  const float* __restrict__ B, int M, int N, int K, int bm, int bn,
                                                  int k0, int c, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
-    const int gr = bm + c / 4, gk = k0 + (c % 4) * 4;
-    float* da = &As[(c / 4) * A_STRIDE + (c % 4) * 4];
+    const int gr = bm + c / A_CHUNKS_PER_ROW, gk = k0 + (c % A_CHUNKS_PER_ROW) * 4;
+    float* da = &As[(c / A_CHUNKS_PER_ROW) * A_STRIDE + (c % A_CHUNKS_PER_ROW) * 4];
     const float* sa = &A[(size_t)gr * K + gk];
     const int bk = k0 + c / 32, gc = bn + (c % 32) * 4;
     float* db = &Bs[(c / 32) * TILE_N + (c % 32) * 4];
