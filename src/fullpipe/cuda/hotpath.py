@@ -36,6 +36,10 @@ _SIGNATURES: dict[str, tuple[str, list[Any]]] = {
     "cuEventRecord": ("cuEventRecord", [_vp, _vp]),
     "cuStreamWaitEvent": ("cuStreamWaitEvent", [_vp, _vp, _uint]),
     "cuLaunchKernel": ("cuLaunchKernel", [_vp, _uint, _uint, _uint, _uint, _uint, _uint, _uint, _vp, _vp, _vp]),
+    # StreamPipeline(graph=True) (pipeline/graphs.py): one launch per batch, plus a
+    # memcpy-node update per direct (user-array) side.
+    "cuGraphLaunch": ("cuGraphLaunch", [_vp, _vp]),
+    "cuGraphExecMemcpyNodeSetParams": ("cuGraphExecMemcpyNodeSetParams", [_vp, _vp, _vp, _vp]),
 }
 
 _libcuda: Any = None
@@ -162,6 +166,42 @@ class HotPath:
                 self._raise("cuLaunchKernel", err)
         else:
             self._bindings("cuLaunchKernel", kernel, grid, 1, 1, block, 1, 1, shared_mem, stream, args.address, 0)
+
+    def graph_launch(self, graph_exec: int, stream: int) -> None:
+        """cuGraphLaunch: the whole executable graph, ordered on ``stream`` after its work
+        and after the previous launch of the same ``graph_exec``."""
+        if self.native:
+            err = self._fn["cuGraphLaunch"](graph_exec, stream)
+            if err:
+                self._raise("cuGraphLaunch", err)
+        else:
+            self._bindings("cuGraphLaunch", graph_exec, stream)
+
+    def graph_exec_memcpy_params(self, graph_exec: int, node: int, params: "Memcpy3D", ctx: int) -> None:
+        """cuGraphExecMemcpyNodeSetParams: the next launches of ``graph_exec`` copy as
+        ``params`` says (launches already enqueued are not affected). ``node`` is the
+        memcpy node of the graph ``graph_exec`` was instantiated from. Without libcuda
+        (CPU tests) the ctypes struct goes to the fake driver as is."""
+        if self.native:
+            err = self._fn["cuGraphExecMemcpyNodeSetParams"](graph_exec, node, ctypes.addressof(params), ctx)
+            if err:
+                self._raise("cuGraphExecMemcpyNodeSetParams", err)
+        else:
+            self._bindings("cuGraphExecMemcpyNodeSetParams", graph_exec, node, params, ctx)
+
+
+class Memcpy3D(ctypes.Structure):
+    """cuda.h's CUDA_MEMCPY3D (the parameters of a graph memcpy node), field for field."""
+
+    _fields_ = [
+        ("srcXInBytes", _sz), ("srcY", _sz), ("srcZ", _sz), ("srcLOD", _sz),
+        ("srcMemoryType", _int), ("srcHost", _vp), ("srcDevice", _u64), ("srcArray", _vp),
+        ("reserved0", _vp), ("srcPitch", _sz), ("srcHeight", _sz),
+        ("dstXInBytes", _sz), ("dstY", _sz), ("dstZ", _sz), ("dstLOD", _sz),
+        ("dstMemoryType", _int), ("dstHost", _vp), ("dstDevice", _u64), ("dstArray", _vp),
+        ("reserved1", _vp), ("dstPitch", _sz), ("dstHeight", _sz),
+        ("WidthInBytes", _sz), ("Height", _sz), ("Depth", _sz),
+    ]
 
 
 class PackedArgs:

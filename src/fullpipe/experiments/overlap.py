@@ -239,6 +239,20 @@ def run(ctx) -> Result:
         with StreamPipeline(kernel, streams=3, chunk=n, pool=pool, device=dev, timing=False) as pipe:
             st = median_pipeline_run(pipe, x, y, repeat)
         metrics[f"{wname}_enqueue_us_no_events"] = st.enqueue_us_per_batch
+        if wname == "balanced":
+            # The same with graph=True: each batch is one captured CUDA graph (pinned arrays:
+            # two memcpy-node updates and one cuGraphLaunch per batch), checked first.
+            with StreamPipeline(kernel, streams=3, chunk=n, pool=pool, device=dev, graph=True) as pipe:
+                all_correct &= _check_correct(pipe, x, y, rounds, rng)
+                st = median_pipeline_run(pipe, x, y, repeat)
+            rows.append({
+                "workload": wname, "mode": "pipeline, CUDA graphs", "streams": 3,
+                "GB/s": gbps(nbytes, st.wall_ms), "wall_ms": st.wall_ms, "bound_ms": bound_ms,
+                "ratio": bound_ms / st.wall_ms, "speedup": serial_ms / st.wall_ms,
+                "in_run_ratio": None, "overlap": None, "enqueue_us": st.enqueue_us_per_batch,
+            })
+            metrics["balanced_graph_enqueue_us"] = st.enqueue_us_per_batch
+            metrics["balanced_graph_ratio"] = bound_ms / st.wall_ms
         step += 1
         table += rows
         figures_data[wname] = (rows, bound_ms)
@@ -318,7 +332,10 @@ def run(ctx) -> Result:
     )
     notes.append(f"Enqueue overhead per batch (alloc, H2D, compute launch, D2H, free): "
                  f"{metrics['balanced_enqueue_us_no_events']:.1f} us without per-stage events, "
-                 f"{metrics['enqueue_us_per_batch_balanced_3']:.1f} us with them (target <= 20 us).")
+                 f"{metrics['enqueue_us_per_batch_balanced_3']:.1f} us with them (target <= 20 us)"
+                 + (f"; with graph=True (one captured CUDA graph per batch shape and stream) "
+                    f"{metrics['balanced_graph_enqueue_us']:.1f} us, {metrics['balanced_graph_ratio']:.3f}x bound "
+                    "with 3 streams" if "balanced_graph_enqueue_us" in metrics else "") + ".")
     if copy_rows:
         notes.append("Copy streams (every H2D on one stream, every D2H on another, compute on N streams, "
                      "joined by events), balanced: " + ", ".join(

@@ -15,7 +15,8 @@ All of it is enqueued without waiting: the CPU runs ahead to batch j+1 at once.
 Nothing inside the loop synchronizes a stream or the device; the only waits are
 the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
 wait at the end. See staging.py (the ring and its signals), pageable.py (CPU
-threads for pageable arrays), tuning.py (chunk="auto"), stats.py (what a run did).
+threads for pageable arrays), tuning.py (chunk="auto"), stats.py (what a run did),
+graphs.py (graph=True: the whole sequence above as one cuGraphLaunch per batch).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.memory import DeviceArray, is_pinned, pinned_empty
 from . import plan as P
 from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, short_switch_interval
+from .graphs import BatchGraphs
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
@@ -85,6 +87,22 @@ class StreamPipeline:
     - ``timing``: record four events per batch for per-stage stats (a few us per batch).
     - ``synchronous``: wait for each batch before the next (the serial baseline).
     - ``pool``: a :class:`~fullpipe.DevicePool` (one is made if not given).
+    - ``graph``: False (default). True: the per-batch sequence (allocate, H2D, slot
+      signal, compute, D2H, signal, free) is captured once into a CUDA graph per lane
+      and batch shape, and each later batch of that shape is one ``cuGraphLaunch``
+      (ring staging; direct staging adds two memcpy-node updates) instead of five to
+      seven driver calls. See :mod:`fullpipe.pipeline.graphs`. Consequences:
+      ``compute`` is called only when a graph is captured (once per slot or stream
+      and shape), with the stream being captured: it must enqueue only capturable
+      work (no synchronization; a failed capture raises ``GraphCaptureError``, a
+      ValueError) and whatever it reads when called is frozen into the graph
+      (:meth:`reset_graphs` after changing e.g. ``MixKernel.rounds``). ``timing`` is
+      treated as False (a graph's nodes are fixed: no per-batch stage events; no
+      ``busy_ms``). The device buffers are graph memory, not ``pool`` memory (the
+      pool's usage does not move; :meth:`close` gives the graph memory back). At most
+      64 graphs are cached; batches of further new shapes run without a graph.
+      ``stats.graph`` says how many batches were launched, captured, or fell back.
+      Not combined with ``copy_streams=True`` or ``staging="direct"`` yet.
 
     On an exception in compute, a CUDA error, or Ctrl-C, the run drains what is in
     flight, frees every device allocation it made, gives back the ring, and re-raises
@@ -107,6 +125,7 @@ class StreamPipeline:
         pool: Any = None,
         device: Any = None,
         copy_threads: int | None = None,
+        graph: bool = False,
     ):
         if compute is not None and not callable(compute):
             raise TypeError(f"compute must be callable as compute(stream, x, y), got {type(compute).__name__}")
@@ -124,6 +143,19 @@ class StreamPipeline:
         self.timing = bool(timing)
         self.synchronous = bool(synchronous)
         self.copy_streams = bool(copy_streams)
+        if not isinstance(graph, bool):
+            raise TypeError(f"graph must be True or False, got {graph!r}")
+        if graph and self.copy_streams:
+            raise ValueError(
+                "graph=True and copy_streams=True are not combined yet: copy_streams spreads each batch over "
+                "three streams joined by events and frees its buffer batches later on another stream, while "
+                "a per-batch graph is one launch on one stream. Use one of the two.")
+        if graph and staging == "direct":
+            raise ValueError(
+                "graph=True with staging='direct' is not supported: that mode hands pageable arrays to "
+                "cuMemcpyAsync as is, which a graph's memcpy node cannot hold. Use staging='auto' (pinned "
+                "arrays are copied directly, pageable ones through the ring) or 'ring'.")
+        self.graph = graph
         self.copy_threads = (default_copy_threads() if copy_threads is None
                              else P.check_positive_int(copy_threads, "copy_threads"))
         self._device = device
@@ -188,6 +220,8 @@ class StreamPipeline:
         self._drv = driver
         self._SUCCESS = driver.CUresult.CUDA_SUCCESS
         self._NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
+        self._graphs = (BatchGraphs(pool=self.pool, device=self.device, hot=self._hot, recycle=self.recycle,
+                                    slots=self.slots) if self.graph else None)
         self._started = True
 
     def close(self) -> None:
@@ -197,6 +231,9 @@ class StreamPipeline:
         for s in self._all_streams:
             with drv.translated("cuStreamSynchronize"):
                 s.sync()
+        if self._graphs is not None:  # before the ring: the graphs hold its slot addresses
+            self._graphs.close()
+            self._graphs = None
         self._ring_in.free()
         self._ring_out.free()
         for c in (self._copier_in, self._copier_out):
@@ -240,7 +277,18 @@ class StreamPipeline:
                 pinned_slots_free=0 if self._running else 2 * self.slots,
                 pinned_ring_bytes=self._ring_in.pinned_bytes + self._ring_out.pinned_bytes,
             )
+            if self._graphs is not None:
+                d["graph_execs"] = len(self._graphs)
         return d
+
+    def reset_graphs(self) -> None:
+        """graph=True: drop the cached CUDA graphs, so that the next batches capture the
+        compute again (after changing something it reads when called)."""
+        if self._started and self._graphs is not None:
+            for s in self._all_streams:
+                with drv.translated("cuStreamSynchronize"):
+                    s.sync()
+            self._graphs.clear()
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: np.ndarray | None = None) -> np.ndarray | None:
@@ -361,7 +409,7 @@ class StreamPipeline:
         saved = (self.synchronous, self.timing)
         self.synchronous, self.timing = True, True
         try:
-            pst = self._execute(batches, stage_in, stage_out)
+            pst = self._execute(batches, stage_in, stage_out, use_graphs=False)  # probes need stage timing
         finally:
             self.synchronous, self.timing = saved
         self.probe_stats = pst
@@ -384,7 +432,8 @@ class StreamPipeline:
         return choice.rows, choice, a, len(probes)
 
     # ------------------------------------------------------------------ the loop
-    def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None) -> PipelineStats:
+    def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None,
+                 use_graphs: bool = True) -> PipelineStats:
         n = len(batches)
         K = self.slots
         ring_in = stage_in == "ring"
@@ -396,7 +445,8 @@ class StreamPipeline:
         pool = self.pool
         d = self._drv
         hot = self._hot
-        timing = self.timing
+        gx = self._graphs if use_graphs else None  # graph=True: see graphs.py
+        timing = self.timing and gx is None  # a graph's nodes are fixed: no per-batch timing events
         start_h = self._start_event.handle
         in_dtype = batches[0].src.dtype
         out_dtype = batches[0].dst.dtype if has_out else None
@@ -412,6 +462,9 @@ class StreamPipeline:
             self._ring_out.ensure(max(b.out_bytes for b in batches))
         stats.pinned_ring_bytes = (self._ring_in.pinned_bytes if ring_in else 0) + (
             self._ring_out.pinned_bytes if ring_out else 0)
+        if gx is not None:
+            gx.begin_run(compute=compute, stage_in=stage_in, stage_out=stage_out, in_dtype=in_dtype,
+                         out_dtype=out_dtype, ring_in=self._ring_in, ring_out=self._ring_out)
 
         stop = threading.Event()
         signals: list[Any] = []
@@ -431,14 +484,20 @@ class StreamPipeline:
         try:
             with switch:
                 if ring_in:
-                    free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
-                    signals += free_in
+                    if gx is not None:  # graph mode: the graphs' host nodes post these: they outlive the run
+                        free_in = gx.ring_signals("in")
+                    else:
+                        free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
+                        signals += free_in
                     stager = InputStager(self._ring_in, free_in, [bb.src for bb in batches], self._copier("in"), stop,
                                          on_start=self._worker_setup)
                     stager.start()
                 if ring_out:
-                    ready_out = [make_signal(self.recycle, self.device, initial=0) for _ in range(K)]
-                    signals += ready_out
+                    if gx is not None:
+                        ready_out = gx.ring_signals("out")
+                    else:
+                        ready_out = [make_signal(self.recycle, self.device, initial=0) for _ in range(K)]
+                        signals += ready_out
                     drainer = OutputDrainer(self._ring_out, ready_out, [threading.Semaphore(1) for _ in range(K)],
                                             self._copier("out"), stop, on_start=self._worker_setup)
                     drainer.start()
@@ -472,6 +531,34 @@ class StreamPipeline:
                         dst = b.dst_addr
                     t0 = time.perf_counter()
                     wait_s += t0 - tw
+
+                    # ---- graph mode (graph=True, graphs.py): the batch's graph, captured on
+                    # first use, replaces the enqueue block below with one cuGraphLaunch
+                    if gx is not None:
+                        # The graph writes the output slot, and a capture records its signal:
+                        # the drain thread must be done with the slot before either.
+                        if ring_out:
+                            tw = time.perf_counter()
+                            drainer.acquire_slot(slot)  # type: ignore[union-attr]
+                            t_acq = time.perf_counter() - tw
+                            wait_s += t_acq
+                            t0 += t_acq
+                        g, capture_s = gx.graph_for(b, slot, pos % N, s, src, dst if has_out else 0)
+                        if g is None and ring_out:  # the normal path below acquires it again
+                            drainer.free[slot].release()  # type: ignore[union-attr]
+                        if g is not None:
+                            t0 += capture_s  # not enqueue time: stats.graph["capture_ms"]
+                            gx.launch(g, src, dst if has_out else 0, h)
+                            if ring_out:
+                                drainer.submit(slot, b.dst_addr, b.out_bytes)  # type: ignore[union-attr]
+                            t1 = time.perf_counter()
+                            enqueue_us.append((t1 - t0) * 1e6)
+                            if self.synchronous:
+                                with drv.translated("cuStreamSynchronize"):
+                                    s.sync()
+                                wait_s += time.perf_counter() - t1
+                            continue
+                        # None: the cache is full and this shape has no graph: the normal path
 
                     # ---- enqueue batch pos: alloc, H2D, compute, D2H, free; no waits
                     in_bytes, out_bytes = b.in_bytes, b.out_bytes
@@ -567,6 +654,8 @@ class StreamPipeline:
                 stats.gpu_span_ms = self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
         except BaseException as exc:
             released, drained = self._abort(live, stop, stager, drainer, inflight)
+            if gx is not None:
+                gx.after_abort(drained)
             _annotate(exc, b, pos, n, released, K)
             raise
         finally:
@@ -582,6 +671,8 @@ class StreamPipeline:
         stats.host_wait_ms = wait_s * 1e3
         stats.enqueue_us = enqueue_us
         stats.timings = timings
+        if gx is not None:
+            stats.graph = gx.run_stats(n)
         if timings:
             stats.busy_ms = busy_from_timings(timings, compute is not None, has_out)
         return stats

@@ -87,6 +87,8 @@ class PipelineStats:
     loop_us_per_batch: float = 0.0  # all host time per batch except waiting for slots
     host_wait_ms: float = 0.0  # main thread blocked on the staging ring
     chunk: dict[str, Any] | None = None  # the chunk choice and its reason
+    # graph=True: {"graphs", "launches", "captures", "capture_ms", "fallback_batches", "max_graphs", "reason"}
+    graph: dict[str, Any] | None = None
     timings: list[BatchTiming] = dataclasses.field(default_factory=list, repr=False)
     enqueue_us: list[float] = dataclasses.field(default_factory=list, repr=False)  # per batch
 
@@ -151,6 +153,8 @@ class PipelineStats:
         )
         if self.chunk:
             lines.append(f"chunk: {self.chunk.get('reason', self.chunk)}")
+        if self.graph:
+            lines.append(f"graph: {self.graph.get('reason', self.graph)}")
         return "\n".join(lines)
 
 

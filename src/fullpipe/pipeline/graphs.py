@@ -1,0 +1,412 @@
+"""Per-batch CUDA graphs: ``StreamPipeline(graph=True)``.
+
+Without a graph, a batch costs the host about six driver calls (allocate, H2D,
+slot signal, compute launch, D2H, output signal, free: ~18 us on an H200 host).
+With ``graph=True`` that sequence is captured once into a CUDA graph
+(``cuStreamBeginCapture`` in thread-local mode ... ``cuStreamEndCapture``,
+``cuGraphInstantiate``) and each later batch of the same shapes is one
+``cuGraphLaunch``. What one graph holds, in stream order::
+
+    mem-alloc node      (the captured cuMemAllocFromPoolAsync: graph memory, see below)
+    memcpy node         H2D from the ring slot or the user's pinned array
+    host / event node   the input slot's "free" signal (ring staging only)
+    compute's nodes     the user callable, called ONCE, while the stream is captured
+    memcpy node         D2H to the ring slot or the user's pinned array
+    host / event node   the output slot's "ready" signal (ring staging only)
+    mem-free node
+
+Every parameter of a graph is fixed, so graphs are cached per *lane* and shapes:
+
+- ring staging (pageable arrays): the host side is ring slot ``j % K``, whose
+  address never changes: one graph per (slot, shapes). Batch j launches slot
+  ``j % K``'s graph on stream ``j % N``. Launches of one graph exec are ordered
+  behind its previous launch; the ring already keeps slot k's batches in order,
+  so that costs no overlap.
+- direct staging (pinned arrays): the host address changes per batch. One graph
+  per (stream, shapes), launched on that stream; before each launch its H2D and
+  D2H memcpy nodes get the batch's host addresses
+  (``cuGraphExecMemcpyNodeSetParams``; launches already enqueued keep theirs).
+
+Driver calls per batch once its graph exists: ring staging 1 (``cuGraphLaunch``;
+with ``recycle="event"`` plus two Python semaphore releases, no driver call);
+direct staging 3 (two memcpy-node updates + ``cuGraphLaunch``); mixed staging 2.
+The non-graph path makes 5 to 7 (see executor.py).
+
+The cache holds at most ``max_graphs`` (64) graph execs. A batch whose graph is
+not cached and cannot be captured because the cache is full runs on the normal,
+non-graph path (counted in ``stats.graph["fallback_batches"]``).
+
+Device memory: a captured stream-ordered allocation becomes a graph mem-alloc
+node; its memory belongs to the device's graph memory (``cuDeviceGetGraphMemAttribute``),
+not to the pipeline's DevicePool, whose usage therefore does not change in graph
+mode. :meth:`BatchGraphs.close` destroys every exec and graph and returns the
+unused graph memory to the driver (``cuDeviceGraphMemTrim``).
+
+The compute callable runs only when a graph is captured, never at replay: what it
+reads when called (e.g. ``MixKernel.rounds``) is frozen into the graph. Assigning
+a different compute object to the pipeline drops the cached graphs;
+:meth:`BatchGraphs.clear` (``StreamPipeline.reset_graphs()``) drops them by hand.
+It must enqueue only capturable work on the stream it is given: no stream or
+device synchronization, no host waits on the GPU, no allocations outside stream
+order. A capture that fails is ended, its graph destroyed, and
+:class:`GraphCaptureError` (a ValueError) says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import time
+from typing import Any
+
+from ..cuda import driver as drv
+from ..cuda.hostfn import launch_native_host_func
+from ..cuda.hotpath import HotPath, Memcpy3D, handle_int
+from ..cuda.memory import DeviceArray
+from ..errors import CudaError
+from .plan import align_up
+from .staging import EventSignal, GpuSignal, PyHostFnSignal, make_signal
+
+MAX_GRAPHS = 64
+CU_EVENT_RECORD_EXTERNAL = 1  # cuda.h: in a capture, record the event as a graph node
+_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_ORPHANED: list[Any] = []  # signals / callbacks whose host nodes may still run some day
+
+# cuda.h: CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_UNIFIED = 4
+_MEM_HOST, _MEM_DEVICE, _MEM_UNIFIED = 1, 2, 4
+
+
+class GraphCaptureError(ValueError):
+    """The per-batch work could not be captured into a CUDA graph (graph=True)."""
+
+
+@dataclasses.dataclass
+class _CopyUpdate:
+    """A memcpy node whose host address changes per launch (direct staging)."""
+
+    node: Any  # the node of the template graph (int with libcuda, else the driver's object)
+    params: Memcpy3D  # the captured parameters; ``field`` is rewritten per launch
+    field: str  # "srcHost"/"srcDevice" (H2D source) or "dstHost"/"dstDevice" (D2H destination)
+
+
+@dataclasses.dataclass
+class _Graph:
+    graph: Any  # CUgraph: kept alive, the memcpy node handles belong to it
+    exec: Any  # CUgraphExec (driver object)
+    exec_h: Any  # what HotPath takes
+    ring: bool  # holds ring slot addresses and signals
+    h2d: _CopyUpdate | None
+    d2h: _CopyUpdate | None
+    event_signals: tuple  # EventSignals recorded by the graph: their host-side count is raised per launch
+
+
+class BatchGraphs:
+    """The graphs of one StreamPipeline, with their cache and the ring signals they post.
+
+    The executor calls :meth:`begin_run` once per run, :meth:`ring_signals` for the
+    ring's slot signals, then per batch :meth:`graph_for` (cached, or captured now,
+    or None: use the normal path) and :meth:`launch`; :meth:`after_abort` when a run
+    failed, :meth:`run_stats` at the end, :meth:`close` with the pipeline.
+    """
+
+    def __init__(self, *, pool: Any, device: Any, hot: HotPath, recycle: str, slots: int,
+                 max_graphs: int | None = None):
+        self.pool, self.device, self.hot, self.recycle, self.slots = pool, device, hot, recycle, slots
+        self.max_graphs = MAX_GRAPHS if max_graphs is None else max_graphs
+        self._cache: dict[tuple, _Graph] = {}
+        self._compute: Any = None
+        self._ring_id: tuple | None = None
+        self._signals: dict[str, list[GpuSignal]] = {}
+        self._callbacks: list[Any] = []  # pyhostfn: ctypes trampolines the host nodes call
+        self._ctx_h: Any = None
+        self._direct_unsupported: str | None = None
+        self._run: dict[str, Any] = {}
+        self.launches = self.captures = self.fallbacks = 0
+        self.capture_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # ------------------------------------------------------------------ per run
+    def begin_run(self, *, compute: Any, stage_in: str, stage_out: str | None, in_dtype: Any, out_dtype: Any,
+                  ring_in: Any, ring_out: Any) -> None:
+        """Set what this run's graphs depend on; drop graphs that can never be launched
+        again (another compute object, a reallocated ring)."""
+        if compute is not self._compute:
+            self.clear()
+            self._compute = compute
+        ring_id = (ring_in.slot_bytes, tuple(ring_in.address(k) for k in range(ring_in.slots))
+                   if ring_in.slot_bytes else (),
+                   ring_out.slot_bytes, tuple(ring_out.address(k) for k in range(ring_out.slots))
+                   if ring_out.slot_bytes else ())
+        uses_ring = stage_in == "ring" or stage_out == "ring"
+        if uses_ring and ring_id != self._ring_id:
+            self._drop(ring=True)
+            self._ring_id = ring_id
+        has_out = stage_out is not None
+        self._run = dict(
+            compute=compute, ring_in=stage_in == "ring", ring_out=stage_out == "ring", has_out=has_out,
+            in_dtype=in_dtype, out_dtype=out_dtype, by_slot=uses_ring,
+            direct=stage_in == "direct" or stage_out == "direct",  # a side updated per launch
+            # what else a graph depends on; the lane and the shapes are added per batch
+            ctx=(stage_in, stage_out, str(in_dtype), str(out_dtype)),
+        )
+        self.launches = self.captures = self.fallbacks = 0
+        self.capture_s = 0.0
+
+    def ring_signals(self, side: str) -> list[GpuSignal]:
+        """The K slot signals of one side ("in": slot free, starts raised; "out": output
+        ready). They live as long as the graphs whose host nodes post them; a run that
+        ends normally leaves each back in its initial state, so the next run reuses them."""
+        sigs = self._signals.get(side)
+        if sigs is None:
+            initial = 1 if side == "in" else 0
+            sigs = self._signals[side] = [make_signal(self.recycle, self.device, initial=initial)
+                                          for _ in range(self.slots)]
+        return sigs
+
+    # ------------------------------------------------------------------ per batch
+    def graph_for(self, b: Any, slot: int, lane: int, stream: Any, src: int, dst: int) -> tuple[_Graph | None, float]:
+        """Batch ``b``'s graph and the seconds spent capturing it now (0.0 when cached).
+        None: the cache is full and this shape has no graph; run the batch without one."""
+        r = self._run
+        key = (r["ctx"], slot if r["by_slot"] else lane, b.in_shape, b.out_shape)
+        g = self._cache.get(key)
+        if g is not None:
+            return g, 0.0
+        if len(self._cache) >= self.max_graphs or (self._direct_unsupported and r["direct"]):
+            self.fallbacks += 1
+            return None, 0.0
+        t0 = time.perf_counter()
+        g = self._capture(b, slot, stream, src, dst)
+        dt = time.perf_counter() - t0
+        self.capture_s += dt
+        if g is None:
+            self.fallbacks += 1
+        else:
+            self._cache[key] = g
+            self.captures += 1
+        return g, dt
+
+    def launch(self, g: _Graph, src: int, dst: int, stream_h: Any) -> None:
+        """Launch one batch: update the direct sides' host addresses, then cuGraphLaunch."""
+        hot = self.hot
+        if g.h2d is not None:
+            u = g.h2d
+            setattr(u.params, u.field, src)
+            hot.graph_exec_memcpy_params(g.exec_h, u.node, u.params, self._ctx_h)
+        if g.d2h is not None:
+            u = g.d2h
+            setattr(u.params, u.field, dst)
+            hot.graph_exec_memcpy_params(g.exec_h, u.node, u.params, self._ctx_h)
+        hot.graph_launch(g.exec_h, stream_h)
+        for sig in g.event_signals:  # the graph recorded the event: one more record for the waiter
+            sig._armed.release()
+        self.launches += 1
+
+    # ------------------------------------------------------------------ capture
+    def _capture(self, b: Any, slot: int, stream: Any, src: int, dst: int) -> _Graph | None:
+        """Capture batch ``b``'s work on ``stream`` (nothing runs) and instantiate it.
+        Returns None when a direct side's memcpy node cannot be found for updates."""
+        d = drv.driver()
+        r = self._run
+        compute, has_out = r["compute"], r["has_out"]
+        ring_in, ring_out = r["ring_in"], r["ring_out"]
+        sh = stream.handle
+        in_bytes, out_bytes = b.in_bytes, b.out_bytes
+        out_off = align_up(in_bytes)
+        dev_bytes = out_off + out_bytes if (has_out and compute is not None) else in_bytes
+        if self._ctx_h is None:
+            ctx = drv.call("cuCtxGetCurrent")
+            self._ctx_h = handle_int(ctx) if self.hot.native else ctx
+        events: list[GpuSignal] = []
+        drv.call("cuStreamBeginCapture", sh, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        failure: BaseException | None = None
+        ptr = y_ptr = 0
+        try:  # the same sequence as the executor's non-graph path, on one stream
+            ptr = int(drv.call("cuMemAllocFromPoolAsync", dev_bytes, self.pool.handle, sh))
+            drv.call("cuMemcpyHtoDAsync", ptr, src, in_bytes, sh)
+            if ring_in:
+                self._capture_arm(self._signals["in"][slot], stream, events)
+            x = DeviceArray(ptr, b.in_shape, r["in_dtype"])
+            y_ptr = ptr
+            if compute is not None:
+                y = DeviceArray(ptr + out_off, b.out_shape, r["out_dtype"]) if has_out else None
+                compute(stream, x, y)
+                y_ptr = ptr + out_off
+            if has_out:
+                drv.call("cuMemcpyDtoHAsync", dst, y_ptr, out_bytes, sh)
+            if ring_out:
+                self._capture_arm(self._signals["out"][slot], stream, events)
+            drv.call("cuMemFreeAsync", ptr, sh)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
+            failure = exc
+        graph, end_error = self._end_capture(sh)  # always: the stream must leave capture mode
+        if failure is not None:
+            self._destroy(graph=graph)
+            if isinstance(failure, Exception) and (isinstance(failure, CudaError) or end_error is not None):
+                raise GraphCaptureError(_capture_message(b, failure)) from failure
+            raise failure  # the compute's own error (or Ctrl-C): as without a graph
+        if end_error is not None:
+            raise GraphCaptureError(_capture_message(b, end_error)) from end_error
+        exe = None
+        try:
+            h2d = None if ring_in else self._find_copy(graph, "h2d", src, ptr, in_bytes)
+            d2h = None if (ring_out or not has_out) else self._find_copy(graph, "d2h", dst, y_ptr, out_bytes)
+            if (not ring_in and h2d is None) or (has_out and not ring_out and d2h is None):
+                self._direct_unsupported = (
+                    "direct staging: the captured graph has no plain memcpy node for the batch's host "
+                    "copy, so its host address cannot be updated per launch; those batches ran without a graph")
+            else:
+                try:
+                    exe = drv.call("cuGraphInstantiate", graph, 0)
+                except CudaError as exc:
+                    raise GraphCaptureError(_capture_message(b, exc)) from exc
+        finally:
+            if exe is None:
+                self._destroy(graph=graph)
+        if exe is None:
+            return None
+        exec_h = handle_int(exe) if self.hot.native else exe
+        return _Graph(graph, exe, exec_h, ring_in or ring_out, h2d, d2h, tuple(events))
+
+    def _end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
+        """cuStreamEndCapture; never raises (an invalidated capture returns its error)."""
+        try:
+            return drv.call("cuStreamEndCapture", sh), None
+        except CudaError as exc:
+            return None, exc
+
+    def _capture_arm(self, sig: GpuSignal, stream: Any, events: list[GpuSignal]) -> None:
+        """Capture ``sig.arm(stream)`` as a graph node that fires on every launch."""
+        if isinstance(sig, EventSignal):
+            # An event-record node. A plain cuEventRecord on a capturing stream only marks
+            # a capture dependency (the event then refuses host waits: H200, driver 580,
+            # cuEventSynchronize -> CUDA_ERROR_INVALID_VALUE); CU_EVENT_RECORD_EXTERNAL makes
+            # it a node that records the event on every launch. EventSignal.arm would also
+            # raise the waiter's count now, before the graph ever runs: that is done per
+            # launch instead (launch()).
+            drv.call("cuEventRecordWithFlags", sig._handle, stream.handle, CU_EVENT_RECORD_EXTERNAL)
+            events.append(sig)
+        elif isinstance(sig, PyHostFnSignal):
+            # fullpipe's Python trampoline runs each registered call once; a graph's host
+            # node runs every launch: give it a callback of its own (takes the GIL).
+            cb = _HOSTFN(lambda _data, release=sig._sem.release: release())
+            self._callbacks.append(cb)
+            launch_native_host_func(stream, ctypes.cast(cb, ctypes.c_void_p).value, 0)
+        else:  # HostFnSignal: libc sem_post with the semaphore's address, a native host node
+            sig.arm(stream)
+
+    def _find_copy(self, graph: Any, direction: str, host: int, dev: int, nbytes: int) -> _CopyUpdate | None:
+        """The memcpy node that copies ``nbytes`` between ``host`` and ``dev``."""
+        d = drv.driver()
+        memcpy_type = int(d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMCPY)
+        nodes, count = drv.call("cuGraphGetNodes", graph, 0)
+        if count:
+            nodes, count = drv.call("cuGraphGetNodes", graph, count)
+        h_side, d_side = ("src", "dst") if direction == "h2d" else ("dst", "src")
+        for node in nodes:
+            if int(drv.call("cuGraphNodeGetType", node)) != memcpy_type:
+                continue
+            p = drv.call("cuGraphMemcpyNodeGetParams", node)
+            try:
+                h_type = _int(getattr(p, h_side + "MemoryType"))
+                d_type = _int(getattr(p, d_side + "MemoryType"))
+            except ValueError:  # cuda.bindings refuses to read an unset memory type: not ours
+                continue
+            if _int(p.WidthInBytes) != nbytes or d_type not in (_MEM_DEVICE, _MEM_UNIFIED):
+                continue
+            # An address may be stored as a base plus an x offset: compare their sum.
+            field = {_MEM_HOST: h_side + "Host", _MEM_UNIFIED: h_side + "Device"}.get(h_type)
+            h_x = _int(getattr(p, h_side + "XInBytes", 0))
+            if field is None or _int(getattr(p, field)) + h_x != host:
+                continue
+            if _int(getattr(p, d_side + "Device")) + _int(getattr(p, d_side + "XInBytes", 0)) != dev:
+                continue
+            params = Memcpy3D()
+            for name, _ in Memcpy3D._fields_:
+                setattr(params, name, _int(getattr(p, name, 0)))
+            setattr(params, h_side + "XInBytes", 0)  # launch() writes the whole host address
+            return _CopyUpdate(handle_int(node) if self.hot.native else node, params, field)
+        return None
+
+    # ------------------------------------------------------------------ lifetime
+    def _drop(self, *, ring: bool | None = None) -> None:
+        """Destroy the cached graphs (only the ring ones with ring=True)."""
+        for key, g in list(self._cache.items()):
+            if ring is None or g.ring == ring:
+                del self._cache[key]
+                self._destroy(graph=g.graph, exe=g.exec)
+
+    def _destroy(self, *, graph: Any = None, exe: Any = None) -> None:
+        # An exec still in flight finishes first (cuGraphExecDestroy's contract).
+        if exe is not None:
+            drv.call("cuGraphExecDestroy", exe)
+        if graph is not None:
+            drv.call("cuGraphDestroy", graph)
+
+    def clear(self) -> None:
+        """Drop every cached graph (they are captured again when needed)."""
+        self._drop()
+
+    def after_abort(self, drained: bool) -> None:
+        """A run failed: the ring signals' counts are unknown. Drop them with the ring
+        graphs that post them; when the streams did not drain, a host node may still
+        run some day, so keep their memory alive."""
+        for key, g in list(self._cache.items()):
+            if g.ring:
+                del self._cache[key]
+                try:
+                    self._destroy(graph=g.graph, exe=g.exec)
+                except Exception:  # a broken context (sticky error): nothing more to do
+                    pass
+        sigs = [s for side in self._signals.values() for s in side]
+        if drained:
+            for s in sigs:
+                s.close()
+        else:
+            _ORPHANED.extend(sigs)
+            _ORPHANED.extend(self._callbacks)
+        self._callbacks = []
+        self._signals = {}
+
+    def close(self) -> None:
+        """Destroy every graph and exec, close the signals, and give unused graph memory
+        back to the driver. The pipeline's streams must have drained.
+
+        Destroying an exec leaves its physical memory cached in the device's graph
+        memory; ``cuDeviceGraphMemTrim`` returns it. The trim is device-wide but only
+        frees blocks that no graph (of any library) is running or has scheduled."""
+        self._drop()
+        for side in self._signals.values():
+            for s in side:
+                s.close()
+        self._signals = {}
+        self._callbacks = []
+        self._compute = None
+        dev = drv.call("cuDeviceGet", int(getattr(self.device, "index", 0)))
+        drv.call("cuDeviceGraphMemTrim", dev)
+
+    def run_stats(self, batches: int) -> dict[str, Any]:
+        reason = (f"{self.launches} of {batches} batches launched as CUDA graphs ({self.captures} captured "
+                  f"this run, {len(self._cache)} cached); per-batch stage timing is not recorded in graph mode")
+        if self.fallbacks:
+            why = self._direct_unsupported or f"the cache holds at most {self.max_graphs} graphs"
+            reason += f"; {self.fallbacks} batches ran without a graph: {why}"
+        return {"graphs": len(self._cache), "launches": self.launches, "captures": self.captures,
+                "capture_ms": self.capture_s * 1e3, "fallback_batches": self.fallbacks,
+                "max_graphs": self.max_graphs, "reason": reason}
+
+
+def _int(v: Any) -> int:
+    return 0 if v is None else int(v)
+
+
+def _capture_message(b: Any, exc: BaseException) -> str:
+    return (
+        f"graph=True: capturing the work of batch {b.index} into a CUDA graph failed ({exc}). With graph=True "
+        "the compute callable is called once per graph while its stream is being captured: it must only "
+        "enqueue capturable work on the stream it is given (kernel launches, async copies and memsets, event "
+        "records) and must not synchronize a stream, an event or the device, wait on the GPU from the host, "
+        "or allocate memory outside stream order. Use graph=False for this compute."
+    )

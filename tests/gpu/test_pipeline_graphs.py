@@ -1,0 +1,150 @@
+"""GPU tests of StreamPipeline(graph=True): bit-exact results on fresh random data with
+poisoned outputs (pinned and pageable, batches of three shapes, every recycle mode),
+the cost per batch printed beside graph=False, a compute that cannot be captured, and
+nothing left behind: pool usage, slots, graph memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fullpipe.cuda import driver as drv
+from fullpipe.cuda import hostfn
+from fullpipe.cuda.memory import pinned_empty
+from fullpipe.cuda.pool import DevicePool
+from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline.graphs import GraphCaptureError
+from fullpipe.pipeline.workload import MixKernel, reference
+
+pytestmark = pytest.mark.gpu
+POISON = 0xDEADBEEF
+SHAPES = (4096, 65_539, 262_147)  # uint32 elements: 16 KiB, ~256 KiB, ~1 MiB (odd sizes on purpose)
+
+
+@pytest.fixture(scope="module")
+def mix(device):
+    return MixKernel(device, rounds=3)
+
+
+@pytest.fixture
+def own_pool(device):
+    p = DevicePool(device, release_threshold="max")
+    yield p
+    p.close()
+
+
+def _usage(pipe, pool):
+    s = pool.stats()
+    r = pipe.resources()
+    return (s.used_bytes, s.allocations, r["timing_events_out"], r["pinned_slots_free"], r["running"],
+            hostfn.pending_count())
+
+
+def _graph_mem(device, name="CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT") -> int:
+    d = drv.driver()
+    dev = drv.call("cuDeviceGet", device.index)
+    return int(drv.call("cuDeviceGetGraphMemAttribute", dev, getattr(d.CUgraphMem_attribute, name)))
+
+
+def _batches(n, seed, pinned):
+    """n batches whose sizes are drawn from SHAPES, fresh random data; outputs poisoned.
+    Pinned: views into one pinned array each way (their addresses differ per batch)."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(rng.choice(SHAPES)) for _ in range(n)]
+    total = sum(sizes)
+    if pinned:
+        x, y = pinned_empty(total, np.uint32), pinned_empty(total, np.uint32)
+    else:
+        x, y = np.empty(total, np.uint32), np.empty(total, np.uint32)
+    x[:] = rng.integers(0, 2**32, total, dtype=np.uint32)
+    y.fill(POISON)
+    bounds = np.cumsum([0] + sizes)
+    return ([x[a:b] for a, b in zip(bounds[:-1], bounds[1:])],
+            [y[a:b] for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+@pytest.mark.parametrize("pinned,recycle", [(True, "hostfn"), (False, "hostfn"), (False, "event"),
+                                            (False, "pyhostfn")])
+def test_graph_runs_are_bit_exact_and_nothing_leaks(device, mix, own_pool, pinned, recycle):
+    xs, ys = _batches(300, seed=1, pinned=pinned)
+    graph_mem_before = _graph_mem(device)
+    reserved_before = _graph_mem(device, "CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT")
+    with StreamPipeline(mix, streams=3, slots=4, recycle=recycle, pool=own_pool, device=device,
+                        graph=True) as pipe:
+        pipe.run_batches(xs[:20], outs=ys[:20])  # warm: ring, pool, and most graphs
+        start = _usage(pipe, own_pool)
+        graph_mem_runs = []
+        for rep in range(2):
+            for y in ys:
+                y.fill(POISON)
+            pipe.run_batches(xs, outs=ys)
+            for x, y in zip(xs, ys):
+                assert np.array_equal(y, reference(x, mix.rounds))
+            g = pipe.stats.graph
+            print(f"pinned={pinned} recycle={recycle} run {rep}: {pipe.stats.enqueue_us_per_batch:.2f} us/batch "
+                  f"enqueue; {g}")
+            assert g["launches"] == 300 and g["fallback_batches"] == 0
+            assert pipe.stats.staging == ({"input": "direct", "output": "direct"} if pinned
+                                          else {"input": "ring", "output": "ring"})
+            assert _usage(pipe, own_pool) == start  # the graphs' buffers are graph memory, not the pool's
+            # A graph's allocations stay mapped to its exec between launches (the driver
+            # reuses them): graph memory in use grows with the graphs, not with the batches.
+            graph_mem_runs.append(_graph_mem(device))
+        assert pipe.stats.graph["captures"] == 0  # second run: every graph cached
+        assert graph_mem_runs[1] == graph_mem_runs[0]
+    # close() destroyed the execs and gave the device's graph memory back (cuDeviceGraphMemTrim)
+    assert _graph_mem(device) == graph_mem_before
+    reserved_after = _graph_mem(device, "CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT")
+    print(f"graph memory reserved: {reserved_before} bytes before, {reserved_after} after close")
+    assert reserved_after <= reserved_before
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_enqueue_cost_with_and_without_graphs(device, mix, own_pool, pinned):
+    """Prints the host enqueue cost per batch (16 KiB batches); asserts only correctness."""
+    n, k = 2000, 4096
+    x = pinned_empty((n, k), np.uint32) if pinned else np.empty((n, k), np.uint32)
+    x[:] = np.random.default_rng(2).integers(0, 2**32, x.shape, dtype=np.uint32)
+    want = reference(x, mix.rounds)
+    for graph in (False, True):
+        y = pinned_empty(x.shape, np.uint32) if pinned else np.empty_like(x)
+        with StreamPipeline(mix, streams=3, chunk=1, timing=False, pool=own_pool, device=device,
+                            graph=graph) as pipe:
+            pipe.run(x, out=y)  # warm (and capture)
+            y.fill(POISON)
+            pipe.run(x, out=y)
+            np.testing.assert_array_equal(y, want)
+            st = pipe.stats
+            print(f"\npinned={pinned} graph={graph}: enqueue {st.enqueue_us_per_batch:.2f} us/batch, loop "
+                  f"{st.loop_us_per_batch:.2f} us/batch, {st.throughput_gbps:.2f} GB/s"
+                  + (f"; {st.graph['reason']}" if st.graph else ""))
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_compute_that_synchronizes_cannot_be_captured_and_nothing_leaks(device, mix, own_pool, pinned):
+    def syncing(stream, x, y):
+        mix(stream, x, y)
+        drv.call("cuStreamSynchronize", stream.handle)  # not capturable
+
+    syncing.input_dtype = np.uint32
+    xs, ys = _batches(30, seed=3, pinned=pinned)
+    graph_mem_before = _graph_mem(device)
+    with StreamPipeline(syncing, streams=3, slots=3, pool=own_pool, device=device, graph=True) as pipe:
+        pipe.compute = mix
+        pipe.run_batches(xs[:3], outs=ys[:3])  # warm with a capturable compute
+        start = _usage(pipe, own_pool)
+        graph_mem_warm = _graph_mem(device)
+        pipe.compute = syncing
+        with pytest.raises(GraphCaptureError, match="capturable") as info:
+            pipe.run_batches(xs, outs=ys)
+        print(info.value)
+        assert info.value.batch_index == 0
+        for s in pipe.streams:
+            s.sync()
+        assert _usage(pipe, own_pool) == start
+        assert _graph_mem(device) <= graph_mem_warm  # the failed capture left no graph memory in use
+        pipe.compute = mix  # usable again
+        pipe.run_batches(xs, outs=ys)
+        for x, y in zip(xs, ys):
+            assert np.array_equal(y, reference(x, mix.rounds))
+    assert _graph_mem(device) == graph_mem_before

@@ -1,0 +1,625 @@
+"""CPU tests of StreamPipeline(graph=True) against a fake driver that captures graphs.
+
+The fake extends the one in test_pipeline_fakecuda.py: while a stream is being
+captured, every operation enqueued on it (copies, host functions, event records,
+stream-ordered alloc/free, and whatever the compute puts on the stream) becomes a
+node of a linear graph instead of running. ``cuGraphLaunch`` enqueues the nodes on
+the launch stream, behind the previous launch of the same exec, with the memcpy
+parameters last set by ``cuGraphExecMemcpyNodeSetParams``. Graph memory is one
+fixed buffer per alloc node, counted while allocated and poisoned when the free
+node runs (so a free before the last use shows in the output). A synchronize on a
+capturing stream invalidates the capture, as the driver does. It proves the logic
+(same bytes as graph=False, cache, fallbacks, the failure path), not speed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import types
+
+import numpy as np
+import pytest
+
+import fullpipe.cuda.driver as fdriver
+import fullpipe.cuda.pool as fpool
+import fullpipe.cuda.streams as fstreams
+import fullpipe.pipeline.graphs as fgraphs
+from fullpipe.cuda.hotpath import Memcpy3D
+from fullpipe.errors import CudaError
+from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline.graphs import GraphCaptureError
+from fullpipe.pipeline.workload import reference
+from tests import test_pipeline_fakecuda as base
+from tests.test_pipeline_fakecuda import SUCCESS, FakeDriver, FakeMix, FakePool, FakeStream, _assert_clean
+
+fake = base.fake  # the fake driver's fixture; gfake below adds graphs to it
+
+ERR_INVALID_VALUE = 1
+ERR_CAPTURE_UNSUPPORTED = 900
+ERR_CAPTURE_INVALIDATED = 901
+ERR_CAPTURED_EVENT = 907
+MEM_HOST, MEM_DEVICE = 1, 2
+KERNEL, MEMCPY, HOST, EVENT_RECORD, MEM_ALLOC, MEM_FREE = 0, 1, 3, 7, 10, 11
+_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_FIELDS = [name for name, _ in Memcpy3D._fields_]
+
+
+class CapStream(FakeStream):
+    """A fake stream that records what is enqueued on it while it is captured."""
+
+    def __init__(self, jitter):
+        self.capture = None
+        super().__init__(jitter)
+
+    def put(self, op):
+        if self.capture is not None:  # e.g. the compute's work: a kernel node
+            self.capture.add(KERNEL, lambda params: op)
+        else:
+            super().put(op)
+
+
+class FakeNode:
+    def __init__(self, kind, make_op, params=None):
+        self.kind = kind
+        self.make_op = make_op  # make_op(params) at launch -> the op the stream runs
+        self.params = params
+
+
+class FakeGraph:
+    def __init__(self):
+        self.nodes: list[FakeNode] = []
+        self.keep: list = []  # graph memory (one buffer per alloc node)
+        self.invalidated = False
+        self.execs = 0
+        self.destroyed = False
+
+    def add(self, kind, make_op, params=None):
+        node = FakeNode(kind, make_op, params)
+        self.nodes.append(node)
+        return node
+
+
+class FakeExec:
+    def __init__(self, graph):
+        self.graph = graph
+        self.params = {n: n.params for n in graph.nodes if n.kind == MEMCPY}
+        self.done = threading.Event()
+        self.done.set()
+        self.destroyed = False
+
+
+def _snapshot(params) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**{f: int(getattr(params, f) or 0) for f in _FIELDS})
+
+
+def _copy_op(p):
+    src = p.srcHost if p.srcMemoryType == MEM_HOST else p.srcDevice
+    dst = p.dstHost if p.dstMemoryType == MEM_HOST else p.dstDevice
+    n = p.WidthInBytes
+    return lambda: ctypes.memmove(dst, src, n)
+
+
+class GraphFakeDriver(FakeDriver):
+    """FakeDriver plus stream capture, graphs, graph execs and graph memory."""
+
+    CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
+    CUgraphNodeType = types.SimpleNamespace(CU_GRAPH_NODE_TYPE_MEMCPY=MEMCPY)
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+        self.graphs_live: set = set()
+        self.execs_live: set = set()
+        self.graph_mem_used = 0
+        self.launches = 0
+        self.captures = 0
+        self.updates = 0
+        self.trims = 0
+        self.errors: list[str] = []  # broken graph rules seen on a stream thread
+
+    def cuGetErrorName(self, err):
+        names = {ERR_CAPTURE_UNSUPPORTED: b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+                 ERR_CAPTURE_INVALIDATED: b"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+                 ERR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE"}
+        return SUCCESS, names.get(int(err), b"CUDA_ERROR_FAKE")
+
+    # ---- capture
+    def cuStreamBeginCapture(self, stream, mode):
+        if stream.capture is not None or mode != 1:
+            return (ERR_INVALID_VALUE,)
+        stream.capture = FakeGraph()
+        return (SUCCESS,)
+
+    def cuStreamEndCapture(self, stream):
+        g, stream.capture = stream.capture, None
+        if g is None:
+            return ERR_INVALID_VALUE, None
+        if g.invalidated:
+            return ERR_CAPTURE_INVALIDATED, None
+        self.captures += 1
+        self.graphs_live.add(g)
+        return SUCCESS, g
+
+    def cuStreamSynchronize(self, stream):
+        if stream.capture is not None:  # not capturable: the driver invalidates the capture
+            stream.capture.invalidated = True
+            return (ERR_CAPTURE_UNSUPPORTED,)
+        stream.sync()
+        return (SUCCESS,)
+
+    def cuEventSynchronize(self, ev):
+        if getattr(ev, "captured", False):
+            return (ERR_CAPTURED_EVENT,)
+        return super().cuEventSynchronize(ev)
+
+    def cuEventQuery(self, ev):
+        if getattr(ev, "captured", False):
+            return (ERR_CAPTURED_EVENT,)
+        return super().cuEventQuery(ev)
+
+    def cuCtxGetCurrent(self):
+        return SUCCESS, "fake-context"
+
+    # ---- operations: captured when the stream is capturing
+    def cuMemAllocFromPoolAsync(self, n, pool, stream):
+        if stream.capture is None:
+            return ERR_INVALID_VALUE, 0  # the executor allocates through FakePool otherwise
+        buf = ctypes.create_string_buffer(n + 256)
+        addr = (ctypes.addressof(buf) + 255) // 256 * 256
+        g = stream.capture
+        g.keep.append(buf)
+
+        def make_op(params):
+            def alloc():
+                with self.lock:
+                    self.graph_mem_used += n
+            return alloc
+
+        g.add(MEM_ALLOC, make_op, types.SimpleNamespace(ptr=addr, n=n))
+        return SUCCESS, addr
+
+    def cuMemFreeAsync(self, ptr, stream):
+        g = stream.capture
+        if g is None:
+            return (ERR_INVALID_VALUE,)
+        allocs = [nd.params for nd in g.nodes if nd.kind == MEM_ALLOC and nd.params.ptr == ptr]
+        if not allocs:
+            return (ERR_INVALID_VALUE,)
+        n = allocs[0].n
+
+        def make_op(params):
+            def free():
+                ctypes.memset(ptr, 0xAB, n)  # a use after this point reads poison
+                with self.lock:
+                    self.graph_mem_used -= n
+            return free
+
+        g.add(MEM_FREE, make_op)
+        return (SUCCESS,)
+
+    def _memcpy(self, stream, params):
+        if stream.capture is None:
+            stream.put(_copy_op(params))
+        else:
+            stream.capture.add(MEMCPY, _copy_op, params)
+        return (SUCCESS,)
+
+    def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+        p = types.SimpleNamespace(**{f: 0 for f in _FIELDS})
+        p.srcMemoryType, p.srcHost, p.dstMemoryType, p.dstDevice = MEM_HOST, int(src), MEM_DEVICE, int(dst)
+        p.WidthInBytes, p.Height, p.Depth = n, 1, 1
+        return self._memcpy(stream, p)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+        p = types.SimpleNamespace(**{f: 0 for f in _FIELDS})
+        p.srcMemoryType, p.srcDevice, p.dstMemoryType, p.dstHost = MEM_DEVICE, int(src), MEM_HOST, int(dst)
+        p.WidthInBytes, p.Height, p.Depth = n, 1, 1
+        return self._memcpy(stream, p)
+
+    def cuLaunchHostFunc(self, stream, fn, user_data):
+        if stream.capture is None:
+            return super().cuLaunchHostFunc(stream, fn, user_data)
+        f, data = _HOSTFN(int(fn)), int(user_data)
+        stream.capture.add(HOST, lambda params: (lambda: f(data)))
+        return (SUCCESS,)
+
+    def cuEventRecord(self, ev, stream):
+        if stream.capture is None:
+            ev.captured = False
+            return super().cuEventRecord(ev, stream)
+        # On a capturing stream a plain record only marks a capture dependency: no node, and
+        # the event refuses host waits from then on (the real driver: CUDA_ERROR_INVALID_VALUE).
+        ev.captured = True
+        return (SUCCESS,)
+
+    def cuEventRecordWithFlags(self, ev, stream, flags):
+        if stream.capture is None or not flags & 1:  # 1: CU_EVENT_RECORD_EXTERNAL
+            return self.cuEventRecord(ev, stream)
+        ev.captured = True  # until a launch records it: no host waits on it (CUDA_ERROR_CAPTURED_EVENT)
+
+        def make_op(params):  # at launch, in launch order: one more record of the event
+            ev.captured = False
+            ev.recorded += 1
+            gen = ev.recorded
+
+            def done():
+                with ev.cond:
+                    ev.completed = max(ev.completed, gen)
+                    ev.cond.notify_all()
+            return done
+
+        stream.capture.add(EVENT_RECORD, make_op)
+        return (SUCCESS,)
+
+    # ---- graphs
+    def cuGraphGetNodes(self, g, num):
+        return SUCCESS, (list(g.nodes[:num]) if num else []), len(g.nodes)
+
+    def cuGraphNodeGetType(self, node):
+        return SUCCESS, node.kind
+
+    def cuGraphMemcpyNodeGetParams(self, node):
+        return SUCCESS, _snapshot(node.params)
+
+    def cuGraphInstantiate(self, g, flags):
+        if g.destroyed or g.execs:  # a graph with memory nodes: one exec at a time
+            return ERR_INVALID_VALUE, None
+        g.execs += 1
+        e = FakeExec(g)
+        self.execs_live.add(e)
+        return SUCCESS, e
+
+    def cuGraphExecMemcpyNodeSetParams(self, e, node, params, ctx):
+        old = e.params.get(node)
+        new = _snapshot(params)  # the driver copies the parameters at the call
+        if e.destroyed or old is None or ctx != "fake-context" or any(
+                getattr(old, f) != getattr(new, f)
+                for f in ("srcMemoryType", "dstMemoryType", "WidthInBytes", "Height", "Depth")):
+            return (ERR_INVALID_VALUE,)
+        e.params[node] = new
+        self.updates += 1
+        return (SUCCESS,)
+
+    def cuGraphLaunch(self, e, stream):
+        if e.destroyed or stream.capture is not None:
+            return (ERR_INVALID_VALUE,)
+        prev, done = e.done, threading.Event()
+        e.done = done
+        stream.put(prev.wait)  # ordered behind the previous launch of this exec
+        for node in e.graph.nodes:
+            stream.put(node.make_op(e.params.get(node, node.params)))
+        stream.put(done.set)
+        self.launches += 1
+        return (SUCCESS,)
+
+    def cuGraphExecDestroy(self, e):
+        if e.destroyed:
+            return (ERR_INVALID_VALUE,)
+        e.destroyed = True
+        e.graph.execs -= 1
+        self.execs_live.discard(e)
+        return (SUCCESS,)
+
+    def cuGraphDestroy(self, g):
+        if g.destroyed:
+            return (ERR_INVALID_VALUE,)
+        g.destroyed = True
+        self.graphs_live.discard(g)
+        return (SUCCESS,)
+
+    def cuDeviceGet(self, index):
+        return SUCCESS, index
+
+    def cuDeviceGraphMemTrim(self, device):
+        self.trims += 1
+        return (SUCCESS,)
+
+
+class GraphFakePool(FakePool):
+    handle = "fake-pool-handle"
+
+
+@pytest.fixture
+def gfake(fake, monkeypatch):
+    d = GraphFakeDriver()
+    monkeypatch.setattr(fdriver, "driver", lambda: d)
+    monkeypatch.setattr(fpool, "DevicePool", GraphFakePool)
+    monkeypatch.setattr(fstreams, "long_lived_streams",
+                        lambda dev, n, **kw: [CapStream(fake.jitter["value"]) for _ in range(n)])
+    return types.SimpleNamespace(driver=d, jitter=fake.jitter, pinned=fake.pinned)
+
+
+def _assert_graph_clean(pipe, d):
+    _assert_clean(pipe)
+    assert d.graph_mem_used == 0
+
+
+def _assert_closed(d):
+    assert not d.execs_live and not d.graphs_live and d.trims >= 1
+
+
+def _random_batches(seed, n, sizes):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 2**32, int(rng.choice(sizes)), dtype=np.uint32) for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------- validation
+def test_graph_options_are_checked_before_any_gpu_work():
+    with pytest.raises(ValueError, match="copy_streams=True are not combined"):
+        StreamPipeline(FakeMix(), graph=True, copy_streams=True)
+    with pytest.raises(ValueError, match="staging='direct'"):
+        StreamPipeline(FakeMix(), graph=True, staging="direct")
+    with pytest.raises(TypeError, match="graph must be True or False"):
+        StreamPipeline(FakeMix(), graph="yes")
+    StreamPipeline(FakeMix(), graph=True, synchronous=True)  # fine
+
+
+# ----------------------------------------------------------------------------- same bytes
+@pytest.mark.parametrize("recycle", ["hostfn", "pyhostfn", "event"])
+@pytest.mark.parametrize("slots", [1, 4])
+def test_ring_graphs_give_the_same_bytes(gfake, recycle, slots):
+    d = gfake.driver
+    batches = _random_batches(slots, 300, [1000, 2048, 3001])
+    want = [reference(b, 2) for b in batches]
+    pipe = StreamPipeline(FakeMix(), streams=3, slots=slots, recycle=recycle, copy_threads=2, graph=True)
+    outs = pipe.run_batches(batches)
+    for w, o in zip(want, outs):
+        np.testing.assert_array_equal(o, w)
+    st = pipe.stats
+    assert st.staging == {"input": "ring", "output": "ring"}
+    # one graph per (slot, shape): captured once, every batch launched
+    assert st.graph["captures"] == st.graph["graphs"] == 3 * slots
+    assert st.graph["launches"] == 300 and st.graph["fallback_batches"] == 0
+    assert d.launches == 300 and d.updates == 0  # ring: nothing to update per batch
+    assert not st.timings and not st.busy_ms  # no per-batch timing in graph mode
+    assert "graph mode" in st.graph["reason"] and "graph:" in str(st)
+    _assert_graph_clean(pipe, d)
+    # a second run reuses every graph and the ring signals
+    outs2 = pipe.run_batches(batches[::-1])
+    for w, o in zip(want[::-1], outs2):
+        np.testing.assert_array_equal(o, w)
+    assert pipe.stats.graph["captures"] == 0 and pipe.stats.graph["launches"] == 300
+    _assert_graph_clean(pipe, d)
+    assert pipe.resources()["graph_execs"] == 3 * slots
+    pipe.close()
+    _assert_closed(d)
+
+
+def test_direct_graphs_update_the_host_addresses(gfake):
+    d = gfake.driver
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2**32, 100_003, dtype=np.uint32)
+    out = np.full_like(x, 0xDEADBEEF)
+    gfake.pinned.update({x.ctypes.data, out.ctypes.data})
+    with StreamPipeline(FakeMix(3), streams=4, chunk=4096, graph=True) as pipe:
+        assert pipe.run(x, out=out) is out
+        np.testing.assert_array_equal(out, reference(x, 3))
+        st = pipe.stats
+        n = -(-100_003 // 4096)
+        assert st.staging == {"input": "direct", "output": "direct"} and st.batches == n
+        # one graph per (stream, shape): 4 streams x the full chunk, 1 x the short last chunk
+        assert st.graph["captures"] == 5 and st.graph["launches"] == n
+        assert d.updates == 2 * n  # H2D source and D2H destination, per batch
+        _assert_graph_clean(pipe, d)
+        out[:] = 0
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 3))
+        assert pipe.stats.graph["captures"] == 0
+    _assert_closed(d)
+
+
+def test_direct_batches_of_several_shapes_and_mixed_staging(gfake):
+    d = gfake.driver
+    batches = _random_batches(2, 120, [512, 777, 4096])
+    outs = [np.zeros_like(b) for b in batches]
+    gfake.pinned.update(b.ctypes.data for b in batches)
+    gfake.pinned.update(o.ctypes.data for o in outs)
+    with StreamPipeline(FakeMix(1), streams=3, graph=True) as pipe:
+        pipe.run_batches(batches, outs=outs)
+        for b, o in zip(batches, outs):
+            np.testing.assert_array_equal(o, reference(b, 1))
+        assert pipe.stats.graph["captures"] == 9 and pipe.stats.graph["launches"] == 120
+        _assert_graph_clean(pipe, d)
+    # pageable input through the ring, pinned output direct: graph per (slot, shape)
+    x = np.arange(50_000, dtype=np.uint32)
+    out = np.zeros_like(x)
+    gfake.pinned.add(out.ctypes.data)
+    with StreamPipeline(FakeMix(1), streams=2, chunk="64KiB", slots=2, graph=True) as pipe:
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 1))
+        assert pipe.stats.staging == {"input": "ring", "output": "direct"}
+        assert pipe.stats.graph["launches"] == pipe.stats.batches
+        _assert_graph_clean(pipe, d)
+    _assert_closed(d)
+
+
+def test_identity_sink_and_other_output_shapes(gfake):
+    x = np.random.default_rng(2).integers(0, 255, (1000, 7), dtype=np.uint8)
+    with StreamPipeline(None, streams=3, chunk=37, graph=True) as pipe:
+        np.testing.assert_array_equal(pipe.run(x), x)
+        assert pipe.stats.graph["launches"] == pipe.stats.batches
+    with StreamPipeline(None, streams=2, chunk=100, output=None, graph=True) as sink:
+        assert sink.run(x) is None and sink.stats.graph["launches"] == 10
+
+    def row_sums(stream, xa, ya):
+        n_rows, n_cols, xp, yp = xa.shape[0], xa.shape[1], xa.ptr, ya.ptr
+
+        def op():
+            xs = np.ctypeslib.as_array((ctypes.c_float * (n_rows * n_cols)).from_address(xp)).reshape(n_rows, n_cols)
+            ys = np.ctypeslib.as_array((ctypes.c_double * n_rows).from_address(yp))
+            ys[:] = xs.sum(axis=1, dtype=np.float64)
+
+        stream.put(op)
+
+    xf = np.random.default_rng(3).random((999, 16), dtype=np.float32)
+    with StreamPipeline(row_sums, streams=3, chunk=100, output=((), np.float64), graph=True) as pipe:
+        y = pipe.run(xf)
+        np.testing.assert_allclose(y, xf.sum(axis=1, dtype=np.float64))
+    _assert_closed(gfake.driver)
+
+
+def test_synchronous_graph_run_is_correct(gfake):
+    x = np.arange(5000, dtype=np.uint32)
+    with StreamPipeline(FakeMix(), streams=1, chunk=512, synchronous=True, graph=True) as pipe:
+        np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+        assert pipe.stats.graph["launches"] == 10
+
+
+def test_compute_is_called_only_at_capture_and_a_new_compute_recaptures(gfake):
+    mix = FakeMix()
+    rng = np.random.default_rng(5)
+    # slot j % 2, shape (j // 2) % 2: any 4 consecutive batches cover the 4 (slot, shape) pairs
+    batches = [rng.integers(0, 2**32, (100, 200)[(j // 2) % 2], dtype=np.uint32) for j in range(60)]
+    with StreamPipeline(mix, streams=2, slots=2, graph=True) as pipe:
+        pipe.run_batches(batches)
+        assert mix.calls == 4  # 2 slots x 2 shapes
+        pipe.run_batches(batches)
+        assert mix.calls == 4
+        pipe.compute = other = FakeMix(rounds=1)
+        outs = pipe.run_batches(batches)
+        assert other.calls == 4 and pipe.stats.graph["captures"] == 4
+        np.testing.assert_array_equal(outs[7], reference(batches[7], 1))
+        pipe.reset_graphs()
+        assert pipe.resources()["graph_execs"] == 0
+        pipe.run_batches(batches[:4])
+        assert other.calls == 8
+        assert len(gfake.driver.execs_live) == 4
+    _assert_closed(gfake.driver)
+
+
+def test_chunk_auto_probes_without_graphs_then_launches_graphs(gfake):
+    gfake.jitter["value"] = 0.0
+    x = np.random.default_rng(5).integers(0, 2**32, 48 << 20 >> 2, dtype=np.uint32)
+    with StreamPipeline(FakeMix(0), streams=2, chunk="auto", graph=True) as pipe:
+        y = pipe.run(x)
+        np.testing.assert_array_equal(y, x)
+        assert len(pipe.probe_stats.timings) == 3  # the probes ran without graphs, timed
+        assert pipe.stats.graph["launches"] == pipe.stats.batches
+
+
+# ----------------------------------------------------------------------------- the cache cap
+@pytest.mark.parametrize("pinned", [False, True])
+def test_past_the_cache_cap_new_shapes_run_without_a_graph(gfake, monkeypatch, pinned):
+    d = gfake.driver
+    sizes = [100 + 8 * k for k in range(12)]
+    batches = [np.random.default_rng(k).integers(0, 2**32, s, dtype=np.uint32) for k, s in enumerate(sizes * 3)]
+    outs = [np.zeros_like(b) for b in batches]
+    if pinned:
+        gfake.pinned.update(b.ctypes.data for b in batches)
+        gfake.pinned.update(o.ctypes.data for o in outs)
+    monkeypatch.setattr(fgraphs, "MAX_GRAPHS", 10)
+    with StreamPipeline(FakeMix(), streams=2, slots=2, graph=True) as pipe:
+        pipe.run_batches(batches, outs=outs)
+        for b, o in zip(batches, outs):
+            np.testing.assert_array_equal(o, reference(b, 2))
+        g = pipe.stats.graph
+        assert g["graphs"] == 10 and g["captures"] == 10
+        assert g["launches"] + g["fallback_batches"] == len(batches) and g["fallback_batches"] > 0
+        assert "at most 10 graphs" in g["reason"]
+        assert len(d.execs_live) == 10
+        _assert_graph_clean(pipe, d)
+    _assert_closed(d)
+
+
+# ----------------------------------------------------------------------------- failures
+class SyncingMix(FakeMix):
+    """Synchronizes its stream: not capturable."""
+
+    def __call__(self, stream, x, y):
+        super().__call__(stream, x, y)
+        fdriver.call("cuStreamSynchronize", stream)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+@pytest.mark.parametrize("recycle", ["hostfn", "event"])
+def test_a_compute_that_synchronizes_fails_capture_cleanly(gfake, pinned, recycle):
+    d = gfake.driver
+    batches = _random_batches(6, 30, [1000])
+    outs = [np.zeros_like(b) for b in batches]
+    if pinned:
+        gfake.pinned.update(b.ctypes.data for b in batches)
+        gfake.pinned.update(o.ctypes.data for o in outs)
+    pipe = StreamPipeline(SyncingMix(), streams=3, slots=3, recycle=recycle, graph=True)
+    with pytest.raises(GraphCaptureError, match="capturable") as info:
+        pipe.run_batches(batches, outs=outs)
+    assert isinstance(info.value, ValueError) and isinstance(info.value.__cause__, CudaError)
+    assert info.value.batch_index == 0
+    assert any("failed at batch 0" in n for n in info.value.__notes__)
+    _assert_graph_clean(pipe, d)
+    assert not d.graphs_live and not d.execs_live  # the failed capture left nothing
+    assert all(s.capture is None for s in pipe.streams)
+    # usable again with a capturable compute
+    pipe.compute = FakeMix()
+    pipe.run_batches(batches, outs=outs)
+    np.testing.assert_array_equal(outs[29], reference(batches[29], 2))
+    _assert_graph_clean(pipe, d)
+    pipe.close()
+    _assert_closed(d)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_an_exception_in_compute_during_a_later_capture_drains_and_returns_everything(gfake, exc):
+    """Batches 0-2 are launched as graphs; batch 3 (a new shape on slot 0) raises while
+    it is being captured: in-flight graphs drain, the ring comes back, nothing leaks."""
+    d = gfake.driver
+    sizes = [1000, 1000, 1000, 2000] + [1000] * 20
+    batches = [np.random.default_rng(k).integers(0, 2**32, s, dtype=np.uint32) for k, s in enumerate(sizes)]
+    pipe = StreamPipeline(FakeMix(fail_at=3, exc=exc), streams=3, slots=3, graph=True)
+    with pytest.raises(exc, match="on purpose") as info:
+        pipe.run_batches(batches)
+    assert info.value.batch_index == 3
+    _assert_graph_clean(pipe, d)
+    assert all(s.capture is None for s in pipe.streams)
+    assert pipe.resources()["graph_execs"] == 0  # ring graphs go with the ring signals they post
+    pipe.compute = FakeMix()
+    outs = pipe.run_batches(batches)
+    for b, o in zip(batches, outs):
+        np.testing.assert_array_equal(o, reference(b, 2))
+    _assert_graph_clean(pipe, d)
+    pipe.close()
+    _assert_closed(d)
+
+
+def test_a_free_too_early_in_the_graph_would_show(gfake, monkeypatch):
+    """Sanity check of the fake: a graph whose free node runs before its D2H reads poison."""
+    d = gfake.driver
+    real_free, real_d2h = d.cuMemFreeAsync, d.cuMemcpyDtoHAsync
+    pending = {}
+
+    def free_first(dst, src, n, stream):  # swap the D2H and the free in capture order
+        if stream.capture is not None:
+            pending[stream] = (dst, src, n)
+            return (SUCCESS,)
+        return real_d2h(dst, src, n, stream)
+
+    def free_then_copy(ptr, stream):
+        r = real_free(ptr, stream)
+        if stream in pending:
+            real_d2h(*pending.pop(stream), stream)
+        return r
+
+    monkeypatch.setattr(d, "cuMemcpyDtoHAsync", free_first)
+    monkeypatch.setattr(d, "cuMemFreeAsync", free_then_copy)
+    x = np.arange(4096, dtype=np.uint32)
+    with StreamPipeline(FakeMix(), streams=2, chunk=1024, graph=True) as pipe:
+        y = pipe.run(x)
+    assert not np.array_equal(y, reference(x, 2))
+
+
+def test_direct_staging_without_an_updatable_memcpy_node_runs_without_graphs(gfake, monkeypatch):
+    """If the driver captured the host copy as something other than a plain memcpy node,
+    direct-staging batches fall back to the normal path, and the stats say why."""
+    d = gfake.driver
+    monkeypatch.setattr(d, "cuGraphNodeGetType", lambda node: (SUCCESS, 14))  # e.g. a batched memcpy
+    x = np.random.default_rng(7).integers(0, 2**32, 10_000, dtype=np.uint32)
+    out = np.zeros_like(x)
+    gfake.pinned.update({x.ctypes.data, out.ctypes.data})
+    with StreamPipeline(FakeMix(), streams=2, chunk=1000, graph=True) as pipe:
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 2))
+        g = pipe.stats.graph
+        assert g["launches"] == 0 and g["fallback_batches"] == 10 and g["graphs"] == 0
+        assert "no plain memcpy node" in g["reason"]
+        assert not d.graphs_live and not d.execs_live
+        _assert_graph_clean(pipe, d)
