@@ -24,17 +24,23 @@ ARCH = "sm_90a"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _counts(source: str, defines: dict | None = None) -> tuple[dict, dict[str, collections.Counter]]:
+def _sass(source: str, defines: dict | None = None) -> tuple[dict, dict[str, str]]:
+    """(resources, SASS text per kernel) of a kernel source built for sm_90a."""
     mod = compiler.compile_package_kernel(f"kernels/{source}", arch=ARCH, defines=defines)
     text = sass.disassemble(mod.cubin)
+    return mod.resources, {part.split(",", 1)[0].strip(): part
+                           for part in re.split(r"\.section\s+\.text\.", text)[1:]}
+
+
+def _counts(source: str, defines: dict | None = None) -> tuple[dict, dict[str, collections.Counter]]:
+    res, parts = _sass(source, defines)
     out = {}
-    for part in re.split(r"\.section\s+\.text\.", text)[1:]:
-        name = part.split(",", 1)[0].strip()
+    for name, part in parts.items():
         c = sass.opcode_counts(part)
         for m in re.finditer(r"\b((?:LDS|LDG|STS|LD|LDGSTS)(?:\.[A-Z0-9_]+)+)\b", part):
             c[m.group(1)] += 1
         out[name] = c
-    return mod.resources, out
+    return res, out
 
 
 def _no_spills(res: dict) -> None:
@@ -43,14 +49,24 @@ def _no_spills(res: dict) -> None:
 
 
 # --------------------------------------------------------------------------- cluster: SASS
+CLUSTER_TUNINGS = [(tk, st) for tk in (16, 32) for st in (3, 4, 5, 6)]  # what check_config accepts
 CLUSTER_BUILDS = [None, {"T_K": 16, "STAGES": 4}, {"T_K": 32, "STAGES": 3}, {"T_K": 16, "STAGES": 6},
-                  {"T_K": 32, "STAGES": 4, "CLUSTER_FULL_BARRIERS": 1}]
+                  {"T_K": 16, "STAGES": 3}, {"T_K": 32, "STAGES": 6},
+                  # the racecheck diagnostic build, as `--selftest --full-barriers` runs it
+                  {"T_K": 32, "STAGES": 4, "CLUSTER_FULL_BARRIERS": 1},
+                  {"T_K": 16, "STAGES": 4, "CLUSTER_FULL_BARRIERS": 1}]
+
+
+def _guarded(text: str, opcode: str) -> list[str]:
+    """Lines of ``opcode`` instructions that carry a guard predicate (@P.. / @!P..)."""
+    return [ln.strip() for ln in text.splitlines() if re.search(rf"@!?U?P[T0-9]+\s+{opcode}\b", ln)]
 
 
 @pytest.mark.parametrize("defines", CLUSTER_BUILDS, ids=lambda d: "default" if d is None else
                          "-".join(f"{k}{v}" for k, v in d.items()))
 def test_cluster_builds_compile_without_spills_and_use_cp_async_and_dsmem(defines):
-    res, counts = _counts("cluster_gemm.cu", defines)
+    res, parts = _sass("cluster_gemm.cu", defines)
+    _, counts = _counts("cluster_gemm.cu", defines)
     assert set(res) == {"cluster_gemm_own_a", "cluster_gemm_shared_a"}
     _no_spills(res)
     for name, c in counts.items():
@@ -61,6 +77,16 @@ def test_cluster_builds_compile_without_spills_and_use_cp_async_and_dsmem(define
     sh, own = counts["cluster_gemm_shared_a"], counts["cluster_gemm_own_a"]
     assert sh["LD.E.128"] > 0, "shared_a must gather A from its peers with 16-byte DSMEM loads"
     assert own["LD"] == 0, "own_a reads no other block's shared memory"
+    # own_a: A and B with cp.async, no plain global load. shared_a: B with cp.async (the
+    # LDGSTS above), its quarter of A with plain 16-byte loads (no cp.async for data
+    # that other blocks read: racecheck cannot follow it across blocks).
+    assert own["LDG"] == 0, "own_a copies A with cp.async"
+    assert sh["LDG.E.128.CONSTANT"] + sh["LDG.E.128"] > 0, "shared_a loads its quarter of A with LDG.E.128"
+    assert sh["LDG"] == sh["LDG.E.128.CONSTANT"] + sh["LDG.E.128"], "only 16-byte plain loads"
+    # ... and no LDG is predicated: warps without a chunk of the quarter branch around it,
+    # so a block executes exactly loads_per_block(...)["LDG"] of them (what ncu counts;
+    # a predicated-off LDG would still be counted as executed).
+    assert _guarded(parts["cluster_gemm_shared_a"], "LDG") == []
     # The release arrive is a GPU-scope fence on sm_90 (the cost of each hand-off).
     assert sh["MEMBAR"] >= sh["UCGABAR_ARV"]
 
@@ -75,10 +101,19 @@ def test_cluster_own_a_has_only_the_entry_and_exit_cluster_barriers():
 def test_cluster_kernels_keep_three_blocks_per_sm():
     res, _ = _counts("cluster_gemm.cu")
     for share, name in cl.KERNELS.items():
-        regs = res[name].registers
         smem = cl.shared_mem_bytes(share)
-        assert 3 * regs * 256 <= 65536, f"{name}: {regs} registers leave fewer than 3 blocks per SM"
         assert 3 * (smem + 1024) <= 228 * 1024, f"{name}: {smem} bytes of shared memory"
+
+
+@pytest.mark.parametrize("tuning", CLUSTER_TUNINGS, ids=lambda t: f"tk{t[0]}-s{t[1]}")
+def test_cluster_registers_leave_room_for_three_blocks_per_sm(tuning):
+    """In every tuning (shared memory may allow fewer: own_a at T_K=32 with 5 or 6 stages)."""
+    tk, st = tuning
+    res = compiler.compile_package_kernel(cl.SOURCE, arch=ARCH, defines={"T_K": tk, "STAGES": st}).resources
+    for name in cl.KERNELS.values():
+        regs = res[name].registers
+        # registers are allocated per warp in units of 256, i.e. 8 per thread
+        assert 3 * (-(-regs // 8) * 8) * 256 <= 65536, f"{name}: {regs} registers leave fewer than 3 blocks per SM"
 
 
 def test_cluster_shared_memory_sizes_match_the_kernel_layout():
@@ -90,14 +125,42 @@ def test_cluster_shared_memory_sizes_match_the_kernel_layout():
 
 
 def test_cluster_load_counts_by_construction():
-    # Per K slice: own_a copies 64 rows of A per block, shared_a 16 (a quarter).
+    # Per K slice: own_a copies 64 rows of A per block, shared_a loads 16 (a quarter).
     assert cl.a_slice_loads(4096, 4096, 4096, False) == 4 * cl.a_slice_loads(4096, 4096, 4096, True)
-    own, sh = cl.ldgsts_per_block(1024, False), cl.ldgsts_per_block(1024, True)
-    assert own == {"A": 16 * 32, "B": 16 * 32}  # 32 slices, no copies past the last one
-    assert sh == {"A": 4 * 32, "B": 16 * 32}
-    assert cl.ldgsts_per_block(64, True, tile_k=16, stages=3) == {"A": 2 * 4, "B": 8 * 4}
-    # LDGSTS shared / own = (A/4 + B) / (A + B) = 5/8 with A and B slices of the same size
-    assert (sh["A"] + sh["B"]) / (own["A"] + own["B"]) == 5 / 8
+    assert cl.A_LOAD_OP == {False: "LDGSTS", True: "LDG"}
+    # Worked by hand, K = 1024, T_K = 32: 32 slices. A slice of own_a is 64 x 32 floats
+    # = 512 chunks of 16 bytes = 16 warp-level LDGSTS; B is 32 x 64 floats = 16 LDGSTS.
+    # shared_a's quarter is 16 x 32 floats = 128 chunks: one LDG.E.128 per thread of
+    # 4 warps = 4 warp-level LDG per slice.
+    own, sh = cl.loads_per_block(1024, False), cl.loads_per_block(1024, True)
+    assert own == {"A": 16 * 32, "B": 16 * 32, "LDGSTS": 32 * 32, "LDG": 0}
+    assert sh == {"A": 4 * 32, "B": 16 * 32, "LDGSTS": 16 * 32, "LDG": 4 * 32}
+    # T_K = 16, K = 64: 4 slices; A slice 64 x 16 = 256 chunks = 8 LDGSTS, B 16 x 64 = 8,
+    # quarter 16 x 16 = 64 chunks = 2 LDG.
+    assert cl.loads_per_block(64, False, tile_k=16) == {"A": 8 * 4, "B": 8 * 4, "LDGSTS": 16 * 4, "LDG": 0}
+    assert cl.loads_per_block(64, True, tile_k=16) == {"A": 2 * 4, "B": 8 * 4, "LDGSTS": 8 * 4, "LDG": 2 * 4}
+    # K = 100, T_K = 32: 4 slices (the last one partly zero-filled, still loaded whole)
+    assert cl.loads_per_block(100, True) == {"A": 16, "B": 64, "LDGSTS": 64, "LDG": 16}
+    # A-load instructions own / shared = the cluster size; all LDGSTS shared / own = B / (A + B) = 1/2
+    assert own["A"] / sh["A"] == cl.CLUSTER
+    assert sh["LDGSTS"] / own["LDGSTS"] == 1 / 2
+
+
+def test_cluster_expected_ncu_counts_at_1024():
+    from fullpipe.experiments import cluster as ex
+
+    # 1024^3: a 16 x 16 grid = 256 blocks = 64 clusters, 32 K slices of 32.
+    exp = ex.expected_counts(1024)
+    own, sh = exp["cluster_gemm_own_a"], exp["cluster_gemm_shared_a"]
+    assert (own["blocks"], own["clusters"]) == (256, 64)
+    assert own["A_op"] == "LDGSTS" and sh["A_op"] == "LDG"
+    assert own["A_loads"] == own["ldgsts_A"] == 256 * 16 * 32 == 131072 and own["ldg_A"] == 0
+    assert sh["A_loads"] == sh["ldg_A"] == sh["ldg"] == 256 * 4 * 32 == 32768 and sh["ldgsts_A"] == 0
+    assert own["ldgsts_B"] == sh["ldgsts_B"] == 131072
+    assert (own["ldgsts"], own["ldg"]) == (262144, 0)
+    assert sh["ldgsts"] == 131072
+    # one cluster of shared_a loads as much A as one block of own_a
+    assert sh["A_loads"] / sh["clusters"] == own["A_loads"] / own["blocks"] == 512
 
 
 class FakeStream:  # never reached: validation happens before the stream is used
@@ -129,9 +192,11 @@ def test_cluster_front_validates_before_touching_the_gpu():
 NCU_CSV = '''==PROF== Connected to process 1 (python)
 ok   cluster_gemm_own_a       T_K=32 1024x1024x1024  rel err 1.0e-07
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
-"0","1","python","h","cluster_gemm_own_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed_op_ldgsts.sum","inst","143,360"
+"0","1","python","h","cluster_gemm_own_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed_op_ldgsts.sum","inst","262,144"
+"0","1","python","h","cluster_gemm_own_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed_op_global_ld.sum","inst","0"
 "0","1","python","h","cluster_gemm_own_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","lts__t_sectors_srcunit_tex_op_read.sum","sector","4,194,304"
-"1","1","python","h","cluster_gemm_shared_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed_op_ldgsts.sum","inst","92,160"
+"1","1","python","h","cluster_gemm_shared_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed_op_ldgsts.sum","inst","131,072"
+"1","1","python","h","cluster_gemm_shared_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","smsp__inst_executed_op_global_ld.sum","inst","32,768"
 "1","1","python","h","cluster_gemm_shared_a","1","13","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","lts__t_sectors_srcunit_tex_op_read.sum","sector","2,621,440"
 ==PROF== Disconnected from process 1
 '''
@@ -141,7 +206,8 @@ def test_ncu_csv_is_parsed_per_kernel_and_tabled_with_ratios():
     from fullpipe.experiments import cluster as ex
 
     per = ex.parse_ncu_csv(NCU_CSV)
-    assert per["cluster_gemm_own_a"]["smsp__inst_executed_op_ldgsts.sum"] == 143360
+    assert per["cluster_gemm_own_a"]["smsp__inst_executed_op_ldgsts.sum"] == 262144
+    assert per["cluster_gemm_shared_a"]["smsp__inst_executed_op_global_ld.sum"] == 32768
     assert per["cluster_gemm_shared_a"]["lts__t_sectors_srcunit_tex_op_read.sum"] == 2621440
     exp = ex.expected_counts(1024)
     assert exp["cluster_gemm_own_a"]["clusters"] == 64 and exp["cluster_gemm_own_a"]["blocks"] == 256
@@ -151,14 +217,35 @@ def test_ncu_csv_is_parsed_per_kernel_and_tabled_with_ratios():
         a = m["lts__t_sectors_srcunit_tex_op_read.sum"] * 32 - exp[k]["B_bytes"]
         res["derived"][k] = {"A_bytes_from_L2": a, "A_bytes_per_cluster": a / exp[k]["clusters"],
                              "A_bytes_per_block": a / exp[k]["blocks"]}
+        # what ncu_measure adds: own_a 262144 - 131072 (B) = 131072 LDGSTS for A, shared_a 32768 LDG
+        n = ex.measured_a_loads(m, exp[k])
+        res["derived"][k].update({"A_loads": n, "A_loads_per_cluster": n / exp[k]["clusters"],
+                                  "A_loads_per_block": n / exp[k]["blocks"]})
+    assert res["derived"]["cluster_gemm_own_a"]["A_loads"] == 131072
+    assert res["derived"]["cluster_gemm_shared_a"]["A_loads"] == 32768
     rows = ex.ncu_table(res)
     assert [r["kernel"] for r in rows] == ["cluster_gemm_own_a", "cluster_gemm_shared_a", "shared_a / own_a"]
     assert rows[0]["A MiB from global (ncu: L2 reads - B)"] == pytest.approx(64.0)
     assert rows[1]["A MiB from global (ncu: L2 reads - B)"] == pytest.approx(16.0)
     assert rows[2]["A MiB from global (ncu: L2 reads - B)"] == pytest.approx(0.25)
-    assert rows[2]["LDGSTS (ncu)"] == pytest.approx(92160 / 143360)
+    assert rows[2]["LDGSTS (ncu)"] == pytest.approx(0.5)  # shared_a copies only B with cp.async
+    assert rows[0]["A loaded by"] == "LDGSTS" and rows[1]["A loaded by"] == "LDG"
+    assert rows[0]["LDG (ncu)"] == rows[0]["LDG expected"] == 0
+    assert rows[1]["LDG (ncu)"] == rows[1]["LDG expected"] == 32768
+    assert rows[2]["A-load instructions (ncu)"] == pytest.approx(0.25)
+    assert rows[2]["A-load instructions expected"] == pytest.approx(0.25)
     # one cluster of shared_a reads what one block of own_a reads
     assert rows[1]["A KiB per cluster (ncu)"] == pytest.approx(rows[0]["A KiB per block (ncu)"])
+    assert rows[1]["A-load instructions per cluster (ncu)"] == 512
+    m = ex.ncu_metrics(res)
+    assert m["ncu_a_loads_own_over_shared"] == 4.0 == m["ncu_a_loads_expected_own_over_shared"]
+    assert m["ncu_a_loads_per_cluster_shared"] == m["ncu_a_loads_per_block_own"] == 512
+    assert m["ncu_ldgsts_shared_over_own"] == m["ncu_ldgsts_expected_shared_over_own"] == 0.5
+    assert m["ncu_a_bytes_own_over_shared"] == pytest.approx(4.0)
+    assert m["ncu_loads_as_constructed"] is True and m["ncu_size"] == 1024
+    # an LDG count that is not the construction's (e.g. predicated-off warps counted) shows
+    per["cluster_gemm_shared_a"]["smsp__inst_executed_op_global_ld.sum"] = 2 * 32768
+    assert ex.ncu_metrics(res)["ncu_loads_as_constructed"] is False
 
 
 def test_ncu_measure_degrades_to_an_error_without_ncu(tmp_path, monkeypatch):
@@ -183,6 +270,9 @@ def test_ncu_measure_runs_the_given_ncu_with_a_timeout(tmp_path):
     assert set(res["per_kernel"]) == {"cluster_gemm_own_a", "cluster_gemm_shared_a"}
     assert "--clock-control none" in res["command"] and "fullpipe.kernels.cluster" in res["command"]
     assert res["derived"]["cluster_gemm_shared_a"]["A_bytes_from_L2"] == pytest.approx(16 * 2**20)
+    assert res["derived"]["cluster_gemm_shared_a"]["A_loads"] == 32768
+    assert res["derived"]["cluster_gemm_own_a"]["A_loads_per_block"] == 512
+    assert ex.ncu_metrics(res)["ncu_a_loads_own_over_shared"] == 4.0
 
 
 def test_ncu_cluster_script_rejects_sizes_that_are_not_whole_clusters():

@@ -144,6 +144,12 @@ def test_cluster_kernel_uses_cluster_barrier_and_dsmem():
     # Only the shared-A kernel reads another block's shared memory (a generic load).
     assert counts["cluster_gemm_shared_a"]["LD"] > 0
     assert counts["cluster_gemm_own_a"]["LD"] == 0
+    # own_a copies A and B with cp.async; shared_a copies B with cp.async and loads the
+    # quarter of A its peers read through registers (16-byte LDG, then STS).
+    sh, own = counts["cluster_gemm_shared_a"], counts["cluster_gemm_own_a"]
+    assert _ldgsts16(own) > 0 and own["LDG"] == 0
+    assert _ldgsts16(sh) > 0, "shared_a: B is copied with cp.async"
+    assert sh["LDG.E.128.CONSTANT"] + sh["LDG.E.128"] > 0 and sh["STS.128"] > 0, "shared_a: the quarter of A"
 
 
 def test_persistent_kernel_pulls_tiles_with_atomics():

@@ -175,6 +175,31 @@ def test_claims_an_experiment_recorded_take_precedence(tmp_path):
     assert any(r["key"] == "cluster-extra" for r in further)
 
 
+def test_cluster_rule_reads_the_a_load_ratio_under_its_old_and_new_names():
+    """The recorded results.json comes from when both cluster kernels copied A with
+    cp.async: its A-load ratio is ``ncu_a_ldgsts_own_over_shared``. Since shared_a loads
+    its quarter with LDG, the experiment records ``ncu_a_loads_own_over_shared``. The
+    rule (used for a result that recorded no claim of its own) reads either, and falls
+    back to the A bytes attributed from L2 reads, then to the construction."""
+    doc = load_doc()
+    cl = next(r for r in doc["results"] if r["experiment"] == "cluster")
+    cl["claims"] = []
+    m = cl["metrics"]
+
+    def row():
+        return next(r for r in claims_table(doc["results"])[0] if r["key"] == "clusters-remove-duplicate-loads")
+
+    old = row()  # the recorded (old) name
+    assert "4.00× fewer A-load instructions (ncu, 2048³)" in old["measured"]
+    assert old["ratio"] == pytest.approx(1.0) and old["verdict"] == "partly supported"
+    m["ncu_a_loads_own_over_shared"] = m.pop("ncu_a_ldgsts_own_over_shared")  # the new name
+    assert row() == old
+    del m["ncu_a_loads_own_over_shared"]
+    assert "A from L2 6.86× fewer bytes" in row()["measured"]
+    del m["ncu_a_bytes_own_over_shared"]
+    assert "4.0× fewer loads (by the kernels' construction, not measured)" in row()["measured"]
+
+
 def test_newer_result_shapes_render(tmp_path):
     """Shapes the experiments produce since the data was recorded (an overlap chunk sweep,
     the pinned ring's host bound, persistent's chain workload, cluster's ncu rows). The

@@ -1,19 +1,21 @@
 """fullpipe bench cluster: share a tile through distributed shared memory.
 
 Clusters of 4 blocks side by side along N all need the same A slice at every K
-step. cluster_gemm_own_a: every block copies the whole slice from global memory;
-cluster_gemm_shared_a: every block copies one quarter of it and gathers the other
-three quarters from its cluster peers' shared memory (cluster.map_shared_rank), so
-A is read from global memory once per cluster. Same grid, same cluster launch,
-same B loads, same math and ring depth: only the source of A differs (and what
-that costs: one split cluster barrier per K slice). Bound: cuBLAS fp32 (TF32 off)
-at the same size, same stream.
+step. cluster_gemm_own_a: every block copies the whole slice from global memory
+(cp.async); cluster_gemm_shared_a: every block loads one quarter of it (plain
+16-byte loads through registers) and gathers the other three quarters from its
+cluster peers' shared memory (cluster.map_shared_rank), so A is read from global
+memory once per cluster. Same grid, same cluster launch, same B loads (cp.async),
+same math and ring depth: only the source of A differs (and what that costs: one
+split cluster barrier per K slice). Bound: cuBLAS fp32 (TF32 off) at the same
+size, same stream.
 
 The global loads are measured, not only counted: when Nsight Compute (``ncu``) is
 installed, the experiment profiles both kernels once (``--clock-control none``,
-at most 60 s; ``FULLPIPE_NO_NCU=1`` turns it off) and reports the cp.async
-instructions and the L2 bytes read by the SMs of each, next to what the kernels'
-construction predicts. ``scripts/ncu-cluster`` prints the same table.
+at most 60 s; ``FULLPIPE_NO_NCU=1`` turns it off) and reports the A-load
+instructions of each (own_a: the LDGSTS beyond B's; shared_a: its LDG) and the L2
+bytes read by the SMs, next to what the kernels' construction predicts.
+``scripts/ncu-cluster`` prints the same table.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ CLAIM = (
 # Metrics asked of ncu (those this ncu does not know are left out, see ncu_measure).
 NCU_METRICS = (
     "smsp__inst_executed_op_ldgsts.sum",  # cp.async instructions (warp level)
-    "smsp__inst_executed_op_global_ld.sum",  # LDG instructions
+    "smsp__inst_executed_op_global_ld.sum",  # LDG instructions (shared_a's A quarter)
     "l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum",
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum",
     "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
@@ -68,25 +70,48 @@ def _available_metrics(ncu: str, timeout_s: float) -> set[str] | None:
 
 
 
-def expected_counts(size: int) -> dict[str, dict[str, float]]:
-    """What the kernels' construction predicts at size^3 (size a multiple of 256)."""
+LDGSTS = "smsp__inst_executed_op_ldgsts.sum"
+LDG = "smsp__inst_executed_op_global_ld.sum"
+
+
+def expected_counts(size: int) -> dict[str, dict[str, Any]]:
+    """What the kernels' construction predicts at size^3 (size a multiple of 256).
+
+    ``A_op`` is the instruction a kernel loads A with (own_a: LDGSTS, shared_a: LDG),
+    ``A_loads`` the number of them (``ldgsts_A`` + ``ldg_A``); ``ldgsts`` and ``ldg``
+    are the totals ncu's instruction counters should show."""
     from ..kernels import cluster as cl
 
     gx, gy = cl.grid_for(size, size)
     blocks = gx * gy
     out = {}
     for share in (False, True):
-        per_block = cl.ldgsts_per_block(size, share)
+        per_block = cl.loads_per_block(size, share)
+        op = cl.A_LOAD_OP[share]
         out[cl.KERNELS[share]] = {
             "blocks": blocks,
             "clusters": blocks // cl.CLUSTER,
-            "ldgsts_A": blocks * per_block["A"],
+            "A_op": op,
+            "A_loads": blocks * per_block["A"],
+            "ldgsts_A": blocks * per_block["A"] if op == "LDGSTS" else 0,
+            "ldg_A": blocks * per_block["A"] if op == "LDG" else 0,
             "ldgsts_B": blocks * per_block["B"],
-            "ldgsts": blocks * (per_block["A"] + per_block["B"]),
+            "ldgsts": blocks * per_block["LDGSTS"],
+            "ldg": blocks * per_block["LDG"],
             "A_bytes": cl.a_slice_loads(size, size, size, share),
             "B_bytes": blocks * cl.TILE * size * 4,
         }
     return out
+
+
+def measured_a_loads(metrics: dict[str, float], expected: dict[str, Any]) -> float | None:
+    """A-load instructions of one kernel from its ncu counters, by the instruction its
+    construction loads A with: own_a's LDGSTS minus the B ones (B is copied alike by
+    both kernels), shared_a's LDG (its only global loads). None if ncu lacks the counter."""
+    if expected["A_op"] == "LDGSTS":
+        v = metrics.get(LDGSTS)
+        return None if v is None else v - expected["ldgsts_B"]
+    return metrics.get(LDG)
 
 
 def ncu_measure(size: int = 1024, *, timeout_s: float = NCU_TIMEOUT_S, ncu: str | None = None) -> dict[str, Any]:
@@ -139,15 +164,25 @@ def ncu_measure(size: int = 1024, *, timeout_s: float = NCU_TIMEOUT_S, ncu: str 
         return res
     if "BAD" in p.stdout:
         res["error"] = "a kernel gave a wrong result under ncu"
-    # A bytes the SMs read from L2 = all L2 reads from the SMs - B (identical in both kernels).
     for kern, m in per.items():
         exp = res["expected"].get(kern)
+        if not exp:
+            continue
+        der = {}
+        # A-load instructions (LDGSTS beyond B's in own_a, LDG in shared_a): an instruction
+        # count, unlike L2 bytes, does not depend on what else is cached.
+        a_loads = measured_a_loads(m, exp)
+        if a_loads is not None:
+            der.update({"A_loads": a_loads, "A_loads_per_cluster": a_loads / exp["clusters"],
+                        "A_loads_per_block": a_loads / exp["blocks"]})
+        # A bytes the SMs read from L2 = all L2 reads from the SMs - B (identical in both kernels).
         sectors = m.get("lts__t_sectors_srcunit_tex_op_read.sum")
-        if exp and sectors is not None:
+        if sectors is not None:
             a_bytes = sectors * 32 - exp["B_bytes"]
-            res["derived"][kern] = {"A_bytes_from_L2": a_bytes,
-                                    "A_bytes_per_cluster": a_bytes / exp["clusters"],
-                                    "A_bytes_per_block": a_bytes / exp["blocks"]}
+            der.update({"A_bytes_from_L2": a_bytes, "A_bytes_per_cluster": a_bytes / exp["clusters"],
+                        "A_bytes_per_block": a_bytes / exp["blocks"]})
+        if der:
+            res["derived"][kern] = der
     return res
 
 
@@ -158,15 +193,22 @@ def ncu_table(res: dict[str, Any]) -> list[dict[str, Any]]:
     for kern in (own, shared):
         m, exp, der = res["per_kernel"].get(kern, {}), res["expected"][kern], res["derived"].get(kern, {})
         row = {"kernel": kern, "measurement": f"ncu {res['size']}^3",
-               "LDGSTS (ncu)": m.get("smsp__inst_executed_op_ldgsts.sum"),
-               "LDGSTS expected (A + B)": exp["ldgsts"],
-               "LDG (ncu)": m.get("smsp__inst_executed_op_global_ld.sum"),
+               "A loaded by": exp["A_op"],
+               "LDGSTS (ncu)": m.get(LDGSTS),
+               "LDGSTS expected": exp["ldgsts"],
+               "LDG (ncu)": m.get(LDG),
+               "LDG expected": exp["ldg"],
+               "A-load instructions (ncu)": der.get("A_loads"),
+               "A-load instructions expected": exp["A_loads"],
+               "A-load instructions per cluster (ncu)": der.get("A_loads_per_cluster"),
                "L2 read MiB from SMs (ncu)": (m["lts__t_sectors_srcunit_tex_op_read.sum"] * 32 / 2**20
                                               if "lts__t_sectors_srcunit_tex_op_read.sum" in m else None),
-               "A MiB from global (ncu: L2 reads - B)": (der["A_bytes_from_L2"] / 2**20 if der else None),
+               "A MiB from global (ncu: L2 reads - B)": (der["A_bytes_from_L2"] / 2**20
+                                                         if "A_bytes_from_L2" in der else None),
                "A MiB by construction": exp["A_bytes"] / 2**20,
-               "A KiB per cluster (ncu)": (der["A_bytes_per_cluster"] / 2**10 if der else None),
-               "A KiB per block (ncu)": (der["A_bytes_per_block"] / 2**10 if der else None),
+               "A KiB per cluster (ncu)": (der["A_bytes_per_cluster"] / 2**10 if "A_bytes_per_cluster" in der
+                                           else None),
+               "A KiB per block (ncu)": (der["A_bytes_per_block"] / 2**10 if "A_bytes_per_block" in der else None),
                "DRAM MiB read (ncu)": (m["dram__bytes_read.sum"] / 2**20 if "dram__bytes_read.sum" in m else None),
                "ms (ncu)": (m["gpu__time_duration.sum"] * 1e-6 if "gpu__time_duration.sum" in m else None)}
         for d in res.get("dsmem_metrics") or []:
@@ -179,6 +221,42 @@ def ncu_table(res: dict[str, Any]) -> list[dict[str, Any]]:
             ratio[col] = b / a
     rows.append(ratio)
     return rows
+
+
+def ncu_metrics(res: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's ncu metrics from :func:`ncu_measure`'s result.
+
+    ``ncu_a_loads_own_over_shared``: A-load instructions of own_a (its LDGSTS beyond
+    B's) over those of shared_a (its LDG), measured; the construction says
+    ``ncu_a_loads_expected_own_over_shared`` (= the cluster size). Then the
+    per-cluster / per-block counts, all LDGSTS shared/own, the A bytes the SMs read
+    from L2 (approximate: L2 reads minus the expected B bytes), and
+    ``ncu_loads_as_constructed``: every LDGSTS and LDG count equals the construction."""
+    from ..kernels import cluster as cl
+
+    out: dict[str, Any] = {"ncu_size": res["size"]}
+    per, exp, der = res["per_kernel"], res["expected"], res["derived"]
+    own_k, sh_k = cl.KERNELS[False], cl.KERNELS[True]
+    po, ps = per.get(own_k, {}), per.get(sh_k, {})
+    if po.get(LDGSTS) and ps.get(LDGSTS):
+        out["ncu_ldgsts_shared_over_own"] = ps[LDGSTS] / po[LDGSTS]
+        out["ncu_ldgsts_expected_shared_over_own"] = exp[sh_k]["ldgsts"] / exp[own_k]["ldgsts"]
+    do, ds = der.get(own_k, {}), der.get(sh_k, {})
+    if "A_loads" in do and ds.get("A_loads", 0) > 0:
+        out["ncu_a_loads_own_over_shared"] = do["A_loads"] / ds["A_loads"]
+        out["ncu_a_loads_expected_own_over_shared"] = exp[own_k]["A_loads"] / exp[sh_k]["A_loads"]
+        out["ncu_a_loads_per_cluster_shared"] = ds["A_loads_per_cluster"]
+        out["ncu_a_loads_per_block_own"] = do["A_loads_per_block"]
+    if "A_bytes_from_L2" in do and ds.get("A_bytes_from_L2", 0) > 0:
+        out["ncu_a_bytes_own_over_shared"] = do["A_bytes_from_L2"] / ds["A_bytes_from_L2"]
+        out["ncu_a_bytes_per_cluster_own"] = do["A_bytes_per_cluster"]
+        out["ncu_a_bytes_per_cluster_shared"] = ds["A_bytes_per_cluster"]
+        out["ncu_a_bytes_per_block_own"] = do["A_bytes_per_block"]
+    counted = [(per.get(k, {}).get(metric), exp[k][key]) for k in (own_k, sh_k)
+               for metric, key in ((LDGSTS, "ldgsts"), (LDG, "ldg"))]
+    if all(v is not None for v, _ in counted):
+        out["ncu_loads_as_constructed"] = all(v == e for v, e in counted)
+    return out
 
 
 def run(ctx: Context) -> Result:
@@ -261,29 +339,9 @@ def run(ctx: Context) -> Result:
             if ncu_res["error"]:
                 notes.append(f"ncu: {ncu_res['error']}")
             rows.extend(ncu_table(ncu_res))
-            der = ncu_res["derived"]
-            own_k, sh_k = cl.KERNELS[False], cl.KERNELS[True]
-            lg = {k: ncu_res["per_kernel"].get(k, {}).get("smsp__inst_executed_op_ldgsts.sum") for k in (own_k, sh_k)}
-            if all(lg.values()):
-                metrics["ncu_ldgsts_shared_over_own"] = lg[sh_k] / lg[own_k]
-                exp = ncu_res["expected"]
-                metrics["ncu_ldgsts_expected_shared_over_own"] = exp[sh_k]["ldgsts"] / exp[own_k]["ldgsts"]
-            if own_k in der and sh_k in der and der[sh_k]["A_bytes_from_L2"] > 0:
-                metrics["ncu_a_bytes_own_over_shared"] = der[own_k]["A_bytes_from_L2"] / der[sh_k]["A_bytes_from_L2"]
-                metrics["ncu_a_bytes_per_cluster_own"] = der[own_k]["A_bytes_per_cluster"]
-                metrics["ncu_a_bytes_per_cluster_shared"] = der[sh_k]["A_bytes_per_cluster"]
-                metrics["ncu_a_bytes_per_block_own"] = der[own_k]["A_bytes_per_block"]
-            metrics["ncu_size"] = ncu_res["size"]
-            # A-load instructions, measured: all LDGSTS minus the B ones (B is loaded alike by
-            # both kernels). An instruction count, unlike L2 bytes, does not depend on what
-            # else is cached: the cleanest "read once per cluster" evidence.
-            per, exp = ncu_res["per_kernel"], ncu_res["expected"]
-            a_instr = {k: per[k]["smsp__inst_executed_op_ldgsts.sum"] - exp[k]["ldgsts_B"]
-                       for k in (own_k, sh_k) if "smsp__inst_executed_op_ldgsts.sum" in per.get(k, {})}
-            if len(a_instr) == 2 and a_instr[sh_k] > 0:
-                metrics["ncu_a_ldgsts_own_over_shared"] = a_instr[own_k] / a_instr[sh_k]
-                metrics["ncu_a_ldgsts_per_cluster_shared"] = a_instr[sh_k] / exp[sh_k]["clusters"]
-                metrics["ncu_a_ldgsts_per_block_own"] = a_instr[own_k] / exp[own_k]["blocks"]
+            metrics.update(ncu_metrics(ncu_res))
+            if metrics.get("ncu_loads_as_constructed") is False:
+                notes.append("ncu: the LDGSTS / LDG counts differ from the kernels' construction (see the ncu rows)")
             if ncu_res["dsmem_metrics"]:
                 per = ncu_res["per_kernel"]
                 notes.append("DSMEM traffic (ncu): " + "; ".join(
@@ -303,7 +361,7 @@ def run(ctx: Context) -> Result:
         notes.append(f"time own_a / shared_a = {ratio:.3f} at T_K={cl.TILE_K} (> 1 means sharing through DSMEM "
                      "is faster)" + (f"; at T_K=16: {ms[(False, 16)] / ms[(True, 16)]:.3f}" if (True, 16) in ms
                                      and (False, 16) in ms else ""))
-        measured_cut = metrics.get("ncu_a_ldgsts_own_over_shared")
+        measured_cut = metrics.get("ncu_a_loads_own_over_shared")
         cut = measured_cut if measured_cut is not None else metrics["a_bytes_ratio_own_over_shared"]
         loads_removed = cut >= 0.9 * cl.CLUSTER
         verdict = ("supported" if loads_removed and ratio >= 0.95 else
@@ -312,11 +370,15 @@ def run(ctx: Context) -> Result:
             notes.append("why sharing is not free: the 4 blocks of a cluster read the same A lines at about the same "
                          "time, so most duplicate loads hit L2 anyway; in exchange every K slice costs a cluster "
                          "barrier (release arrive = MEMBAR.ALL.GPU + UCGABAR_ARV, acquire wait = UCGABAR_WAIT + "
-                         "CCTL.IVALL) and a DSMEM gather (remote LD.128 + STS.128) into the local working copy")
-        src = (f"ncu at {ncu_res['size']}^3: {cut:.2f}x fewer A-load instructions (LDGSTS); a cluster issues "
-               f"{metrics['ncu_a_ldgsts_per_cluster_shared']:.0f} for A, one block of own_a "
-               f"{metrics['ncu_a_ldgsts_per_block_own']:.0f}: A is read once per cluster"
-               if measured_cut is not None else f"by construction: {cut:.0f}x fewer bytes (ncu not run)")
+                         "CCTL.IVALL) and a DSMEM gather (remote LD.128 + STS.128) into the local working copy, "
+                         "and the quarter of A goes through registers (LDG.128 + STS.128) instead of cp.async")
+        src = (f"ncu at {ncu_res['size']}^3: {cut:.2f}x fewer A-load instructions (expected "
+               f"{metrics['ncu_a_loads_expected_own_over_shared']:.2f}x): a cluster of shared_a issues "
+               f"{metrics['ncu_a_loads_per_cluster_shared']:.0f} LDG for A, one block of own_a "
+               f"{metrics['ncu_a_loads_per_block_own']:.0f} LDGSTS (beyond B's): A is read once per cluster"
+               if measured_cut is not None else
+               f"by construction: {cut:.0f}x fewer bytes (" + ("ncu not run" if ncu_res is None else
+                                                               "ncu counted no A-load instructions") + ")")
         per_cluster = ""
         if "ncu_a_bytes_own_over_shared" in metrics:
             per_cluster = (f"; L2 reads attributed to A {metrics['ncu_a_bytes_own_over_shared']:.1f}x fewer "

@@ -2,12 +2,14 @@
 
 :func:`cluster_gemm` computes ``a @ b`` (float32) with clusters of
 :data:`CLUSTER` blocks along N, which all need the same A slice at every K step.
-With ``share_a=True`` each block of the cluster copies one quarter of that slice
-from global memory and every block gathers the whole slice from the four quarters
-through distributed shared memory (``cluster.map_shared_rank``): A is read from
-global memory once per cluster. With ``share_a=False`` every block copies the
-whole slice itself (the baseline). Source: cluster_gemm.cu (the ordering of the
-DSMEM hand-off is explained at its top).
+With ``share_a=True`` each block of the cluster loads one quarter of that slice
+from global memory (plain 16-byte loads through registers, not cp.async: see the
+top of cluster_gemm.cu for why) and every block gathers the whole slice from the
+four quarters through distributed shared memory (``cluster.map_shared_rank``): A
+is read from global memory once per cluster. With ``share_a=False`` every block
+copies the whole slice itself with cp.async (the baseline). B is copied with
+cp.async by both. Source: cluster_gemm.cu (the ordering of the DSMEM hand-off is
+explained at its top).
 
     python -m fullpipe.kernels.cluster --selftest   # small checked runs (sanitizers)
 """
@@ -47,24 +49,36 @@ def shared_mem_bytes(share_a: bool, tile_k: int = TILE_K, stages: int = STAGES) 
 
 
 def a_slice_loads(m: int, n: int, k: int, share_a: bool) -> int:
-    """Bytes of A the kernel copies from global memory (by construction; ncu checks it):
-    every block copies 64 x K of A, or, with ``share_a``, 16 x K (K rounded up to
-    whole slices; the ring issues no copies past the last slice)."""
+    """Bytes of A the kernel reads from global memory (by construction; ncu checks it):
+    every block copies 64 x K of A, or, with ``share_a``, loads 16 x K (K rounded up
+    to whole slices; nothing is loaded past the last slice)."""
     gx, gy = grid_for(m, n)
     rows_per_block = TILE // CLUSTER if share_a else TILE
     return gx * gy * rows_per_block * (-(-k // TILE_K) * TILE_K) * 4
 
 
-def ldgsts_per_block(k: int, share_a: bool, tile_k: int = TILE_K, stages: int = STAGES) -> dict[str, int]:
-    """Warp-level cp.async (LDGSTS) instructions one block issues for A and for B:
-    16-byte chunks / 32 per K slice, what ``smsp__inst_executed_op_ldgsts.sum``
-    counts, divided by the number of blocks. (``stages`` does not matter: the ring
-    commits empty groups past the last slice.)"""
+# The instruction each kernel reads its A rows from global memory with: own_a copies the
+# whole slice with cp.async (LDGSTS); shared_a loads its quarter through registers (LDG).
+A_LOAD_OP = {False: "LDGSTS", True: "LDG"}
+
+
+def loads_per_block(k: int, share_a: bool, tile_k: int = TILE_K) -> dict[str, int]:
+    """Warp-level global load instructions one block executes, by construction:
+    ``"A"`` and ``"B"`` per operand, ``"LDGSTS"`` and ``"LDG"`` per instruction (what
+    ``smsp__inst_executed_op_ldgsts.sum`` and ``smsp__inst_executed_op_global_ld.sum``
+    count, divided by the number of blocks).
+
+    Per K slice: B is T_K x 64 floats in 16-byte chunks, one cp.async per thread and
+    chunk, so chunks / 32 LDGSTS. own_a copies its 64 x T_K A slice the same way
+    (LDGSTS); shared_a loads its 16 x T_K quarter with one LDG.E.128 per thread of
+    the first chunks / 32 warps (the other warps branch around it). Every block, edge
+    blocks included, executes these for every slice (out-of-range chunks are loaded
+    from a valid address and zeroed), and nothing past the last slice."""
     slices = -(-k // tile_k)
     a_rows = TILE // CLUSTER if share_a else TILE
-    a_chunks = a_rows * tile_k // 4
-    b_chunks = tile_k * TILE // 4
-    return {"A": slices * -(-a_chunks // 32), "B": slices * -(-b_chunks // 32)}
+    a = slices * -(-(a_rows * tile_k // 4) // 32)
+    b = slices * -(-(tile_k * TILE // 4) // 32)
+    return {"A": a, "B": b, "LDGSTS": b + (0 if share_a else a), "LDG": a if share_a else 0}
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,55 +5,92 @@
 // T_K = 32 (16 with -DT_K=16). A cluster is CLUSTER = 4 blocks side by side along N:
 // they compute the C tiles (bm, bn_0 .. bn_3) and therefore all need the same A slice
 // (64 rows x T_K) at every K step. Both kernels: 256 threads as 16 x 16, thread tile
-// 4 x 4; every block copies its own B slice; a STAGES-deep cp.async ring in dynamic
-// shared memory; same math, same launch (grid = (ceil(N/64) rounded up to a multiple
-// of 4, ceil(M/64)), cluster = (4,1,1), block = 256, 3 blocks per SM for both).
+// 4 x 4; every block copies its own B slice through a STAGES-deep cp.async ring in
+// dynamic shared memory; same math, same launch (grid = (ceil(N/64) rounded up to a
+// multiple of 4, ceil(M/64)), cluster = (4,1,1), block = 256, 3 blocks per SM for both).
 // Needs K % 4 == 0, N % 4 == 0, 16-byte aligned pointers.
 //
-//   cluster_gemm_own_a     every block copies the whole 64 x T_K A slice itself: 4 copies
-//                          of the same bytes per cluster (the baseline). Block-local
-//                          ring, one __syncthreads per K step, no cluster barrier in
-//                          the loop.
-//   cluster_gemm_shared_a  each block copies ONE QUARTER of the A slice (rows
-//                          16*rank .. 16*rank+15) into its shared memory, and every block
+//   cluster_gemm_own_a     every block copies the whole 64 x T_K A slice itself with
+//                          cp.async (same ring stages and commit groups as its B): 4
+//                          copies of the same bytes per cluster (the baseline).
+//                          Block-local ring, one __syncthreads per K step, no cluster
+//                          barrier in the loop.
+//   cluster_gemm_shared_a  each block loads ONE QUARTER of the A slice (rows
+//                          16*rank .. 16*rank+15) from global memory into registers
+//                          (one 16-byte load, LDG.E.128, per thread of the first T_K/8
+//                          warps) and stores it into its shared memory; every block
 //                          gathers the whole slice from the four quarters (3 remote + 1
 //                          local) through cluster.map_shared_rank into its own working
 //                          copy, which its math then reads at local shared memory speed.
-//                          One global copy of A per cluster, spread evenly over the 4
+//                          One global load of A per cluster, spread evenly over the 4
 //                          blocks (no hot rank: the first version had rank 0 copy the
 //                          whole slice and the 3 others read all of it from rank 0), and
-//                          the cluster barrier is split (arrive early, wait late).
+//                          the cluster barrier is split (arrive early, wait late). B comes
+//                          through the cp.async ring as in own_a.
+//
+// Why shared_a's quarter is not copied with cp.async (it was, until racecheck said so):
+// compute-sanitizer racecheck does not model the completion of a cp.async copy for
+// readers in OTHER blocks. With the quarter copied by cp.async (the owner's
+// cp.async.wait_group + __syncthreads + barrier.cluster.arrive.release, the peer's
+// barrier.cluster.wait.acquire, then the DSMEM read), racecheck reported ~176k "invalid
+// memcpy_async synchronization" hazards on an H200; with the quarter loaded into
+// registers and stored with st.shared before the same barrier, it reports 0 hazards
+// (memcheck and synccheck: 0 errors), and the results were exact either way. The plain
+// loads keep the kernel checkable by all three tools (a real race would stand out
+// instead of drowning in 176k reports). own_a keeps cp.async for A: its A slice is read
+// only by the block that copied it, which racecheck models (0 hazards).
 //
 // shared_a: who waits for whom (one split cluster barrier per K step)
 // ---------------------------------------------------------------------
 // A cluster barrier phase P is `barrier.cluster.arrive.release` by every thread of the
 // cluster, then `barrier.cluster.wait.acquire`. Everything a thread did before its
-// arrive (its completed cp.async copies, its DSMEM reads) happens-before everything any
-// thread of the cluster does after its wait. Step s (s = 0 .. S-1) of every block:
+// arrive (its shared memory stores, its DSMEM reads) happens-before everything any
+// thread of the cluster does after its wait; every thread arrives, so all stores of a
+// quarter are released. Quarter ring Aq: slice q in stage q % STAGES (two stages are
+// live at a time: the slice the peers read, the slice being stored). Step s
+// (s = 0 .. S-1) of every block:
 //
 //   wait(P_s)          P_s was arrived at by all 4 blocks at the end of step s-1, so:
-//                        - every rank's quarter of slice s+1 has landed (RAW for the gather)
-//                        - every rank has finished gathering slice s, so the quarter
-//                          stage of slice s is free in every rank (WAR for the refill)
-//   v = DSMEM loads     my T_K/16 float4s of slice s+1 from their quarter owners' shared
-//                      memory (each thread's arrive releases its own copies; every
-//                      thread arrives, so every copy of the quarter is released)
+//                        - every rank's quarter of slice s+1 is in its shared memory
+//                          (RAW for the gather)
+//                        - every rank has finished gathering slices 0 .. s, so the stage
+//                          of slice s+2 (it last held slice s+2-STAGES <= s-1) is free in
+//                          every rank (WAR for the store below)
+//   v = DSMEM loads    my T_K/16 float4s of slice s+1 from their quarter owners' shared
+//                      memory
 //   compute(s)         from Awork[s % 2] (local copy) and Bs[s % STAGES]; v is in flight
+//                      (ptxas issues the loads late in compute(s) to save registers;
+//                      the SM's other resident warps cover their latency)
 //   Awork[(s+1)%2] = v
-//   cp.async.wait      my copies of slice s+2 have landed
-//   __syncthreads      ... and everybody's in this block (the block-level completion
-//                      that racecheck models); Awork[(s+1)%2] is complete; compute(s)
-//                      is done, so Bs[s % STAGES] is free
+//   q = LDG            my chunk of my quarter of slice s+2, global -> registers (warps
+//                      0 .. T_K/8-1; the others branch around it) ...
+//   Aq[(s+2)%STAGES] = q   ... -> my shared memory (STS.128). The load comes after
+//                      compute(s) in the source because that is where ptxas put it anyway
+//                      when it came first (late, to save registers); written here it
+//                      needs fewer registers (NVRTC 13.5: 77-79 instead of 80 at T_K = 32,
+//                      where ptxas spilled in some compiles; 66 instead of 79 at T_K = 16).
+//                      Its latency, like the gather's, is covered by the other resident
+//                      warps.
+//   cp.async.wait      my B copies of slice s+2 have landed (compute(s+1) needs only
+//                      slice s+1; waiting for s+2 is the ring schedule of the
+//                      cp.async-quarter version, kept as it was sanitized)
+//   __syncthreads      ... and everybody's; Awork[(s+1)%2] is complete; compute(s) is
+//                      done, so Bs[s % STAGES] is free
 //   arrive(P_{s+1})    publishes: my quarter of slice s+2 is in; my reads of slice s+1
 //                      (v, already consumed above) are done
-//   cp.async slice s+STAGES into stage s % STAGES (quarter of A + B), commit
+//   cp.async B slice s+STAGES into stage s % STAGES, commit
 //
-// Entry: wait for my slice 0, __syncthreads, arrive + wait (P_entry: all four blocks
-// are running, so their shared memory exists, and slice 0 is in every rank), gather
-// slice 0, wait for slice 1, __syncthreads, arrive(P_0).
+// Entry: cp.async B slices 0 .. STAGES-1; load my quarters of slices 0 and 1 and store
+// them; wait for B slice 0, __syncthreads, arrive + wait (P_entry: all four blocks are
+// running, so their shared memory exists, and the quarters of slices 0 and 1 are in
+// every rank), gather slice 0, wait for B slice 1, __syncthreads, arrive(P_0).
 // Exit: wait(P_S): every block has passed its last arrive, so nobody reads my shared
 // memory any more and I may exit (a block's shared memory ends with the block).
 // The arrive/wait calls alternate in every thread: S + 2 arrives, S + 2 waits.
+// Global loads of A per block: T_K/8 warp-level LDG.E.128 per slice in shared_a (the
+// first T_K/8 warps, 16 bytes per thread: the whole quarter), T_K/2 warp-level LDGSTS
+// per slice in own_a (the whole slice): 4x fewer per cluster (kernels/cluster.py,
+// loads_per_block; `fullpipe bench cluster` measures it with ncu).
 #include <cooperative_groups.h>
 #include <fullpipe/cp_async.cuh>
 
@@ -66,23 +103,25 @@ namespace cg = cooperative_groups;
 #define T_K 32  // K slice per pipeline step (16 or 32); one cluster barrier per slice in shared_a
 #endif
 #ifndef STAGES
-#define STAGES 4  // cp.async ring depth (>= 3: shared_a has slices s+1 .. s+3 in flight at step s)
+#define STAGES 4  // cp.async ring depth (>= 3: shared_a waits for B slice s+2 at the end of step s)
 #endif
 #define THREADS 256
-#define Q_M (T_M / CLUSTER)   // rows of the A slice each block copies in shared_a
+#define Q_M (T_M / CLUSTER)   // rows of the A slice each block loads in shared_a
 #define KC (T_K / 4)          // 16-byte chunks per row of an A slice
 #define AS_STRIDE (T_K + 4)   // padded row of a working A slice (float4 aligned, fewer bank conflicts)
 #define A_ELEMS (T_M * AS_STRIDE)
-#define Q_ELEMS (Q_M * T_K)   // a quarter is only copied in and read out by rows: no padding
+#define Q_ELEMS (Q_M * T_K)   // a quarter is only stored and read out by rows: no padding
 #define B_ELEMS (T_K * T_N)
 // Dynamic shared memory per block (the Python front passes the same numbers).
 #define OWN_A_SMEM_BYTES (STAGES * (A_ELEMS + B_ELEMS) * 4)
 #define SHARED_A_SMEM_BYTES ((STAGES * (Q_ELEMS + B_ELEMS) + 2 * A_ELEMS) * 4)
 
 static_assert(T_K == 16 || T_K == 32, "T_K must be 16 or 32");
-static_assert(STAGES >= 3, "shared_a publishes slice s+2 at the end of step s");
-static_assert((T_M * KC) % THREADS == 0 && (T_K * T_N / 4) % THREADS == 0 && Q_M * KC <= THREADS,
+static_assert(STAGES >= 3, "shared_a waits for B slice s+2 and stores the quarter of slice s+2 at step s");
+static_assert((T_M * KC) % THREADS == 0 && (T_K * T_N / 4) % THREADS == 0,
               "the copy loops hand every thread the same number of 16-byte chunks");
+static_assert(Q_M * KC <= THREADS && (Q_M * KC) % 32 == 0,
+              "shared_a loads its quarter with one 16-byte chunk per thread of whole warps");
 
 namespace {
 
@@ -223,48 +262,65 @@ __device__ __forceinline__ void gemm_shared_a(const float* __restrict__ A, const
         const int c = threadIdx.x + i * THREADS;
         return reinterpret_cast<float4*>(&Awork[buf * A_ELEMS + (c / KC) * AS_STRIDE + (c % KC) * 4]);
     };
-    auto issue = [&](int slice) {  // my quarter of A and my B; past the last slice an empty group
-        const int st = slice % STAGES;
-        if (slice < slices) {
-            load_a_rows<Q_M>(Aq + st * Q_ELEMS, T_K, A, M, K, bm, rank * Q_M, slice * T_K);
-            load_b(Bs + st * B_ELEMS, B, N, K, bn, slice * T_K);
-        }
+    auto issue = [&](int slice) {  // my B slice; past the last slice an empty group
+        if (slice < slices) load_b(Bs + (slice % STAGES) * B_ELEMS, B, N, K, bn, slice * T_K);
         cp_async_commit();
+    };
+    // My quarter of a slice (rows bm + Q_M * rank .. + Q_M - 1): Q_M * KC chunks of 16
+    // bytes, chunk t = threadIdx.x for the first QW warps (whole warps); the other warps
+    // branch around the load, so a block executes QW warp-level LDGs per slice.
+    constexpr int QW = Q_M * KC / 32;
+    const bool quarter_warp = threadIdx.x < QW * 32;
+    auto fetch_quarter = [&](int slice) {  // global -> registers (LDG.E.128); zeros past the edges of A
+        const int row = bm + rank * Q_M + static_cast<int>(threadIdx.x) / KC, col = slice * T_K + (threadIdx.x % KC) * 4;
+        const bool ok = row < M && col < K;
+        const float4 v = *reinterpret_cast<const float4*>(ok ? &A[(size_t)row * K + col] : A);
+        return ok ? v : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    auto put_quarter = [&](int slice, float4 v) {  // registers -> my shared memory (STS.128)
+        *reinterpret_cast<float4*>(&Aq[(slice % STAGES) * Q_ELEMS + (threadIdx.x / KC) * T_K + (threadIdx.x % KC) * 4]) = v;
     };
 
     // Entry.
 #pragma unroll
-    for (int p = 0; p < STAGES; ++p) issue(p);
-    cp_async_wait<STAGES - 1>();  // slice 0 has landed (my copies) ...
-    __syncthreads();              // ... and the whole block's quarter of it
-    cluster_arrive_release();     // P_entry
-    cluster_wait_acquire();       // all 4 blocks run and hold their quarter of slice 0
+    for (int p = 0; p < STAGES; ++p) issue(p);  // B of slices 0 .. STAGES-1
+    if (quarter_warp) {
+#pragma unroll 1
+        for (int p = 0; p < 2 && p < slices; ++p) put_quarter(p, fetch_quarter(p));  // my quarters of slices 0, 1
+    }
+    cp_async_wait<STAGES - 1>();  // B of slice 0 has landed (my copies) ...
+    __syncthreads();              // ... and everybody's
+    cluster_arrive_release();     // P_entry: publishes my quarters of slices 0 and 1
+    cluster_wait_acquire();       // all 4 blocks run and hold their quarters of slices 0 and 1
     if (slices > 0) {
 #pragma unroll
         for (int i = 0; i < G; ++i) *work_at(0, i) = gather(0, i);
     }
-    cp_async_wait<STAGES - 2>();  // slice 1 has landed (my copies)
-    __syncthreads();              // Awork[0] is complete; the block's quarter of slice 1 is in
+    cp_async_wait<STAGES - 2>();  // B of slice 1 has landed (my copies)
+    __syncthreads();              // Awork[0] is complete
     cluster_arrive_release();     // P_0
 
     for (int s = 0; s < slices; ++s) {
-        cluster_wait_acquire();  // P_s: quarters of slice s+1 are in every rank; slice s gathered everywhere
+        cluster_wait_acquire();  // P_s: quarters of slice s+1 are in every rank; slices <= s gathered everywhere
         const bool more = s + 1 < slices;
         float4 v[G];
-        if (more) {  // DSMEM loads of slice s+1, in flight during (the end of) compute(s): ptxas places
-                     // them late to save registers; the SM's other resident warps cover their latency
+        if (more) {  // DSMEM loads of slice s+1
 #pragma unroll
             for (int i = 0; i < G; ++i) v[i] = gather(s + 1, i);
         }
+        // v is in flight during (the end of) compute(s): ptxas places the loads late to save
+        // registers; the SM's other resident warps cover their latency.
         compute_slice(Awork + (s % 2) * A_ELEMS, Bs + (s % STAGES) * B_ELEMS, acc);
         if (more) {
 #pragma unroll
             for (int i = 0; i < G; ++i) *work_at((s + 1) % 2, i) = v[i];
         }
-        cp_async_wait<STAGES - 3>();  // slice s+2 has landed (my copies)
+        if (quarter_warp && s + 2 < slices)  // warp-uniform: my quarter of slice s+2, global -> registers ->
+            put_quarter(s + 2, fetch_quarter(s + 2));  // shared; its stage was freed by P_s; published by P_{s+1}
+        cp_async_wait<STAGES - 3>();  // B of slice s+2 has landed (my copies)
         __syncthreads();              // block-wide; Awork[(s+1)%2] complete; Bs[s%STAGES] free
         cluster_arrive_release();     // P_{s+1}
-        issue(s + STAGES);            // into stage s % STAGES: freed by P_s (quarter) and the __syncthreads (B)
+        issue(s + STAGES);            // B into stage s % STAGES (freed by the __syncthreads)
     }
     cluster_wait_acquire();  // P_S: no block reads my shared memory any more, so I may exit
     cp_async_wait<0>();      // (nothing is left in flight: the last groups are empty)

@@ -839,12 +839,22 @@ def _gemm_wmma(d: _Data) -> Judged:
 def _cluster(d: _Data) -> Judged:
     size = int(d.p("cluster"))
     t = float(d.m("time_own_over_shared"))
-    measured_cut = d.m_or(None, "ncu_a_bytes_own_over_shared")
+    # Measured A-load instructions own_a / shared_a (ncu): "ncu_a_loads_own_over_shared"
+    # since shared_a loads its quarter with LDG; results recorded when both kernels loaded
+    # A with cp.async call it "ncu_a_ldgsts_own_over_shared". Older results only have the
+    # A bytes attributed from L2 reads.
+    instr = d.m_or(None, "ncu_a_loads_own_over_shared")
+    if instr is None:
+        instr = d.m_or(None, "ncu_a_ldgsts_own_over_shared")
+    l2_bytes = d.m_or(None, "ncu_a_bytes_own_over_shared")
+    measured_cut = instr if instr is not None else l2_bytes
     cut = float(measured_cut) if measured_cut is not None else float(d.m("a_bytes_ratio_own_over_shared"))
     own = d.m_or(None, "cluster_gemm_own_a_a_bytes")
     shared = d.m_or(None, "cluster_gemm_shared_a_a_bytes")
     removed = cut >= 0.9 * size
-    if measured_cut is not None:
+    if instr is not None:
+        src = f"{cut:.2f}× fewer A-load instructions (ncu, {d.m_or('?', 'ncu_size')}³)"
+    elif l2_bytes is not None:
         src = f"A from L2 {cut:.2f}× fewer bytes (ncu, {d.m_or('?', 'ncu_size')}³)"
     else:
         mib = f"A from global {own / 2**20:.0f} → {shared / 2**20:.0f} MiB, " if own and shared else ""
