@@ -316,17 +316,19 @@ def test_identity_and_sink_without_compute(fake):
     assert sink.run(x) is None and "d2h" not in sink.stats.busy_ms
 
 
+def row_sums(stream, x, y):
+    """A fake-GPU compute with another output shape: y[i] = sum of row i (float32 -> float64)."""
+    n_rows, n_cols, xp, yp = x.shape[0], x.shape[1], x.ptr, y.ptr
+
+    def op():
+        xs = np.ctypeslib.as_array((ctypes.c_float * (n_rows * n_cols)).from_address(xp)).reshape(n_rows, n_cols)
+        ys = np.ctypeslib.as_array((ctypes.c_double * n_rows).from_address(yp))
+        ys[:] = xs.sum(axis=1, dtype=np.float64)
+
+    stream.put(op)
+
+
 def test_output_with_other_row_shape_and_dtype(fake):
-    def row_sums(stream, x, y):
-        n_rows, n_cols, xp, yp = x.shape[0], x.shape[1], x.ptr, y.ptr
-
-        def op():
-            xs = np.ctypeslib.as_array((ctypes.c_float * (n_rows * n_cols)).from_address(xp)).reshape(n_rows, n_cols)
-            ys = np.ctypeslib.as_array((ctypes.c_double * n_rows).from_address(yp))
-            ys[:] = xs.sum(axis=1, dtype=np.float64)
-
-        stream.put(op)
-
     x = np.random.default_rng(3).random((999, 16), dtype=np.float32)
     pipe = StreamPipeline(row_sums, streams=3, chunk=100, output=((), np.float64))
     y = pipe.run(x)

@@ -31,7 +31,7 @@ from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.graphs import GraphCaptureError
 from fullpipe.pipeline.workload import reference
 from tests import test_pipeline_fakecuda as base
-from tests.test_pipeline_fakecuda import SUCCESS, FakeDriver, FakeMix, FakePool, FakeStream, _assert_clean
+from tests.test_pipeline_fakecuda import SUCCESS, FakeDriver, FakeMix, FakePool, FakeStream, _assert_clean, row_sums
 
 fake = base.fake  # the fake driver's fixture; gfake below adds graphs to it
 
@@ -441,16 +441,6 @@ def test_identity_sink_and_other_output_shapes(gfake):
         assert pipe.stats.graph["launches"] == pipe.stats.batches
     with StreamPipeline(None, streams=2, chunk=100, output=None, graph=True) as sink:
         assert sink.run(x) is None and sink.stats.graph["launches"] == 10
-
-    def row_sums(stream, xa, ya):
-        n_rows, n_cols, xp, yp = xa.shape[0], xa.shape[1], xa.ptr, ya.ptr
-
-        def op():
-            xs = np.ctypeslib.as_array((ctypes.c_float * (n_rows * n_cols)).from_address(xp)).reshape(n_rows, n_cols)
-            ys = np.ctypeslib.as_array((ctypes.c_double * n_rows).from_address(yp))
-            ys[:] = xs.sum(axis=1, dtype=np.float64)
-
-        stream.put(op)
 
     xf = np.random.default_rng(3).random((999, 16), dtype=np.float32)
     with StreamPipeline(row_sums, streams=3, chunk=100, output=((), np.float64), graph=True) as pipe:

@@ -10,7 +10,6 @@ import pytest
 from fullpipe.cuda import driver as drv
 from fullpipe.cuda import hostfn
 from fullpipe.cuda.memory import is_pinned, pinned_empty
-from fullpipe.cuda.pool import DevicePool
 from fullpipe.errors import CudaError
 from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.workload import MixKernel, reference
@@ -18,18 +17,6 @@ from fullpipe.pipeline.workload import MixKernel, reference
 pytestmark = pytest.mark.gpu
 POISON = 0xDEADBEEF
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def mix(device):
-    return MixKernel(device, rounds=3)
-
-
-@pytest.fixture
-def own_pool(device):
-    p = DevicePool(device, release_threshold="max")
-    yield p
-    p.close()
 
 
 def _random(n, seed=0, pinned=False):

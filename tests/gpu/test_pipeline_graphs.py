@@ -11,26 +11,13 @@ import pytest
 from fullpipe.cuda import driver as drv
 from fullpipe.cuda import hostfn
 from fullpipe.cuda.memory import pinned_empty
-from fullpipe.cuda.pool import DevicePool
 from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.graphs import GraphCaptureError
-from fullpipe.pipeline.workload import MixKernel, reference
+from fullpipe.pipeline.workload import reference
 
 pytestmark = pytest.mark.gpu
 POISON = 0xDEADBEEF
 SHAPES = (4096, 65_539, 262_147)  # uint32 elements: 16 KiB, ~256 KiB, ~1 MiB (odd sizes on purpose)
-
-
-@pytest.fixture(scope="module")
-def mix(device):
-    return MixKernel(device, rounds=3)
-
-
-@pytest.fixture
-def own_pool(device):
-    p = DevicePool(device, release_threshold="max")
-    yield p
-    p.close()
 
 
 def _usage(pipe, pool):

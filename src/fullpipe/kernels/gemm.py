@@ -43,7 +43,13 @@ from ..cuda.streams import as_core_stream
 from ._operands import Operand, operand, output
 
 FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)
-FP32_STAGE_BYTES = (128 * 20 + 16 * 128) * 4  # one ring buffer: As[128][20] + Bs[16][128] floats
+def fp32_stage_bytes(bk: int = 16) -> int:
+    """One ring buffer of the fp32 kernels at K-slice depth ``bk`` (-DFP32_BK):
+    As[128][bk + 4] + Bs[bk][128] floats."""
+    return (128 * (bk + 4) + bk * 128) * 4
+
+
+FP32_STAGE_BYTES = fp32_stage_bytes(16)  # the default build: 18432
 WS_EPILOGUE_BYTES = 128 * 132 * 4  # warp_specialized: the C tile handed to the storer warp
 WS_THREADS = 320  # 1 loader warp + 8 compute warps + 1 storer warp
 MAX_BLOCK_SHARED = 227 * 1024  # dynamic shared memory one block may have (sm_80 .. sm_90)

@@ -54,23 +54,19 @@ order. A capture that fails is ended, its graph destroyed, and
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import time
 from typing import Any
 
 from ..cuda import driver as drv
-from ..cuda.hostfn import launch_native_host_func
 from ..cuda.hotpath import HotPath, Memcpy3D, handle_int
 from ..cuda.memory import DeviceArray
 from ..errors import CudaError
 from .plan import align_up
-from .staging import EventSignal, GpuSignal, PyHostFnSignal, make_signal
+from .staging import GpuSignal, make_signal
 
 MAX_GRAPHS = 64
-CU_EVENT_RECORD_EXTERNAL = 1  # cuda.h: in a capture, record the event as a graph node
-_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_ORPHANED: list[Any] = []  # signals / callbacks whose host nodes may still run some day
+_ORPHANED: list[Any] = []  # signals (and their callbacks) whose host nodes may still run some day
 
 # cuda.h: CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_UNIFIED = 4
 _MEM_HOST, _MEM_DEVICE, _MEM_UNIFIED = 1, 2, 4
@@ -97,7 +93,7 @@ class _Graph:
     ring: bool  # holds ring slot addresses and signals
     h2d: _CopyUpdate | None
     d2h: _CopyUpdate | None
-    event_signals: tuple  # EventSignals recorded by the graph: their host-side count is raised per launch
+    signals: tuple  # the ring signals whose nodes the graph holds (told of each launch)
 
 
 class BatchGraphs:
@@ -117,7 +113,6 @@ class BatchGraphs:
         self._compute: Any = None
         self._ring_id: tuple | None = None
         self._signals: dict[str, list[GpuSignal]] = {}
-        self._callbacks: list[Any] = []  # pyhostfn: ctypes trampolines the host nodes call
         self._ctx_h: Any = None
         self._direct_unsupported: str | None = None
         self._run: dict[str, Any] = {}
@@ -200,8 +195,8 @@ class BatchGraphs:
             setattr(u.params, u.field, dst)
             hot.graph_exec_memcpy_params(g.exec_h, u.node, u.params, self._ctx_h)
         hot.graph_launch(g.exec_h, stream_h)
-        for sig in g.event_signals:  # the graph recorded the event: one more record for the waiter
-            sig._armed.release()
+        for sig in g.signals:  # e.g. an event signal: one more record for its waiter
+            sig.launched()
         self.launches += 1
 
     # ------------------------------------------------------------------ capture
@@ -219,7 +214,7 @@ class BatchGraphs:
         if self._ctx_h is None:
             ctx = drv.call("cuCtxGetCurrent")
             self._ctx_h = handle_int(ctx) if self.hot.native else ctx
-        events: list[GpuSignal] = []
+        signals: list[GpuSignal] = []
         drv.call("cuStreamBeginCapture", sh, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         failure: BaseException | None = None
         ptr = y_ptr = 0
@@ -227,7 +222,8 @@ class BatchGraphs:
             ptr = int(drv.call("cuMemAllocFromPoolAsync", dev_bytes, self.pool.handle, sh))
             drv.call("cuMemcpyHtoDAsync", ptr, src, in_bytes, sh)
             if ring_in:
-                self._capture_arm(self._signals["in"][slot], stream, events)
+                signals.append(self._signals["in"][slot])
+                signals[-1].arm_in_capture(stream)  # a node that raises it on every launch
             x = DeviceArray(ptr, b.in_shape, r["in_dtype"])
             y_ptr = ptr
             if compute is not None:
@@ -237,7 +233,8 @@ class BatchGraphs:
             if has_out:
                 drv.call("cuMemcpyDtoHAsync", dst, y_ptr, out_bytes, sh)
             if ring_out:
-                self._capture_arm(self._signals["out"][slot], stream, events)
+                signals.append(self._signals["out"][slot])
+                signals[-1].arm_in_capture(stream)  # a node that raises it on every launch
             drv.call("cuMemFreeAsync", ptr, sh)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
             failure = exc
@@ -268,7 +265,7 @@ class BatchGraphs:
         if exe is None:
             return None
         exec_h = handle_int(exe) if self.hot.native else exe
-        return _Graph(graph, exe, exec_h, ring_in or ring_out, h2d, d2h, tuple(events))
+        return _Graph(graph, exe, exec_h, ring_in or ring_out, h2d, d2h, tuple(signals))
 
     def _end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
         """cuStreamEndCapture; never raises (an invalidated capture returns its error)."""
@@ -276,26 +273,6 @@ class BatchGraphs:
             return drv.call("cuStreamEndCapture", sh), None
         except CudaError as exc:
             return None, exc
-
-    def _capture_arm(self, sig: GpuSignal, stream: Any, events: list[GpuSignal]) -> None:
-        """Capture ``sig.arm(stream)`` as a graph node that fires on every launch."""
-        if isinstance(sig, EventSignal):
-            # An event-record node. A plain cuEventRecord on a capturing stream only marks
-            # a capture dependency (the event then refuses host waits: H200, driver 580,
-            # cuEventSynchronize -> CUDA_ERROR_INVALID_VALUE); CU_EVENT_RECORD_EXTERNAL makes
-            # it a node that records the event on every launch. EventSignal.arm would also
-            # raise the waiter's count now, before the graph ever runs: that is done per
-            # launch instead (launch()).
-            drv.call("cuEventRecordWithFlags", sig._handle, stream.handle, CU_EVENT_RECORD_EXTERNAL)
-            events.append(sig)
-        elif isinstance(sig, PyHostFnSignal):
-            # fullpipe's Python trampoline runs each registered call once; a graph's host
-            # node runs every launch: give it a callback of its own (takes the GIL).
-            cb = _HOSTFN(lambda _data, release=sig._sem.release: release())
-            self._callbacks.append(cb)
-            launch_native_host_func(stream, ctypes.cast(cb, ctypes.c_void_p).value, 0)
-        else:  # HostFnSignal: libc sem_post with the semaphore's address, a native host node
-            sig.arm(stream)
 
     def _find_copy(self, graph: Any, direction: str, host: int, dev: int, nbytes: int) -> _CopyUpdate | None:
         """The memcpy node that copies ``nbytes`` between ``host`` and ``dev``."""
@@ -366,8 +343,6 @@ class BatchGraphs:
                 s.close()
         else:
             _ORPHANED.extend(sigs)
-            _ORPHANED.extend(self._callbacks)
-        self._callbacks = []
         self._signals = {}
 
     def close(self) -> None:
@@ -382,7 +357,6 @@ class BatchGraphs:
             for s in side:
                 s.close()
         self._signals = {}
-        self._callbacks = []
         self._compute = None
         dev = drv.call("cuDeviceGet", int(getattr(self.device, "index", 0)))
         drv.call("cuDeviceGraphMemTrim", dev)

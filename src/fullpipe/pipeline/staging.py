@@ -34,6 +34,8 @@ from ..cuda.streams import stream_handle
 
 RECYCLE_MODES = ("hostfn", "pyhostfn", "event")
 _WAIT_SLICE_S = 0.05  # waits wake this often to notice a stop request or a worker error
+CU_EVENT_RECORD_EXTERNAL = 1  # cuda.h: in a stream capture, record the event as a graph node
+_PY_HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # CUhostFn
 
 
 class Stopped(Exception):
@@ -115,6 +117,15 @@ class GpuSignal:
     def arm(self, stream: Any) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def arm_in_capture(self, stream: Any) -> None:
+        """``arm`` on a stream being captured into a CUDA graph: a node that raises the
+        flag on EVERY launch of the graph (pipeline/graphs.py). Call :meth:`launched`
+        after each launch."""
+        self.arm(stream)
+
+    def launched(self) -> None:
+        """A graph holding this signal's node was launched (host-side bookkeeping)."""
+
     def wait(self, stop: threading.Event) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -145,11 +156,20 @@ class PyHostFnSignal(GpuSignal):
 
     def __init__(self, initial: int = 0):
         self._sem = threading.Semaphore(initial)
+        self._graph_callback: Any = None
 
     def arm(self, stream: Any) -> None:
         from ..cuda.hostfn import launch_host_func
 
         launch_host_func(stream, self._sem.release)
+
+    def arm_in_capture(self, stream: Any) -> None:
+        # fullpipe's Python trampoline runs each registered call once; a graph's host node
+        # runs on every launch: a ctypes callback of our own (takes the GIL), kept alive
+        # as long as this signal.
+        if self._graph_callback is None:
+            self._graph_callback = _PY_HOSTFN(lambda _data: self._sem.release())
+        launch_native_host_func(stream, ctypes.cast(self._graph_callback, ctypes.c_void_p).value, 0)
 
     def wait(self, stop: threading.Event) -> None:
         while not self._sem.acquire(timeout=_WAIT_SLICE_S):
@@ -173,6 +193,17 @@ class EventSignal(GpuSignal):
 
     def arm(self, stream: Any) -> None:
         drv.call("cuEventRecord", self._handle, stream_handle(stream))
+        self._armed.release()
+
+    def arm_in_capture(self, stream: Any) -> None:
+        # A plain cuEventRecord on a capturing stream only marks a capture dependency (the
+        # event then refuses host waits: H200, driver 580, cuEventSynchronize ->
+        # CUDA_ERROR_INVALID_VALUE); CU_EVENT_RECORD_EXTERNAL makes it a node that records
+        # the event on every launch. The waiter's count is raised per launch
+        # (launched()), not now, before the graph ever runs.
+        drv.call("cuEventRecordWithFlags", self._handle, stream_handle(stream), CU_EVENT_RECORD_EXTERNAL)
+
+    def launched(self) -> None:
         self._armed.release()
 
     def wait(self, stop: threading.Event) -> None:
