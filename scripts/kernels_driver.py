@@ -32,18 +32,7 @@ def main() -> int:
     fp32_shapes = [(args.size,) * 3] if args.size else [(130, 68, 40), (67, 45, 33)]  # vector path, element path
     f16_shapes = [(args.size,) * 3] if args.size else [(136, 264, 48)]
     cases = []
-    from fullpipe.kernels.gemm import DB_ONE_BLOCK_STAGES, launch_plan, plan_double_buffer_one_block
-
-    def db_one_block(a, b, o, s):
-        m, k = a.shape
-        n = b.shape[1]
-        launch_plan(plan_double_buffer_one_block(m, n, k, s), a.data_ptr(), b.data_ptr(), o.data_ptr(), m, n, k,
-                    stream=stream)
-
     for shape in fp32_shapes:
-        if shape[1] % 4 == 0 and shape[2] % 4 == 0:  # the one-block build has the 16-byte copy path only
-            for s in DB_ONE_BLOCK_STAGES:
-                cases.append((f"double_buffer s{s} b1", shape, torch.float32, lambda a, b, o, s=s: db_one_block(a, b, o, s)))
         cases.append(("tiled", shape, torch.float32, lambda a, b, o: kernels.gemm(a, b, variant="tiled", stream=stream, out=o)))
         for s in (2, 3, 4):
             cases.append((f"double_buffer s{s}", shape, torch.float32,

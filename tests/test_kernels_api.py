@@ -26,7 +26,7 @@ def test_plan_picks_vector_or_scalar_kernels_and_grids():
     p = plan("tiled", 1000, 1001, 999, "float32")
     assert p.kernel == "gemm_tiled_f32_scalar" and p.grid == (8, 8)
     p = plan("double_buffer", 300, 260, 64, "float32", stages=4)
-    assert p.kernel == "gemm_double_buffer_s4" and p.shared_mem == 4 * FP32_STAGE_BYTES == 73728
+    assert p.kernel == "gemm_double_buffer_s4" and p.shared_mem == 4 * FP32_STAGE_BYTES == 66560
     assert plan("double_buffer", 64, 64, 64, "float32", aligned=False).kernel.endswith("_scalar")
     p = plan("warp_specialized", 4096, 4096, 4096, "float32", sm_count=132)
     assert p.grid == (132,) and p.block == 320 and p.shared_mem == 4 * FP32_STAGE_BYTES + 128 * 132 * 4
@@ -162,7 +162,7 @@ def test_launch_plan_refuses_less_shared_memory_than_the_kernel_needs():
     from fullpipe.kernels.gemm import launch_plan
 
     p = plan("double_buffer", 256, 256, 256, "float32", stages=4)
-    with pytest.raises(ValueError, match="less than the 73728 bytes"):
+    with pytest.raises(ValueError, match="less than the 66560 bytes"):
         launch_plan(p, 0, 0, 0, 256, 256, 256, stream=FakeStream(), shared_mem=1024)
 
 
@@ -203,13 +203,14 @@ def test_gemm_bench_ncu_degrades_to_a_note(monkeypatch):
     assert bench.ws_vs_db_evidence(res) == ""
 
 
-def test_double_buffer_one_block_build_plan():
-    from fullpipe.kernels.gemm import plan_double_buffer_one_block
+def test_fp32_ceiling_plan():
+    from fullpipe.kernels.gemm import plan_fp32_ceiling
 
-    p = plan_double_buffer_one_block(4096, 4096, 4096, 4)
-    q = plan("double_buffer", 4096, 4096, 4096, "float32", stages=4)
-    assert p.kernel == "gemm_double_buffer_s4_b1" and (p.grid, p.block, p.shared_mem) == (q.grid, q.block, q.shared_mem)
+    p, q = plan_fp32_ceiling(1000, 1004, 996, 3), plan("double_buffer", 1000, 1004, 996, "float32", stages=3)
+    assert p.kernel == "gemm_fp32_ceiling_s3" and (p.grid, p.block, p.shared_mem) == (q.grid, q.block, q.shared_mem)
     with pytest.raises(ValueError, match="stages must be one of"):
-        plan_double_buffer_one_block(64, 64, 64, 2)
-    with pytest.raises(ValueError, match="multiples of 4"):
-        plan_double_buffer_one_block(64, 66, 64, 3)
+        plan_fp32_ceiling(64, 64, 64, 5)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        plan_fp32_ceiling(64, 66, 64, 3)
+    with pytest.raises(ValueError, match=">= 1"):
+        plan_fp32_ceiling(0, 64, 64, 3)

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fullpipe import kernels  # noqa: E402
-from fullpipe.kernels.gemm import (WMMA_CANDIDATES, launch_plan, plan, plan_double_buffer_one_block,  # noqa: E402
+from fullpipe.kernels.gemm import (WMMA_CANDIDATES, launch_plan, plan,  # noqa: E402
                                    wmma_config)
 
 pytestmark = pytest.mark.gpu
@@ -96,18 +96,6 @@ def test_every_wmma_tiling_matches_upcast_reference(dtype, config, shape, stream
     kernels.gemm(a, b, variant="wmma", config=config, stream=stream, out=out)
     stream.sync()
     _check(out, a, b, 1e-2, f"wmma {dtype} {config.name} {shape}")
-
-
-@pytest.mark.parametrize("stages", [3, 4])
-@pytest.mark.parametrize("shape", [(256, 256, 256), (512, 384, 640), (1000, 1004, 996), (1, 4, 4), (2048, 2048, 64)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_double_buffer_one_block_build_matches(stages, shape, stream):
-    m, n, k = shape
-    a, b, out = _inputs(m, n, k, torch.float32, seed=17)
-    launch_plan(plan_double_buffer_one_block(m, n, k, stages), a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k,
-                stream=stream)
-    stream.sync()
-    _check(out, a, b, 1e-4, f"double_buffer s{stages} b1 {shape}")
 
 
 @pytest.mark.parametrize("variant, stages", [("tiled", None), ("double_buffer", 2), ("double_buffer", 4)])

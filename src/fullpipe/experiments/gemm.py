@@ -40,17 +40,14 @@ CLAIM = (
     "warp specialization is at least as fast, and wmma tensor cores reach >= 0.4x cuBLAS fp16 at 8192^3"
 )
 
+CEILING = "no-load ceiling"  # table label of gemm_fp32_ceiling_s{S} (double_buffer without its copies)
+CEILING_STAGES = (2, 3, 4)
 FP32_KERNELS = [("tiled", None)] + [("double_buffer", s) for s in (2, 3, 4)] + [("warp_specialized", s) for s in (2, 3, 4)]
 WMMA_STAGES = (2, 3, 4, 5)  # swept for the default tiling; counts that do not fit its shared memory are skipped
 # Dynamic shared memory that makes a block too big for two per SM (2 x (120 + 1) KiB >
-# 228 KiB), larger than every fp32 ring (4 x 18 KiB): the "@1 block/SM" launches.
+# 228 KiB), larger than every fp32 ring (4 x 16.25 KiB): the "@1 block/SM" launches.
 FORCED_ONE_BLOCK_SMEM = 120 * 1024
 FORCED_SIZE = 4096
-DB_ONE_BLOCK_CONFIG = "b1: built for 1 block/SM"  # config column of gemm_double_buffer_s{S}_b1 rows
-# The one-block build is the same source as double_buffer; True: its rows are labelled
-# "double_buffer" and compete in the claims (best build wins); False: "double_buffer b1",
-# shown but left out of the claims.
-DB_ONE_BLOCK_IN_CLAIMS = True
 
 # ---- ncu ----------------------------------------------------------------------------
 NCU_TIMEOUT_S = 90.0
@@ -151,7 +148,7 @@ def run(ctx: Context) -> Result:
     failures: list[str] = []
     wmma_default = G.wmma_config(None)
     wmma_stages = [s for s in WMMA_STAGES if _fits(wmma_default.with_stages(s))]
-    steps = len(sizes) * (3 + len(FP32_KERNELS) + len(G.DB_ONE_BLOCK_STAGES) + 2 * len(wmma_stages)) + 4 + 1
+    steps = len(sizes) * (3 + len(FP32_KERNELS) + len(CEILING_STAGES) + 2 * len(wmma_stages)) + 4 + 1
     done = 0
 
     def tick(msg: str) -> None:
@@ -216,17 +213,17 @@ def run(ctx: Context) -> Result:
                 if tf is not None:
                     metrics[f"{variant}_s{stages}_{n}_tflops" if stages else f"{variant}_{n}_tflops"] = tf
                 tick(f"{n}: {variant} s{stages}")
-            # double_buffer built for one block per SM (more registers): same code, other build.
-            for stages in G.DB_ONE_BLOCK_STAGES:
-                a, b = inputs["float32"]
-                p = G.plan_double_buffer_one_block(n, n, n, stages)
-                tf = measure("double_buffer" if DB_ONE_BLOCK_IN_CLAIMS else "double_buffer b1", "float32",
-                             lambda p=p, a=a, b=b: G.launch_plan(p, a.data_ptr(), b.data_ptr(), out.data_ptr(), n, n,
-                                                                 n, stream=stream, device_index=a.device.index or 0),
-                             stages, config=DB_ONE_BLOCK_CONFIG)
-                if tf is not None:
-                    metrics[f"double_buffer_s{stages}_b1_{n}_tflops"] = tf
-                tick(f"{n}: double_buffer s{stages} b1")
+            # The ceiling: double_buffer's loop with the copies taken out (timed only: it
+            # computes on zeros). What any pipeline could reach with this tile math.
+            for stages in CEILING_STAGES:
+                p = G.plan_fp32_ceiling(n, n, n, stages)
+                ms, sp = timed(lambda p=p: G.launch_plan(p, 0, 0, out.data_ptr(), n, n, n, stream=stream,
+                                                          device_index=out.device.index or 0))
+                tf = tflops(n, n, n, ms)
+                rows.append(_row(n, CEILING, stages, tf, "cuBLAS float32", tf / cublas["float32"], ms, sp,
+                                 config="double_buffer without loads: timed, not a GEMM"))
+                metrics[f"ceiling_s{stages}_{n}_tflops"] = tf
+                tick(f"{n}: ceiling s{stages}")
             for dt in ("float16", "bfloat16"):
                 a, b = inputs[dt]
                 for stages in wmma_stages:
@@ -270,10 +267,6 @@ def run(ctx: Context) -> Result:
                  if r["size"] == size and r["kernel"] == prefix and r["TFLOP/s"] is not None]
         return max(cands, default=(None, None), key=lambda c: c[0])
 
-    def best_config(prefix: str, size: int = big) -> str | None:
-        cands = [r for r in rows if r["size"] == size and r["kernel"] == prefix and r["TFLOP/s"] is not None]
-        return max(cands, key=lambda r: r["TFLOP/s"])["config"] if cands else None
-
     tiled, _ = best("tiled")
     db, db_s = best("double_buffer")
     ws, ws_s = best("warp_specialized")
@@ -294,22 +287,27 @@ def run(ctx: Context) -> Result:
         metrics[f"claim {name}"] = value
         if value is not None:
             notes.append(f"{name} = {value:.2f} (target >= {target}): {'met' if value >= target else 'NOT met'}")
+    ceil, ceil_s = best(CEILING)
+    ceil_db = metrics.get(f"ceiling_s{db_s}_{big}_tflops")
+    if ceil and tiled:
+        metrics["ceiling_over_tiled"] = ceil / tiled
+        metrics["double_buffer_over_ceiling"] = db / ceil_db if db and ceil_db else None
+        notes.append(
+            f"no-load ceiling (double_buffer's loop, barriers and ring with the copies taken out: the most ANY "
+            f"pipeline can reach with this tile math at 2 blocks/SM): {ceil:.1f} TFLOP/s (s{ceil_s}) = "
+            f"{ceil / tiled:.2f}x tiled" + (f"; double_buffer s{db_s} runs at {db / ceil_db:.2f} of the ceiling with "
+                                           "the same stages" if db and ceil_db else ""))
     if db and tiled and db / tiled < 1.3:
         need = 1.3 * tiled
         notes.append(f"for double_buffer >= 1.3x tiled it would need {need:.1f} TFLOP/s = {need / cub['float32']:.2f}x "
-                     f"cuBLAS fp32 ({cub['float32']:.1f}): the baseline tiled already reaches "
-                     f"{tiled / cub['float32']:.2f}x cuBLAS here (scripts/fp32-sweep: the K-slice depth 8/16/32 moves "
-                     "neither kernel past ~0.80x cuBLAS)")
-    db_cfg = best_config("double_buffer")
-    notes.append(f"best stages at {big}: double_buffer {db_s}" + (f" ({db_cfg})" if db_cfg else " (2 blocks/SM build)")
-                 + f", warp_specialized {ws_s}, wmma fp16 {wm16_s} "
+                     f"cuBLAS fp32 ({cub['float32']:.1f}); the baseline tiled already reaches "
+                     f"{tiled / cub['float32']:.2f}x cuBLAS"
+                     + (f", and {need:.1f} is above the no-load ceiling {ceil:.1f}: with this tile math no pipeline "
+                        "can reach 1.3x, however well it hides the loads" if ceil and need > ceil else ""))
+    notes.append(f"best stages at {big}: double_buffer {db_s}, warp_specialized {ws_s}, wmma fp16 {wm16_s} "
                  f"(wmma tiling {wmma_default.name} with the stage count swept; scripts/gemm-sweep times every "
                  "candidate tiling)")
 
-    notes.append(f"double_buffer rows with config '{DB_ONE_BLOCK_CONFIG}' are the same kernel built with "
-                 "__launch_bounds__(256, 1): up to 255 registers (vs 128 for two blocks per SM), which the compiler "
-                 "spends on keeping the next k-step's operands in registers; "
-                 + ("the claims take the faster build" if DB_ONE_BLOCK_IN_CLAIMS else "they are left out of the claims"))
     # Equal occupancy: what double buffering does inside one block.
     f_tiled = metrics.get(f"forced1_tiled_{FORCED_SIZE}_tflops")
     f_db = [(metrics[k], k) for k in metrics if k.startswith("forced1_double_buffer_")]
@@ -330,8 +328,7 @@ def run(ctx: Context) -> Result:
     else:
         ctx.progress(min(done / steps, 0.97), "ncu")
         ncu_res = ncu_evidence(NCU_SIZE, device_index=getattr(dev, "index", 0) or 0, db_stages=db_s or 3,
-                               ws_stages=ws_s or 4, wmma=wmma_default.name,
-                               db_one_block=best_config("double_buffer") == DB_ONE_BLOCK_CONFIG)
+                               ws_stages=ws_s or 4, wmma=wmma_default.name)
         if ncu_res["error"] and not ncu_res["per_kernel"]:
             notes.append(f"ncu evidence not available: {ncu_res['error']}")
         else:
@@ -395,7 +392,7 @@ def run(ctx: Context) -> Result:
 
 
 def ncu_evidence(size: int = NCU_SIZE, *, device_index: int = 0, db_stages: int = 3, ws_stages: int = 4,
-                 wmma: str | None = None, db_one_block: bool = False, timeout_s: float = NCU_TIMEOUT_S,
+                 wmma: str | None = None, timeout_s: float = NCU_TIMEOUT_S,
                  ncu: str | None = None) -> dict[str, Any]:
     """Profile tiled / double_buffer / warp_specialized / wmma fp16 once each at size^3
     under ncu, in a child process; never raises, never takes longer than ``timeout_s``.
@@ -408,7 +405,7 @@ def ncu_evidence(size: int = NCU_SIZE, *, device_index: int = 0, db_stages: int 
 
     t0 = time.perf_counter()
     wmma = wmma or G.WMMA_DEFAULT
-    labels = ncu_labels(db_stages, ws_stages, wmma, db_one_block)
+    labels = ncu_labels(db_stages, ws_stages, wmma)
     res: dict[str, Any] = {"size": size, "per_kernel": {}, "labels": labels, "metrics": [], "seconds": None,
                            "command": None, "error": None}
     ncu = ncu or find_ncu()
@@ -423,8 +420,6 @@ def ncu_evidence(size: int = NCU_SIZE, *, device_index: int = 0, db_stages: int 
     env["FULLPIPE_NO_NCU"] = "1"
     child = [sys.executable, "-m", "fullpipe.experiments.gemm", "--ncu-child", "--size", str(size), "--device",
              str(device_index), "--db-stages", str(db_stages), "--ws-stages", str(ws_stages), "--wmma", wmma]
-    if db_one_block:
-        child.append("--db-one-block")
     last = ""
     for metric_set in (NCU_CORE + NCU_EXTRA, NCU_CORE):
         left = timeout_s - (time.perf_counter() - t0)
@@ -454,13 +449,12 @@ def ncu_evidence(size: int = NCU_SIZE, *, device_index: int = 0, db_stages: int 
     return res
 
 
-def ncu_labels(db_stages: int, ws_stages: int, wmma: str | None, db_one_block: bool = False) -> dict[str, str]:
+def ncu_labels(db_stages: int, ws_stages: int, wmma: str | None) -> dict[str, str]:
     """Kernel symbol -> table label, for the kernels the ncu child runs."""
     G = _kernels_gemm()
 
     cfg = G.wmma_config(wmma)
-    b1 = "_b1" if db_one_block else ""
-    return {"gemm_tiled_f32": "tiled", f"gemm_double_buffer_s{db_stages}{b1}": f"double_buffer s{db_stages}{b1}",
+    return {"gemm_tiled_f32": "tiled", f"gemm_double_buffer_s{db_stages}": f"double_buffer s{db_stages}",
             f"gemm_warp_specialized_s{ws_stages}": f"warp_specialized s{ws_stages}",
             f"gemm_wmma_f16_s{cfg.stages}": f"wmma float16 {cfg.name}"}
 
@@ -557,7 +551,6 @@ def _ncu_child(argv: list[str]) -> int:
     ap.add_argument("--db-stages", type=int, default=3)
     ap.add_argument("--ws-stages", type=int, default=4)
     ap.add_argument("--wmma", default=None)
-    ap.add_argument("--db-one-block", action="store_true", help="the double_buffer build for 1 block/SM")
     args = ap.parse_args(argv)
     import torch
 
@@ -577,13 +570,8 @@ def _ncu_child(argv: list[str]) -> int:
     for variant, stages, x, y in cases:
         out = torch.full((n, n), float("nan"), device="cuda")
         torch.cuda.synchronize()
-        if variant == "double_buffer" and args.db_one_block:
-            p = G.plan_double_buffer_one_block(n, n, n, stages)
-            G.launch_plan(p, x.data_ptr(), y.data_ptr(), out.data_ptr(), n, n, n, stream=stream,
-                          device_index=args.device)
-        else:
-            kw = {"config": args.wmma} if variant == "wmma" else {"stages": stages}
-            G.gemm(x, y, variant=variant, stream=stream, out=out, **kw)
+        kw = {"config": args.wmma} if variant == "wmma" else {"stages": stages}
+        G.gemm(x, y, variant=variant, stream=stream, out=out, **kw)
         stream.sync()
         err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
         ok = err < (1e-2 if variant == "wmma" else 1e-4)

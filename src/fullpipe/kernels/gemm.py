@@ -45,11 +45,11 @@ from ._operands import Operand, operand, output
 FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)
 def fp32_stage_bytes(bk: int = 16) -> int:
     """One ring buffer of the fp32 kernels at K-slice depth ``bk`` (-DFP32_BK):
-    As[128][bk + 4] + Bs[bk][128] floats."""
-    return (128 * (bk + 4) + bk * 128) * 4
+    As[bk][128 + 4] (A transposed) + Bs[bk][128] floats."""
+    return (bk * (128 + 4) + bk * 128) * 4
 
 
-FP32_STAGE_BYTES = fp32_stage_bytes(16)  # the default build: 18432
+FP32_STAGE_BYTES = fp32_stage_bytes(16)  # the default build: 16640
 WS_EPILOGUE_BYTES = 128 * 132 * 4  # warp_specialized: the C tile handed to the storer warp
 WS_THREADS = 320  # 1 loader warp + 8 compute warps + 1 storer warp
 MAX_BLOCK_SHARED = 227 * 1024  # dynamic shared memory one block may have (sm_80 .. sm_90)
@@ -304,23 +304,24 @@ def plan(
     )
 
 
-DB_ONE_BLOCK_STAGES = (3, 4)
+CEILING_SOURCE = "kernels/gemm_fp32_ceiling.cu"
 
 
-def plan_double_buffer_one_block(m: int, n: int, k: int, stages: int, *, aligned: bool = True) -> LaunchPlan:
-    """The double_buffer kernel built for one block per SM (``gemm_double_buffer_s{S}_b1``:
-    up to 255 registers instead of 128). Same launch shape and shared memory as
-    ``plan("double_buffer", ...)``; vector path only (K, N multiples of 4, aligned)."""
-    if stages not in DB_ONE_BLOCK_STAGES:
-        raise ValueError(f"stages must be one of {DB_ONE_BLOCK_STAGES} for the one-block build, got {stages!r}")
-    p = plan("double_buffer", m, n, k, "float32", stages=stages, aligned=aligned)
-    if p.kernel.endswith("_scalar"):
-        raise ValueError("the one-block build has the 16-byte copy path only: K and N must be multiples of 4 "
-                         "and the pointers 16-byte aligned")
-    return dataclasses.replace(p, kernel=p.kernel + "_b1")
+def plan_fp32_ceiling(m: int, n: int, k: int, stages: int = 3) -> LaunchPlan:
+    """double_buffer's launch with its copies taken out (``gemm_fp32_ceiling_s{S}``):
+    the same slices, barriers and ring over zeros, so its time is the fp32 tile math's
+    ceiling for any pipeline at two blocks per SM. It writes zeros to C: a timing
+    kernel, not a GEMM."""
+    if stages not in VARIANTS["double_buffer"].stages:
+        raise ValueError(f"stages must be one of {VARIANTS['double_buffer'].stages}, got {stages!r}")
+    if min(m, n, k) < 1:
+        raise ValueError(f"M, N, K must be >= 1, got {m}, {n}, {k}")
+    if n % 4:
+        raise ValueError(f"the ceiling kernel stores C as float4: N must be a multiple of 4, got {n}")
+    grid2d = (_ceil(n, FP32_TILE), _ceil(m, FP32_TILE))
+    return LaunchPlan(CEILING_SOURCE, f"gemm_fp32_ceiling_s{stages}", grid2d, 256, stages * FP32_STAGE_BYTES)
 
 
-@functools.lru_cache(maxsize=None)
 def _device_info(index: int) -> tuple[str, int]:
     from ..cuda.device import Device
 

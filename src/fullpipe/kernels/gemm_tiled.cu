@@ -9,10 +9,8 @@
 // Tile math (cuda/include/fullpipe/gemm_fp32_tile.cuh, shared with the pipelined fp32
 // kernels, so that they differ from this one in the pipeline only):
 //   block tile 128 x 128 of C, K-slices of BK = 16 (FP32_BK), 256 threads = 8 warps (2 x 4),
-//   warp tile 64 x 32, thread tile 8 x 8 (rows tm + 8*i, columns tn*4 + {0..3} and
-//   16 + tn*4 + {0..3}), read from shared memory as float4.
-//   Shared memory: As[128][BK + 4] (A as stored, row-major, padded so that the eight
-//   rows a warp reads at once fall in different banks), Bs[BK][128].
+//   warp tile 64 x 32, thread tile 8 x 8, both operands k-major in shared memory
+//   (As[BK][128 + 4] holds A transposed, Bs[BK][128]), read as float4 fragments.
 //
 // Edges: any M, N, K. The VEC variant loads 16-byte float4 chunks and needs K % 4 == 0,
 // N % 4 == 0 and 16-byte aligned pointers (the Python wrapper picks it then);
@@ -21,66 +19,87 @@
 #include <fullpipe/gemm_fp32_tile.cuh>
 
 #define THREADS 256
-#define CHUNKS (SLICE_CHUNKS / THREADS)  // 16-byte chunks of A (and of B) per thread per slice
+#define A_CHUNKS (TILE_M * TILE_K / 4 / THREADS)  // float4 of A per thread per slice (2 at BK = 16)
+#define B_CHUNKS (TILE_K * TILE_N / 4 / THREADS)  // float4 of B per thread per slice (2 at BK = 16)
 
 namespace {
 
 using namespace fp_fp32_tile;
 
-// Global -> registers for one K-slice: each thread holds CHUNKS chunks of A and CHUNKS
-// of B (4 floats each; 2 + 2 at BK = 16). Out-of-range elements become 0.
-template <bool VEC>
+// Global -> registers for one K-slice. A chunk r of thread t: row (t + 256 r) % 128,
+// k = 4 ((t + 256 r) / 128) .. +3, so that a warp's transposing stores into As hit 32
+// consecutive rows (no bank conflict); B chunk r: row t / 32 + 8 r, columns 4 (t % 32).
+// Out-of-range elements become 0; CHECKED false (tiles and slices inside the matrices)
+// tests nothing.
+template <bool VEC, bool CHECKED>
 __device__ __forceinline__ void fetch_slice(const float* __restrict__ A, const float* __restrict__ B, int M, int N,
-                                            int K, int bm, int bn, int k0, float4 ra[CHUNKS], float4 rb[CHUNKS]) {
+                                            int K, int bm, int bn, int k0, float4 ra[A_CHUNKS], float4 rb[B_CHUNKS]) {
 #pragma unroll
-    for (int r = 0; r < CHUNKS; ++r) {
+    for (int r = 0; r < A_CHUNKS; ++r) {
         const int c = threadIdx.x + THREADS * r;
-        // A chunk: row c / A_CHUNKS_PER_ROW of the tile, k = (c % A_CHUNKS_PER_ROW) * 4 .. +3
-        const int gr = bm + c / A_CHUNKS_PER_ROW, gk = k0 + (c % A_CHUNKS_PER_ROW) * 4;
-        float v[4];
-        if (VEC) {
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (gr < M && gk < K) x = *reinterpret_cast<const float4*>(&A[(size_t)gr * K + gk]);
-            ra[r] = x;
+        const int gr = bm + c % TILE_M, gk = k0 + (c / TILE_M) * 4;
+        const float* src = &A[(size_t)gr * K + gk];
+        if (VEC && !CHECKED) {
+            ra[r] = *reinterpret_cast<const float4*>(src);
+        } else if (VEC) {
+            ra[r] = (gr < M && gk < K) ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
         } else {
+            float v[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) v[e] = (gr < M && gk + e < K) ? A[(size_t)gr * K + gk + e] : 0.f;
+            for (int e = 0; e < 4; ++e) v[e] = (!CHECKED || (gr < M && gk + e < K)) ? src[e] : 0.f;
             ra[r] = make_float4(v[0], v[1], v[2], v[3]);
         }
-        // B chunk: row c/32 of the slice, columns (c%32)*4 .. +3
-        const int bk = k0 + c / 32, gc = bn + (c % 32) * 4;
-        if (VEC) {
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (bk < K && gc < N) x = *reinterpret_cast<const float4*>(&B[(size_t)bk * N + gc]);
-            rb[r] = x;
-        } else {
+    }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) v[e] = (bk < K && gc + e < N) ? B[(size_t)bk * N + gc + e] : 0.f;
+    for (int r = 0; r < B_CHUNKS; ++r) {
+        const int bk = k0 + threadIdx.x / 32 + 8 * r, gc = bn + (threadIdx.x % 32) * 4;
+        const float* src = &B[(size_t)bk * N + gc];
+        if (VEC && !CHECKED) {
+            rb[r] = *reinterpret_cast<const float4*>(src);
+        } else if (VEC) {
+            rb[r] = (bk < K && gc < N) ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[e] = (!CHECKED || (bk < K && gc + e < N)) ? src[e] : 0.f;
             rb[r] = make_float4(v[0], v[1], v[2], v[3]);
         }
     }
 }
 
+// Registers -> shared memory: A transposed (four scalar stores per chunk), B as is.
+__device__ __forceinline__ void store_slice(float* As, float* Bs, const float4 ra[A_CHUNKS],
+                                            const float4 rb[B_CHUNKS]) {
+#pragma unroll
+    for (int r = 0; r < A_CHUNKS; ++r) {
+        const int c = threadIdx.x + THREADS * r, m = c % TILE_M, k = (c / TILE_M) * 4;
+        As[(k + 0) * AS_STRIDE + m] = ra[r].x;
+        As[(k + 1) * AS_STRIDE + m] = ra[r].y;
+        As[(k + 2) * AS_STRIDE + m] = ra[r].z;
+        As[(k + 3) * AS_STRIDE + m] = ra[r].w;
+    }
+#pragma unroll
+    for (int r = 0; r < B_CHUNKS; ++r)
+        *reinterpret_cast<float4*>(&Bs[(threadIdx.x / 32 + 8 * r) * TILE_N + (threadIdx.x % 32) * 4]) = rb[r];
+}
+
 template <bool VEC>
 __device__ __forceinline__ void gemm_tiled(const float* __restrict__ A, const float* __restrict__ B,
                                            float* __restrict__ C, int M, int N, int K) {
-    __shared__ __align__(16) float As[TILE_M * A_STRIDE];
-    __shared__ __align__(16) float Bs[TILE_K * TILE_N];
+    __shared__ __align__(16) float As[A_FLOATS];
+    __shared__ __align__(16) float Bs[B_FLOATS];
     const int bm = blockIdx.y * TILE_M, bn = blockIdx.x * TILE_N;
+    const bool interior = bm + TILE_M <= M && bn + TILE_N <= N;
     const ThreadTile t;
     float acc[8][8];
     zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += TILE_K) {
         // Phase 1: everybody loads (global -> registers -> shared).
-        float4 ra[CHUNKS], rb[CHUNKS];
-        fetch_slice<VEC>(A, B, M, N, K, bm, bn, k0, ra, rb);
-#pragma unroll
-        for (int r = 0; r < CHUNKS; ++r) {
-            const int c = threadIdx.x + THREADS * r;
-            *reinterpret_cast<float4*>(&As[(c / A_CHUNKS_PER_ROW) * A_STRIDE + (c % A_CHUNKS_PER_ROW) * 4]) = ra[r];
-            *reinterpret_cast<float4*>(&Bs[(c / 32) * TILE_N + (c % 32) * 4]) = rb[r];
-        }
+        float4 ra[A_CHUNKS], rb[B_CHUNKS];
+        if (interior && k0 + TILE_K <= K) fetch_slice<VEC, false>(A, B, M, N, K, bm, bn, k0, ra, rb);
+        else fetch_slice<VEC, true>(A, B, M, N, K, bm, bn, k0, ra, rb);
+        store_slice(As, Bs, ra, rb);
         __syncthreads();  // the slice is in shared memory
         // Phase 2: everybody computes.
         compute_slice(As, Bs, t, acc);

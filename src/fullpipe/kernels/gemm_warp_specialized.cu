@@ -37,14 +37,14 @@
 // arrives at most once per phase, and every arrival is waited for by its consumer
 // before the block exits (the drains at the end), so nothing is pending at exit.
 //
-// Tile math: gemm_tiled.cu's (128 x 128 tile, BK = 16, thread tile 8 x 8).
+// Tile math: gemm_tiled.cu's (gemm_fp32_tile.cuh: 128 x 128 tile, BK = 16, thread
+// tile 8 x 8, k-major As / Bs). The loader's copies are double_buffer's, made by one
+// warp (SliceCopier<32>: 64 A elements and 16 B chunks per lane per slice).
 // Kernels gemm_warp_specialized_s{2,3,4}[_scalar]: 320 threads, dynamic shared memory
-// STAGES * 18432 + 67584 bytes. Edges as in gemm_double_buffer.cu.
+// STAGES * 16640 + 67584 bytes. Edges as in gemm_double_buffer.cu.
 #include <cuda/pipeline>
 #include <fullpipe/gemm_fp32_tile.cuh>
 
-#define A_FLOATS (TILE_M * A_STRIDE)
-#define STAGE_FLOATS (A_FLOATS + TILE_K * TILE_N)
 #define C_STRIDE (TILE_N + 4)  // epilogue buffer row: 132 floats
 #define LOADER_WARP 0
 #define FIRST_COMPUTE_WARP 1
@@ -75,17 +75,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
         ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
-// LOADER: copy one K-slice (A 128 x 16, B 16 x 128 = 1024 float4 chunks) into a ring
-// buffer; 32 lanes, 32 chunks each. Outside the matrices: zeros.
-template <bool VEC>
-__device__ __forceinline__ void load_slice(float* As, float* Bs, const float* __restrict__ A,
-                                           const float* __restrict__ B, int M, int N, int K, int bm, int bn, int k0,
-                                           int lane, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
-#pragma unroll 4
-    for (int c = lane; c < SLICE_CHUNKS; c += 32)  // chunk pairs (A and B): 512 at BK = 16, 16 per lane
-        copy_chunk_async<VEC>(As, Bs, A, B, M, N, K, bm, bn, k0, c, pipe);
-}
-
 // STORER: the 128 x 128 tile from the epilogue buffer to C, one row per step,
 // lane l writing columns 4l .. 4l+3 (coalesced 512-byte rows).
 template <bool VEC>
@@ -111,7 +100,7 @@ __device__ __forceinline__ void gemm_warp_specialized(const float* __restrict__ 
                                                       float* __restrict__ C, int M, int N, int K) {
     constexpr int LAG = STAGES - 2;  // loader: slices issued but not yet signalled
     extern __shared__ __align__(16) float smem[];
-    float* ring = smem;                        // STAGES x (As[128][20], Bs[16][128])
+    float* ring = smem;                        // STAGES x (As[16][132], Bs[16][128])
     float* Cs = smem + STAGES * STAGE_FLOATS;  // epilogue buffer [128][132]
     __shared__ unsigned long long full[STAGES];   // loader -> compute: slice landed    (32 arrivals)
     __shared__ unsigned long long empty[STAGES];  // compute -> loader: slice consumed  (256 arrivals)
@@ -134,15 +123,16 @@ __device__ __forceinline__ void gemm_warp_specialized(const float* __restrict__ 
 
     if (warp == LOADER_WARP) {
         cuda::pipeline<cuda::thread_scope_thread> copies = cuda::make_pipeline();  // this lane's cp.async groups
+        SliceCopier<32> copier(A, B, M, N, K, lane);
         int it = 0;  // slices issued so far (over all tiles)
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int bm = (tile / tiles_n) * TILE_M, bn = (tile % tiles_n) * TILE_N;
+            copier.start_tile((tile / tiles_n) * TILE_M, (tile % tiles_n) * TILE_N);
             for (int s = 0; s < slices; ++s, ++it) {
                 const int b = it % STAGES;
                 if (it >= STAGES) mbar_wait(&empty[b], ((it / STAGES) - 1) & 1);  // buffer released
                 float* buf = ring + b * STAGE_FLOATS;
                 copies.producer_acquire();
-                load_slice<VEC>(buf, buf + A_FLOATS, A, B, M, N, K, bm, bn, s * TILE_K, lane, copies);
+                copier.copy_next<VEC>(buf, buf + A_FLOATS, copies);
                 copies.producer_commit();
                 if (it >= LAG) {  // slice it - LAG has landed (my part of it): signal it
                     cuda::pipeline_consumer_wait_prior<LAG>(copies);
@@ -186,7 +176,7 @@ __device__ __forceinline__ void gemm_warp_specialized(const float* __restrict__ 
             for (int i = 0; i < 8; ++i)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    *reinterpret_cast<float4*>(&Cs[(t.row0 + 8 * i) * C_STRIDE + t.col0 + 16 * h]) =
+                    *reinterpret_cast<float4*>(&Cs[t.row(i) * C_STRIDE + t.col0 + 16 * h]) =
                         make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
             mbar_arrive(&c_full);
         }

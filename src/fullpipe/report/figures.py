@@ -537,7 +537,8 @@ def fig_gemm(r: dict) -> list[tuple[str, Any]]:
         return parts[1] if lab.startswith("wmma") and len(parts) > 1 else ""
 
     fp32 = list(dict.fromkeys(label(x) for x in rows
-                              if x["kernel"].split(" @")[0] in ("tiled", "double_buffer", "warp_specialized")))
+                              if x["kernel"].split(" @")[0] in ("tiled", "double_buffer", "warp_specialized",
+                                                                "no-load ceiling")))
     tc = list(dict.fromkeys(label(x) for x in rows if x["kernel"].startswith("wmma")))
     panels = [(fp32, "fp32 SIMT kernels (cp.async pipelines) vs cuBLAS fp32", {"": "cuBLAS float32"})]
     if tc:
