@@ -322,7 +322,10 @@ def plan_fp32_ceiling(m: int, n: int, k: int, stages: int = 3) -> LaunchPlan:
     return LaunchPlan(CEILING_SOURCE, f"gemm_fp32_ceiling_s{stages}", grid2d, 256, stages * FP32_STAGE_BYTES)
 
 
+@functools.lru_cache(maxsize=None)
 def _device_info(index: int) -> tuple[str, int]:
+    """(arch, SM count) of a device, looked up once per process: collecting a Device's
+    facts queries the driver, NVML and NVRTC, far too slow for every gemm() call."""
     from ..cuda.device import Device
 
     dev = Device(index)
