@@ -9,7 +9,11 @@ a stage sweep). Bounds: cuBLAS fp32 (TF32 off), fp16 and bf16 at the same sizes.
 Every kernel's output is checked against cuBLAS on the same random inputs, with the
 output poisoned first, before it is timed; a wrong kernel is reported, not timed.
 
-Two extra measurements explain the fp32 numbers:
+Three extra measurements explain the fp32 numbers:
+- "no-load ceiling": double_buffer's loop with its copies taken out (same slices,
+  barriers, ring and math, on zeros). No pipeline feeding this tile math can beat it,
+  so ceiling / tiled bounds what double buffering could buy, and double_buffer /
+  ceiling says how much of the load time the ring hides.
 - "@1 block/SM": tiled and double_buffer launched with the same padded dynamic shared
   memory, so that one block fits an SM for both (equal occupancy by construction). At
   the normal two blocks per SM the scheduler already overlaps one block's loads with
