@@ -66,7 +66,6 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
     // when K is short), so that the wait below always means "slice s".
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        pipe.producer_acquire();  // a no-op for a thread-scope pipeline: the ring slot is free
         if (s < slices) {
             float* buf = ring + s * STAGE_FLOATS;
             copier.copy_next<VEC>(buf, buf + A_FLOATS, pipe);
@@ -80,7 +79,6 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
         cuda::pipeline_consumer_wait_prior<STAGES - 2>(pipe);
         __syncthreads();  // everybody's have; and nobody reads slice s-1 any more
         // Producer: slice s+STAGES-1 into the buffer slice s-1 used.
-        pipe.producer_acquire();
         if (s + STAGES - 1 < slices) {
             float* buf = ring + write * STAGE_FLOATS;
             copier.copy_next<VEC>(buf, buf + A_FLOATS, pipe);
