@@ -251,3 +251,19 @@ class Device:
             runtime_version=_runtime_version(),
             nvrtc_version=nvrtc_version(),
         )
+
+
+def device_info(device: Device) -> dict[str, Any]:
+    """The device facts every experiment's Result carries (one shape for all of them)."""
+    f = device.facts
+    return {
+        "name": f.name,
+        "arch": f.arch,
+        "sm_count": f.sm_count,
+        "copy_engines": f.copy_engines,
+        "max_resident_grids": f.max_resident_grids,
+        "global_memory": f.global_memory,
+        "memory_pools_supported": f.memory_pools_supported,
+        "driver_version": f.driver_version,
+        "pcie": f"gen{f.pcie_generation} x{f.pcie_width}" if f.pcie_generation else None,
+    }

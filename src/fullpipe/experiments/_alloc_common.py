@@ -26,6 +26,7 @@ import numpy as np
 
 from ..cuda import compiler
 from ..cuda import driver as drv
+from ..cuda.device import device_info  # noqa: F401 (common.device_info for the alloc experiments)
 from ..cuda.launch import launch
 
 MiB = 1 << 20
@@ -34,18 +35,6 @@ THREADS = 256
 
 
 # --------------------------------------------------------------------------- device
-def device_info(dev: Any) -> dict[str, Any]:
-    f = dev.facts
-    return {
-        "name": f.name,
-        "arch": f.arch,
-        "sm_count": f.sm_count,
-        "global_memory": f.global_memory,
-        "driver_version": f.driver_version,
-        "memory_pools_supported": f.memory_pools_supported,
-    }
-
-
 @functools.lru_cache(maxsize=4)
 def _module(relpath: str, arch: str):
     return compiler.compile_package_kernel(relpath, arch=arch)

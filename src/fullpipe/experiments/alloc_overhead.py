@@ -28,7 +28,7 @@ from ..cuda.memory import copy_d2h, copy_h2d, memset_d8, pinned_empty
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from . import _alloc_common as common
-from .measure import median
+from ..cuda.timing import median
 from .result import Bound, Result, verdict_from_ratio
 from ..report.claims import with_claims
 

@@ -24,7 +24,7 @@ from ..cuda.launch import launch
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from . import _alloc_common as common
-from .measure import median
+from ..cuda.timing import median
 from .result import Bound, Result
 from ..report.claims import with_claims
 

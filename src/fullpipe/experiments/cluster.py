@@ -29,7 +29,7 @@ from typing import Any
 
 from . import Bound, Claim, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
-from .measure import median, spread, time_on_stream
+from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv
 
 NAME = "cluster"

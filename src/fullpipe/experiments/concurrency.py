@@ -21,7 +21,7 @@ from ..cuda.memory import memset_d8
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from ..pipeline.stats import max_concurrency
-from ..pipeline.timing import device_info
+from ..cuda.device import device_info
 from .result import Bound, Result
 from ..report.claims import with_claims
 

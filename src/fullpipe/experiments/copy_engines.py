@@ -18,9 +18,10 @@ import numpy as np
 from ..cuda.memory import copy_d2h, copy_h2d, pinned_empty
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
-from ..pipeline.timing import device_info, gbps, time_streams
+from ..cuda.device import device_info
+from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
-from .measure import median
+from ..cuda.timing import median
 from .result import Bound, Result, verdict_from_ratio
 from ..report.claims import with_claims
 

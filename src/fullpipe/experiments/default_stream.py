@@ -30,8 +30,8 @@ from ..cuda.launch import launch
 from ..cuda.memory import copy_h2d, memset_d8, pinned_empty
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream, legacy_default_stream, per_thread_default_stream
-from ..pipeline.timing import device_info
-from .measure import median
+from ..cuda.device import device_info
+from ..cuda.timing import median
 from .result import Result
 from ..report.claims import with_claims
 

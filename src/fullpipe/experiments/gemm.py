@@ -34,7 +34,8 @@ import time
 from typing import Any
 
 from . import Bound, Context, Result
-from .measure import median, spread, time_on_stream
+from ..cuda.device import device_info
+from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv  # noqa: F401 (parse_ncu_csv is part of this module's API)
 
 NAME = "gemm"
@@ -79,11 +80,6 @@ def _kernels_gemm():
     import importlib
 
     return importlib.import_module("..kernels.gemm", __package__)
-
-
-def device_info(dev: Any) -> dict[str, Any]:
-    f = dev.facts
-    return {"name": f.name, "arch": f.arch, "sm_count": f.sm_count, "driver_version": f.driver_version}
 
 
 @contextlib.contextmanager

@@ -20,7 +20,8 @@ from ..cuda.memory import pinned_empty
 from ..cuda.pool import DevicePool
 from ..pipeline import StreamPipeline
 from ..pipeline.staging import native_host_functions_available
-from ..pipeline.timing import device_info, gbps
+from ..cuda.device import device_info
+from ..cuda.timing import gbps
 from ..pipeline.workload import MixKernel, reference
 from .measure import median_pipeline_run
 from .result import Bound, Result, verdict_from_ratio

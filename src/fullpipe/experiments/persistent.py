@@ -31,7 +31,7 @@ from typing import Any
 
 from . import Bound, Claim, Context, Result, verdict_from_ratio
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
-from .measure import median, spread, time_on_stream
+from ..cuda.timing import median, spread, time_on_stream
 
 NAME = "persistent"
 TITLE = "Persistent kernels: resident blocks, work queues and grid-wide barriers"

@@ -22,9 +22,11 @@ from ..cuda.memory import copy_d2h, copy_h2d, pinned_empty
 from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from ..pipeline import StreamPipeline
-from ..pipeline.timing import device_info, gbps, time_streams
+from ..cuda.device import device_info
+from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
-from .measure import median, median_pipeline_run
+from ..cuda.timing import median
+from .measure import median_pipeline_run
 from .result import Bound, Result, verdict_from_ratio
 from ..report.claims import with_claims
 

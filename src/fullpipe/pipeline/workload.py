@@ -81,7 +81,7 @@ class MixKernel:
 
 def time_kernel_ms(kernel: MixKernel, stream: Any, x: Any, y: Any, repeat: int = 5) -> float:
     """Median milliseconds of one launch on ``stream`` (events on that stream)."""
-    from ..experiments.measure import median, time_on_stream
+    from ..cuda.timing import median, time_on_stream
 
     return median(time_on_stream(lambda: kernel(stream, x, y), stream, warmup=1, repeat=repeat))
 

@@ -1,0 +1,99 @@
+"""Timing device work the way the design's rules ask: events recorded on the stream that
+did the work (or on a timing stream every working stream is joined into), warm-up first,
+repeats, the median, and the spread that says how far to trust a difference.
+
+:func:`time_streams` records a start event on a timing stream, makes every working stream
+wait for it, enqueues the work, joins every working stream back into the timing stream and
+records the end event there: the elapsed time covers all the work and nothing else (an
+event on the legacy default stream would not wait for non-blocking streams).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+from . import driver as drv
+from .events import create_event, elapsed_ms, record, wait
+
+
+def time_on_stream(
+    fn: Callable[[], Any], stream: Any, *, warmup: int = 2, repeat: int = 10
+) -> list[float]:
+    """Run ``fn()`` (which enqueues work on ``stream``) and time each run with events
+    recorded on ``stream``. Returns the per-run milliseconds."""
+    for _ in range(warmup):
+        fn()
+    with drv.translated("cuStreamSynchronize"):
+        stream.sync()
+    times = []
+    for _ in range(repeat):
+        start = record(stream, timing=True)
+        fn()
+        end = record(stream, timing=True)
+        with drv.translated("cuEventSynchronize"):
+            end.sync()
+        times.append(elapsed_ms(start, end))
+    return times
+
+
+def time_streams(
+    device: Any,
+    timing_stream: Any,
+    work: Sequence[tuple[Any, Callable[[], Any]]],
+    *,
+    warmup: int = 1,
+    repeat: int = 5,
+) -> list[float]:
+    """Milliseconds from "every stream may start" to "every stream is done" for the
+    ``(stream, enqueue_fn)`` pairs in ``work``, run together, ``repeat`` times."""
+    streams = []
+    for s, _ in work:
+        if s is not timing_stream and all(s is not t for t in streams):
+            streams.append(s)
+    start = create_event(device, timing=True)
+    end = create_event(device, timing=True)
+    joins = [create_event(device) for _ in streams]
+    times = []
+    for it in range(warmup + repeat):
+        record(timing_stream, start)
+        for s in streams:
+            wait(s, start)
+        for _, fn in work:
+            fn()
+        for s, ev in zip(streams, joins):
+            record(s, ev)
+            wait(timing_stream, ev)
+        record(timing_stream, end)
+        with drv.translated("cuEventSynchronize"):
+            end.sync()
+        if it >= warmup:
+            times.append(elapsed_ms(start, end))
+    return times
+
+
+def time_host(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5) -> list[float]:
+    """Wall-clock milliseconds of ``fn()``, which must itself wait for its GPU work."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def spread(xs: list[float]) -> float:
+    """(max - min) / median: how much to trust a difference between two medians."""
+    m = median(xs)
+    return (max(xs) - min(xs)) / m if m else float("nan")
+
+
+def gbps(nbytes: float, ms: float) -> float:
+    return nbytes / (ms * 1e6) if ms > 0 else float("nan")
