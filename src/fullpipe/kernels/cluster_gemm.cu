@@ -143,11 +143,6 @@ __device__ __forceinline__ void cluster_arrive_release() {
 __device__ __forceinline__ void cluster_wait_acquire() {
     if (!CLUSTER_FULL_BARRIERS) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// Wait until at most N of this thread's cp.async groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Rows [r0, r0 + ROWS) of the T_M x T_K A slice at K offset k0 into dst (row stride
 // `stride`): ROWS * KC chunks of 16 bytes, chunk c = threadIdx.x + i * THREADS.
