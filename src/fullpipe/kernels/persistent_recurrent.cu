@@ -56,10 +56,6 @@ __device__ __forceinline__ void copy_w_rows_async(float* Ws, const float* __rest
         cp_async_16(&Ws[k * COLS + q], &W[(size_t)k * N + c0 + q], true);
     }
 }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // Wait until at most `left` (0 .. 3, a compile-time constant after unrolling) of this
 // thread's cp.async groups are still in flight.
 __device__ __forceinline__ void cp_async_wait_leaving(int left) {
