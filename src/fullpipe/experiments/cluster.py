@@ -20,6 +20,7 @@ bytes read by the SMs, next to what the kernels' construction predicts.
 
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import re
 import subprocess
@@ -31,12 +32,19 @@ from . import Bound, Claim, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv
+from .claims import Data, Judged, is_num, rule, times
+from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
 
 NAME = "cluster"
 TITLE = "Thread-block clusters: one global load of a shared tile per cluster"
 CLAIM = (
     "With 4-block clusters, the A tile every block needs is read from global memory once per cluster "
     "(through distributed shared memory) instead of once per block, and the GEMM is not slower for it"
+)
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "On Hopper the blocks of a thread-block cluster can read each other's shared memory (distributed "
+    "shared memory). Blocks that need the same tile can load it from global memory once per cluster and "
+    "share it instead of each loading it."
 )
 
 # Metrics asked of ncu (those this ncu does not know are left out, see ncu_measure).
@@ -395,3 +403,67 @@ def run(ctx: Context) -> Result:
                    "repeat": repeat, "ncu_size": ncu_res["size"] if ncu_res else None},
                   metrics, bound=Bound(f"cuBLAS fp32 {n}^3", cublas, "TFLOP/s"), ratio=ratio, table=rows, notes=notes,
                   claims=claims)
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "clusters-remove-duplicate-loads")
+def _cluster(d: Data) -> Judged:
+    size = int(d.p("cluster"))
+    t = float(d.m("time_own_over_shared"))
+    # Measured A-load instructions own_a / shared_a (ncu): "ncu_a_loads_own_over_shared"
+    # since shared_a loads its quarter with LDG; results recorded when both kernels loaded
+    # A with cp.async call it "ncu_a_ldgsts_own_over_shared". Older results only have the
+    # A bytes attributed from L2 reads.
+    instr = d.m_or(None, "ncu_a_loads_own_over_shared")
+    if instr is None:
+        instr = d.m_or(None, "ncu_a_ldgsts_own_over_shared")
+    l2_bytes = d.m_or(None, "ncu_a_bytes_own_over_shared")
+    measured_cut = instr if instr is not None else l2_bytes
+    cut = float(measured_cut) if measured_cut is not None else float(d.m("a_bytes_ratio_own_over_shared"))
+    own = d.m_or(None, "cluster_gemm_own_a_a_bytes")
+    shared = d.m_or(None, "cluster_gemm_shared_a_a_bytes")
+    removed = cut >= 0.9 * size
+    if instr is not None:
+        src = f"{cut:.2f}× fewer A-load instructions (ncu, {d.m_or('?', 'ncu_size')}³)"
+    elif l2_bytes is not None:
+        src = f"A from L2 {cut:.2f}× fewer bytes (ncu, {d.m_or('?', 'ncu_size')}³)"
+    else:
+        mib = f"A from global {own / 2**20:.0f} → {shared / 2**20:.0f} MiB, " if own and shared else ""
+        src = f"{mib}{cut:.1f}× fewer loads (by the kernels' construction, not measured)"
+    speed = f"{times(t)} faster" if t >= 1 else f"{times(1 / t)} slower"
+    return Judged(measured=f"{src}; sharing through DSMEM is {speed}",
+                  bound=f"cluster of {size}: at most {size}× fewer A loads; time of the own-A kernel "
+                        f"{d.m_or(float('nan'), 'cluster_gemm_own_a_ms'):.2f} ms",
+                  ratio=cut / size,
+                  verdict="supported" if (removed and t >= 0.95) else "partly supported" if removed else "not supported",
+                  target="supported: A loads cut ≥ 0.9 × the cluster size and not slower (≥ 0.95×); partly: cut but slower")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("TFLOP/s"))]
+    need(rows, "table TFLOP/s")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    kern = [x for x in rows if not str(x["kernel"]).startswith("cuBLAS")]
+    cub = next((x for x in rows if str(x["kernel"]).startswith("cuBLAS")), None)
+    label_bars(a1, a1.bar([x["kernel"] for x in kern], [x["TFLOP/s"] for x in kern], color=PINNED), "{:.1f}", False)
+    if cub:
+        a1.axhline(cub["TFLOP/s"], color=BOUND, ls="--", lw=1.2)
+        a1.annotate(f"bound: {cub['kernel']} {cub['TFLOP/s']:.1f} TFLOP/s", (1.0, cub["TFLOP/s"]),
+                    xycoords=("axes fraction", "data"), xytext=(-2, -3), textcoords="offset points",
+                    ha="right", va="top", fontsize=8)
+    a1.set_ylabel("TFLOP/s")
+    a1.set_title("time: GEMM with and without sharing A in the cluster")
+    loads = [x for x in kern if is_num(x.get("A bytes from global"))]
+    if loads:
+        label_bars(a2, a2.bar([x["kernel"] for x in loads], [x["A bytes from global"] / 2**20 for x in loads],
+                               color=GREY), "{:.0f} MiB", False)
+        a2.set_ylabel("A read from global memory (MiB, by construction)")
+        a2.set_title("duplicate loads of A")
+    else:
+        a2.set_visible(False)
+    for ax in (a1, a2):
+        ax.grid(axis="y", alpha=0.3)
+    return {"cluster GEMM: loads saved vs time": save(fig, out / f"{NAME}.png")}

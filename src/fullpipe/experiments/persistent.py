@@ -27,16 +27,24 @@ Bounds: the one-block-per-tile time of the same workload (same run); cuBLAS fp32
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from . import Bound, Claim, Context, Result, verdict_from_ratio
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
+from .claims import Data, Judged, Missing, at_least, is_num, rule, times
+from .figures import BOUND, WIDE, label_bars, need, pyplot, save
 
 NAME = "persistent"
 TITLE = "Persistent kernels: resident blocks, work queues and grid-wide barriers"
 CLAIM = ("On many small tiles where launch and tail effects matter (a chain of dependent steps of small tiles), "
          "one persistent launch is >= 1.5x faster than one block per tile")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "A persistent kernel launches one grid that just fills the GPU; its blocks loop, taking tile indices "
+    "from an atomic queue, instead of one block per tile. It saves block launches and per-tile pipeline "
+    "fill, and allows a grid-wide barrier (cooperative launch)."
+)
 # The verdict's chain: batch 1 (latency-bound inference of a recurrent layer, the regime
 # persistent RNNs were made for: every step is a few microseconds of tiny tiles).
 # Batches 2, 4 and 8 are measured and reported beside it: more rows per step means
@@ -258,3 +266,57 @@ def run(ctx: Context) -> Result:
                   {"chain": [list(c) for c in chain_cfgs], "chain_verdict": [CHAIN_BATCH, n_main, CHAIN_STEPS],
                    "shapes": [list(s) for s in shapes], "tile": 64, "repeat": repeat},
                   metrics, bound=bound, ratio=ratio, table=rows, notes=notes, claims=claims)
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "persistent-queue", "on many small tiles a persistent grid pulling from an atomic queue is ≥ 1.5× one block per tile")
+def _persistent(d: Data) -> Judged:
+    sp = {k[len("speedup_"):]: float(v) for k, v in (d.r.get("metrics") or {}).items()
+          if k.startswith("speedup_") and isinstance(v, (int, float))}
+    if not sp:
+        raise Missing("metrics.speedup_*")
+    best = max(sp.values())
+    per = [r for r in d.rows(kernel="one block per tile") if isinstance(r.get("ms"), (int, float))]
+    return Judged(measured="persistent speedup " + ", ".join(f"{k}: {times(v)}" for k, v in sp.items()),
+                  bound="one block per tile, same tile code" + (
+                      ": " + ", ".join(f"{r['shape']} {r['ms'] * 1e3:.0f} µs" for r in per) if per else ""),
+                  ratio=best, verdict=at_least(best, 1.5, 1.1), target="supported ≥ 1.5×, partly ≥ 1.1×")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    table = r.get("table") or []
+    tiles = [x for x in table if is_num(x.get("TFLOP/s")) and x.get("workload", "gemm tiles") == "gemm tiles"]
+    chain = [x for x in table if x.get("workload") == "chain" and is_num(x.get("us/step"))]
+    need(tiles or chain, "table TFLOP/s or chain us/step")
+    panels = [p for p in (("chain", chain), ("tiles", tiles)) if p[1]]
+    fig, axes = plt.subplots(1, len(panels), figsize=WIDE if len(panels) > 1 else (11, 3.8), squeeze=False)
+    for ax, (kind, rows) in zip(axes[0], panels):
+        shapes = list(dict.fromkeys(x["shape"] for x in rows))
+        kernels = [k for k in dict.fromkeys(x["kernel"] for x in rows) if not str(k).startswith("cuBLAS")]
+        col = "us/step" if kind == "chain" else "TFLOP/s"
+        width = 0.8 / max(1, len(kernels))
+        for j, k in enumerate(kernels):
+            by = {x["shape"]: x[col] for x in rows if x["kernel"] == k}
+            xs = [i + (j - (len(kernels) - 1) / 2) * width for i in range(len(shapes))]
+            bars = ax.bar(xs, [by.get(sh, 0) for sh in shapes], width=width, color=f"C{j}", label=k)
+            label_bars(ax, bars, "{:.1f}", False)
+        for i, sh in enumerate(shapes):
+            cub = next((x[col] for x in rows if x["shape"] == sh and str(x["kernel"]).startswith("cuBLAS")), None)
+            if is_num(cub):
+                ax.hlines(cub, i - 0.45, i + 0.45, colors=BOUND, linestyles="--", lw=1.5,
+                          label="cuBLAS fp32" if i == 0 else None)
+        ax.set_xticks(range(len(shapes)), shapes)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+        if kind == "chain":
+            ax.set_ylabel("µs per step (lower is better)")
+            ax.set_title("chain of small dependent steps")
+        else:
+            ax.set_ylabel("TFLOP/s")
+            ax.set_xlabel("M×N×K (64×64 tiles)")
+            ax.set_title("independent small tiles: persistent queue vs one block per tile")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
+    return {"persistent kernels vs one launch / one block per tile": save(fig, out / f"{NAME}.png")}

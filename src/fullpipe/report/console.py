@@ -27,7 +27,7 @@ def run_with_progress(name: str, ctx: Context) -> Result:
                             notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
         progress(1.0, result.verdict)
     if not result.claims:
-        from .claims import with_claims
+        from ..experiments.claims import with_claims
 
         with_claims(result)
     return result
