@@ -59,6 +59,40 @@ def test_every_rule_judges_the_recorded_numbers(golden):
     assert [r["key"] for r in golden["page"][:len(CANONICAL)]] == [c.key for c in CANONICAL]
 
 
+
+def test_experiments_judged_by_their_claims_keep_the_recorded_verdicts():
+    """gemm, cluster and persistent take their own verdict from their claims
+    (VERDICT_FROM) instead of judging the same numbers a second time; on the recorded
+    run that gives the verdict their inline judgement recorded then."""
+    from fullpipe.experiments.claims import with_claims
+    from fullpipe.experiments.result import Result
+
+    results = json.loads((DATA / "results.json").read_text())["results"]
+    judged = [n for n in experiments.names() if getattr(experiments.load(n), "VERDICT_FROM", ())]
+    assert {"gemm", "cluster", "persistent"} <= set(judged)
+    for name in judged:
+        recorded = next(r for r in results if r["experiment"] == name)
+        for start in ("not supported", "supported"):  # whatever the run put there first
+            res = Result.from_dict({**copy.deepcopy(recorded), "claims": [], "verdict": start})
+            assert with_claims(res, experiments.load(name).VERDICT_FROM).verdict == recorded["verdict"], name
+        failed = Result.from_dict({**copy.deepcopy(recorded), "claims": [], "verdict": "failed"})
+        assert with_claims(failed, experiments.load(name).VERDICT_FROM).verdict == "failed"
+
+
+def test_experiments_never_import_report():
+    """Layers point down: report/ imports experiments/, never the other way."""
+    import ast
+
+    folder = Path(experiments.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                assert not mod.startswith(("..report", "fullpipe.report")), (path.name, mod)
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("fullpipe.report") for a in node.names), path.name
+
+
 if __name__ == "__main__":
     GOLDEN.write_text(json.dumps(tables(), indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {GOLDEN}")

@@ -245,13 +245,35 @@ def derive(r: dict[str, Any], *, live: bool = False) -> list[dict[str, Any]]:
     return out
 
 
-def with_claims(result: Result) -> Result:
-    """Fill ``result.claims`` from its numbers (call at the end of ``run()``)."""
+def with_claims(result: Result, verdict_from: tuple[str, ...] = ()) -> Result:
+    """Fill ``result.claims`` from its numbers (call at the end of ``run()``).
+
+    ``verdict_from``: the claims whose verdicts make the experiment's own verdict
+    (see :func:`summary`), so that the experiment does not judge them a second
+    time; a result that failed or was skipped keeps its verdict."""
     try:
         result.claims = derive(result.as_dict(), live=True)
     except Exception as exc:  # never lose a measurement over its summary
         result.notes.append(f"claims not derived: {type(exc).__name__}: {exc}")
+        if verdict_from and result.verdict != "skipped":
+            result.verdict = "failed"
+        return result
+    if verdict_from and result.verdict not in ("failed", "skipped"):
+        by_key = {c["key"]: c["verdict"] for c in result.claims}
+        result.verdict = summary([by_key.get(k, "failed") for k in verdict_from])
     return result
+
+
+def summary(verdicts: list[str]) -> str:
+    """One verdict for several claims: failed if any failed, supported if all are
+    supported, partly supported if any is at least partly, else not supported."""
+    if not verdicts or "failed" in verdicts:
+        return "failed"
+    if all(v == "supported" for v in verdicts):
+        return "supported"
+    if any(v in ("supported", "partly supported") for v in verdicts):
+        return "partly supported"
+    return "not supported"
 
 
 def claims_of(r: dict[str, Any]) -> list[dict[str, Any]]:

@@ -28,11 +28,11 @@ import sys
 import time
 from typing import Any
 
-from . import Bound, Claim, Context, Result
+from . import Bound, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv
-from .claims import Data, Judged, is_num, rule, times
+from .claims import Data, Judged, is_num, rule, times, with_claims
 from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
 
 NAME = "cluster"
@@ -46,6 +46,7 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "shared memory). Blocks that need the same tile can load it from global memory once per cluster and "
     "share it instead of each loading it."
 )
+VERDICT_FROM = ("clusters-remove-duplicate-loads",)  # the claim whose verdict is this experiment's
 
 # Metrics asked of ncu (those this ncu does not know are left out, see ncu_measure).
 NCU_METRICS = (
@@ -287,7 +288,6 @@ def run(ctx: Context) -> Result:
     rows: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     notes: list[str] = []
-    claims: list[dict[str, Any]] = []
     with true_fp32(), torch_on(stream):
         ref = a @ b
         ts = time_on_stream(lambda: torch.matmul(a, b), stream, repeat=repeat)
@@ -369,40 +369,20 @@ def run(ctx: Context) -> Result:
         notes.append(f"time own_a / shared_a = {ratio:.3f} at T_K={cl.TILE_K} (> 1 means sharing through DSMEM "
                      "is faster)" + (f"; at T_K=16: {ms[(False, 16)] / ms[(True, 16)]:.3f}" if (True, 16) in ms
                                      and (False, 16) in ms else ""))
-        measured_cut = metrics.get("ncu_a_loads_own_over_shared")
-        cut = measured_cut if measured_cut is not None else metrics["a_bytes_ratio_own_over_shared"]
-        loads_removed = cut >= 0.9 * cl.CLUSTER
-        verdict = ("supported" if loads_removed and ratio >= 0.95 else
-                   "partly supported" if loads_removed else "not supported")
+        verdict = "not supported"  # the claim's verdict, judged by the rule at the end
         if ratio < 1.0:
             notes.append("why sharing is not free: the 4 blocks of a cluster read the same A lines at about the same "
                          "time, so most duplicate loads hit L2 anyway; in exchange every K slice costs a cluster "
                          "barrier (release arrive = MEMBAR.ALL.GPU + UCGABAR_ARV, acquire wait = UCGABAR_WAIT + "
                          "CCTL.IVALL) and a DSMEM gather (remote LD.128 + STS.128) into the local working copy, "
                          "and the quarter of A goes through registers (LDG.128 + STS.128) instead of cp.async")
-        src = (f"ncu at {ncu_res['size']}^3: {cut:.2f}x fewer A-load instructions (expected "
-               f"{metrics['ncu_a_loads_expected_own_over_shared']:.2f}x): a cluster of shared_a issues "
-               f"{metrics['ncu_a_loads_per_cluster_shared']:.0f} LDG for A, one block of own_a "
-               f"{metrics['ncu_a_loads_per_block_own']:.0f} LDGSTS (beyond B's): A is read once per cluster"
-               if measured_cut is not None else
-               f"by construction: {cut:.0f}x fewer bytes (" + ("ncu not run" if ncu_res is None else
-                                                               "ncu counted no A-load instructions") + ")")
-        per_cluster = ""
-        if "ncu_a_bytes_own_over_shared" in metrics:
-            per_cluster = (f"; L2 reads attributed to A {metrics['ncu_a_bytes_own_over_shared']:.1f}x fewer "
-                           "(L2 reads minus the expected B bytes: approximate)")
-        claims.append(Claim(
-            claim="clusters remove duplicate loads",
-            measured=f"{src}{per_cluster}; time own/shared = {ratio:.2f}x ({n}^3)",
-            bound=f"cluster of {cl.CLUSTER}: at most {cl.CLUSTER}x fewer A loads; own_a {ms[(False, cl.TILE_K)]:.2f} ms",
-            ratio=cut / cl.CLUSTER, verdict=verdict, key="clusters-remove-duplicate-loads",
-            target="supported: A loads cut >= 0.9 x cluster size and time >= 0.95x; partly: cut but slower",
-        ).as_dict())
-    return Result(NAME, CLAIM, verdict, device_info(dev),
-                  {"size": n, "cluster": cl.CLUSTER, "tile": cl.TILE, "tile_k": cl.TILE_K, "stages": cl.STAGES,
-                   "repeat": repeat, "ncu_size": ncu_res["size"] if ncu_res else None},
-                  metrics, bound=Bound(f"cuBLAS fp32 {n}^3", cublas, "TFLOP/s"), ratio=ratio, table=rows, notes=notes,
-                  claims=claims)
+    return with_claims(Result(NAME, CLAIM, verdict, device_info(dev),
+                              {"size": n, "cluster": cl.CLUSTER, "tile": cl.TILE, "tile_k": cl.TILE_K,
+                               "stages": cl.STAGES, "repeat": repeat,
+                               "ncu_size": ncu_res["size"] if ncu_res else None},
+                              metrics, bound=Bound(f"cuBLAS fp32 {n}^3", cublas, "TFLOP/s"), ratio=ratio, table=rows,
+                              notes=notes),
+                       verdict_from=VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -423,8 +403,10 @@ def _cluster(d: Data) -> Judged:
     own = d.m_or(None, "cluster_gemm_own_a_a_bytes")
     shared = d.m_or(None, "cluster_gemm_shared_a_a_bytes")
     removed = cut >= 0.9 * size
+    expected = d.m_or(None, "ncu_a_loads_expected_own_over_shared")
     if instr is not None:
-        src = f"{cut:.2f}× fewer A-load instructions (ncu, {d.m_or('?', 'ncu_size')}³)"
+        src = (f"{cut:.2f}× fewer A-load instructions (ncu, {d.m_or('?', 'ncu_size')}³"
+               + (f"; {times(expected)} by construction)" if expected is not None else ")"))
     elif l2_bytes is not None:
         src = f"A from L2 {cut:.2f}× fewer bytes (ncu, {d.m_or('?', 'ncu_size')}³)"
     else:

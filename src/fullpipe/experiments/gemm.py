@@ -38,7 +38,7 @@ from . import Bound, Context, Result
 from ..cuda.device import device_info
 from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv  # noqa: F401 (parse_ncu_csv is part of this module's API)
-from .claims import Data, Judged, Missing, at_least, is_num, rule, times
+from .claims import Data, Judged, Missing, at_least, is_num, rule, times, with_claims
 from .figures import label_bars, need, pyplot, save
 
 NAME = "gemm"
@@ -54,6 +54,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "tensor cores for fp16/bf16."
 )
 
+# The claims whose verdicts make this experiment's verdict (judged by the rules at the end).
+VERDICT_FROM = ("double-buffer-1.3x", "fp32-vs-cublas", "warp-specialization-beats-double-buffer", "wmma-vs-cublas")
 CEILING = "no-load ceiling"  # table label of gemm_fp32_ceiling_s{S} (double_buffer without its copies)
 CEILING_STAGES = (2, 3, 4)
 FP32_KERNELS = [("tiled", None)] + [("double_buffer", s) for s in (2, 3, 4)] + [("warp_specialized", s) for s in (2, 3, 4)]
@@ -280,22 +282,8 @@ def run(ctx: Context) -> Result:
     db, db_s = best("double_buffer")
     ws, ws_s = best("warp_specialized")
     wm16, wm16_s = best("wmma float16")
-    wmbf, _ = best("wmma bfloat16")
-    best_fp32 = max((x for x in (tiled, db, ws) if x is not None), default=None)
     cub = {dt: metrics[f"cublas_{dt}_{big}_tflops"] for dt in ("float32", "float16", "bfloat16")}
 
-    checks = [
-        ("double_buffer / tiled", db / tiled if db and tiled else None, 1.3),
-        ("best fp32 / cuBLAS fp32", best_fp32 / cub["float32"] if best_fp32 else None, 0.6),
-        ("warp_specialized / double_buffer", ws / db if ws and db else None, 1.0),
-        ("wmma fp16 / cuBLAS fp16", wm16 / cub["float16"] if wm16 else None, 0.4),
-        ("wmma bf16 / cuBLAS bf16", wmbf / cub["bfloat16"] if wmbf else None, 0.4),
-    ]
-    for name, value, target in checks:
-        rows.append(_row(big, f"claim: {name}", vs=f">= {target}", ratio=value))
-        metrics[f"claim {name}"] = value
-        if value is not None:
-            notes.append(f"{name} = {value:.2f} (target >= {target}): {'met' if value >= target else 'NOT met'}")
     ceil, ceil_s = best(CEILING)
     ceil_db = metrics.get(f"ceiling_s{db_s}_{big}_tflops")
     if ceil and tiled:
@@ -364,20 +352,11 @@ def run(ctx: Context) -> Result:
     notes.append("cuBLAS fp32 with TF32 off; our wmma kernels write fp32 C, cuBLAS fp16/bf16 write fp16/bf16 C")
     notes.extend(failures)
 
-    met = [v is not None and v >= t for _, v, t in checks[:4]]
-    if failures:
-        verdict = "failed"
-    elif all(met):
-        verdict = "supported"
-    elif any(met):
-        verdict = "partly supported"
-    else:
-        verdict = "not supported"
-
-    return Result(
+    # The verdict summarises the claims the rules below judge (the CLAIM's four targets).
+    return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
-        verdict=verdict,
+        verdict="failed" if failures else "not supported",
         device=device_info(dev),
         params={"sizes": list(sizes), "repeat": repeat, "quick": ctx.quick, "layout": "row-major A(M,K) B(K,N)",
                 "wmma_config": wmma_default.name, "forced_one_block_smem": FORCED_ONE_BLOCK_SMEM,
@@ -387,7 +366,7 @@ def run(ctx: Context) -> Result:
         ratio=(wm16 / cub["float16"]) if wm16 else None,
         table=rows,
         notes=notes,
-    )
+    ), verdict_from=VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- ncu
