@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fullpipe.report.claims import CANONICAL, claims_table
+from fullpipe.experiments.claims import CANONICAL, claims_table
 
 pytestmark = pytest.mark.gpu
 

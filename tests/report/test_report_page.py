@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fullpipe.report.claims import CANONICAL, NOT_MEASURED, STATUSES, claims_table
-from fullpipe.report.figures import FIGURES, add_figures
-from fullpipe.report.html import claim_rows
+from fullpipe import experiments
+from fullpipe.experiments.claims import CANONICAL, NOT_MEASURED, STATUSES, claims_table
+from fullpipe.report.figures import add_figures
 from fullpipe.report.runner import write_html
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report"
@@ -96,7 +96,7 @@ def test_page_is_self_contained_with_every_figure(report):
         assert r.get("figures"), f"{r['experiment']} shows a figure"
         assert not r.get("figure_notes"), (r["experiment"], r.get("figure_notes"))
     # every experiment has its purpose-made figure; the CUPTI timeline is kept beside overlap's
-    for name in FIGURES:
+    for name in experiments.names():
         r = next(x for x in doc["results"] if x["experiment"] == name)
         assert any(Path(v).name == f"{name}.png" for v in r["figures"].values()), (name, r["figures"])
     overlap = next(x for x in doc["results"] if x["experiment"] == "overlap")
@@ -112,12 +112,6 @@ def test_page_is_self_contained_with_every_figure(report):
     assert "NVIDIA H200" in html and 'id="versions"' in html
     for soft in ("fullpipe", "python", "CUDA driver", "NVRTC", "torch"):
         assert f"<td>{soft}</td>" in section(html, 'id="versions"')
-
-
-def test_claim_rows_is_canonical_then_further(report):
-    _, doc = report
-    canonical, further = claims_table(doc["results"])
-    assert claim_rows(doc["results"]) == canonical + further
 
 
 # --------------------------------------------------------------------------- old and partial data
@@ -293,7 +287,7 @@ def test_experiments_fill_their_claims_from_the_recorded_numbers():
     """What the end of each experiment's run() does (with_claims), on the recorded results:
     every rule finds its numbers, so no claim is 'failed' for a missing metric."""
     from fullpipe.experiments.result import Result
-    from fullpipe.report.claims import with_claims
+    from fullpipe.experiments.claims import with_claims
 
     for d in load_doc()["results"]:
         res = with_claims(Result.from_dict(d))

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fullpipe.report import runner
-from fullpipe.report.claims import CANONICAL
+from fullpipe.experiments.claims import CANONICAL
 from tests.conftest import gpu_unavailable_reason
 
 no_gpu_only = pytest.mark.skipif(gpu_unavailable_reason() is None,

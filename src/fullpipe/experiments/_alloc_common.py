@@ -224,12 +224,3 @@ def optional_allocator(kind: str):
         return None, str(exc)
     except Exception as exc:  # a framework that imports but cannot start its CUDA side
         return None, f"{kind} unusable: {type(exc).__name__}: {exc}"
-
-
-def save_figure(fig: Any, path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return str(path)

@@ -18,6 +18,7 @@ timed with events on the first stream after joining the others.
 
 from __future__ import annotations
 
+from pathlib import Path
 import time
 
 import numpy as np
@@ -30,11 +31,17 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from ..cuda.timing import median
 from .result import Bound, Result, verdict_from_ratio
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, at_least, is_num, percent, rule, times, with_claims
+from .figures import BOUND, WIDE, allocator_color, label_bars, need, plain_log, pyplot, save
 
 NAME = "alloc-overhead"
 TITLE = "Per-batch allocation cost: cudaMalloc vs the stream-ordered pool vs caching allocators"
 CLAIM = "the stream-ordered allocator cuts allocation overhead by 50-80 % (target here: >= 90 % vs cudaMalloc)"
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "Allocating and freeing per batch is the natural way to write a pipeline; with cudaMalloc each free "
+    "costs a device synchronization. A stream-ordered pool reuses memory freed earlier in stream order "
+    "without a trip to the driver, so per-batch allocation becomes cheap."
+)
 
 STREAMS = 3
 ITERS = 8  # scale_bias steps: a compute stage about as long as the copies
@@ -195,3 +202,71 @@ def run(ctx) -> Result:
         table=rows,
         notes=notes,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+def _allocs(d: Data):
+    a = d.m("allocators")
+    return a, a["fullpipe pool"], a["cuMemAlloc/cuMemFree"], a.get("preallocated (bound)")
+
+
+@rule(NAME, "alloc-overhead-reduction")
+def _alloc_reduction(d: Data) -> Judged:
+    _, pool, malloc, pre = _allocs(d)
+    red = float(d.m("pool_cost_reduction_vs_cumemalloc"))
+    return Judged(
+        measured=(f"{percent(red)} less host time in alloc+free: {pool['alloc_free_us_per_batch']:.1f} vs "
+                  f"{malloc['alloc_free_us_per_batch']:.1f} µs per batch (fullpipe pool vs cuMemAlloc/cuMemFree)"),
+        bound=(f"cuMemAlloc/cuMemFree = {malloc['alloc_free_us_per_batch']:.1f} µs per batch"
+               + (f"; no allocation at all = {pre['alloc_free_us_per_batch']:.1f} µs" if pre else "")),
+        ratio=red, verdict=at_least(red, 0.5, 0.25),
+        target="supported ≥ 50 % less (more is better than claimed), partly ≥ 25 %")
+
+
+@rule(NAME, "alloc-overhead-90", "the stream-ordered pool cuts allocation cost ≥ 90 % vs cudaMalloc (fullpipe's target)")
+def _alloc_90(d: Data) -> Judged:
+    _, pool, malloc, _ = _allocs(d)
+    red = float(d.m("pool_cost_reduction_vs_cumemalloc"))
+    return Judged(measured=percent(red), bound=f"cuMemAlloc/cuMemFree {malloc['alloc_free_us_per_batch']:.1f} µs per batch",
+                  ratio=red, verdict=at_least(red, 0.9, 0.5), target="supported ≥ 90 %, partly ≥ 50 %")
+
+
+@rule(NAME, "pool-pipeline-speed", "with the pool, a per-batch pipeline runs at the speed of preallocated buffers")
+def _alloc_speed(d: Data) -> Judged:
+    _, pool, malloc, pre = _allocs(d)
+    if pre is None:
+        raise Missing("metrics.allocators['preallocated (bound)']")
+    r = pool["throughput_gb_s"] / pre["throughput_gb_s"]
+    rm = malloc["throughput_gb_s"] / pre["throughput_gb_s"]
+    return Judged(measured=f"pool {pool['throughput_gb_s']:.1f} GB/s = {times(r)}; cuMemAlloc/cuMemFree {times(rm)}",
+                  bound=f"preallocated buffers {pre['throughput_gb_s']:.1f} GB/s", ratio=r,
+                  verdict=at_least(r, 0.95, 0.8), target="supported ≥ 0.95×, partly ≥ 0.8×")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("alloc+free us / batch"))]
+    need(rows, "table['alloc+free us / batch']")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    names = [x["allocator"] for x in rows]
+    colors = [allocator_color(n) for n in names]
+    label_bars(a1, a1.barh(names, [x["alloc+free us / batch"] for x in rows], color=colors), "{:.3g} µs")
+    a1.set_xscale("log")
+    plain_log(a1)
+    a1.set_xlabel("host time in alloc + free per batch (µs, log)")
+    a1.set_title("allocation cost per batch")
+    tput = [x.get("throughput GB/s") or 0 for x in rows]
+    label_bars(a2, a2.barh(names, tput, color=colors), "{:.1f}")
+    pre = next((x for x in rows if "preallocated" in x["allocator"]), None)
+    if pre and is_num(pre.get("throughput GB/s")):
+        a2.axvline(pre["throughput GB/s"], color=BOUND, ls="--", lw=1.2)
+    a2.set_xlim(0, max(tput) * 1.15)
+    a2.set_xlabel("pipeline throughput (GB/s; dashed: the bound, preallocated buffers)")
+    a2.set_title("what it does to the pipeline")
+    a2.set_yticks(range(len(names)), [""] * len(names))
+    for ax in (a1, a2):
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    return {"allocator cost per batch and pipeline throughput": save(fig, out / f"{NAME}.png")}

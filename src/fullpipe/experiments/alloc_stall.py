@@ -15,6 +15,7 @@ stamps whether B's next kernel started before A's kernel ended.
 
 from __future__ import annotations
 
+from pathlib import Path
 import time
 
 import numpy as np
@@ -26,11 +27,17 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from ..cuda.timing import median
 from .result import Bound, Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, both, is_num, rule, with_claims
+from .figures import BOUND, WIDE, allocator_color, label_bars, need, plain_log, pyplot, save
 
 NAME = "alloc-stall"
 TITLE = "cudaMalloc/cudaFree vs the stream-ordered pool while another stream's kernel runs"
 CLAIM = "cudaMalloc/cudaFree is a device-wide barrier; cudaMallocAsync is stream-local"
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "cudaMalloc/cudaFree synchronize the device: a free waits for the work of every stream, so one "
+    "allocation in one stream stalls the others. cudaMallocAsync/cudaFreeAsync allocate from a memory "
+    "pool in stream order and wait for nothing else."
+)
 
 POOL_HOST_TARGET_MS = 0.1
 
@@ -158,3 +165,73 @@ def run(ctx) -> Result:
         table=rows,
         notes=notes,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "malloc-stalls-streams")
+def _malloc_stall(d: Data) -> Judged:
+    spin = float(d.p("spin_ms"))
+    host = float(d.m("malloc_free_host_ms"))
+    row = d.row(allocator="cuMemAlloc+cuMemFree")
+    waited = str(row.get("B waited for A", ""))
+    n_wait, _, n_all = waited.partition("/")
+    all_waited = bool(n_all) and n_wait == n_all
+    some_waited = bool(n_wait) and n_wait != "0"
+    return Judged(
+        measured=(f"stream B's next kernel waited for stream A's {spin:g} ms kernel in {waited} rounds; the host "
+                  f"blocked {host:.1f} ms (cuMemFree {d.num(row, 'free host ms'):.2f} ms, "
+                  f"cuMemAlloc {d.num(row, 'alloc host ms'):.2f} ms)"),
+        bound=f"stream A's kernel = {spin:g} ms (a device-wide barrier waits all of it)", ratio=host / spin,
+        verdict="supported" if (all_waited and host >= 0.5 * spin) else "partly supported" if some_waited
+        else "not supported",
+        target="supported: B waits for A in every round and the host blocks ≥ half of A's kernel")
+
+
+@rule(NAME, "pool-stream-local",
+      "cudaMallocAsync (the stream-ordered pool) is stream-local and returns in ≤ 100 µs")
+def _pool_local(d: Data) -> Judged:
+    warm = float(d.m("pool_warm_host_ms"))
+    cold = d.m_or(None, "pool_cold_host_ms")
+    target = float(d.m_or(0.1, "pool_host_target_ms"))
+    local = bool(d.m("pool_is_stream_local"))
+    waits = "; ".join(f"{r['allocator']}: B waited {r.get('B waited for A')}" for r in d.rows()
+                      if str(r.get("allocator", "")).startswith("pool"))
+    return Judged(measured=f"warm pool alloc+free {warm * 1e3:.1f} µs" + (f", cold {cold * 1e3:.0f} µs" if cold else "")
+                  + (f"; {waits}" if waits else ""),
+                  bound=f"target {target * 1e3:.0f} µs; stream A's kernel {d.p('spin_ms')} ms", ratio=warm / target,
+                  verdict=both(local, warm <= target), target="supported: B never waits and warm alloc+free ≤ 100 µs")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("alloc+free host ms"))]
+    need(rows, "table['alloc+free host ms']")
+    spin = (r.get("params") or {}).get("spin_ms")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    names = [x["allocator"] for x in rows]
+    colors = [allocator_color(n) for n in names]
+    b = a1.barh(names, [x["alloc+free host ms"] for x in rows], color=colors)
+    label_bars(a1, b, "{:.3g} ms")
+    a1.set_xlabel("host blocked in alloc + free (ms, log)")
+    a1.set_title("what the host waits for")
+    col = "B next kernel start (ms after A start)"
+    b2 = a2.barh(names, [x.get(col) or 0 for x in rows], color=colors)
+    for bar, x in zip(b2, rows):
+        a2.annotate(f"{bar.get_width():.3g} ms · waited for A in {x.get('B waited for A', '?')}",
+                    (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    a2.set_xlabel("stream B's next kernel: start after A's start (ms, log)")
+    a2.set_title("does another stream have to wait?")
+    for ax in (a1, a2):
+        ax.set_xscale("log")
+        plain_log(ax)
+        if is_num(spin):
+            ax.axvline(spin, color=BOUND, ls="--", lw=1.2, label=f"stream A's kernel ({spin:g} ms)")
+            ax.set_xlim(right=spin * 30)
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    a2.set_yticks(range(len(names)), [""] * len(names))
+    return {"allocation while another stream's kernel runs": save(fig, out / f"{NAME}.png")}

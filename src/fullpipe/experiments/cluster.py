@@ -20,6 +20,7 @@ bytes read by the SMs, next to what the kernels' construction predicts.
 
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import re
 import subprocess
@@ -27,10 +28,12 @@ import sys
 import time
 from typing import Any
 
-from . import Bound, Claim, Context, Result
+from . import Bound, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv
+from .claims import Data, Judged, is_num, rule, times, with_claims
+from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
 
 NAME = "cluster"
 TITLE = "Thread-block clusters: one global load of a shared tile per cluster"
@@ -38,6 +41,12 @@ CLAIM = (
     "With 4-block clusters, the A tile every block needs is read from global memory once per cluster "
     "(through distributed shared memory) instead of once per block, and the GEMM is not slower for it"
 )
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "On Hopper the blocks of a thread-block cluster can read each other's shared memory (distributed "
+    "shared memory). Blocks that need the same tile can load it from global memory once per cluster and "
+    "share it instead of each loading it."
+)
+VERDICT_FROM = ("clusters-remove-duplicate-loads",)  # the claim whose verdict is this experiment's
 
 # Metrics asked of ncu (those this ncu does not know are left out, see ncu_measure).
 NCU_METRICS = (
@@ -279,7 +288,6 @@ def run(ctx: Context) -> Result:
     rows: list[dict[str, Any]] = []
     metrics: dict[str, Any] = {}
     notes: list[str] = []
-    claims: list[dict[str, Any]] = []
     with true_fp32(), torch_on(stream):
         ref = a @ b
         ts = time_on_stream(lambda: torch.matmul(a, b), stream, repeat=repeat)
@@ -361,37 +369,83 @@ def run(ctx: Context) -> Result:
         notes.append(f"time own_a / shared_a = {ratio:.3f} at T_K={cl.TILE_K} (> 1 means sharing through DSMEM "
                      "is faster)" + (f"; at T_K=16: {ms[(False, 16)] / ms[(True, 16)]:.3f}" if (True, 16) in ms
                                      and (False, 16) in ms else ""))
-        measured_cut = metrics.get("ncu_a_loads_own_over_shared")
-        cut = measured_cut if measured_cut is not None else metrics["a_bytes_ratio_own_over_shared"]
-        loads_removed = cut >= 0.9 * cl.CLUSTER
-        verdict = ("supported" if loads_removed and ratio >= 0.95 else
-                   "partly supported" if loads_removed else "not supported")
+        verdict = "not supported"  # the claim's verdict, judged by the rule at the end
         if ratio < 1.0:
             notes.append("why sharing is not free: the 4 blocks of a cluster read the same A lines at about the same "
                          "time, so most duplicate loads hit L2 anyway; in exchange every K slice costs a cluster "
                          "barrier (release arrive = MEMBAR.ALL.GPU + UCGABAR_ARV, acquire wait = UCGABAR_WAIT + "
                          "CCTL.IVALL) and a DSMEM gather (remote LD.128 + STS.128) into the local working copy, "
                          "and the quarter of A goes through registers (LDG.128 + STS.128) instead of cp.async")
-        src = (f"ncu at {ncu_res['size']}^3: {cut:.2f}x fewer A-load instructions (expected "
-               f"{metrics['ncu_a_loads_expected_own_over_shared']:.2f}x): a cluster of shared_a issues "
-               f"{metrics['ncu_a_loads_per_cluster_shared']:.0f} LDG for A, one block of own_a "
-               f"{metrics['ncu_a_loads_per_block_own']:.0f} LDGSTS (beyond B's): A is read once per cluster"
-               if measured_cut is not None else
-               f"by construction: {cut:.0f}x fewer bytes (" + ("ncu not run" if ncu_res is None else
-                                                               "ncu counted no A-load instructions") + ")")
-        per_cluster = ""
-        if "ncu_a_bytes_own_over_shared" in metrics:
-            per_cluster = (f"; L2 reads attributed to A {metrics['ncu_a_bytes_own_over_shared']:.1f}x fewer "
-                           "(L2 reads minus the expected B bytes: approximate)")
-        claims.append(Claim(
-            claim="clusters remove duplicate loads",
-            measured=f"{src}{per_cluster}; time own/shared = {ratio:.2f}x ({n}^3)",
-            bound=f"cluster of {cl.CLUSTER}: at most {cl.CLUSTER}x fewer A loads; own_a {ms[(False, cl.TILE_K)]:.2f} ms",
-            ratio=cut / cl.CLUSTER, verdict=verdict, key="clusters-remove-duplicate-loads",
-            target="supported: A loads cut >= 0.9 x cluster size and time >= 0.95x; partly: cut but slower",
-        ).as_dict())
-    return Result(NAME, CLAIM, verdict, device_info(dev),
-                  {"size": n, "cluster": cl.CLUSTER, "tile": cl.TILE, "tile_k": cl.TILE_K, "stages": cl.STAGES,
-                   "repeat": repeat, "ncu_size": ncu_res["size"] if ncu_res else None},
-                  metrics, bound=Bound(f"cuBLAS fp32 {n}^3", cublas, "TFLOP/s"), ratio=ratio, table=rows, notes=notes,
-                  claims=claims)
+    return with_claims(Result(NAME, CLAIM, verdict, device_info(dev),
+                              {"size": n, "cluster": cl.CLUSTER, "tile": cl.TILE, "tile_k": cl.TILE_K,
+                               "stages": cl.STAGES, "repeat": repeat,
+                               "ncu_size": ncu_res["size"] if ncu_res else None},
+                              metrics, bound=Bound(f"cuBLAS fp32 {n}^3", cublas, "TFLOP/s"), ratio=ratio, table=rows,
+                              notes=notes),
+                       verdict_from=VERDICT_FROM)
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "clusters-remove-duplicate-loads")
+def _cluster(d: Data) -> Judged:
+    size = int(d.p("cluster"))
+    t = float(d.m("time_own_over_shared"))
+    # Measured A-load instructions own_a / shared_a (ncu): "ncu_a_loads_own_over_shared"
+    # since shared_a loads its quarter with LDG; results recorded when both kernels loaded
+    # A with cp.async call it "ncu_a_ldgsts_own_over_shared". Older results only have the
+    # A bytes attributed from L2 reads.
+    instr = d.m_or(None, "ncu_a_loads_own_over_shared")
+    if instr is None:
+        instr = d.m_or(None, "ncu_a_ldgsts_own_over_shared")
+    l2_bytes = d.m_or(None, "ncu_a_bytes_own_over_shared")
+    measured_cut = instr if instr is not None else l2_bytes
+    cut = float(measured_cut) if measured_cut is not None else float(d.m("a_bytes_ratio_own_over_shared"))
+    own = d.m_or(None, "cluster_gemm_own_a_a_bytes")
+    shared = d.m_or(None, "cluster_gemm_shared_a_a_bytes")
+    removed = cut >= 0.9 * size
+    expected = d.m_or(None, "ncu_a_loads_expected_own_over_shared")
+    if instr is not None:
+        src = (f"{cut:.2f}× fewer A-load instructions (ncu, {d.m_or('?', 'ncu_size')}³"
+               + (f"; {times(expected)} by construction)" if expected is not None else ")"))
+    elif l2_bytes is not None:
+        src = f"A from L2 {cut:.2f}× fewer bytes (ncu, {d.m_or('?', 'ncu_size')}³)"
+    else:
+        mib = f"A from global {own / 2**20:.0f} → {shared / 2**20:.0f} MiB, " if own and shared else ""
+        src = f"{mib}{cut:.1f}× fewer loads (by the kernels' construction, not measured)"
+    speed = f"{times(t)} faster" if t >= 1 else f"{times(1 / t)} slower"
+    return Judged(measured=f"{src}; sharing through DSMEM is {speed}",
+                  bound=f"cluster of {size}: at most {size}× fewer A loads; time of the own-A kernel "
+                        f"{d.m_or(float('nan'), 'cluster_gemm_own_a_ms'):.2f} ms",
+                  ratio=cut / size,
+                  verdict="supported" if (removed and t >= 0.95) else "partly supported" if removed else "not supported",
+                  target="supported: A loads cut ≥ 0.9 × the cluster size and not slower (≥ 0.95×); partly: cut but slower")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("TFLOP/s"))]
+    need(rows, "table TFLOP/s")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    kern = [x for x in rows if not str(x["kernel"]).startswith("cuBLAS")]
+    cub = next((x for x in rows if str(x["kernel"]).startswith("cuBLAS")), None)
+    label_bars(a1, a1.bar([x["kernel"] for x in kern], [x["TFLOP/s"] for x in kern], color=PINNED), "{:.1f}", False)
+    if cub:
+        a1.axhline(cub["TFLOP/s"], color=BOUND, ls="--", lw=1.2)
+        a1.annotate(f"bound: {cub['kernel']} {cub['TFLOP/s']:.1f} TFLOP/s", (1.0, cub["TFLOP/s"]),
+                    xycoords=("axes fraction", "data"), xytext=(-2, -3), textcoords="offset points",
+                    ha="right", va="top", fontsize=8)
+    a1.set_ylabel("TFLOP/s")
+    a1.set_title("time: GEMM with and without sharing A in the cluster")
+    loads = [x for x in kern if is_num(x.get("A bytes from global"))]
+    if loads:
+        label_bars(a2, a2.bar([x["kernel"] for x in loads], [x["A bytes from global"] / 2**20 for x in loads],
+                               color=GREY), "{:.0f} MiB", False)
+        a2.set_ylabel("A read from global memory (MiB, by construction)")
+        a2.set_title("duplicate loads of A")
+    else:
+        a2.set_visible(False)
+    for ax in (a1, a2):
+        ax.grid(axis="y", alpha=0.3)
+    return {"cluster GEMM: loads saved vs time": save(fig, out / f"{NAME}.png")}

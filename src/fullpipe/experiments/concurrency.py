@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 import numpy as np
 
 from ..cuda.compiler import compile_package_kernel
@@ -23,12 +24,18 @@ from ..cuda.streams import create_stream
 from ..pipeline.stats import max_concurrency
 from ..cuda.device import device_info
 from .result import Bound, Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, is_num, rule, with_claims
+from .figures import BOUND, GREY, PINNED, label_bars, need, pyplot, save
 
 NAME = "concurrency"
 TITLE = "Kernels from many streams share SMs; at most 128 grids are resident at once"
 CLAIM = ("Blocks of different kernels run on one SM at the same time, and at most 128 grids "
          "(the resident-grid limit) run at once")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "Kernels on different streams can run at the same time, even on the same SM, when resources allow; "
+    "the hardware keeps a bounded number of grids resident (128 from compute capability 7.0). Small "
+    "kernels from many streams fill a GPU that one small kernel leaves mostly idle."
+)
 
 
 def _stamps_of(arr, stream) -> np.ndarray:
@@ -129,3 +136,54 @@ def run(ctx) -> Result:
         bound=Bound("max resident grids (CUDA spec, compute capability >= 7.0)", limit, "grids"),
         ratio=ratio, table=rows, notes=notes,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "sm-sharing", "blocks of different kernels run on one SM at the same time")
+def _sm_sharing(d: Data) -> Judged:
+    s = d.m("sharing")
+    return Judged(measured=f"up to {s['most_kernels_on_one_sm_at_once']} different kernels on one SM at once; "
+                           f"{s['sms_shared_by_2plus_kernels']} of {s['sms_used']} SMs shared",
+                  bound=f"{s['kernels']} kernels launched", ratio=s["most_kernels_on_one_sm_at_once"] / s["kernels"],
+                  verdict="supported" if s["sms_shared_by_2plus_kernels"] > 0 else "not supported",
+                  target="supported: any SM ran blocks of two kernels at the same instant")
+
+
+@rule(NAME, "resident-grids", "at most 128 grids (the resident-grid limit) run at once")
+def _resident(d: Data) -> Judged:
+    res = d.m("resident")
+    limit = int(d.p("limit_from_spec"))
+    over = {int(g): v["ran_at_once"] for g, v in res.items() if int(g) > limit}
+    under = {int(g): v["ran_at_once"] for g, v in res.items() if int(g) <= limit}
+    if not over:
+        raise Missing("a run with more grids than the limit")
+    ok = all(v == limit for v in over.values()) and all(v == g for g, v in under.items())
+    return Judged(measured="; ".join(f"{g} launched → {v} at once" for g, v in sorted({**under, **over}.items())),
+                  bound=f"max resident grids (CUDA spec) = {limit}", ratio=max(over.values()) / limit,
+                  verdict="supported" if ok else "not supported",
+                  target="supported: exactly the limit above it, all of them below it")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("grids")) and is_num(x.get("ran_at_once"))]
+    need(rows, "table.grids/ran_at_once")
+    limit = (r.get("params") or {}).get("limit_from_spec")
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    labels = [f"{x['test']}\n{x['grids']} kernels" for x in rows]
+    xs = range(len(rows))
+    b1 = ax.bar([i - 0.2 for i in xs], [x["grids"] for x in rows], width=0.4, color=GREY, label="kernels launched")
+    b2 = ax.bar([i + 0.2 for i in xs], [x["ran_at_once"] for x in rows], width=0.4, color=PINNED,
+                label="ran at once (on one SM for SM sharing; on the GPU for resident grids)")
+    label_bars(ax, b1, "{:.0f}", False)
+    label_bars(ax, b2, "{:.0f}", False)
+    if is_num(limit):
+        ax.axhline(limit, color=BOUND, ls="--", lw=1.2, label=f"bound: max resident grids = {limit}")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("kernels (grids)")
+    ax.set_title("kernels from many streams: SM sharing and the resident-grid limit")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return {"kernels launched vs kernels running at once": save(fig, out / f"{NAME}.png")}

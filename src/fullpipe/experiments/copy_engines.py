@@ -13,6 +13,7 @@ little less each way when both directions are busy, which shows in the pairs.
 
 from __future__ import annotations
 
+from pathlib import Path
 import numpy as np
 
 from ..cuda.memory import copy_d2h, copy_h2d, pinned_empty
@@ -23,11 +24,16 @@ from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
 from ..cuda.timing import median
 from .result import Bound, Result, verdict_from_ratio
-from ..report.claims import with_claims
+from .claims import Data, Judged, at_least, is_num, rule, with_claims
+from .figures import BOUND, GREY, PINNED, label_bars, need, pyplot, save
 
 NAME = "copy-engines"
 TITLE = "H2D, D2H and compute at once vs alone: what asyncEngineCount buys"
 CLAIM = "With two or more copy engines, H2D, D2H and a kernel run at the same time (together ~ the longest alone)"
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "asyncEngineCount says how many copy engines the GPU has. With two or more, an upload, a download and"
+    " a kernel can all run at once; with one, uploads and downloads take turns."
+)
 
 MiB = 1 << 20
 
@@ -88,3 +94,45 @@ def run(ctx) -> Result:
             "link, not the engines.",
         ],
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "copy-engines",
+      "with two or more copy engines, H2D, D2H and a kernel run at the same time (together ≈ the longest alone)")
+def _copy_engines(d: Data) -> Judged:
+    ov = d.m("overlap_ratio")
+    alone = d.m("alone_ms")
+    engines = int(d.m_or(d.dev("copy_engines", 2), "async_engine_count"))
+    all3 = float(ov["H2D + D2H + compute"])
+    row = d.row(work="H2D + D2H + compute")
+    verdict = at_least(all3, 0.9, 0.7) if engines >= 2 else ("supported" if ov["H2D + D2H"] < 0.7 else "not supported")
+    return Judged(measured=(f"all three together {d.num(row, 'ms'):.2f} ms = {1 / all3:.2f}× the longest alone, "
+                            f"{d.num(row, 'speedup_vs_serial'):.2f}× faster than one after another; pairs: "
+                            + ", ".join(f"{k} {v:.2f}" for k, v in ov.items() if k != "H2D + D2H + compute")),
+                  bound=f"longest alone = {max(alone.values()):.2f} ms (asyncEngineCount {engines})", ratio=all3,
+                  verdict=verdict, target="supported: longest alone / together ≥ 0.9, partly ≥ 0.7")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("ms"))]
+    need(rows, "table.ms")
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.5))
+    ys = range(len(rows))
+    ax.barh([y + 0.2 for y in ys], [x["sum_alone_ms"] for x in rows], height=0.4, color=GREY,
+            label="one after another (sum alone)")
+    bars = ax.barh([y - 0.2 for y in ys], [x["ms"] for x in rows], height=0.4, color=PINNED,
+                   label="enqueued together (measured)")
+    label_bars(ax, bars, "{:.2f} ms")
+    ax.scatter([x["max_alone_ms"] for x in rows], [y - 0.2 for y in ys], marker="|", s=300, color=BOUND,
+               label="bound: longest alone", zorder=3)
+    ax.set_yticks(list(ys), [x["work"] for x in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms")
+    engines = (r.get("metrics") or {}).get("async_engine_count")
+    ax.set_title(f"H2D, D2H and compute at once (asyncEngineCount = {engines})")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return {"time together vs alone": save(fig, out / f"{NAME}.png")}

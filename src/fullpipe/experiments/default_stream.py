@@ -19,6 +19,7 @@ serial, up to 3.0 when all run at once.
 
 from __future__ import annotations
 
+from pathlib import Path
 import threading
 import time
 
@@ -33,12 +34,18 @@ from ..cuda.streams import create_stream, legacy_default_stream, per_thread_defa
 from ..cuda.device import device_info
 from ..cuda.timing import median
 from .result import Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, is_num, rule, with_claims
+from .figures import BOUND, GREY, PAGEABLE, RING, label_bars, need, pyplot, save
 
 NAME = "default-stream"
 TITLE = "Legacy default stream, blocking and non-blocking streams, per-thread default streams"
 CLAIM = ("The legacy default stream serializes with blocking streams (even one stray op does); "
          "non-blocking streams and per-thread default streams run concurrently")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "The legacy default stream (stream 0) synchronizes implicitly with every blocking stream: its work "
+    "waits for all of them and they wait for it. Non-blocking streams and the per-thread default stream "
+    "do not. One stray call on stream 0 is enough to serialize a pipeline built on blocking streams."
+)
 
 BLOCKS, THREADS = 4, 64
 
@@ -151,3 +158,52 @@ def run(ctx) -> Result:
             "Non-blocking streams ignore the legacy stream.",
         ],
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "default-stream",
+      "the legacy default stream serializes with blocking streams (one stray op is enough); "
+      "non-blocking and per-thread default streams run concurrently")
+def _default_stream(d: Data) -> Judged:
+    rows = d.rows()
+    if not rows or "as_expected" not in rows[0]:
+        raise Missing("table rows with 'as_expected'")
+    alone = d.m("alone_ms")
+    ideal = sum(alone.values()) / max(alone.values())
+    conc = {r["case"]: d.num(r, "concurrency") for r in rows}
+    nb = conc.get("3 non-blocking streams")
+    wrong = [r["case"] for r in rows if not r.get("as_expected")]
+    return Judged(measured="concurrency: " + ", ".join(f"{k} {v:.2f}" for k, v in conc.items())
+                  + ("" if not wrong else f"; not as expected: {', '.join(wrong)}"),
+                  bound=f"all three at once: sum alone / longest alone = {ideal:.2f} (1 = serial)",
+                  ratio=(nb / ideal) if nb else None, verdict="supported" if not wrong else "partly supported",
+                  target="supported: each case serializes (globaltimer) exactly when the claim says it should")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("concurrency"))]
+    need(rows, "table.concurrency")
+    alone = (r.get("metrics") or {}).get("alone_ms") or {}
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(rows) + 1.4))
+    colors = [PAGEABLE if x.get("serialized") else RING for x in rows]
+    bars = ax.barh([x["case"] for x in rows], [x["concurrency"] for x in rows], color=colors)
+    label_bars(ax, bars, "{:.2f}")
+    ax.invert_yaxis()
+    ax.axvline(1.0, color=GREY, ls=":", lw=1)
+    if alone:
+        ideal = sum(alone.values()) / max(alone.values())
+        ax.axvline(ideal, color=BOUND, ls="--", lw=1.2)
+        ax.annotate(f"bound: all at once ({ideal:.2f})", (ideal, 0.0), xycoords=("data", "axes fraction"),
+                    xytext=(4, 4), textcoords="offset points", ha="left", va="bottom", fontsize=8)
+        ax.set_xlim(0, ideal * 1.28)
+    from matplotlib.patches import Patch
+
+    ax.legend([Patch(color=PAGEABLE), Patch(color=RING)], ["K1 and K2 serialized (globaltimer)", "ran concurrently"],
+              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2)
+    ax.set_xlabel("concurrency = (K1 + copy + K2, each alone) / all three together   (1 = serial)")
+    ax.set_title("which streams serialize", loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    return {"concurrency by kind of stream": save(fig, out / f"{NAME}.png")}

@@ -15,6 +15,7 @@ library is capped (PyTorch's cudaMallocAsync backend caps live bytes, not reserv
 
 from __future__ import annotations
 
+from pathlib import Path
 import json
 import subprocess
 import sys
@@ -23,12 +24,18 @@ from typing import Any
 from . import _alloc_common as common
 from ._alloc_worker import ALLOCATORS
 from .result import Bound, Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, is_num, rule, with_claims
+from .figures import BOUND, GREY, PINNED, label_bars, need, pyplot, save
 
 NAME = "fragmentation"
 TITLE = "Fragmentation under a capped budget: caching allocators vs the stream-ordered pool"
 CLAIM = ("a caching allocator can run out of memory with enough total free memory; "
          "the stream-ordered allocator has no fragmentation problem")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "A caching allocator keeps freed blocks for reuse; with interleaved lifetimes and growing buffers it "
+    "can end up with enough free memory in total but no block large enough for a request. The claim is "
+    "that the driver's stream-ordered pool does not have this problem."
+)
 
 WORKER_TIMEOUT_S = 150
 COLUMNS = ("allocator", "backend", "peak live MiB", "peak reserved MiB", "reserved / live", "workload",
@@ -132,3 +139,78 @@ def run(ctx) -> Result:
         table=rows,
         notes=notes,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+def _frag(d: Data):
+    w = d.m("workers")
+    budget = float(d.p("budget")) / 2**20
+
+    def outcome(kind: str) -> str | None:
+        r = w.get(kind) or {}
+        if "big_ok" not in r:
+            return None
+        if r.get("workload_failed"):
+            return "workload OOM"
+        return "ok" if r["big_ok"] else "OOM"
+
+    return w, budget, outcome
+
+
+@rule(NAME, "caching-allocator-oom",
+      "a caching allocator can run out of memory while enough total memory is free")
+def _frag_caching(d: Data) -> Judged:
+    w, budget, outcome = _frag(d)
+    kinds = [k for k in ("torch-native", "torch-expandable", "cupy") if outcome(k)]
+    if not kinds:
+        raise Missing("a caching allocator's worker result (PyTorch or CuPy)")
+    big = next(w[k]["big_request"] for k in kinds) / 2**20
+    ooms = [k for k in kinds if outcome(k) != "ok"]
+    return Judged(measured=f"{big:.0f} MiB request after the workload: " + ", ".join(f"{k} {outcome(k)}" for k in kinds),
+                  bound=f"the request fits: budget {budget:.0f} MiB minus live bytes", ratio=None,
+                  verdict="supported" if ooms else "not supported",
+                  target="supported: a caching allocator fails a request that fits")
+
+
+@rule(NAME, "pool-no-fragmentation", "the stream-ordered pool has no fragmentation problem")
+def _frag_pool(d: Data) -> Judged:
+    w, budget, outcome = _frag(d)
+    o = outcome("fullpipe")
+    if o is None:
+        raise Missing("metrics.workers.fullpipe")
+    r = w["fullpipe"]
+    ra = outcome("torch-async")
+    return Judged(measured=(f"fullpipe pool: {r['big_request'] / 2**20:.0f} MiB request {o}; peak reserved "
+                            f"{r['peak_reserved'] / 2**20:.0f} MiB for {r['peak_live'] / 2**20:.0f} MiB live"
+                            + (f"; PyTorch cudaMallocAsync backend {ra} (not capped the same way)" if ra else "")),
+                  bound=f"budget {budget:.0f} MiB", ratio=r["peak_reserved"] / r["peak_live"] if r["peak_live"] else None,
+                  verdict="supported" if o == "ok" else "not supported",
+                  target="supported: the pool serves the request that fits")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("peak live MiB"))]
+    need(rows, "table['peak live MiB']")
+    budget = (r.get("params") or {}).get("budget")
+    fig, ax = plt.subplots(figsize=(11, 0.6 * len(rows) + 1.6))
+    ys = range(len(rows))
+    ax.barh([y - 0.2 for y in ys], [x["peak live MiB"] for x in rows], height=0.4, color=GREY, label="peak live")
+    label_bars(ax, ax.barh([y + 0.2 for y in ys], [x.get("peak reserved MiB") or 0 for x in rows], height=0.4,
+                            color=PINNED, label="peak reserved"), "{:.0f} MiB")
+    for y, x in enumerate(rows):
+        outcome = x.get("large request")
+        ax.annotate(f"{x.get('large request MiB', 0):.0f} MiB request: {outcome}", (0, y - 0.2), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8,
+                    color="#7d1d1d" if outcome != "ok" else "#145c2a", fontweight="bold")
+    if is_num(budget):
+        ax.axvline(budget / 2**20, color=BOUND, ls="--", lw=1.2, label=f"budget ({budget / 2**20:.0f} MiB)")
+    ax.set_yticks(list(ys), [x["allocator"] for x in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("MiB")
+    ax.set_title("same workload under a capped budget: reserved vs live, and the large request")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return {"fragmentation: reserved vs live memory per allocator": save(fig, out / f"{NAME}.png")}

@@ -14,6 +14,7 @@ copy engines read the user's arrays directly).
 
 from __future__ import annotations
 
+from pathlib import Path
 import numpy as np
 
 from ..cuda.memory import pinned_empty
@@ -25,11 +26,18 @@ from ..cuda.timing import gbps
 from ..pipeline.workload import MixKernel, reference
 from .measure import median_pipeline_run
 from .result import Bound, Result, verdict_from_ratio
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, at_least, is_num, rule, times, with_claims
+from .figures import BOUND, WIDE, need, pyplot, rows_of, save
 
 NAME = "host-ring"
 TITLE = "Pinned staging ring: K slots, recycled by host function or by event"
 CLAIM = "A ring of 3-4 pinned slots, recycled by a host function, is enough: 3 slots reach >= 0.95x the throughput of 8"
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "A pageable array is staged through K pinned slots each way. A slot can be refilled only after the "
+    "GPU has copied out of it; the moment is signalled by a host function enqueued on the stream "
+    "(cuLaunchHostFunc) or by an event a staging thread waits for. Too few slots and the copy engines "
+    "wait for the CPU; too many and pinned memory is wasted."
+)
 
 BATCHES = 500
 SLOTS = (1, 2, 3, 4, 8)
@@ -114,3 +122,81 @@ def run(ctx) -> Result:
             "its stream is stalled.",
         ],
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+def _ring(d: Data):
+    tput = d.m("throughput_gbps")
+    modes = d.p("recycle")
+    return tput, modes, modes[0]
+
+
+@rule(NAME, "pinned-slots")
+def _ring_slots(d: Data) -> Judged:
+    tput, _, main = _ring(d)
+    g8 = tput[f"{main}_8"]
+    r = {k: tput[f"{main}_{k}"] / g8 for k in (1, 3, 4) if f"{main}_{k}" in tput}
+    best = max(r.get(3, 0), r.get(4, 0))
+    batches = d.p("batches")
+    return Judged(
+        measured=(f"{batches} batches: 3 slots {tput[f'{main}_3']:.2f} GB/s = {times(r[3])}, 4 slots {times(r[4])} "
+                  f"the throughput of 8 ({main} recycling)" + (f"; 1 slot {times(r[1])}" if 1 in r else "")),
+        bound=f"8 slots, {main} = {g8:.2f} GB/s", ratio=best, verdict=at_least(best, 0.95, 0.8),
+        target="supported: 3 or 4 slots ≥ 0.95× of 8; partly ≥ 0.8×")
+
+
+@rule(NAME, "three-slots", "3 pinned slots reach ≥ 0.95× the throughput of 8 (fullpipe's target)")
+def _ring_three(d: Data) -> Judged:
+    tput, _, main = _ring(d)
+    v = tput[f"{main}_3"] / tput[f"{main}_8"]
+    return Judged(measured=f"{times(v)} ({main})", bound=f"8 slots = {tput[f'{main}_8']:.2f} GB/s", ratio=v,
+                  verdict=at_least(v, 0.95, 0.8), target="supported ≥ 0.95×, partly ≥ 0.8×")
+
+
+@rule(NAME, "hostfn-recycle", "a native host function recycles pinned slots as fast as an event wait")
+def _ring_hostfn(d: Data) -> Judged:
+    tput, modes, _ = _ring(d)
+    if "hostfn" not in modes or "event" not in modes:
+        raise Missing("params.recycle with both 'hostfn' and 'event'")
+    h = max(tput["hostfn_3"], tput["hostfn_4"])
+    e = max(tput["event_3"], tput["event_4"])
+    py = max(tput.get("pyhostfn_3", 0), tput.get("pyhostfn_4", 0))
+    return Judged(measured=f"hostfn {h:.2f} GB/s = {times(h / e)} event (best of 3-4 slots)"
+                           + (f"; a Python host function {times(py / e)}" if py else ""),
+                  bound=f"event wait, 3-4 slots = {e:.2f} GB/s", ratio=h / e, verdict=at_least(h / e, 0.95, 0.8),
+                  target="supported ≥ 0.95×, partly ≥ 0.8×")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    modes = list(dict.fromkeys(x["recycle"] for x in r.get("table") or []))
+    need(modes, "table.recycle")
+    bound = (r.get("metrics") or {}).get("pinned_bound_gbps")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    names = {"hostfn": "native host function", "pyhostfn": "Python host function", "event": "event wait (staging thread)"}
+    slots_all: set[int] = set()
+    for i, m in enumerate(modes):
+        rows = sorted(rows_of(r, recycle=m), key=lambda x: x["slots"])
+        ks = [x["slots"] for x in rows]
+        slots_all |= set(ks)
+        a1.plot(ks, [x["GB/s"] for x in rows], "o-", color=f"C{i}", label=names.get(m, m))
+        a2.plot(ks, [x["ratio_to_8_slots"] for x in rows], "o-", color=f"C{i}", label=names.get(m, m))
+    if is_num(bound):
+        a1.axhline(bound, color=BOUND, ls="--", lw=1.2, label=f"bound: pinned input, no ring ({bound:.1f} GB/s)")
+    a2.axhline(0.95, color=BOUND, ls="--", lw=1.2, label="0.95 × 8 slots (target)")
+    for ax in (a1, a2):
+        ax.axvspan(2.8, 4.2, color="#fff1c9", alpha=0.6, lw=0)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(slots_all), [str(k) for k in sorted(slots_all)])
+        ax.set_xlabel("pinned slots in the ring (each way)")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    a1.legend(loc="center right", bbox_to_anchor=(1.0, 0.6), fontsize=8)
+    a2.legend(loc="lower right", fontsize=8)
+    a1.set_ylabel("throughput (GB/s, pageable in and out)")
+    a1.set_title(f"{r.get('params', {}).get('batches', '')} batches through the ring")
+    a2.set_ylabel("throughput / throughput with 8 slots")
+    a2.set_title("how many slots are enough (3-4 shaded)")
+    return {"throughput vs pinned slots, by how slots are recycled": save(fig, out / f"{NAME}.png")}

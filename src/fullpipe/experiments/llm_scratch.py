@@ -23,6 +23,7 @@ the last decode step (it went through every grow-and-copy), in every variant.
 
 from __future__ import annotations
 
+from pathlib import Path
 import numpy as np
 
 from ..cuda import driver as drv
@@ -32,12 +33,18 @@ from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from .result import Bound, Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, at_least, at_most, is_num, rule, times, with_claims
+from .figures import BOUND, WIDE, allocator_color, label_bars, need, pyplot, save
 
 NAME = "llm-scratch"
 TITLE = "Variable-length sequences: per-sequence scratch from the pool vs preallocate-for-max vs cudaMalloc"
 CLAIM = ("a stream-ordered pool gives variable-length sequences exact-size scratch at the speed of "
          "preallocated buffers, with far less memory held")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "LLM serving needs per-sequence scratch (attention scores, activations, a KV cache that grows every "
+    "decode step) sized by the sequence length. Preallocating for the longest sequence is fast but holds "
+    "memory; a stream-ordered pool can hand out exact sizes instead."
+)
 
 HEADS = 4
 HIDDEN = 2048
@@ -241,3 +248,70 @@ def run(ctx) -> Result:
         table=rows,
         notes=notes,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+def _scratch(d: Data):
+    m = d.r.get("metrics") or {}
+    bound = m.get("preallocated for max (bound)")
+    pool = m.get("fullpipe pool")
+    if not bound or not pool:
+        raise Missing("metrics['preallocated for max (bound)'] and metrics['fullpipe pool']")
+    return bound, pool, m.get("cuMemAlloc/cuMemFree")
+
+
+@rule(NAME, "scratch-speed",
+      "per-sequence scratch from the stream-ordered pool runs at the speed of preallocated buffers")
+def _scratch_speed(d: Data) -> Judged:
+    bound, pool, malloc = _scratch(d)
+    r = pool["sequences_per_s"] / bound["sequences_per_s"]
+    return Judged(measured=f"pool {pool['sequences_per_s']:.0f} sequences/s = {times(r)}"
+                  + (f"; cuMemAlloc/cuMemFree {times(malloc['sequences_per_s'] / bound['sequences_per_s'])}" if malloc else ""),
+                  bound=f"preallocated for the longest sequence = {bound['sequences_per_s']:.0f} sequences/s",
+                  ratio=r, verdict=at_least(r, 0.9, 0.7), target="supported ≥ 0.9×, partly ≥ 0.7×")
+
+
+@rule(NAME, "scratch-memory", "exact-size scratch from the pool holds far less memory than preallocating for the maximum")
+def _scratch_memory(d: Data) -> Judged:
+    bound, pool, _ = _scratch(d)
+    r = pool["peak_bytes"] / bound["peak_bytes"]
+    return Judged(measured=f"pool peak {pool['peak_bytes'] / 2**20:.0f} MiB = {times(r)}",
+                  bound=f"preallocated for max = {bound['peak_bytes'] / 2**20:.0f} MiB", ratio=r,
+                  verdict=at_most(r, 0.5, 0.75), target="supported ≤ 0.5×, partly ≤ 0.75×")
+
+
+@rule(NAME, "scratch-vs-malloc", "the pool beats cudaMalloc/cudaFree for per-sequence scratch")
+def _scratch_malloc(d: Data) -> Judged:
+    bound, pool, malloc = _scratch(d)
+    if not malloc:
+        raise Missing("metrics['cuMemAlloc/cuMemFree']")
+    r = pool["sequences_per_s"] / malloc["sequences_per_s"]
+    return Judged(measured=f"pool {times(r)} the sequences/s of cuMemAlloc/cuMemFree",
+                  bound=f"cuMemAlloc/cuMemFree = {malloc['sequences_per_s']:.0f} sequences/s", ratio=r,
+                  verdict=at_least(r, 1.5, 1.05), target="supported ≥ 1.5×, partly ≥ 1.05×")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if is_num(x.get("sequences/s"))]
+    need(rows, "table['sequences/s']")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    names = [x["scratch"] for x in rows]
+    colors = [allocator_color(n) for n in names]
+    label_bars(a1, a1.barh(names, [x["sequences/s"] for x in rows], color=colors), "{:.0f}")
+    label_bars(a2, a2.barh(names, [x.get("peak scratch MiB") or 0 for x in rows], color=colors), "{:.0f} MiB")
+    pre = next((x for x in rows if "preallocated" in x["scratch"]), None)
+    if pre:
+        a1.axvline(pre["sequences/s"], color=BOUND, ls="--", lw=1.2, label="bound: preallocated for max")
+        a1.legend(loc="lower right", fontsize=8)
+    a1.set_xlabel("sequences / s")
+    a1.set_title("throughput")
+    a2.set_xlabel("peak scratch memory (MiB)")
+    a2.set_title("memory held")
+    a2.set_yticks(range(len(names)), [""] * len(names))
+    for ax in (a1, a2):
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    return {"variable-length scratch: throughput and memory": save(fig, out / f"{NAME}.png")}

@@ -27,16 +27,25 @@ Bounds: the one-block-per-tile time of the same workload (same run); cuBLAS fp32
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from . import Bound, Claim, Context, Result, verdict_from_ratio
+from . import Bound, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
+from .claims import Data, Judged, Missing, at_least, is_num, rule, times, with_claims
+from .figures import BOUND, WIDE, label_bars, need, pyplot, save
 
 NAME = "persistent"
 TITLE = "Persistent kernels: resident blocks, work queues and grid-wide barriers"
 CLAIM = ("On many small tiles where launch and tail effects matter (a chain of dependent steps of small tiles), "
          "one persistent launch is >= 1.5x faster than one block per tile")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "A persistent kernel launches one grid that just fills the GPU; its blocks loop, taking tile indices "
+    "from an atomic queue, instead of one block per tile. It saves block launches and per-tile pipeline "
+    "fill, and allows a grid-wide barrier (cooperative launch)."
+)
+VERDICT_FROM = ("persistent-chain",)  # the claim whose verdict is this experiment's
 # The verdict's chain: batch 1 (latency-bound inference of a recurrent layer, the regime
 # persistent RNNs were made for: every step is a few microseconds of tiny tiles).
 # Batches 2, 4 and 8 are measured and reported beside it: more rows per step means
@@ -124,7 +133,6 @@ def run(ctx: Context) -> Result:
     metrics: dict[str, Any] = {}
     notes: list[str] = []
     failed: list[str] = []
-    claims: list[dict[str, Any]] = []
 
     # ---- 1. chain of small dependent steps (the verdict) ---------------------------
     n_main = chain_n(dev.facts.sm_count)
@@ -146,7 +154,6 @@ def run(ctx: Context) -> Result:
     # ---- 2. independent small GEMM tiles: atomic queue vs one block per tile -------
     shapes = [(2048, 2048, 32), (2048, 2048, 128)] if ctx.quick else [(4096, 4096, 32), (4096, 4096, 128), (8192, 8192, 32)]
     ratios = []
-    per_tile_ms = {}
     for i, (m, n, k) in enumerate(shapes):
         gen = torch.Generator(device="cuda").manual_seed(i)
         a = torch.randn(m, k, device="cuda", generator=gen)
@@ -184,7 +191,6 @@ def run(ctx: Context) -> Result:
                          "ratio": (ms[False] / ms[True]) if persistent and False in ms else None})
         if len(ms) == 2:
             ratios.append(ms[False] / ms[True])
-            per_tile_ms[ms[False] / ms[True]] = (f"{m}x{n}x{k}", ms[False])
             metrics[f"speedup_{m}x{n}x{k}"] = ms[False] / ms[True]
         ctx.progress(0.5 + 0.4 * (i + 1) / len(shapes), f"{m}x{n}x{k}")
 
@@ -211,50 +217,102 @@ def run(ctx: Context) -> Result:
                      "spread": spread(ts), "ratio": None})
         metrics[f"{label}_ms"] = median(ts)
 
-    # ---- verdicts ---------------------------------------------------------------------
+    # ---- notes, verdict -------------------------------------------------------------
     notes.append("chain: ratio = time(one launch per step, one block per tile; the faster of stream and CUDA graph) / "
                  "time(one persistent cooperative launch); amortized: a launch + drain per step and the copy of "
                  "each block's W columns per step (the persistent blocks keep them in shared memory)")
     notes.append("gemm tiles: ratio = time(one block per tile) / time(persistent queue), same tile code, same order; "
                  "grid = SMs x resident blocks per SM, each block claims tiles with atomicAdd")
     best_gemm = max(ratios) if ratios else None
-    if best_gemm is not None:
-        v = verdict_from_ratio(best_gemm, 1.5, 1.1)
-        claims.append(Claim(
-            claim="on independent small GEMM tiles, a persistent grid pulling from an atomic queue is >= 1.5x one "
-                  "block per tile",
-            measured="persistent queue speedup " + ", ".join(f"{k[len('speedup_'):]}: {val:.2f}x" for k, val in
-                                                               metrics.items() if k.startswith("speedup_")),
-            bound=f"one block per tile, same tile code, {per_tile_ms[best_gemm][0]}: {per_tile_ms[best_gemm][1]:.3f} ms",
-            ratio=best_gemm, verdict=v, key="persistent-queue", target="supported >= 1.5x, partly >= 1.1x").as_dict())
-        if best_gemm < 1.5:
-            notes.append("gemm tiles: one block per tile already keeps several blocks resident per SM, so the "
-                         "hardware block scheduler overlaps one block's fill with another's math; a persistent grid "
-                         "saves only the block launch and the per-tile pipeline fill, which the atomic claim costs "
-                         "back")
+    if best_gemm is not None and best_gemm < 1.5:
+        notes.append("gemm tiles: one block per tile already keeps several blocks resident per SM, so the "
+                     "hardware block scheduler overlaps one block's fill with another's math; a persistent grid "
+                     "saves only the block launch and the per-tile pipeline fill, which the atomic claim costs "
+                     "back")
     key_main = f"b{CHAIN_BATCH}_n{n_main}_t{CHAIN_STEPS}"
-    if chain_ratio is not None:
-        base_ms = metrics[f"chain_baseline_ms_{key_main}"]
-        claims.append(Claim(
-            claim="on a chain of small dependent tile steps, one persistent launch (resident weights, grid.sync "
-                  "between steps) is >= 1.5x one launch per step with one block per tile",
-            measured=f"{chain_ratio:.2f}x at B={CHAIN_BATCH} N={n_main} T={CHAIN_STEPS} ("
-                     + ", ".join(f"{k[len('chain_speedup_'):]}: {v:.2f}x" for k, v in metrics.items()
-                                 if k.startswith("chain_speedup_")) + ")",
-            bound=f"one launch per step (faster of stream / CUDA graph): {base_ms:.3f} ms",
-            ratio=chain_ratio, verdict=verdict_from_ratio(chain_ratio, 1.5, 1.1), key="persistent-chain",
-            target="supported >= 1.5x, partly >= 1.1x").as_dict())
+    # The verdict is the chain claim's, judged by the rule at the end.
     if failed:
         verdict, ratio = "failed", None
         notes.extend(failed)
     elif chain_ratio is not None:
-        verdict, ratio = verdict_from_ratio(chain_ratio, 1.5, 1.1), chain_ratio
+        verdict, ratio = "not supported", chain_ratio
     else:
         verdict, ratio = "failed", None
         notes.append("the chain workload was not measured")
     bound = (Bound(f"one launch per step, B={CHAIN_BATCH} N={n_main} T={CHAIN_STEPS}",
                    metrics[f"chain_baseline_ms_{key_main}"], "ms") if chain_ratio is not None else None)
-    return Result(NAME, CLAIM, verdict, device_info(dev),
-                  {"chain": [list(c) for c in chain_cfgs], "chain_verdict": [CHAIN_BATCH, n_main, CHAIN_STEPS],
-                   "shapes": [list(s) for s in shapes], "tile": 64, "repeat": repeat},
-                  metrics, bound=bound, ratio=ratio, table=rows, notes=notes, claims=claims)
+    return with_claims(Result(NAME, CLAIM, verdict, device_info(dev),
+                              {"chain": [list(c) for c in chain_cfgs],
+                               "chain_verdict": [CHAIN_BATCH, n_main, CHAIN_STEPS],
+                               "shapes": [list(s) for s in shapes], "tile": 64, "repeat": repeat},
+                              metrics, bound=bound, ratio=ratio, table=rows, notes=notes),
+                       verdict_from=VERDICT_FROM)
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "persistent-queue", "on many small tiles a persistent grid pulling from an atomic queue is ≥ 1.5× one block per tile")
+def _persistent(d: Data) -> Judged:
+    sp = {k[len("speedup_"):]: float(v) for k, v in (d.r.get("metrics") or {}).items()
+          if k.startswith("speedup_") and isinstance(v, (int, float))}
+    if not sp:
+        raise Missing("metrics.speedup_*")
+    best = max(sp.values())
+    per = [r for r in d.rows(kernel="one block per tile") if isinstance(r.get("ms"), (int, float))]
+    return Judged(measured="persistent speedup " + ", ".join(f"{k}: {times(v)}" for k, v in sp.items()),
+                  bound="one block per tile, same tile code" + (
+                      ": " + ", ".join(f"{r['shape']} {r['ms'] * 1e3:.0f} µs" for r in per) if per else ""),
+                  ratio=best, verdict=at_least(best, 1.5, 1.1), target="supported ≥ 1.5×, partly ≥ 1.1×")
+
+
+@rule(NAME, "persistent-chain", "on a chain of small dependent tile steps, one persistent launch (resident weights, "
+      "grid.sync between steps) is ≥ 1.5× one launch per step with one block per tile")
+def _chain_rule(d: Data) -> Judged:
+    batch, n, steps = d.p("chain_verdict")
+    key = f"b{batch}_n{n}_t{steps}"
+    r = float(d.m(f"chain_speedup_{key}"))
+    others = {k[len("chain_speedup_"):]: v for k, v in (d.r.get("metrics") or {}).items()
+              if k.startswith("chain_speedup_") and is_num(v)}
+    return Judged(measured=f"{times(r)} at B={batch} N={n} T={steps} ("
+                           + ", ".join(f"{k}: {times(v)}" for k, v in others.items()) + ")",
+                  bound=f"one launch per step (faster of stream / CUDA graph): "
+                        f"{float(d.m(f'chain_baseline_ms_{key}')):.3f} ms",
+                  ratio=r, verdict=at_least(r, 1.5, 1.1), target="supported ≥ 1.5×, partly ≥ 1.1×")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    table = r.get("table") or []
+    tiles = [x for x in table if is_num(x.get("TFLOP/s")) and x.get("workload", "gemm tiles") == "gemm tiles"]
+    chain = [x for x in table if x.get("workload") == "chain" and is_num(x.get("us/step"))]
+    need(tiles or chain, "table TFLOP/s or chain us/step")
+    panels = [p for p in (("chain", chain), ("tiles", tiles)) if p[1]]
+    fig, axes = plt.subplots(1, len(panels), figsize=WIDE if len(panels) > 1 else (11, 3.8), squeeze=False)
+    for ax, (kind, rows) in zip(axes[0], panels):
+        shapes = list(dict.fromkeys(x["shape"] for x in rows))
+        kernels = [k for k in dict.fromkeys(x["kernel"] for x in rows) if not str(k).startswith("cuBLAS")]
+        col = "us/step" if kind == "chain" else "TFLOP/s"
+        width = 0.8 / max(1, len(kernels))
+        for j, k in enumerate(kernels):
+            by = {x["shape"]: x[col] for x in rows if x["kernel"] == k}
+            xs = [i + (j - (len(kernels) - 1) / 2) * width for i in range(len(shapes))]
+            bars = ax.bar(xs, [by.get(sh, 0) for sh in shapes], width=width, color=f"C{j}", label=k)
+            label_bars(ax, bars, "{:.1f}", False)
+        for i, sh in enumerate(shapes):
+            cub = next((x[col] for x in rows if x["shape"] == sh and str(x["kernel"]).startswith("cuBLAS")), None)
+            if is_num(cub):
+                ax.hlines(cub, i - 0.45, i + 0.45, colors=BOUND, linestyles="--", lw=1.5,
+                          label="cuBLAS fp32" if i == 0 else None)
+        ax.set_xticks(range(len(shapes)), shapes)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+        if kind == "chain":
+            ax.set_ylabel("µs per step (lower is better)")
+            ax.set_title("chain of small dependent steps")
+        else:
+            ax.set_ylabel("TFLOP/s")
+            ax.set_xlabel("M×N×K (64×64 tiles)")
+            ax.set_title("independent small tiles: persistent queue vs one block per tile")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
+    return {"persistent kernels vs one launch / one block per tile": save(fig, out / f"{NAME}.png")}

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import numpy as np
 
@@ -28,12 +29,18 @@ from ..pipeline.workload import MixKernel, calibrate_rounds
 from ..cuda.timing import median
 from .measure import median_pipeline_run
 from .result import Bound, Result, verdict_from_ratio
-from ..report.claims import with_claims
+from .claims import Data, Judged, at_least, at_most, both, is_num, rule, times, with_claims
+from .figures import BOUND, GREY, PAGEABLE, PINNED, PLAIN, RING, WIDE, label_bars, need, pyplot, rows_of, save
 
 NAME = "pinned"
 TITLE = "Pinned vs pageable host memory; pageable arrays through the pipeline's pinned ring"
 CLAIM = ("Pinned memory is needed for full-speed, overlappable copies; staging a pageable array "
          "through a pinned ring reaches >= 0.8x the pinned peak each way")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "Copy engines DMA only from page-locked (pinned) host memory. From pageable memory the driver copies "
+    "through a staging buffer of its own with the CPU, and the call returns only when that is done. "
+    "fullpipe stages pageable arrays through a small ring of pinned buffers filled by CPU threads."
+)
 
 MiB = 1 << 20
 
@@ -205,3 +212,136 @@ def run(ctx) -> Result:
         bound=Bound("pinned copy peak (H2D alone / both ways at once), this run", pinned_h2d, "GB/s"),
         ratio=ratio, table=rows, notes=notes,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+def _direction_overlap(rates: dict[str, float]) -> float:
+    """How much H2D and D2H overlapped: (t_h2d + t_d2h - t_both) / min(t_h2d, t_d2h)
+    for the same bytes (1 = fully, 0 = one after the other)."""
+    th, td, tb = 1 / rates["h2d"], 1 / rates["d2h"], 1 / rates["both_each_way"]
+    return (th + td - tb) / min(th, td)
+
+
+@rule(NAME, "pageable-kills-overlap")
+def _pageable_overlap(d: Data) -> Judged:
+    pin, page = d.m("rates", "pinned"), d.m("rates", "pageable")
+    dir_page, dir_pin = max(0.0, _direction_overlap(page)), max(0.0, _direction_overlap(pin))
+    both_ratio = page["both_each_way"] / pin["both_each_way"]
+    kov = [float(d.m("overlap", "pageable_h2d")), float(d.m("overlap", "pageable_d2h"))]
+    plain = d.m_or(None, "executor_ratio_to_pinned", "plain pageable cuMemcpyAsync, both ways")
+    kills_copies = dir_page <= 0.25
+    kills_kernel = max(kov) <= 0.5
+    return Judged(
+        measured=(f"pageable H2D ‖ D2H overlap {dir_page:.2f} (pinned {dir_pin:.2f}); both ways at once "
+                  f"{page['both_each_way']:.1f} GB/s each way = {times(both_ratio)} pinned"
+                  + (f"; a pipeline on plain pageable copies {times(plain)} pinned" if plain is not None else "")
+                  + f"; copy ‖ kernel overlap {'lost' if kills_kernel else 'kept'} "
+                    f"(H2D {kov[0]:.2f}, D2H {kov[1]:.2f}; 1 = full)"),
+        bound=f"pinned, both ways at once = {pin['both_each_way']:.1f} GB/s each way",
+        ratio=both_ratio, verdict=both(kills_copies, kills_kernel),
+        target="supported: pageable copies overlap neither each other (≤ 0.25) nor a kernel (≤ 0.5); "
+               "partly: one of the two")
+
+
+@rule(NAME, "pinned-full-speed", "pinned host memory is needed for full-speed copies")
+def _pinned_speed(d: Data) -> Judged:
+    pin, page = d.m("rates", "pinned"), d.m("rates", "pageable")
+    rh, rd = page["h2d"] / pin["h2d"], page["d2h"] / pin["d2h"]
+    return Judged(measured=f"pageable H2D {page['h2d']:.1f} GB/s = {times(rh)}, D2H {page['d2h']:.1f} GB/s = {times(rd)} pinned",
+                  bound=f"pinned H2D {pin['h2d']:.1f}, D2H {pin['d2h']:.1f} GB/s", ratio=max(rh, rd),
+                  verdict=at_most(max(rh, rd), 0.8, 0.95), target="supported: pageable ≤ 0.8× pinned both ways")
+
+
+@rule(NAME, "pinned-ring",
+      "a pageable array staged through fullpipe's pinned ring reaches ≥ 0.8× the pinned peak each way")
+def _pinned_ring(d: Data) -> Judged:
+    ex = d.m("executor_ratio_to_pinned")
+    h2d, both_ = float(ex["ring, H2D only"]), float(ex["ring, both ways"])
+    pin = d.m("rates", "pinned")
+    host = d.m_or(None, "host_memmove_bound")
+    vs_host = d.m_or(None, "ring_ratio_to_host_bound")
+    hb = ""
+    if host:
+        hb = (f"; the host's own memmove bound (pageable ↔ pinned, {host.get('threads')} threads): "
+              f"{host['in_gbps']:.1f} GB/s alone, {host['both_gbps_each_way']:.1f} GB/s each way")
+    return Judged(measured=f"H2D only {times(h2d)}, both ways {times(both_)} the pinned peak"
+                           + (f"; {times(vs_host['h2d'])} / {times(vs_host['both'])} of the host memmove bound"
+                              if vs_host else ""),
+                  bound=f"pinned H2D {pin['h2d']:.1f} GB/s, both ways {pin['both_each_way']:.1f} GB/s each way{hb}",
+                  ratio=min(h2d, both_), verdict=at_least(min(h2d, both_), 0.8, 0.5),
+                  target="supported ≥ 0.8×, partly ≥ 0.5×")
+
+
+@rule(NAME, "chunk-size", "the pipeline's H2D stage reaches ≥ 0.95× the pinned peak with chunks ≥ 8 MiB")
+def _pinned_chunks(d: Data) -> Judged:
+    v = float(d.m("h2d_stage_ratio_min_chunks_8mib_up"))
+    rows = d.rows(test="executor H2D stage")
+    small = ", ".join(f"{r['what'].replace('chunk ', '')}: {times(r['ratio_to_pinned'])}" for r in rows
+                      if isinstance(r.get("ratio_to_pinned"), (int, float)))
+    return Judged(measured=f"worst ≥ 8 MiB: {times(v)}" + (f" (by chunk {small})" if small else ""),
+                  bound=f"pinned H2D peak {d.m('rates', 'pinned', 'h2d'):.1f} GB/s", ratio=v,
+                  verdict=at_least(v, 0.95, 0.8), target="supported ≥ 0.95×, partly ≥ 0.8×")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    raw = {(x["memory"], x["what"]): x["GB/s"] for x in rows_of(r, test="raw copy")}
+    ex = {x["what"]: x["GB/s"] for x in rows_of(r, test="executor")}
+    chunks = [x for x in rows_of(r, test="executor H2D stage") if is_num(x.get("GB/s"))]
+    need(raw, "raw copy rows")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE, gridspec_kw={"width_ratios": [1.5, 1]})
+    groups = [("h2d", "H2D"), ("d2h", "D2H"), ("both_each_way", "both ways at once\n(each way)")]
+    series = [
+        ("pinned (raw copy)", PINNED, lambda g: raw.get(("pinned", g))),
+        ("pageable (raw copy)", PAGEABLE, lambda g: raw.get(("pageable", g))),
+        ("pageable via fullpipe's pinned ring", RING,
+         lambda g: {"h2d": ex.get("ring, H2D only"), "both_each_way": ex.get("ring, both ways")}.get(g)),
+        ("pageable, plain cuMemcpyAsync in the pipeline", PLAIN,
+         lambda g: ex.get("plain pageable cuMemcpyAsync, both ways") if g == "both_each_way" else None),
+        ("pinned, through the pipeline", "#9ecae1",
+         lambda g: ex.get("pinned direct, both ways") if g == "both_each_way" else None),
+    ]
+    width = 0.16
+    for j, (label, color, get) in enumerate(series):
+        xs, vs = [], []
+        for i, (g, _) in enumerate(groups):
+            v = get(g)
+            if is_num(v):
+                xs.append(i + (j - (len(series) - 1) / 2) * width)
+                vs.append(v)
+        if vs:
+            label_bars(a1, a1.bar(xs, vs, width=width, color=color, label=label), "{:.1f}", horizontal=False)
+    host = (r.get("metrics") or {}).get("host_memmove_bound") or {}
+    ring_j = 2  # the ring's series index
+    for i, key in ((0, "in_gbps"), (2, "both_gbps_each_way")):
+        v = host.get(key)
+        if is_num(v):
+            x = i + (ring_j - (len(series) - 1) / 2) * width
+            a1.hlines(v, x - width / 2, x + width / 2, colors=BOUND, linestyles="--", lw=1.5,
+                      label="host memmove bound of the ring (staging threads)" if i == 0 else None)
+    a1.set_xticks(range(len(groups)), [g[1] for g in groups])
+    a1.set_ylabel("GB/s")
+    a1.set_title("host ↔ device bandwidth: pinned vs pageable")
+    a1.legend(loc="upper right", fontsize=8)
+    a1.set_ylim(0, max(v for v in raw.values() if is_num(v)) * 1.6)
+    a1.grid(axis="y", alpha=0.3)
+    if chunks:
+        mib = [float(str(x["what"]).split()[1]) for x in chunks]
+        a2.plot(mib, [x["GB/s"] for x in chunks], "o-", color=PINNED, label="pipeline H2D stage (pinned input)")
+        peak = raw.get(("pinned", "h2d"))
+        if is_num(peak):
+            a2.axhline(peak, color=BOUND, ls="--", lw=1.2, label=f"bound: pinned H2D peak {peak:.1f} GB/s")
+            a2.axhline(0.95 * peak, color=GREY, ls=":", lw=1, label="0.95 × peak (target)")
+        a2.set_xscale("log", base=2)
+        a2.set_xticks(mib, [f"{m:g}" for m in mib])
+        a2.set_xlabel("chunk size (MiB)")
+        a2.set_ylabel("GB/s")
+        a2.set_ylim(0, (peak if is_num(peak) else max(x["GB/s"] for x in chunks)) * 1.15)
+        a2.set_title("bandwidth vs chunk size")
+        a2.legend(loc="lower right", fontsize=8)
+        a2.grid(alpha=0.3)
+    else:
+        a2.set_visible(False)
+    return {"bandwidth: pinned, pageable and the pinned ring; and vs chunk size": save(fig, out / f"{NAME}.png")}

@@ -15,6 +15,7 @@ and a figure of the trade-off.
 
 from __future__ import annotations
 
+from pathlib import Path
 import time
 
 import numpy as np
@@ -25,12 +26,18 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from ..cuda.timing import median
 from .result import Bound, Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, both, rule, times, with_claims
+from .figures import GREY, WIDE, need, pyplot, save
 
 NAME = "release-threshold"
 TITLE = "Release threshold 0 / middle / max: time per batch vs memory held between batches"
 CLAIM = ('with release threshold "max" reserved memory stays constant after the first batch; '
          "with 0 it returns to the OS at each sync")
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "A memory pool keeps freed memory up to its release threshold and gives the rest back at each "
+    "synchronization. Threshold 0 gives everything back (the next batch maps it again); \"max\" keeps "
+    "everything (fast, but nobody else in the process can use it)."
+)
 
 
 def _batch(dev, pool, stream, sizes, tag) -> float:
@@ -43,33 +50,6 @@ def _batch(dev, pool, stream, sizes, tag) -> float:
     with drv.translated("cuStreamSynchronize"):
         stream.sync()  # the pool releases memory above its threshold here
     return (time.perf_counter() - t0) * 1e3
-
-
-def _figure(path, series, labels):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for label in labels:
-        s = series[label]
-        ax1.plot(range(1, len(s["ms"]) + 1), s["ms"], marker="o", label=label)
-    ax1.set_xlabel("batch")
-    ax1.set_ylabel("time per batch (ms)")
-    ax1.set_yscale("log")
-    ax1.set_title("time per batch (incl. sync)")
-    ax1.legend()
-    for label in labels:
-        s = series[label]
-        ax2.scatter([s["held_gib"]], [s["steady_ms"]], s=60)
-        ax2.annotate(label, (s["held_gib"], s["steady_ms"]), textcoords="offset points", xytext=(6, 4))
-    ax2.set_xlabel("memory held by the pool between batches (GiB)")
-    ax2.set_ylabel("steady-state time per batch (ms)")
-    ax2.set_title("the trade-off")
-    from ._alloc_common import save_figure
-
-    return save_figure(fig, path)
 
 
 def run(ctx) -> Result:
@@ -120,7 +100,6 @@ def run(ctx) -> Result:
     zero_returns = all(r == 0 for r in zero_s["reserved"])
     verdict = "supported" if (max_constant and zero_returns) else "partly supported" if (
         max_constant or zero_returns) else "not supported"
-    figures = {"tradeoff": _figure(ctx.out_dir / "release-threshold.png", series, [t[0] for t in thresholds])}
     ratio = zero_s["steady_ms"] / max_s["steady_ms"] if max_s["steady_ms"] > 0 else float("nan")
     notes = [
         f'"max": reserved after each batch {"stayed at" if max_constant else "did not stay at"} '
@@ -145,5 +124,61 @@ def run(ctx) -> Result:
         ratio=ratio,
         table=rows,
         notes=notes,
-        figures=figures,
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "release-threshold",
+      'release threshold "max" keeps reserved memory constant after the first batch; 0 returns it to the OS at each sync')
+def _release(d: Data) -> Judged:
+    s = d.m("series")
+    mx, zero = s['"max"'], s["0"]
+    const, returns = bool(d.m("max_reserved_constant")), bool(d.m("zero_returns_at_each_sync"))
+    mid = next((v for k, v in s.items() if k not in ('"max"', "0")), None)
+    return Judged(
+        measured=(f'"max": holds {mx["held_gib"]:.2f} GiB, {mx["steady_ms"]:.2f} ms/batch; 0: holds '
+                  f'{zero["held_gib"]:.2f} GiB, {zero["steady_ms"]:.2f} ms/batch '
+                  f'({times(zero["steady_ms"] / mx["steady_ms"])} slower)'
+                  + (f"; middle: {mid['held_gib']:.2f} GiB, {mid['steady_ms']:.2f} ms" if mid else "")),
+        bound=f'steady time per batch with "max" = {mx["steady_ms"]:.2f} ms',
+        ratio=zero["steady_ms"] / mx["steady_ms"], verdict=both(const, returns),
+        target='supported: "max" reserved constant and 0 back to zero after every sync')
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    series = (r.get("metrics") or {}).get("series") or {}
+    rows = r.get("table") or []
+    need(series or rows, "metrics.series")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    for i, (label, s) in enumerate(series.items()):
+        ms = s.get("ms") or []
+        a1.plot(range(1, len(ms) + 1), ms, "o-", color=f"C{i}", label=f"threshold {label}")
+    a1.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    a1.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a1.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
+    a1.set_xlabel("batch (a stream sync after each)")
+    a1.set_ylabel("time per batch (ms, log)")
+    a1.set_title("time per batch")
+    a1.legend()
+    a1.grid(alpha=0.3)
+    pts = [(lab, s["held_gib"], s["steady_ms"]) for lab, s in series.items() if "held_gib" in s and "steady_ms" in s]
+    if not pts:
+        pts = [(x["release threshold"], x["held between batches GiB"], x["steady ms / batch"]) for x in rows]
+    for i, (lab, held, ms) in enumerate(pts):
+        a2.scatter([held], [ms], s=80, color=f"C{i}", zorder=3)
+        a2.annotate(f"threshold {lab}", (held, ms), xytext=(8, 4), textcoords="offset points", fontsize=9)
+    if len(pts) > 1:
+        srt = sorted(pts, key=lambda p: p[1])
+        a2.plot([p[1] for p in srt], [p[2] for p in srt], color=GREY, ls=":", lw=1)
+    a2.set_xlabel("memory the pool holds between batches (GiB)")
+    a2.set_ylabel("steady time per batch (ms)")
+    a2.set_ylim(bottom=0)
+    a2.set_xlim(left=min(0, *(p[1] for p in pts)) - 0.05, right=max(p[1] for p in pts) * 1.35 + 0.05)
+    a2.set_title("the trade-off: memory held vs time")
+    a2.grid(alpha=0.3)
+    return {"release threshold: time per batch vs memory held": save(fig, out / f"{NAME}.png")}

@@ -39,7 +39,7 @@ class Claim:
     bound: str  # e.g. "max(H2D, compute, D2H) = 31.2 ms"
     ratio: float | None  # measured / bound
     verdict: str
-    # Optional: the id of the claim in fullpipe.report.claims.CANONICAL (or an
+    # Optional: the id of the claim in fullpipe.experiments.claims.CANONICAL (or an
     # experiment-local id), and the rule that turned the number into the verdict.
     key: str | None = None
     target: str | None = None

@@ -19,6 +19,7 @@ the longer kernel (producer i+1 and consumer i can run at once).
 
 from __future__ import annotations
 
+from pathlib import Path
 import time
 
 import numpy as np
@@ -33,11 +34,18 @@ from ..cuda.streams import create_stream
 from ..pipeline.stats import union_length
 from ..cuda.device import device_info
 from .result import Bound, Result
-from ..report.claims import with_claims
+from .claims import Data, Judged, Missing, at_least, percent, rule, with_claims
+from .figures import BOUND, PAGEABLE, PLAIN, RING, WIDE, label_bars, need, pyplot, save
 
 NAME = "sync"
 TITLE = "Producer -> consumer across streams: event wait vs stream sync vs device sync"
 CLAIM = "Joining streams with cudaStreamWaitEvent keeps the GPU busy; host-side synchronization leaves it idle"
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "To make stream C wait for stream P, record an event on P and make C wait for it "
+    "(cudaStreamWaitEvent): the dependency lives on the GPU and the host keeps enqueueing. Synchronizing "
+    "on the host instead (stream or device synchronize) leaves the GPU idle for a host round trip per "
+    "dependency."
+)
 
 MODES = ("event", "stream sync", "device sync")
 
@@ -117,3 +125,61 @@ def run(ctx) -> Result:
             "With short kernels the Python launch rate (two launches per item) can bound every mode.",
         ],
     ))
+
+
+# --------------------------------------------------------------------------- verdicts
+@rule(NAME, "event-join", "joining streams with cudaStreamWaitEvent keeps the GPU busy; host-side synchronization leaves it idle")
+def _sync(d: Data) -> Judged:
+    rows = d.rows()
+    if not rows:
+        raise Missing("table")
+    sizes = sorted({r["kernel_us"] for r in rows})
+    parts, ok = [], []
+    for k in sizes:
+        by = {r["mode"]: r for r in rows if r["kernel_us"] == k}
+        ev = by["event"]
+        others = [v for m, v in by.items() if m != "event"]
+        ok.append(d.num(ev, "gpu_idle_fraction") <= min(d.num(o, "gpu_idle_fraction") for o in others) + 0.01
+                  and d.num(ev, "items/s") >= 0.98 * max(d.num(o, "items/s") for o in others))
+        parts.append(f"{k} µs kernels: GPU idle " + ", ".join(f"{m} {percent(d.num(v, 'gpu_idle_fraction'))}"
+                                                              for m, v in by.items()))
+    short = next(r for r in rows if r["kernel_us"] == sizes[0] and r["mode"] == "event")
+    return Judged(measured="; ".join(parts),
+                  bound=f"items × kernel time = {d.num(short, 'bound_ms'):.0f} ms ({sizes[0]} µs kernels): "
+                        f"event join at {d.num(short, 'ratio'):.2f}× it",
+                  ratio=d.num(short, "ratio"), verdict=at_least(sum(ok) / len(ok), 1.0, 0.5),
+                  target="supported: event join has the least idle time and the most items/s at every kernel length")
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = r.get("table") or []
+    sizes = sorted({x["kernel_us"] for x in rows})
+    modes = list(dict.fromkeys(x["mode"] for x in rows))
+    need(sizes and modes, "table.kernel_us/mode")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=WIDE)
+    width = 0.8 / len(modes)
+    colors = {"event": RING, "stream sync": PLAIN, "device sync": PAGEABLE}
+    for j, m in enumerate(modes):
+        xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(sizes))]
+        by = {x["kernel_us"]: x for x in rows if x["mode"] == m}
+        idle = [100 * (by[k].get("gpu_idle_fraction") or 0) for k in sizes]
+        ratio = [by[k].get("ratio") or 0 for k in sizes]
+        label_bars(a1, a1.bar(xs, idle, width=width, color=colors.get(m, f"C{j}"), label=m), "{:.1f}", False)
+        label_bars(a2, a2.bar(xs, ratio, width=width, color=colors.get(m, f"C{j}"), label=m), "{:.2f}", False)
+    for ax in (a1, a2):
+        ax.set_xticks(range(len(sizes)), [f"{k} µs kernels" for k in sizes])
+        ax.grid(axis="y", alpha=0.3)
+    a1.set_ylabel("GPU idle (% of the span)")
+    a1.set_title("idle time between dependent kernels")
+    a1.legend()
+    a2.axhline(1.0, color=BOUND, ls="--", lw=1.2)
+    a2.annotate("bound: items × kernel time (producer i+1 ‖ consumer i)", (0.5, 1.0),
+                xycoords=("axes fraction", "data"), xytext=(0, 12), textcoords="offset points", ha="center",
+                fontsize=8)
+    a2.set_ylabel("throughput / bound")
+    a2.set_ylim(0, 1.2)
+    a2.set_title("producer → consumer throughput against the bound")
+    return {"event join vs host synchronization": save(fig, out / f"{NAME}.png")}

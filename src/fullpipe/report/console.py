@@ -1,4 +1,5 @@
-"""Running an experiment with a progress bar, and printing its Result as a table."""
+"""Running an experiment with a progress bar (and drawing its figure), and printing its
+Result as a table."""
 
 from __future__ import annotations
 
@@ -27,9 +28,15 @@ def run_with_progress(name: str, ctx: Context) -> Result:
                             notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
         progress(1.0, result.verdict)
     if not result.claims:
-        from .claims import with_claims
+        from ..experiments.claims import with_claims
 
         with_claims(result)
+    if result.verdict not in ("failed", "skipped"):
+        try:  # the figure the report's page shows, beside the JSON
+            drawn = mod.figures(result.as_dict(), ctx.out_dir)
+            result.figures = {**{caption: str(path) for caption, path in drawn.items()}, **result.figures}
+        except Exception as exc:  # the numbers are in the JSON; a figure is a view of them
+            result.notes.append(f"figure not drawn: {type(exc).__name__}: {exc}")
     return result
 
 

@@ -17,9 +17,9 @@ import datetime as _dt
 import html
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from .claims import NOT_MEASURED, NOT_RUN, claims_table, failure_reason
+from ..experiments.claims import NOT_MEASURED, NOT_RUN, claims_table, failure_reason
 
 VERDICT_CLASS = {
     "supported": "ok",
@@ -29,77 +29,6 @@ VERDICT_CLASS = {
     "failed": "fail",
     NOT_MEASURED: "skip",
     NOT_RUN: "skip",
-}
-
-# What each technique is, for a reader who has not met it (the experiments' docstrings
-# say how it is measured).
-TECHNIQUES: dict[str, str] = {
-    "overlap": (
-        "A GPU has separate engines for copying to the device, computing and copying back. Cut the data "
-        "into batches and give each batch a stream: batch i+1 uploads while batch i computes and batch i-1 "
-        "downloads. With three balanced stages that is up to 3× the throughput of running them one after "
-        "another; streams beyond the number of engines only add batches in flight. How the work is spread "
-        "over streams matters too: a copy engine that switches between several streams' queues idles a few "
-        "microseconds per copy, so one stream for all uploads and one for all downloads (compute on the "
-        "others, joined by events) gets closer to the bound."),
-    "pinned": (
-        "Copy engines DMA only from page-locked (pinned) host memory. From pageable memory the driver "
-        "copies through a staging buffer of its own with the CPU, and the call returns only when that is "
-        "done. fullpipe stages pageable arrays through a small ring of pinned buffers filled by CPU threads."),
-    "default-stream": (
-        "The legacy default stream (stream 0) synchronizes implicitly with every blocking stream: its work "
-        "waits for all of them and they wait for it. Non-blocking streams and the per-thread default stream "
-        "do not. One stray call on stream 0 is enough to serialize a pipeline built on blocking streams."),
-    "sync": (
-        "To make stream C wait for stream P, record an event on P and make C wait for it "
-        "(cudaStreamWaitEvent): the dependency lives on the GPU and the host keeps enqueueing. "
-        "Synchronizing on the host instead (stream or device synchronize) leaves the GPU idle for a host "
-        "round trip per dependency."),
-    "host-ring": (
-        "A pageable array is staged through K pinned slots each way. A slot can be refilled only after the "
-        "GPU has copied out of it; the moment is signalled by a host function enqueued on the stream "
-        "(cuLaunchHostFunc) or by an event a staging thread waits for. Too few slots and the copy engines "
-        "wait for the CPU; too many and pinned memory is wasted."),
-    "concurrency": (
-        "Kernels on different streams can run at the same time, even on the same SM, when resources allow; "
-        "the hardware keeps a bounded number of grids resident (128 from compute capability 7.0). Small "
-        "kernels from many streams fill a GPU that one small kernel leaves mostly idle."),
-    "copy-engines": (
-        "asyncEngineCount says how many copy engines the GPU has. With two or more, an upload, a download "
-        "and a kernel can all run at once; with one, uploads and downloads take turns."),
-    "alloc-stall": (
-        "cudaMalloc/cudaFree synchronize the device: a free waits for the work of every stream, so one "
-        "allocation in one stream stalls the others. cudaMallocAsync/cudaFreeAsync allocate from a memory "
-        "pool in stream order and wait for nothing else."),
-    "alloc-overhead": (
-        "Allocating and freeing per batch is the natural way to write a pipeline; with cudaMalloc each free "
-        "costs a device synchronization. A stream-ordered pool reuses memory freed earlier in stream order "
-        "without a trip to the driver, so per-batch allocation becomes cheap."),
-    "release-threshold": (
-        "A memory pool keeps freed memory up to its release threshold and gives the rest back at each "
-        "synchronization. Threshold 0 gives everything back (the next batch maps it again); \"max\" keeps "
-        "everything (fast, but nobody else in the process can use it)."),
-    "fragmentation": (
-        "A caching allocator keeps freed blocks for reuse; with interleaved lifetimes and growing buffers it "
-        "can end up with enough free memory in total but no block large enough for a request. The claim is "
-        "that the driver's stream-ordered pool does not have this problem."),
-    "llm-scratch": (
-        "LLM serving needs per-sequence scratch (attention scores, activations, a KV cache that grows every "
-        "decode step) sized by the sequence length. Preallocating for the longest sequence is fast but holds "
-        "memory; a stream-ordered pool can hand out exact sizes instead."),
-    "gemm": (
-        "The same overlap inside a kernel: copy the next tiles from global to shared memory asynchronously "
-        "(cp.async, cuda::pipeline) while computing on the current ones (double buffering, more stages); "
-        "warp specialization gives loading and computing to different warps joined by pipelines; wmma uses "
-        "the tensor cores for fp16/bf16."),
-    "cluster": (
-        "On Hopper the blocks of a thread-block cluster can read each other's shared memory (distributed "
-        "shared memory). Blocks that need the same tile can load it from global memory once per cluster and "
-        "share it instead of each loading it."),
-    "persistent": (
-        "A persistent kernel launches one grid that just fills the GPU; its blocks loop, taking tile "
-        "indices from an atomic queue, instead of one block per tile. It saves block launches and per-tile "
-        "pipeline fill, and allows a grid-wide barrier (cooperative launch)."),
 }
 
 CSS = """
@@ -191,12 +120,6 @@ def _duration(s: Any) -> str:
 
 def _badge(verdict: str) -> str:
     return f'<span class="verdict {VERDICT_CLASS.get(verdict, "skip")}">{_e(verdict)}</span>'
-
-
-def claim_rows(results: Iterable[dict]) -> list[dict]:
-    """Every claim row of the page: the canonical claims, then the further ones."""
-    canonical, further = claims_table(results)
-    return canonical + further
 
 
 def _table(rows: list[dict], cls: str = "") -> str:
@@ -312,8 +235,8 @@ def _section(r: dict, base_dir: Path, info: dict[str, str], claims: list[dict]) 
          f'<span class="time">{_e(_duration(r.get("wall_s")))}</span></h2>']
     if info.get("title"):
         p.append(f'<p class="title">{_e(info["title"])}</p>')
-    if TECHNIQUES.get(name):
-        p.append(f"<p>{_e(TECHNIQUES[name])}</p>")
+    if info.get("technique"):
+        p.append(f"<p>{_e(info['technique'])}</p>")
     if info.get("question"):
         p.append(f"<p><b>This experiment:</b> {_e(info['question'])}</p>")
     if verdict in ("failed", "skipped"):
@@ -364,8 +287,8 @@ def render(results: list[dict], *, facts: dict | None, versions: dict, base_dir:
            descriptions: dict[str, Any] | None = None, title: str = "fullpipe report",
            meta: dict | None = None) -> str:
     """The whole page. ``base_dir`` resolves relative figure paths in the results;
-    ``descriptions`` maps an experiment to {"title", "question", "method"} (or a
-    plain string); ``meta`` has the run's mode, start time and total seconds."""
+    ``descriptions`` maps an experiment to {"title", "technique", "question", "method"}
+    (or a plain string); ``meta`` has the run's mode, start time and total seconds."""
     meta = meta or {}
     descriptions = descriptions or {}
     infos = {k: (v if isinstance(v, dict) else {"question": str(v)}) for k, v in descriptions.items()}

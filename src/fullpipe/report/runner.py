@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from .. import experiments
 from ..experiments.result import Result
-from .claims import failure_reason
+from ..experiments.claims import failure_reason
 from .figures import add_figures
 from .html import render
 
@@ -74,8 +74,8 @@ def software_versions() -> dict[str, str]:
 
 
 def descriptions() -> dict[str, dict[str, str]]:
-    """Each experiment's TITLE, the question its docstring opens with, and the rest
-    of the docstring (how it is measured), for the page."""
+    """Each experiment's TITLE, TECHNIQUE, the question its docstring opens with, and
+    the rest of the docstring (how it is measured), for the page."""
     out = {}
     for name in experiments.names():
         try:
@@ -88,7 +88,8 @@ def descriptions() -> dict[str, dict[str, str]]:
             if question.startswith(prefix):
                 question = question[len(prefix):].strip()
         question = question[:1].upper() + question[1:]
-        out[name] = {"title": getattr(mod, "TITLE", ""), "question": question, "method": "\n\n".join(paras[1:])}
+        out[name] = {"title": getattr(mod, "TITLE", ""), "technique": getattr(mod, "TECHNIQUE", ""),
+                     "question": question, "method": "\n\n".join(paras[1:])}
     return out
 
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         result = Result(args.name, getattr(mod, "CLAIM", ""), "failed", {}, {}, {},
                         notes=[f"{type(exc).__name__}: {exc}", traceback.format_exc()])
     if not result.claims:  # an experiment that does not fill its claims itself
-        from .claims import with_claims
+        from ..experiments.claims import with_claims
 
         with_claims(result)
     _relative_paths(result, out)
