@@ -39,7 +39,7 @@ from .graphs import BatchGraphs, GraphRun
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
-from .protocol import BatchProtocol, DeferredFree, Route
+from .protocol import DeferredFree, Route, batch_protocol
 from .tuning import ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
 
 STAGING_MODES = ("auto", "ring", "direct")
@@ -473,7 +473,7 @@ class StreamPipeline:
         t_start = time.perf_counter()
         try:
             with switch:
-                enqueue = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype).enqueue
+                enqueue = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype)
                 stager, drainer, routes, hs = run.stager, run.drainer, self._routes, self._hs
                 ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
                 synchronous, timing = mode.synchronous, mode.timing
@@ -540,7 +540,7 @@ class StreamPipeline:
         return stats
 
     def _open_run(self, run: "_Run", mode: RunMode, gx: BatchGraphs | None, ring_in: bool, ring_out: bool,
-                  has_out: bool, in_dtype: Any, out_dtype: Any) -> BatchProtocol:
+                  has_out: bool, in_dtype: Any, out_dtype: Any) -> Any:
         """Start the staging threads with the ring's slot signals, make every stream wait
         for one start event, and build this run's protocol."""
         K = self.slots
@@ -570,7 +570,7 @@ class StreamPipeline:
             self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(h, start_h, 0))
         if self.copy_streams:
             run.deferred = DeferredFree(self.pool, self._hot, self._handoff_h[1 + self.n_streams:], run.live)
-        return BatchProtocol(
+        return batch_protocol(
             hot=self._hot, routes=self._routes, compute=self.compute, has_out=has_out, in_dtype=in_dtype,
             out_dtype=out_dtype, alloc=self.pool.allocate_ptr, free=self.pool.free_ptr, deferred=run.deferred,
             live=run.live, free_in=None if free_in is None else [sig.arm for sig in free_in],

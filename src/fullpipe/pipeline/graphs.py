@@ -61,7 +61,7 @@ from typing import Any
 from ..cuda import driver as drv
 from ..cuda.hotpath import HotPath, Memcpy3D, handle_int
 from ..errors import CudaError
-from .protocol import BatchProtocol, Route
+from .protocol import Route, batch_protocol
 from .staging import GpuSignal, make_signal
 
 MAX_GRAPHS = 64
@@ -231,7 +231,7 @@ class BatchGraphs:
         failure: BaseException | None = None
         ptr = y_ptr = 0
         try:
-            ptr, y_ptr = self._protocol().enqueue(b, lane, slot, src, dst)
+            ptr, y_ptr = self._protocol()(b, lane, slot, src, dst)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
             failure = exc
         graph, end_error = self._end_capture(sh)  # always: the stream must leave capture mode
@@ -263,7 +263,7 @@ class BatchGraphs:
         exec_h = handle_int(exe) if self.hot.native else exe
         return _Graph(graph, exe, exec_h, r.ring_in or r.ring_out, h2d, d2h, held)
 
-    def _protocol(self) -> BatchProtocol:
+    def _protocol(self) -> Any:
         """The executor's per-batch protocol as a capture enqueues it: on the lane's one
         stream, stream-ordered allocation on the pool's handle (it becomes a graph
         mem-alloc node: graph memory, freed by the graph's own mem-free node), ring slots
@@ -272,7 +272,7 @@ class BatchGraphs:
         assert r is not None
         hot = self.hot
         pool_h = handle_int(self.pool.handle) if hot.native else self.pool.handle
-        return BatchProtocol(
+        return batch_protocol(
             hot=hot, routes=self._routes, compute=r.compute, has_out=r.has_out, in_dtype=r.in_dtype,
             out_dtype=r.out_dtype, alloc=lambda nbytes, stream_h: hot.alloc_from_pool(nbytes, pool_h, stream_h),
             free=hot.free_async,

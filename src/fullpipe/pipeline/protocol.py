@@ -2,7 +2,8 @@
 
     allocate -> H2D -> release the input slot -> compute -> D2H -> signal the output slot -> free
 
-:class:`BatchProtocol` enqueues it for one batch without waiting. The same code
+:func:`batch_protocol` makes the function that enqueues it for one batch, without
+waiting. The same code
 serves every way the executor runs a batch; what differs is data the protocol is
 built with, not branches in the executor:
 
@@ -24,8 +25,7 @@ up once per run, and the driver calls go through cuda/hotpath.py.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ..cuda.hotpath import HotPath
 from ..cuda.memory import DeviceArray
@@ -33,11 +33,11 @@ from ..cuda.memory import DeviceArray
 DEVICE_ALIGN = 256  # the output view starts here after the input, in one allocation
 
 
-@dataclasses.dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     """Where one lane's batches go: the stream of each step (objects for the compute
     callable and the slot signals, driver handles for the hot path) and the events
-    that join the steps when they are on different streams (None: one stream)."""
+    that join the steps when they are on different streams (None: one stream).
+    A tuple: the protocol unpacks it once per batch."""
 
     h2d_stream: Any
     stream: Any  # the compute stream: what compute(stream, x, y) gets
@@ -69,20 +69,20 @@ class DeferredFree:
         self.lag = len(self.done)
         self.count = 0
 
-    def before_alloc(self, r: Route) -> None:
+    def before_alloc(self, h2d: Any) -> None:
         """Free the buffer of the batch ``lag`` batches back, on this batch's H2D stream."""
         live = self.live
         if len(live) >= self.lag:
             old_ptr, _, old_done = live[0]
-            self.hot.stream_wait_event(r.h2d, old_done)
-            self.pool.free_ptr(old_ptr, r.h2d)
+            self.hot.stream_wait_event(h2d, old_done)
+            self.pool.free_ptr(old_ptr, h2d)
             del live[0]  # only now: if the free raised, the abort path frees it
 
-    def after_d2h(self, ptr: int, r: Route) -> None:
+    def after_d2h(self, ptr: int, h2d: Any, d2h: Any) -> None:
         done = self.done[self.count % self.lag]
         self.count += 1
-        self.hot.event_record(done, r.d2h)
-        self.live[-1] = (ptr, r.h2d, done)
+        self.hot.event_record(done, d2h)
+        self.live[-1] = (ptr, h2d, done)
 
     def flush(self, stream_h: Any) -> None:
         """End of a run: the buffers still waiting go on the D2H stream, behind every
@@ -93,8 +93,18 @@ class DeferredFree:
             del live[0]
 
 
-class BatchProtocol:
-    """Enqueues one batch's sequence (module docstring) onto its lane's Route.
+def batch_protocol(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_out: bool, in_dtype: Any,
+                   out_dtype: Any, alloc: Callable[[int, Any], int], free: Callable[[int, Any], None],
+                   deferred: DeferredFree | None = None, live: list | None = None,
+                   free_in: Sequence[Callable[[Any], None]] | None = None,
+                   ready_out: Sequence[Callable[[Any], None]] | None = None,
+                   stage_events: Callable[[int], Any] | None = None,
+                   acquire_out: Callable[[int], None] | None = None) -> Callable[..., tuple[int, int]]:
+    """The protocol for one run: ``enqueue(b, lane, slot, src, dst)`` enqueues batch
+    ``b`` (a plan.Batch) on lane ``lane``'s Route, reading from host address ``src``
+    and writing to ``dst`` (ring slot ``slot`` where a side is staged), and returns
+    (device pointer, device address of the output). It never waits, except in
+    ``acquire_out``.
 
     ``alloc(nbytes, stream_h) -> ptr`` and ``free(ptr, stream_h)``: the device memory.
     ``deferred``: a :class:`DeferredFree` instead of ``free`` (copy_streams).
@@ -105,80 +115,66 @@ class BatchProtocol:
     ``stage_events(batch_index)``: four timing events ``[(event, handle)] * 4`` for
     this batch, or None (no per-stage timing).
     ``acquire_out(slot)``: the host wait for the output slot, just before the D2H.
+
+    A closure rather than an object: ``enqueue`` runs once per batch, and names bound
+    here are read faster than attributes (the executor's enqueue time is a target).
     """
+    routes = list(routes)
+    writes_output = has_out and compute is not None
+    record, wait, htod, dtoh = hot.event_record, hot.stream_wait_event, hot.memcpy_htod, hot.memcpy_dtoh
 
-    def __init__(self, *, hot: HotPath, routes: Sequence[Route], compute: Any, has_out: bool,
-                 in_dtype: Any, out_dtype: Any, alloc: Callable[[int, Any], int], free: Callable[[int, Any], None],
-                 deferred: DeferredFree | None = None, live: list | None = None,
-                 free_in: Sequence[Callable[[Any], None]] | None = None,
-                 ready_out: Sequence[Callable[[Any], None]] | None = None,
-                 stage_events: Callable[[int], Any] | None = None,
-                 acquire_out: Callable[[int], None] | None = None):
-        self.hot, self.routes, self.compute = hot, list(routes), compute
-        self.has_out, self.in_dtype, self.out_dtype = has_out, in_dtype, out_dtype
-        self.writes_output = has_out and compute is not None
-        self.alloc, self.free, self.deferred, self.live = alloc, free, deferred, live
-        self.free_in, self.ready_out = free_in, ready_out
-        self.stage_events, self.acquire_out = stage_events, acquire_out
-
-    def enqueue(self, b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
-        """Enqueue batch ``b`` (a plan.Batch) on lane ``lane``'s Route, reading from host
-        address ``src`` and writing to ``dst`` (ring slot ``slot`` where a side is
-        staged). Returns (device pointer, device address of the output). No waits
-        except ``acquire_out``."""
-        r = self.routes[lane]
-        hot = self.hot
+    def enqueue(b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
+        s_in, stream, s_out, h_in, h, h_out, h2d_done, compute_done = routes[lane]
         in_bytes, out_bytes = b.in_bytes, b.out_bytes
         # input and output views in one allocation, the output 256-byte aligned; just the
         # input when compute writes no separate output (compute=None or output=None)
         out_off = (in_bytes + DEVICE_ALIGN - 1) // DEVICE_ALIGN * DEVICE_ALIGN
-        dev_bytes = out_off + out_bytes if self.writes_output else in_bytes
-        deferred, live = self.deferred, self.live
         # allocate (stream-ordered)
         if deferred is not None:
-            deferred.before_alloc(r)
-        ptr = self.alloc(dev_bytes, r.h2d)
+            deferred.before_alloc(h_in)
+        ptr = alloc(out_off + out_bytes if writes_output else in_bytes, h_in)
         if live is not None:
-            live.append((ptr, r.h2d, None))
-        ev = self.stage_events(b.index) if self.stage_events is not None else None
+            live.append((ptr, h_in, None))
+        ev = stage_events(b.index) if stage_events is not None else None
         if ev:
-            hot.event_record(ev[0][1], r.h2d)
+            record(ev[0][1], h_in)
         # H2D, then the input slot may be refilled
-        hot.memcpy_htod(ptr, src, in_bytes, r.h2d)
-        if self.free_in is not None:
-            self.free_in[slot](r.h2d_stream)
+        htod(ptr, src, in_bytes, h_in)
+        if free_in is not None:
+            free_in[slot](s_in)
         if ev:
-            hot.event_record(ev[1][1], r.h2d)
-        if r.h2d_done is not None:  # compute waits for this H2D only
-            hot.event_record(r.h2d_done, r.h2d)
-            hot.stream_wait_event(r.compute, r.h2d_done)
+            record(ev[1][1], h_in)
+        if h2d_done is not None:  # compute waits for this H2D only
+            record(h2d_done, h_in)
+            wait(h, h2d_done)
         # compute
-        compute = self.compute
         if compute is not None:
             y_ptr = ptr + out_off
-            x = DeviceArray(ptr, b.in_shape, self.in_dtype)
-            compute(r.stream, x, DeviceArray(y_ptr, b.out_shape, self.out_dtype) if self.has_out else None)
+            x = DeviceArray(ptr, b.in_shape, in_dtype)
+            compute(stream, x, DeviceArray(y_ptr, b.out_shape, out_dtype) if has_out else None)
         else:
             y_ptr = ptr  # the input goes back as is
         if ev:
-            hot.event_record(ev[2][1], r.compute)
-        if r.compute_done is not None:  # the D2H waits for this compute only
-            hot.event_record(r.compute_done, r.compute)
-            hot.stream_wait_event(r.d2h, r.compute_done)
+            record(ev[2][1], h)
+        if compute_done is not None:  # the D2H waits for this compute only
+            record(compute_done, h)
+            wait(h_out, compute_done)
         # D2H, then the output slot may be drained
-        if self.acquire_out is not None:
-            self.acquire_out(slot)
-        if self.has_out:
-            hot.memcpy_dtoh(dst, y_ptr, out_bytes, r.d2h)
+        if acquire_out is not None:
+            acquire_out(slot)
+        if has_out:
+            dtoh(dst, y_ptr, out_bytes, h_out)
         if ev:
-            hot.event_record(ev[3][1], r.d2h)
-        if self.ready_out is not None:
-            self.ready_out[slot](r.d2h_stream)
+            record(ev[3][1], h_out)
+        if ready_out is not None:
+            ready_out[slot](s_out)
         # free (stream-ordered)
         if deferred is not None:
-            deferred.after_d2h(ptr, r)
+            deferred.after_d2h(ptr, h_in, h_out)
         else:
-            self.free(ptr, r.d2h)
+            free(ptr, h_out)
             if live is not None:
                 live.pop()
         return ptr, y_ptr
+
+    return enqueue
