@@ -14,9 +14,12 @@ The host-driver pattern, for batch j on stream ``j % N``::
 All of it is enqueued without waiting: the CPU runs ahead to batch j+1 at once.
 Nothing inside the loop synchronizes a stream or the device; the only waits are
 the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
-wait at the end. See staging.py (the ring and its signals), pageable.py (CPU
-threads for pageable arrays), tuning.py (chunk="auto"), stats.py (what a run did),
-graphs.py (graph=True: the whole sequence above as one cuGraphLaunch per batch).
+wait at the end. The sequence above is written once, in protocol.py, and used
+as is by every mode: plain streams, copy_streams (other streams per step, joined
+by events) and graph=True (graphs.py captures it once per shape and launches it
+as one cuGraphLaunch per batch). See staging.py (the ring and its signals),
+pageable.py (CPU threads for pageable arrays), tuning.py (chunk="auto"), stats.py
+(what a run did).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ slot signal, compute launch, D2H, output signal, free: ~18 us on an H200 host).
 With ``graph=True`` that sequence is captured once into a CUDA graph
 (``cuStreamBeginCapture`` in thread-local mode ... ``cuStreamEndCapture``,
 ``cuGraphInstantiate``) and each later batch of the same shapes is one
-``cuGraphLaunch``. What one graph holds, in stream order::
+``cuGraphLaunch``. The capture runs the executor's own per-batch protocol
+(protocol.py) on the captured stream, so what one graph holds, in stream order, is::
 
     mem-alloc node      (the captured cuMemAllocFromPoolAsync: graph memory, see below)
     memcpy node         H2D from the ring slot or the user's pinned array
