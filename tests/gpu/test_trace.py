@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from fullpipe import trace
-from fullpipe.trace.workload import TracedPipeline
+from fullpipe.pipeline.workload import KERNEL_NAME, TracedPipeline
 
 pytestmark = pytest.mark.gpu
 
@@ -65,7 +65,7 @@ def test_known_pattern_order_and_consistent_timestamps(wl):
     assert up.bytes == wl.batch_bytes
     assert tl.timeline.streams[up.stream] == "upload"
     if tl.backend == "cupti":
-        assert k.name == "fp_trace_work" and k.info["grid"][0] == wl.grid
+        assert k.name == KERNEL_NAME and k.info["grid"][0] == wl.grid
         assert up.pinned is True
 
 

@@ -1,13 +1,15 @@
 """Level 1: the stream pipeline executor (between kernels).
 
 - executor.py  :class:`StreamPipeline`: H2D -> compute -> D2H on N non-blocking streams
+- protocol.py  one batch's enqueue sequence, shared by the eager path, copy_streams and graphs
+- graphs.py    ``graph=True``: the per-batch sequence captured once, one graph launch per batch
 - staging.py   the pinned staging ring, recycled by host functions or events
 - pageable.py  CPU threads that stage pageable arrays through the ring
 - tuning.py    ``chunk="auto"``: chunk size from measured copy and compute rates
 - stats.py     what a run did: per-stage busy time, overlap, the bound
 - plan.py      input checks and batch planning (before any GPU work)
-- workload.py  fullpipe's own per-batch kernel with a tunable arithmetic intensity
-- timing.py    timing work spread over several streams
+- workload.py  the calibrated test workload: a kernel with a tunable arithmetic intensity,
+               its NumPy reference, and a hand-built pipeline of it for the tracer
 - workload.cu, stamps.cu  the kernels
 """
 

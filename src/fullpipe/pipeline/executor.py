@@ -14,15 +14,19 @@ The host-driver pattern, for batch j on stream ``j % N``::
 All of it is enqueued without waiting: the CPU runs ahead to batch j+1 at once.
 Nothing inside the loop synchronizes a stream or the device; the only waits are
 the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
-wait at the end. See staging.py (the ring and its signals), pageable.py (CPU
-threads for pageable arrays), tuning.py (chunk="auto"), stats.py (what a run did),
-graphs.py (graph=True: the whole sequence above as one cuGraphLaunch per batch).
+wait at the end. The sequence above is written once, in protocol.py, and used
+as is by every mode: plain streams, copy_streams (other streams per step, joined
+by events) and graph=True (graphs.py captures it once per shape and launches it
+as one cuGraphLaunch per batch). See staging.py (the ring and its signals),
+pageable.py (CPU threads for pageable arrays), tuning.py (chunk="auto"), stats.py
+(what a run did).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -34,14 +38,14 @@ from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.memory import DeviceArray, is_pinned, pinned_empty
 from . import plan as P
 from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, short_switch_interval
-from .graphs import BatchGraphs
+from .graphs import BatchGraphs, GraphRun
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
+from .protocol import DeferredFree, Route, batch_protocol
 from .tuning import ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
 
 STAGING_MODES = ("auto", "ring", "direct")
-_DEVICE_ALIGN = 256
 
 ComputeFn = Callable[[Any, DeviceArray, "DeviceArray | None"], Any]
 
@@ -190,21 +194,25 @@ class StreamPipeline:
         # handles are then plain ints.
         self._hot = HotPath()
         self._hs = [handle_int(h) for h in self._handles] if self._hot.native else list(self._handles)
-        # copy_streams: reusable non-timing events hand a batch from the H2D stream to its
-        # compute stream (one event, always recorded on the H2D stream) and from there to
-        # the D2H stream (one event per compute stream). A wait takes the event's state
+        # Which stream each step of a lane's batches goes on (protocol.Route).
+        # copy_streams: every H2D on one stream, every D2H on another, compute on the
+        # lane's stream; reusable non-timing events hand a batch from the H2D stream to
+        # its compute stream (one event, always recorded on the H2D stream) and from there
+        # to the D2H stream (one event per compute stream). A wait takes the event's state
         # when it is enqueued, so the next record may follow at once; each event is only
-        # ever recorded on one stream, so its records also complete in order.
-        self._handoff = [create_event(self.device, timing=False) for _ in range(1 + self.n_streams)]
-        # copy_streams: a batch's buffer is allocated on the H2D stream but last used on the
-        # D2H stream. Freeing it there would leave the pool nothing to reuse on the H2D
-        # stream while the host runs ahead (it would grow by a batch per batch). Instead
-        # the H2D stream frees it itself, _lag batches later, after waiting for an event
-        # recorded behind its D2H: stream-ordered reuse on one stream, bounded memory.
-        self._lag = max(4, self.n_streams + 2)
-        self._done = [create_event(self.device, timing=False) for _ in range(self._lag)]
-        self._handoff += self._done
+        # ever recorded on one stream, so its records also complete in order. Buffers are
+        # freed _lag batches later on the H2D stream (protocol.DeferredFree).
+        N = self.n_streams
+        self._lag = max(4, N + 2)
+        self._handoff = [create_event(self.device, timing=False) for _ in range(1 + N + self._lag)]
         self._handoff_h = [handle_int(e.handle) if self._hot.native else e.handle for e in self._handoff]
+        if self.copy_streams:
+            s_in, s_out, h_in, h_out = self._all_streams[N], self._all_streams[N + 1], self._hs[N], self._hs[N + 1]
+            self._routes = [Route(s_in, s, s_out, h_in, h, h_out, h2d_done=self._handoff_h[0],
+                                  compute_done=self._handoff_h[1 + k])
+                            for k, (s, h) in enumerate(zip(self.streams, self._hs))]
+        else:
+            self._routes = [Route.one_stream(s, h) for s, h in zip(self.streams, self._hs)]
         self._ring_in = SlotRing(self.slots)
         self._ring_out = SlotRing(self.slots)
         self._copier_in: HostCopier | None = None
@@ -405,13 +413,7 @@ class StreamPipeline:
         for r in probes:
             bounds.append((a, a + r))
             a += r
-        batches = P.batches_from_array(x, out, bounds)
-        saved = (self.synchronous, self.timing)
-        self.synchronous, self.timing = True, True
-        try:
-            pst = self._execute(batches, stage_in, stage_out, use_graphs=False)  # probes need stage timing
-        finally:
-            self.synchronous, self.timing = saved
+        pst = self._probe(P.batches_from_array(x, out, bounds), stage_in, stage_out)
         self.probe_stats = pst
         t1, t2 = pst.timings[1], pst.timings[2]
         n1, n2 = bounds[1][1] - bounds[1][0], bounds[2][1] - bounds[2][0]
@@ -431,26 +433,23 @@ class StreamPipeline:
         )
         return choice.rows, choice, a, len(probes)
 
+    def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None) -> PipelineStats:
+        """A probe run for chunk="auto": each batch waits for the previous one, with
+        per-stage timing events, never as a graph (the stage times are what it is for)."""
+        return self._execute(batches, stage_in, stage_out, PROBE_RUN)
+
+    def _run_mode(self) -> RunMode:
+        # A graph's nodes are fixed: no per-batch timing events in graph mode.
+        return RunMode(timing=self.timing and not self.graph, synchronous=self.synchronous, graphs=self.graph)
+
     # ------------------------------------------------------------------ the loop
     def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None,
-                 use_graphs: bool = True) -> PipelineStats:
-        n = len(batches)
-        K = self.slots
-        ring_in = stage_in == "ring"
-        ring_out = stage_out == "ring"
-        has_out = stage_out is not None
-        compute = self.compute
-        streams, handles, hs = self.streams, self._handles, self._hs
-        N = len(streams)
-        pool = self.pool
-        d = self._drv
-        hot = self._hot
-        gx = self._graphs if use_graphs else None  # graph=True: see graphs.py
-        timing = self.timing and gx is None  # a graph's nodes are fixed: no per-batch timing events
-        start_h = self._start_event.handle
-        in_dtype = batches[0].src.dtype
-        out_dtype = batches[0].dst.dtype if has_out else None
-
+                 mode: RunMode | None = None) -> PipelineStats:
+        """Enqueue every batch (the host-driver pattern of the module docstring), wait
+        once at the end, and return what the run did."""
+        mode = self._run_mode() if mode is None else mode
+        n, K, N = len(batches), self.slots, self.n_streams
+        ring_in, ring_out, has_out = stage_in == "ring", stage_out == "ring", stage_out is not None
         stats = PipelineStats(
             batches=n, streams=N, slots=K, recycle=self.recycle, copy_streams=self.copy_streams,
             staging={"input": stage_in, "output": stage_out or "none"},
@@ -462,224 +461,168 @@ class StreamPipeline:
             self._ring_out.ensure(max(b.out_bytes for b in batches))
         stats.pinned_ring_bytes = (self._ring_in.pinned_bytes if ring_in else 0) + (
             self._ring_out.pinned_bytes if ring_out else 0)
+        in_dtype = batches[0].src.dtype
+        out_dtype = batches[0].dst.dtype if has_out else None
+        gx = self._graphs if mode.graphs else None  # graph=True: see graphs.py
         if gx is not None:
-            gx.begin_run(compute=compute, stage_in=stage_in, stage_out=stage_out, in_dtype=in_dtype,
-                         out_dtype=out_dtype, ring_in=self._ring_in, ring_out=self._ring_out)
+            gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
+                         self._routes, self._ring_in, self._ring_out)
 
-        stop = threading.Event()
-        signals: list[Any] = []
-        stager: InputStager | None = None
-        drainer: OutputDrainer | None = None
-        live: list[tuple[int, Any, Any]] = []  # (device pointer, stream, done event) not yet freed
-        inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
-        timings: list[BatchTiming] = []
-        enqueue_us: list[float] = []
-        wait_s = 0.0
-        pos = 0
-        b = batches[0]
+        run = _Run(batches, stop=threading.Event())
         self._running = True
         switch = short_switch_interval() if (ring_in or ring_out) else contextlib.nullcontext()
         drained = True
+        pos, b = 0, batches[0]
         t_start = time.perf_counter()
         try:
             with switch:
-                if ring_in:
-                    if gx is not None:  # graph mode: the graphs' host nodes post these: they outlive the run
-                        free_in = gx.ring_signals("in")
-                    else:
-                        free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
-                        signals += free_in
-                    stager = InputStager(self._ring_in, free_in, [bb.src for bb in batches], self._copier("in"), stop,
-                                         on_start=self._worker_setup)
-                    stager.start()
-                if ring_out:
-                    if gx is not None:
-                        ready_out = gx.ring_signals("out")
-                    else:
-                        ready_out = [make_signal(self.recycle, self.device, initial=0) for _ in range(K)]
-                        signals += ready_out
-                    drainer = OutputDrainer(self._ring_out, ready_out, [threading.Semaphore(1) for _ in range(K)],
-                                            self._copier("out"), stop, on_start=self._worker_setup)
-                    drainer.start()
-                # One start event that every stream waits for: a common time origin.
-                self._check("cuEventRecord", d.cuEventRecord(start_h, handles[0]))
-                for h in handles[1:]:
-                    self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(h, start_h, 0))
-
-                engine = self.copy_streams
-                if engine:  # every H2D on one stream, every D2H on another
-                    s_in, s_out = self._all_streams[N], self._all_streams[N + 1]
-                    h_in, h_out = hs[N], hs[N + 1]
-                    ev_in, ev_c_of = self._handoff_h[0], self._handoff_h[1:1 + N]
-                    ev_done_of, lag = self._handoff_h[1 + N:], self._lag
+                enqueue = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype)
+                stager, drainer, routes, hs = run.stager, run.drainer, self._routes, self._hs
+                ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
+                synchronous, timing = mode.synchronous, mode.timing
+                enqueue_us = run.enqueue_us
                 t_loop = time.perf_counter()
                 for pos, b in enumerate(batches):
-                    s, h = streams[pos % N], hs[pos % N]
-                    if not engine:
-                        s_in = s_out = s
-                        h_in = h_out = h
-                    tw = time.perf_counter()
-                    slot = pos % K
+                    lane, slot = pos % N, pos % K
+                    # ---- host side: the input in its slot (the stager's work), the output's address
                     if ring_in:
+                        tw = time.perf_counter()
                         stager.take(pos)  # type: ignore[union-attr]
-                        src = self._ring_in.address(slot)
+                        run.wait_s += time.perf_counter() - tw
+                        src = ring_in_addr(slot)
                     else:
                         src = b.src_addr
-                    if ring_out:
-                        dst = self._ring_out.address(slot)  # acquired just before the D2H, below
-                    elif has_out:
-                        dst = b.dst_addr
+                    dst = ring_out_addr(slot) if ring_out else b.dst_addr
+                    # ---- enqueue batch pos: its graph (graph=True), or the protocol; no waits
+                    # but for the output slot (host wait) and no captures (capture_ms): run.off_s
+                    off = run.off_s
                     t0 = time.perf_counter()
-                    wait_s += t0 - tw
-
-                    # ---- graph mode (graph=True, graphs.py): the batch's graph, captured on
-                    # first use, replaces the enqueue block below with one cuGraphLaunch
-                    if gx is not None:
-                        # The graph writes the output slot, and a capture records its signal:
-                        # the drain thread must be done with the slot before either.
-                        if ring_out:
-                            tw = time.perf_counter()
-                            drainer.acquire_slot(slot)  # type: ignore[union-attr]
-                            t_acq = time.perf_counter() - tw
-                            wait_s += t_acq
-                            t0 += t_acq
-                        g, capture_s = gx.graph_for(b, slot, pos % N, s, src, dst if has_out else 0)
-                        if g is None and ring_out:  # the normal path below acquires it again
-                            drainer.free[slot].release()  # type: ignore[union-attr]
-                        if g is not None:
-                            t0 += capture_s  # not enqueue time: stats.graph["capture_ms"]
-                            gx.launch(g, src, dst if has_out else 0, h)
-                            if ring_out:
-                                drainer.submit(slot, b.dst_addr, b.out_bytes)  # type: ignore[union-attr]
-                            t1 = time.perf_counter()
-                            enqueue_us.append((t1 - t0) * 1e6)
-                            if self.synchronous:
-                                with drv.translated("cuStreamSynchronize"):
-                                    s.sync()
-                                wait_s += time.perf_counter() - t1
-                            continue
-                        # None: the cache is full and this shape has no graph: the normal path
-
-                    # ---- enqueue batch pos: alloc, H2D, compute, D2H, free; no waits
-                    in_bytes, out_bytes = b.in_bytes, b.out_bytes
-                    out_off = (in_bytes + _DEVICE_ALIGN - 1) // _DEVICE_ALIGN * _DEVICE_ALIGN
-                    dev_bytes = out_off + out_bytes if (has_out and compute is not None) else in_bytes
-                    if engine and len(live) >= lag:  # free the buffer of batch pos - lag (see _start)
-                        old_ptr, _, old_done = live[0]
-                        hot.stream_wait_event(h_in, old_done)
-                        pool.free_ptr(old_ptr, h_in)
-                        del live[0]  # only now: if the free raised, the abort path frees it
-                    ptr = pool.allocate_ptr(dev_bytes, h_in)
-                    live.append((ptr, h_in, None))
-                    evs = self._events() if timing else None
-                    if evs:
-                        inflight.append((b.index, evs))  # read back (or given back) later
-                        hot.event_record(evs[0][1], h_in)
-                    hot.memcpy_htod(ptr, src, in_bytes, h_in)
-                    if ring_in:
-                        free_in[slot].arm(s_in)
-                    if evs:
-                        hot.event_record(evs[1][1], h_in)
-                    if engine:  # compute waits for this H2D only
-                        hot.event_record(ev_in, h_in)
-                        hot.stream_wait_event(h, ev_in)
-                    x = DeviceArray(ptr, b.in_shape, in_dtype)
-                    if compute is not None:
-                        y = DeviceArray(ptr + out_off, b.out_shape, out_dtype) if has_out else None
-                        compute(s, x, y)
+                    g = self._graph_for(run, gx, b, slot, lane, src, dst) if gx is not None else None
+                    if g is not None:
+                        gx.launch(g, src, dst, hs[lane])  # type: ignore[union-attr]
                     else:
-                        y = x
-                    if evs:
-                        hot.event_record(evs[2][1], h)
-                    if engine:  # the D2H waits for this compute only
-                        ev_c = ev_c_of[pos % N]
-                        hot.event_record(ev_c, h)
-                        hot.stream_wait_event(h_out, ev_c)
+                        enqueue(b, lane, slot, src, dst)
                     if ring_out:
-                        # Wait for the output slot only now: this batch's H2D and compute
-                        # are already queued while the drain thread empties the slot.
-                        tw = time.perf_counter()
-                        drainer.acquire_slot(slot)  # type: ignore[union-attr]
-                        t_acq = time.perf_counter() - tw
-                        wait_s += t_acq
-                        t0 += t_acq  # not enqueue time
-                    if has_out:
-                        hot.memcpy_dtoh(dst, y.ptr, out_bytes, h_out)
-                    if evs:
-                        hot.event_record(evs[3][1], h_out)
-                    if ring_out:
-                        ready_out[slot].arm(s_out)
-                        drainer.submit(slot, b.dst_addr, out_bytes)  # type: ignore[union-attr]
-                    if engine:  # freed lag batches later, on the H2D stream, behind this event
-                        done = ev_done_of[pos % lag]
-                        hot.event_record(done, h_out)
-                        live[-1] = (ptr, h_in, done)
-                    else:
-                        pool.free_ptr(ptr, h)
-                        live.pop()
+                        drainer.submit(slot, b.dst_addr, b.out_bytes)  # type: ignore[union-attr]
                     t1 = time.perf_counter()
-                    enqueue_us.append((t1 - t0) * 1e6)
+                    enqueue_us.append((t1 - t0 - (run.off_s - off)) * 1e6)
                     # ---- bookkeeping, off the critical path of the GPU
-                    if evs:
-                        self._harvest(inflight, timings, start_h, block=False)
-                    if self.synchronous:
+                    if timing:
+                        self._harvest(run.inflight, run.timings, block=False)
+                    if synchronous:
                         with drv.translated("cuStreamSynchronize"):
-                            s_out.sync()
-                        wait_s += time.perf_counter() - t1
-                # copy_streams: the buffers still waiting for their deferred free go on the
-                # D2H stream, behind every D2H (nothing is allocated after them in this run).
-                while live:
-                    pool.free_ptr(live[0][0], h_out)
-                    del live[0]
-                loop_s = time.perf_counter() - t_loop
-                loop_wait_s = wait_s
-
-                # ---- one wait at the end: join every stream into stream 0
-                end_h = self._end_event.handle
-                for i in range(1, len(handles)):
-                    j_ev = self._join_events[i].handle
-                    self._check("cuEventRecord", d.cuEventRecord(j_ev, handles[i]))
-                    self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(handles[0], j_ev, 0))
-                self._check("cuEventRecord", d.cuEventRecord(end_h, handles[0]))
-                tw = time.perf_counter()
-                if drainer is not None:
-                    drainer.finish()
-                    drainer.wait_done()
-                self._check("cuEventSynchronize", d.cuEventSynchronize(end_h))
-                if stager is not None:
-                    stager.join()
-                    stager.raise_error()
-                wait_s += time.perf_counter() - tw
-                self._harvest(inflight, timings, start_h, block=True)
-                stats.gpu_span_ms = self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
+                            routes[lane].d2h_stream.sync()
+                        run.wait_s += time.perf_counter() - t1
+                if run.deferred is not None:
+                    run.deferred.flush(self._routes[0].d2h)
+                loop_s, loop_wait_s = time.perf_counter() - t_loop, run.wait_s
+                stats.gpu_span_ms = self._finish_run(run)
         except BaseException as exc:
-            released, drained = self._abort(live, stop, stager, drainer, inflight)
+            released, drained = self._abort(run.live, run.stop, run.stager, run.drainer, run.inflight)
             if gx is not None:
                 gx.after_abort(drained)
             _annotate(exc, b, pos, n, released, K)
             raise
         finally:
             if drained:
-                for sig in signals:
+                for sig in run.signals:
                     sig.close()
             else:  # a host function may still run some day: keep its semaphore's memory alive
-                _ORPHANED_SIGNALS.extend(signals)
+                _ORPHANED_SIGNALS.extend(run.signals)
             self._running = False
         stats.wall_ms = (time.perf_counter() - t_start) * 1e3
-        stats.enqueue_us_per_batch = sum(enqueue_us) / n
+        stats.enqueue_us_per_batch = sum(run.enqueue_us) / n
         stats.loop_us_per_batch = max(loop_s - loop_wait_s, 0.0) * 1e6 / n
-        stats.host_wait_ms = wait_s * 1e3
-        stats.enqueue_us = enqueue_us
-        stats.timings = timings
+        stats.host_wait_ms = run.wait_s * 1e3
+        stats.enqueue_us = run.enqueue_us
+        stats.timings = run.timings
         if gx is not None:
             stats.graph = gx.run_stats(n)
-        if timings:
-            stats.busy_ms = busy_from_timings(timings, compute is not None, has_out)
+        if run.timings:
+            stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)
         return stats
 
-    def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], start_h: Any, block: bool) -> None:
+    def _open_run(self, run: "_Run", mode: RunMode, gx: BatchGraphs | None, ring_in: bool, ring_out: bool,
+                  has_out: bool, in_dtype: Any, out_dtype: Any) -> Any:
+        """Start the staging threads with the ring's slot signals, make every stream wait
+        for one start event, and build this run's protocol."""
+        K = self.slots
+        free_in = ready_out = None
+        if ring_in:
+            if gx is not None:  # graph mode: the graphs' host nodes post these: they outlive the run
+                free_in = gx.ring_signals("in")
+            else:
+                free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
+                run.signals += free_in
+            run.stager = InputStager(self._ring_in, free_in, [bb.src for bb in run.batches], self._copier("in"),
+                                     run.stop, on_start=self._worker_setup)
+            run.stager.start()
+        if ring_out:
+            if gx is not None:
+                ready_out = gx.ring_signals("out")
+            else:
+                ready_out = [make_signal(self.recycle, self.device, initial=0) for _ in range(K)]
+                run.signals += ready_out
+            run.drainer = OutputDrainer(self._ring_out, ready_out, [threading.Semaphore(1) for _ in range(K)],
+                                        self._copier("out"), run.stop, on_start=self._worker_setup)
+            run.drainer.start()
+        # One start event that every stream waits for: a common time origin.
+        d, handles, start_h = self._drv, self._handles, self._start_event.handle
+        self._check("cuEventRecord", d.cuEventRecord(start_h, handles[0]))
+        for h in handles[1:]:
+            self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(h, start_h, 0))
+        if self.copy_streams:
+            run.deferred = DeferredFree(self.pool, self._hot, self._handoff_h[1 + self.n_streams:], run.live)
+        return batch_protocol(
+            hot=self._hot, routes=self._routes, compute=self.compute, has_out=has_out, in_dtype=in_dtype,
+            out_dtype=out_dtype, alloc=self.pool.allocate_ptr, free=self.pool.free_ptr, deferred=run.deferred,
+            live=run.live, free_in=None if free_in is None else [sig.arm for sig in free_in],
+            ready_out=None if ready_out is None else [sig.arm for sig in ready_out],
+            stage_events=run.stage_events(self._events) if mode.timing else None,
+            acquire_out=run.acquire_out if ring_out else None,
+        )
+
+    def _graph_for(self, run: "_Run", gx: BatchGraphs, b: P.Batch, slot: int, lane: int, src: int,
+                   dst: int) -> Any:
+        """graph=True: batch b's graph, captured on first use (the capture's time is not
+        enqueue time: stats.graph["capture_ms"]), or None: run it through the protocol.
+        The graph writes the output slot, and a capture records its signal: the drain
+        thread must be done with the slot before either."""
+        drainer = run.drainer
+        if drainer is not None:
+            run.acquire_out(slot)
+        g, capture_s = gx.graph_for(b, slot, lane, src, dst)
+        run.off_s += capture_s
+        if g is None and drainer is not None:  # the protocol acquires it again
+            drainer.free[slot].release()
+        return g
+
+    def _finish_run(self, run: "_Run") -> float:
+        """The one wait at the end: join every stream into stream 0, wait for the end
+        event and the staging threads, read the last stage times. Returns the GPU span
+        (ms, start event to end event)."""
+        d, handles = self._drv, self._handles
+        start_h, end_h = self._start_event.handle, self._end_event.handle
+        for i in range(1, len(handles)):
+            j_ev = self._join_events[i].handle
+            self._check("cuEventRecord", d.cuEventRecord(j_ev, handles[i]))
+            self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(handles[0], j_ev, 0))
+        self._check("cuEventRecord", d.cuEventRecord(end_h, handles[0]))
+        tw = time.perf_counter()
+        if run.drainer is not None:
+            run.drainer.finish()
+            run.drainer.wait_done()
+        self._check("cuEventSynchronize", d.cuEventSynchronize(end_h))
+        if run.stager is not None:
+            run.stager.join()
+            run.stager.raise_error()
+        run.wait_s += time.perf_counter() - tw
+        self._harvest(run.inflight, run.timings, block=True)
+        return self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
+
+    def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], block: bool) -> None:
         """Read the stage times of batches whose last event has completed (in order)."""
-        d = self._drv
+        d, start_h = self._drv, self._start_event.handle
         while inflight:
             index, evs = inflight[0]
             if not block:
@@ -721,6 +664,56 @@ class StreamPipeline:
             _, evs = inflight.popleft()
             self._give_back_events(evs)
         return freed, drained
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMode:
+    """How one run treats its batches."""
+
+    timing: bool  # four timing events per batch: per-stage stats
+    synchronous: bool  # wait for each batch before the next
+    graphs: bool  # one CUDA graph launch per batch (graphs.py)
+
+
+PROBE_RUN = RunMode(timing=True, synchronous=True, graphs=False)  # chunk="auto" probes: stage times
+
+
+class _Run:
+    """What one run holds while it goes: its staging threads and signals, the device
+    allocations not yet freed in stream order, the timing events in flight, and the
+    host's own clock."""
+
+    def __init__(self, batches: list[P.Batch], stop: threading.Event):
+        self.batches, self.stop = batches, stop
+        self.signals: list[Any] = []  # made for this run: closed at its end
+        self.stager: InputStager | None = None
+        self.drainer: OutputDrainer | None = None
+        self.deferred: DeferredFree | None = None
+        self.live: list[tuple[int, Any, Any]] = []  # (device pointer, stream, done event) not yet freed
+        self.inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
+        self.timings: list[BatchTiming] = []
+        self.enqueue_us: list[float] = []
+        self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
+        self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
+
+    def acquire_out(self, slot: int) -> None:
+        """Wait until the drain thread is done with output slot ``slot``."""
+        tw = time.perf_counter()
+        self.drainer.acquire_slot(slot)  # type: ignore[union-attr]
+        dt = time.perf_counter() - tw
+        self.wait_s += dt
+        self.off_s += dt
+
+    def stage_events(self, take: Any) -> Any:
+        """The protocol's source of timing events: four per batch, read back later."""
+        inflight = self.inflight
+
+        def events(index: int) -> list[tuple[Any, Any]]:
+            evs = take()
+            inflight.append((index, evs))
+            return evs
+
+        return events
 
 
 _ORPHANED_SIGNALS: list[Any] = []

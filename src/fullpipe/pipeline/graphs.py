@@ -5,7 +5,8 @@ slot signal, compute launch, D2H, output signal, free: ~18 us on an H200 host).
 With ``graph=True`` that sequence is captured once into a CUDA graph
 (``cuStreamBeginCapture`` in thread-local mode ... ``cuStreamEndCapture``,
 ``cuGraphInstantiate``) and each later batch of the same shapes is one
-``cuGraphLaunch``. What one graph holds, in stream order::
+``cuGraphLaunch``. The capture runs the executor's own per-batch protocol
+(protocol.py) on the captured stream, so what one graph holds, in stream order, is::
 
     mem-alloc node      (the captured cuMemAllocFromPoolAsync: graph memory, see below)
     memcpy node         H2D from the ring slot or the user's pinned array
@@ -60,9 +61,8 @@ from typing import Any
 
 from ..cuda import driver as drv
 from ..cuda.hotpath import HotPath, Memcpy3D, handle_int
-from ..cuda.memory import DeviceArray
 from ..errors import CudaError
-from .plan import align_up
+from .protocol import Route, batch_protocol
 from .staging import GpuSignal, make_signal
 
 MAX_GRAPHS = 64
@@ -96,6 +96,28 @@ class _Graph:
     signals: tuple  # the ring signals whose nodes the graph holds (told of each launch)
 
 
+@dataclasses.dataclass(frozen=True)
+class GraphRun:
+    """What one run's graphs depend on (besides a batch's lane and shapes)."""
+
+    compute: Any
+    ring_in: bool  # the input comes from a ring slot (else from the user's pinned array)
+    ring_out: bool
+    has_out: bool
+    in_dtype: Any
+    out_dtype: Any
+    by_slot: bool  # graphs are cached per ring slot (a ring side), else per stream
+    direct: bool  # a side's host address is updated per launch
+    key: tuple  # the part of the cache key that the run sets
+
+    @classmethod
+    def of(cls, compute: Any, stage_in: str, stage_out: str | None, in_dtype: Any, out_dtype: Any) -> "GraphRun":
+        return cls(compute=compute, ring_in=stage_in == "ring", ring_out=stage_out == "ring",
+                   has_out=stage_out is not None, in_dtype=in_dtype, out_dtype=out_dtype,
+                   by_slot="ring" in (stage_in, stage_out), direct="direct" in (stage_in, stage_out),
+                   key=(stage_in, stage_out, str(in_dtype), str(out_dtype)))
+
+
 class BatchGraphs:
     """The graphs of one StreamPipeline, with their cache and the ring signals they post.
 
@@ -115,7 +137,8 @@ class BatchGraphs:
         self._signals: dict[str, list[GpuSignal]] = {}
         self._ctx_h: Any = None
         self._direct_unsupported: str | None = None
-        self._run: dict[str, Any] = {}
+        self._run: GraphRun | None = None
+        self._routes: list[Route] = []
         self.launches = self.captures = self.fallbacks = 0
         self.capture_s = 0.0
 
@@ -123,29 +146,21 @@ class BatchGraphs:
         return len(self._cache)
 
     # ------------------------------------------------------------------ per run
-    def begin_run(self, *, compute: Any, stage_in: str, stage_out: str | None, in_dtype: Any, out_dtype: Any,
-                  ring_in: Any, ring_out: Any) -> None:
-        """Set what this run's graphs depend on; drop graphs that can never be launched
-        again (another compute object, a reallocated ring)."""
-        if compute is not self._compute:
+    def begin_run(self, run: GraphRun, routes: list[Route], ring_in: Any, ring_out: Any) -> None:
+        """Set what this run's graphs depend on (``routes``: each lane's streams, as the
+        executor's protocol uses them); drop graphs that can never be launched again
+        (another compute object, a reallocated ring)."""
+        if run.compute is not self._compute:
             self.clear()
-            self._compute = compute
+            self._compute = run.compute
         ring_id = (ring_in.slot_bytes, tuple(ring_in.address(k) for k in range(ring_in.slots))
                    if ring_in.slot_bytes else (),
                    ring_out.slot_bytes, tuple(ring_out.address(k) for k in range(ring_out.slots))
                    if ring_out.slot_bytes else ())
-        uses_ring = stage_in == "ring" or stage_out == "ring"
-        if uses_ring and ring_id != self._ring_id:
+        if run.by_slot and ring_id != self._ring_id:
             self._drop(ring=True)
             self._ring_id = ring_id
-        has_out = stage_out is not None
-        self._run = dict(
-            compute=compute, ring_in=stage_in == "ring", ring_out=stage_out == "ring", has_out=has_out,
-            in_dtype=in_dtype, out_dtype=out_dtype, by_slot=uses_ring,
-            direct=stage_in == "direct" or stage_out == "direct",  # a side updated per launch
-            # what else a graph depends on; the lane and the shapes are added per batch
-            ctx=(stage_in, stage_out, str(in_dtype), str(out_dtype)),
-        )
+        self._run, self._routes = run, routes
         self.launches = self.captures = self.fallbacks = 0
         self.capture_s = 0.0
 
@@ -161,19 +176,19 @@ class BatchGraphs:
         return sigs
 
     # ------------------------------------------------------------------ per batch
-    def graph_for(self, b: Any, slot: int, lane: int, stream: Any, src: int, dst: int) -> tuple[_Graph | None, float]:
+    def graph_for(self, b: Any, slot: int, lane: int, src: int, dst: int) -> tuple[_Graph | None, float]:
         """Batch ``b``'s graph and the seconds spent capturing it now (0.0 when cached).
         None: the cache is full and this shape has no graph; run the batch without one."""
         r = self._run
-        key = (r["ctx"], slot if r["by_slot"] else lane, b.in_shape, b.out_shape)
+        key = (r.key, slot if r.by_slot else lane, b.in_shape, b.out_shape)  # type: ignore[union-attr]
         g = self._cache.get(key)
         if g is not None:
             return g, 0.0
-        if len(self._cache) >= self.max_graphs or (self._direct_unsupported and r["direct"]):
+        if len(self._cache) >= self.max_graphs or (self._direct_unsupported and r.direct):  # type: ignore[union-attr]
             self.fallbacks += 1
             return None, 0.0
         t0 = time.perf_counter()
-        g = self._capture(b, slot, stream, src, dst)
+        g = self._capture(b, slot, lane, src, dst)
         dt = time.perf_counter() - t0
         self.capture_s += dt
         if g is None:
@@ -200,42 +215,24 @@ class BatchGraphs:
         self.launches += 1
 
     # ------------------------------------------------------------------ capture
-    def _capture(self, b: Any, slot: int, stream: Any, src: int, dst: int) -> _Graph | None:
-        """Capture batch ``b``'s work on ``stream`` (nothing runs) and instantiate it.
+    def _capture(self, b: Any, slot: int, lane: int, src: int, dst: int) -> _Graph | None:
+        """Capture batch ``b``'s work on its lane's stream (nothing runs): the executor's
+        own protocol, enqueued while the stream is captured. Then instantiate it.
         Returns None when a direct side's memcpy node cannot be found for updates."""
         d = drv.driver()
         r = self._run
-        compute, has_out = r["compute"], r["has_out"]
-        ring_in, ring_out = r["ring_in"], r["ring_out"]
-        sh = stream.handle
-        in_bytes, out_bytes = b.in_bytes, b.out_bytes
-        out_off = align_up(in_bytes)
-        dev_bytes = out_off + out_bytes if (has_out and compute is not None) else in_bytes
+        assert r is not None
         if self._ctx_h is None:
             ctx = drv.call("cuCtxGetCurrent")
             self._ctx_h = handle_int(ctx) if self.hot.native else ctx
-        signals: list[GpuSignal] = []
+        # the ring signals whose nodes the graph will hold
+        held = tuple(self._signals[side][slot] for side, used in (("in", r.ring_in), ("out", r.ring_out)) if used)
+        sh = self._routes[lane].stream.handle
         drv.call("cuStreamBeginCapture", sh, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         failure: BaseException | None = None
         ptr = y_ptr = 0
-        try:  # the same sequence as the executor's non-graph path, on one stream
-            ptr = int(drv.call("cuMemAllocFromPoolAsync", dev_bytes, self.pool.handle, sh))
-            drv.call("cuMemcpyHtoDAsync", ptr, src, in_bytes, sh)
-            if ring_in:
-                signals.append(self._signals["in"][slot])
-                signals[-1].arm_in_capture(stream)  # a node that raises it on every launch
-            x = DeviceArray(ptr, b.in_shape, r["in_dtype"])
-            y_ptr = ptr
-            if compute is not None:
-                y = DeviceArray(ptr + out_off, b.out_shape, r["out_dtype"]) if has_out else None
-                compute(stream, x, y)
-                y_ptr = ptr + out_off
-            if has_out:
-                drv.call("cuMemcpyDtoHAsync", dst, y_ptr, out_bytes, sh)
-            if ring_out:
-                signals.append(self._signals["out"][slot])
-                signals[-1].arm_in_capture(stream)  # a node that raises it on every launch
-            drv.call("cuMemFreeAsync", ptr, sh)
+        try:
+            ptr, y_ptr = self._protocol()(b, lane, slot, src, dst)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
             failure = exc
         graph, end_error = self._end_capture(sh)  # always: the stream must leave capture mode
@@ -248,9 +245,9 @@ class BatchGraphs:
             raise GraphCaptureError(_capture_message(b, end_error)) from end_error
         exe = None
         try:
-            h2d = None if ring_in else self._find_copy(graph, "h2d", src, ptr, in_bytes)
-            d2h = None if (ring_out or not has_out) else self._find_copy(graph, "d2h", dst, y_ptr, out_bytes)
-            if (not ring_in and h2d is None) or (has_out and not ring_out and d2h is None):
+            h2d = None if r.ring_in else self._find_copy(graph, "h2d", src, ptr, b.in_bytes)
+            d2h = None if (r.ring_out or not r.has_out) else self._find_copy(graph, "d2h", dst, y_ptr, b.out_bytes)
+            if (not r.ring_in and h2d is None) or (r.has_out and not r.ring_out and d2h is None):
                 self._direct_unsupported = (
                     "direct staging: the captured graph has no plain memcpy node for the batch's host "
                     "copy, so its host address cannot be updated per launch; those batches ran without a graph")
@@ -265,7 +262,24 @@ class BatchGraphs:
         if exe is None:
             return None
         exec_h = handle_int(exe) if self.hot.native else exe
-        return _Graph(graph, exe, exec_h, ring_in or ring_out, h2d, d2h, tuple(signals))
+        return _Graph(graph, exe, exec_h, r.ring_in or r.ring_out, h2d, d2h, held)
+
+    def _protocol(self) -> Any:
+        """The executor's per-batch protocol as a capture enqueues it: on the lane's one
+        stream, stream-ordered allocation on the pool's handle (it becomes a graph
+        mem-alloc node: graph memory, freed by the graph's own mem-free node), ring slots
+        signalled by nodes that run on every launch, no timing events, no host waits."""
+        r = self._run
+        assert r is not None
+        hot = self.hot
+        pool_h = handle_int(self.pool.handle) if hot.native else self.pool.handle
+        return batch_protocol(
+            hot=hot, routes=self._routes, compute=r.compute, has_out=r.has_out, in_dtype=r.in_dtype,
+            out_dtype=r.out_dtype, alloc=lambda nbytes, stream_h: hot.alloc_from_pool(nbytes, pool_h, stream_h),
+            free=hot.free_async,
+            free_in=[s.arm_in_capture for s in self._signals["in"]] if r.ring_in else None,
+            ready_out=[s.arm_in_capture for s in self._signals["out"]] if r.ring_out else None,
+        )
 
     def _end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
         """cuStreamEndCapture; never raises (an invalidated capture returns its error)."""

@@ -1,4 +1,5 @@
-// The pipeline experiments' per-batch compute: an element-wise integer mix whose
+// fullpipe's calibrated test workload (pipeline/workload.py), the per-batch compute of the
+// pipeline, its experiments and the tracer's tests: an element-wise integer mix whose
 // arithmetic intensity is set by `rounds`. Memory traffic is fixed (4 bytes read,
 // 4 written per element); the time grows linearly with `rounds`, so an experiment
 // can make compute as long as a copy (balanced), much shorter (copy-bound) or

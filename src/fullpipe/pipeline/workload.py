@@ -1,4 +1,5 @@
-"""fullpipe's own per-batch compute for the pipeline and its experiments.
+"""fullpipe's calibrated test workload: the per-batch compute of the pipeline, its
+experiments and tests, and of the tracer's tests.
 
 :class:`MixKernel` is a compute callable for :class:`StreamPipeline`:
 ``y = mix^rounds(x)`` element-wise on uint32 (workload.cu). Its memory traffic is
@@ -7,6 +8,10 @@ compute time of a batch to match its copy time (balanced), or make it much
 shorter (copy-bound) or longer (compute-bound), with :func:`calibrate_rounds`
 measuring on the same device in the same run. :func:`reference` reproduces every
 bit with NumPy.
+
+:class:`TracedPipeline` runs the same kernel in a small hand-built H2D -> kernel ->
+D2H pipeline (fullpipe.cuda primitives only, every operation stamped for the
+tracer): what the tracer's tests and ``scripts/record-test-traces`` trace.
 """
 
 from __future__ import annotations
@@ -18,7 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from ..cuda.events import elapsed_ms, join, record, wait
+from ..cuda.memory import copy_d2h, copy_h2d, pinned_empty
+from ..cuda.pool import DevicePool
+from ..cuda.streams import create_stream
+from ..cuda.timing import median, time_on_stream
+from ..trace import name_stream, nvtx, stamp
 
+KERNEL_NAME = "workload_mix"
 LCG_MUL = np.uint32(1664525)
 LCG_ADD = np.uint32(1013904223)
 BLOCK = 256
@@ -49,7 +61,7 @@ class MixKernel:
             raise ValueError(f"rounds must be an int in [0, 2**31), got {rounds!r}")
         self.rounds = int(rounds)
         self.device = device
-        self.kernel = compile_package_kernel("pipeline/workload.cu", device=device).kernel("workload_mix")
+        self.kernel = compile_package_kernel("pipeline/workload.cu", device=device).kernel(KERNEL_NAME)
         self.max_blocks = device.facts.sm_count * blocks_per_sm
         # The launch is on the pipeline's per-batch hot path: a ctypes cuLaunchKernel
         # with arguments packed once (see cuda/hotpath.py), not cuda.core's launch().
@@ -81,8 +93,6 @@ class MixKernel:
 
 def time_kernel_ms(kernel: MixKernel, stream: Any, x: Any, y: Any, repeat: int = 5) -> float:
     """Median milliseconds of one launch on ``stream`` (events on that stream)."""
-    from ..cuda.timing import median, time_on_stream
-
     return median(time_on_stream(lambda: kernel(stream, x, y), stream, warmup=1, repeat=repeat))
 
 
@@ -105,3 +115,139 @@ def calibrate_rounds(kernel: MixKernel, stream: Any, x: Any, y: Any, target_ms: 
         per_round = max((t - t0) / rounds, 1e-9)
         rounds = int(min(max_rounds, max(0, round((target_ms - t0) / per_round))))
     return rounds, t
+
+
+class TracedPipeline:
+    """Pinned uint32 input/output batches, one device (in, out) buffer pair per stream,
+    each batch H2D -> MixKernel -> D2H on one stream (serial) or round-robin over
+    several (overlapped). Every operation is wrapped in :func:`fullpipe.trace.stamp`
+    with the batch index as tag: CUPTI records get their batch, and the event fallback
+    has ranges to show.
+
+        wl = TracedPipeline(device, batches=12, batch_bytes=16 << 20)
+        wl.calibrate()           # compute as long as one batch's H2D: balanced
+        wl.run(streams=1)        # serial: no overlap possible
+        wl.run(streams=3)        # overlapped
+        wl.verify()
+        wl.close()
+    """
+
+    def __init__(self, device: Any, *, batches: int = 12, batch_bytes: int = 16 << 20, max_streams: int = 3,
+                 seed: int = 0):
+        if batches < 1 or max_streams < 1:
+            raise ValueError("batches and max_streams must be >= 1")
+        if batch_bytes < 4096 or batch_bytes % 16:
+            raise ValueError("batch_bytes must be a multiple of 16 and at least 4096")
+        self.device, self.batches, self.max_streams = device, batches, max_streams
+        self.n = batch_bytes // 4
+        self.batch_bytes = self.n * 4
+        self.kernel = MixKernel(device, rounds=1)
+        self.grid = self.kernel.grid_for(self.n)
+        self.streams = [create_stream(device) for _ in range(max_streams)]
+        self.host_in = pinned_empty((batches, self.n), np.uint32)
+        self.host_in[:] = np.random.default_rng(seed).integers(0, 2**32, self.host_in.shape, dtype=np.uint32)
+        self.host_out = pinned_empty((batches, self.n), np.uint32)
+        self.reset_output()
+        self.pool = DevicePool(device)
+        s0 = self.streams[0]
+        self.d_in = [self.pool.empty(self.n, np.uint32, s0) for _ in range(max_streams)]
+        self.d_out = [self.pool.empty(self.n, np.uint32, s0) for _ in range(max_streams)]
+        s0.sync()
+
+    @property
+    def rounds(self) -> int:
+        return self.kernel.rounds
+
+    # ------------------------------------------------------------------ pieces
+    def _h2d(self, i: int, j: int, stream: Any) -> None:
+        with stamp("h2d", stream, tag=i, nbytes=self.batch_bytes):
+            copy_h2d(self.d_in[j].ptr, self.host_in[i], stream)
+
+    def _kernel(self, i: int, j: int, stream: Any) -> None:
+        with stamp("kernel", stream, tag=i, name=KERNEL_NAME):
+            self.kernel(stream, self.d_in[j], self.d_out[j])
+
+    def _d2h(self, i: int, j: int, stream: Any) -> None:
+        with stamp("d2h", stream, tag=i, nbytes=self.batch_bytes):
+            copy_d2h(self.host_out[i], self.d_out[j].ptr, stream)
+
+    # ------------------------------------------------------------------ public
+    def calibrate(self, *, target_ratio: float = 1.0) -> dict[str, float]:
+        """Set the kernel's rounds so that it takes ``target_ratio`` x the H2D copy of
+        one batch. Returns the measured times (ms) and the rounds."""
+        s = self.streams[0]
+        with nvtx.range("traced workload: calibrate"):
+            t_h2d = median(time_on_stream(lambda: self._h2d(0, 0, s), s, warmup=1, repeat=5))
+            t_d2h = median(time_on_stream(lambda: self._d2h(0, 0, s), s, warmup=1, repeat=5))
+            rounds, t_k = calibrate_rounds(self.kernel, s, self.d_in[0], self.d_out[0], target_ratio * t_h2d)
+        self.reset_output()
+        return {"h2d_ms": t_h2d, "d2h_ms": t_d2h, "kernel_ms": t_k, "rounds": float(rounds)}
+
+    def issue(self, streams: int) -> None:
+        """Enqueue every batch, round-robin over the first ``streams`` streams; each
+        stream runs its batches' H2D, kernel and D2H in order, on its own buffers."""
+        if not 1 <= streams <= self.max_streams:
+            raise ValueError(f"streams must be 1..{self.max_streams}, got {streams}")
+        for k in range(streams):
+            name_stream(self.streams[k], f"pipeline stream {k}")
+        for i in range(self.batches):
+            j = i % streams
+            s = self.streams[j]
+            self._h2d(i, j, s)
+            self._kernel(i, j, s)
+            self._d2h(i, j, s)
+
+    def run(self, streams: int) -> float:
+        """Issue all batches and wait; the elapsed GPU time in ms (events on stream 0,
+        after the other streams joined it)."""
+        used = self.streams[:streams]
+        s0 = used[0]
+        with nvtx.range(f"traced workload: run on {streams} stream(s)"):
+            start = record(s0, timing=True)
+            for s in used[1:]:
+                wait(s, start)
+            self.issue(streams)
+            join(s0, *used[1:])
+            end = record(s0, timing=True)
+            end.sync()
+        return elapsed_ms(start, end)
+
+    def known_pattern(self) -> None:
+        """Upload batch 0 on stream 0; on stream 1, wait for the upload's event and run
+        the kernel on it. The kernel must start after the copy ends."""
+        if self.max_streams < 2:
+            raise ValueError("the known pattern needs max_streams >= 2")
+        s1, s2 = self.streams[0], self.streams[1]
+        name_stream(s1, "upload")
+        name_stream(s2, "compute")
+        self._h2d(0, 0, s1)
+        uploaded = record(s1)
+        wait(s2, uploaded)
+        self._kernel(0, 0, s2)
+        s2.sync()
+
+    def verify(self, samples: int = 4096, seed: int = 1) -> None:
+        """Check sampled outputs of every batch bit for bit against :func:`reference`;
+        raise AssertionError (outputs start poisoned: a batch not computed fails)."""
+        rng = np.random.default_rng(seed)
+        for i in range(self.batches):
+            idx = rng.integers(0, self.n, samples)
+            got = self.host_out[i, idx]
+            want = reference(self.host_in[i, idx], self.rounds)
+            bad = int(np.count_nonzero(got != want))
+            if bad:
+                raise AssertionError(f"batch {i}: {bad} of {samples} sampled outputs are wrong "
+                                     f"(rounds={self.rounds}; e.g. got {got[0]}, want {want[0]})")
+
+    def reset_output(self) -> None:
+        self.host_out.fill(0xDEADBEEF)
+
+    def close(self) -> None:
+        s0 = self.streams[0]
+        for s in self.streams:
+            s.sync()
+        for d in self.d_in + self.d_out:
+            self.pool.free_array(d, s0)
+        self.d_in, self.d_out = [], []
+        s0.sync()
+        self.pool.close()

@@ -18,8 +18,8 @@ Modules, one concept each:
 - export.py    Chrome/Perfetto trace-event JSON
 - plot.py      the PNG Gantt chart
 - nvtx.py      NVTX ranges for Nsight users (no-op without the ``nvtx`` package)
-- workload.py  a small self-contained H2D -> kernel -> D2H pipeline, for the tests
-               and the recorded example traces
+
+What the tests and the recorded example traces trace: fullpipe.pipeline.workload.TracedPipeline.
 
 Importing this package needs neither a GPU nor CUPTI.
 """

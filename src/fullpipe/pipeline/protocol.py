@@ -1,0 +1,180 @@
+"""One batch's enqueue sequence, written once:
+
+    allocate -> H2D -> release the input slot -> compute -> D2H -> signal the output slot -> free
+
+:func:`batch_protocol` makes the function that enqueues it for one batch, without
+waiting. The same code
+serves every way the executor runs a batch; what differs is data the protocol is
+built with, not branches in the executor:
+
+- eager (one stream per batch): each lane's :class:`Route` names the lane's stream
+  for every step; memory comes from the pool (``allocate_ptr``/``free_ptr``); a
+  ring slot is signalled with ``GpuSignal.arm``.
+- ``copy_streams=True``: each lane's Route puts the H2D on the copy-in stream and
+  the D2H on the copy-out stream, with two events joining them to the compute
+  stream; buffers are freed by :class:`DeferredFree`.
+- graph capture (graphs.py): the lane's stream is being captured; memory is the
+  driver's stream-ordered allocation on the pool's handle (it becomes graph memory,
+  freed inside the graph); a ring slot is signalled with ``arm_in_capture`` (a node
+  that signals on every launch); no timing events, no host waits.
+
+docs/notes/2026-11-22-executor-protocol.md has the sequence per mode as a table.
+The eager path runs once per batch and counts microseconds: everything is looked
+up once per run, and the driver calls go through cuda/hotpath.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+from ..cuda.hotpath import HotPath
+from ..cuda.memory import DeviceArray
+
+DEVICE_ALIGN = 256  # the output view starts here after the input, in one allocation
+
+
+class Route(NamedTuple):
+    """Where one lane's batches go: the stream of each step (objects for the compute
+    callable and the slot signals, driver handles for the hot path) and the events
+    that join the steps when they are on different streams (None: one stream).
+    A tuple: the protocol unpacks it once per batch."""
+
+    h2d_stream: Any
+    stream: Any  # the compute stream: what compute(stream, x, y) gets
+    d2h_stream: Any
+    h2d: Any  # handles as HotPath takes them
+    compute: Any
+    d2h: Any
+    h2d_done: Any = None  # recorded after the H2D, waited for by the compute stream
+    compute_done: Any = None  # recorded after the compute, waited for by the D2H stream
+
+    @classmethod
+    def one_stream(cls, stream: Any, handle: Any) -> "Route":
+        return cls(stream, stream, stream, handle, handle, handle)
+
+
+class DeferredFree:
+    """copy_streams: a batch's buffer is allocated on the H2D stream but last used on
+    the D2H stream. Freeing it there would leave the pool nothing to reuse on the H2D
+    stream while the host runs ahead (it would grow by a batch per batch). Instead the
+    H2D stream frees it itself, ``lag`` batches later, after waiting for an event
+    recorded behind its D2H: stream-ordered reuse on one stream, bounded memory.
+
+    ``done`` holds ``lag`` reusable non-timing events; each is only ever recorded on
+    the D2H stream, so its records complete in order, and a wait takes the event's
+    state when it is enqueued, so the next record may follow at once."""
+
+    def __init__(self, pool: Any, hot: HotPath, done: Sequence[Any], live: list):
+        self.pool, self.hot, self.done, self.live = pool, hot, list(done), live
+        self.lag = len(self.done)
+        self.count = 0
+
+    def before_alloc(self, h2d: Any) -> None:
+        """Free the buffer of the batch ``lag`` batches back, on this batch's H2D stream."""
+        live = self.live
+        if len(live) >= self.lag:
+            old_ptr, _, old_done = live[0]
+            self.hot.stream_wait_event(h2d, old_done)
+            self.pool.free_ptr(old_ptr, h2d)
+            del live[0]  # only now: if the free raised, the abort path frees it
+
+    def after_d2h(self, ptr: int, h2d: Any, d2h: Any) -> None:
+        done = self.done[self.count % self.lag]
+        self.count += 1
+        self.hot.event_record(done, d2h)
+        self.live[-1] = (ptr, h2d, done)
+
+    def flush(self, stream_h: Any) -> None:
+        """End of a run: the buffers still waiting go on the D2H stream, behind every
+        D2H (nothing is allocated after them in this run)."""
+        live = self.live
+        while live:
+            self.pool.free_ptr(live[0][0], stream_h)
+            del live[0]
+
+
+def batch_protocol(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_out: bool, in_dtype: Any,
+                   out_dtype: Any, alloc: Callable[[int, Any], int], free: Callable[[int, Any], None],
+                   deferred: DeferredFree | None = None, live: list | None = None,
+                   free_in: Sequence[Callable[[Any], None]] | None = None,
+                   ready_out: Sequence[Callable[[Any], None]] | None = None,
+                   stage_events: Callable[[int], Any] | None = None,
+                   acquire_out: Callable[[int], None] | None = None) -> Callable[..., tuple[int, int]]:
+    """The protocol for one run: ``enqueue(b, lane, slot, src, dst)`` enqueues batch
+    ``b`` (a plan.Batch) on lane ``lane``'s Route, reading from host address ``src``
+    and writing to ``dst`` (ring slot ``slot`` where a side is staged), and returns
+    (device pointer, device address of the output). It never waits, except in
+    ``acquire_out``.
+
+    ``alloc(nbytes, stream_h) -> ptr`` and ``free(ptr, stream_h)``: the device memory.
+    ``deferred``: a :class:`DeferredFree` instead of ``free`` (copy_streams).
+    ``live``: a list the allocations not yet freed in stream order are kept in, as
+    ``(ptr, stream_h, done_event)``, for the failure path (None: do not track).
+    ``free_in`` / ``ready_out``: per ring slot, the callable that signals it on a
+    stream (None: that side is not staged through the ring).
+    ``stage_events(batch_index)``: four timing events ``[(event, handle)] * 4`` for
+    this batch, or None (no per-stage timing).
+    ``acquire_out(slot)``: the host wait for the output slot, just before the D2H.
+
+    A closure rather than an object: ``enqueue`` runs once per batch, and names bound
+    here are read faster than attributes (the executor's enqueue time is a target).
+    """
+    routes = list(routes)
+    writes_output = has_out and compute is not None
+    record, wait, htod, dtoh = hot.event_record, hot.stream_wait_event, hot.memcpy_htod, hot.memcpy_dtoh
+
+    def enqueue(b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
+        s_in, stream, s_out, h_in, h, h_out, h2d_done, compute_done = routes[lane]
+        in_bytes, out_bytes = b.in_bytes, b.out_bytes
+        # input and output views in one allocation, the output 256-byte aligned; just the
+        # input when compute writes no separate output (compute=None or output=None)
+        out_off = (in_bytes + DEVICE_ALIGN - 1) // DEVICE_ALIGN * DEVICE_ALIGN
+        # allocate (stream-ordered)
+        if deferred is not None:
+            deferred.before_alloc(h_in)
+        ptr = alloc(out_off + out_bytes if writes_output else in_bytes, h_in)
+        if live is not None:
+            live.append((ptr, h_in, None))
+        ev = stage_events(b.index) if stage_events is not None else None
+        if ev:
+            record(ev[0][1], h_in)
+        # H2D, then the input slot may be refilled
+        htod(ptr, src, in_bytes, h_in)
+        if free_in is not None:
+            free_in[slot](s_in)
+        if ev:
+            record(ev[1][1], h_in)
+        if h2d_done is not None:  # compute waits for this H2D only
+            record(h2d_done, h_in)
+            wait(h, h2d_done)
+        # compute
+        if compute is not None:
+            y_ptr = ptr + out_off
+            x = DeviceArray(ptr, b.in_shape, in_dtype)
+            compute(stream, x, DeviceArray(y_ptr, b.out_shape, out_dtype) if has_out else None)
+        else:
+            y_ptr = ptr  # the input goes back as is
+        if ev:
+            record(ev[2][1], h)
+        if compute_done is not None:  # the D2H waits for this compute only
+            record(compute_done, h)
+            wait(h_out, compute_done)
+        # D2H, then the output slot may be drained
+        if acquire_out is not None:
+            acquire_out(slot)
+        if has_out:
+            dtoh(dst, y_ptr, out_bytes, h_out)
+        if ev:
+            record(ev[3][1], h_out)
+        if ready_out is not None:
+            ready_out[slot](s_out)
+        # free (stream-ordered)
+        if deferred is not None:
+            deferred.after_d2h(ptr, h_in, h_out)
+        else:
+            free(ptr, h_out)
+            if live is not None:
+                live.pop()
+        return ptr, y_ptr
+
+    return enqueue
