@@ -162,8 +162,10 @@ def encode_tensor_map(args: TensorMapArgs) -> bytes:
           "128B": d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
           "256B": d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B}[args.l2_promotion]
     oob = {"zero": d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE}[args.oob_fill]
-    tmap = drv.call("cuTensorMapEncodeTiled", dtype, args.rank, args.global_address, list(args.global_dims),
-                    list(args.global_strides), list(args.box_dims), list(args.element_strides), interleave, swizzle,
+    u64, u32 = d.cuuint64_t, d.cuuint32_t
+    tmap = drv.call("cuTensorMapEncodeTiled", dtype, u32(args.rank), args.global_address,
+                    [u64(x) for x in args.global_dims], [u64(x) for x in args.global_strides],
+                    [u32(x) for x in args.box_dims], [u32(x) for x in args.element_strides], interleave, swizzle,
                     l2, oob)
     return struct.pack("<16Q", *(int(x) for x in tmap.opaque))
 
