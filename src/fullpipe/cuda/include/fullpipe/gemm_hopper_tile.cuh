@@ -1,0 +1,104 @@
+// The tile every rung of the Hopper GEMM ladder shares (gemm_hopper_*.cu): what is the
+// same in all of them, so that each kernel shows only how its tiles arrive.
+//
+//   C[M,N] = A[M,K] @ B[K,N], A and B row-major bf16 or fp16, fp32 accumulation,
+//   C row-major in the input type.
+//
+// A block computes a 128 x 256 tile of C with two consumer warpgroups, each one a
+// 64 x 256 half (wgmma m64n256k16, 128 fp32 accumulators per thread). K advances in
+// slices of 64: one Slice holds A[128 x 64] (K-major) and B[64 x 256] (N-major, four
+// 64-wide chunks), 128-byte swizzled, exactly what TMA writes for boxes of 64 x rows
+// (fullpipe/wgmma.cuh describes the layout).
+#pragma once
+
+#include <fullpipe/wgmma.cuh>
+
+namespace fp_hopper {
+
+constexpr int BM = 128;         // C tile rows per block
+constexpr int BN = 256;         // C tile columns per block
+constexpr int BK = 64;          // K per slice: 64 elements = one 128-byte swizzled row
+constexpr int WG_M = 64;        // rows of C per consumer warpgroup
+constexpr int CONSUMERS = 2;    // consumer warpgroups per block
+constexpr int CHUNK_N = 64;     // B columns per swizzled chunk (128 bytes)
+constexpr int ELEM = 2;         // bytes per bf16 / fp16 element
+constexpr int A_SLICE_BYTES = BM * BK * ELEM;        // 16 KiB
+constexpr int B_CHUNK_BYTES = BK * CHUNK_N * ELEM;   //  8 KiB
+constexpr int B_SLICE_BYTES = BN * BK * ELEM;        // 32 KiB
+constexpr int SLICE_BYTES = A_SLICE_BYTES + B_SLICE_BYTES;
+constexpr int MMA_K = 16;       // K per wgmma
+
+// One K slice of the ring: A then B, each 1024-byte aligned (swizzle atoms).
+struct alignas(1024) Slice {
+    unsigned char a[A_SLICE_BYTES];   // 128 rows x 128 bytes
+    unsigned char b[B_SLICE_BYTES];   // 4 chunks x (64 K-rows x 128 bytes)
+};
+static_assert(sizeof(Slice) == SLICE_BYTES, "Slice must be exactly A + B");
+
+// Where a 16-byte chunk lands under the 128-byte swizzle: row r of 128 bytes, chunk c.
+__device__ __forceinline__ int swizzled_offset(int row, int chunk) {
+    return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+// Warpgroup `wg` multiplies its 64 rows of A by all of B for one slice: 4 wgmma K-steps.
+template <bool BF16>
+__device__ __forceinline__ void mma_slice(float (&acc)[128], const Slice& s, int wg) {
+#pragma unroll
+    for (int kk = 0; kk < BK / MMA_K; ++kk) {
+        const unsigned long long da = fp_wgmma::desc_k_major(s.a + wg * WG_M * 128 + kk * MMA_K * ELEM);
+        const unsigned long long db = fp_wgmma::desc_mn_major(s.b + kk * MMA_K * 128, B_CHUNK_BYTES);
+        fp_wgmma::mma_m64n256k16<BF16>(acc, da, db, 1);
+    }
+}
+
+__device__ __forceinline__ void zero(float (&acc)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+}
+
+// Two fp32 -> one bf16x2 / f16x2 word, `lo` in the low half (the lower column).
+template <bool BF16>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    unsigned r;
+    if constexpr (BF16) {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    } else {
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    }
+    return r;
+}
+
+// Grouped tile order: walk `group` tile rows together, column by column, so that the
+// blocks running at one time share A rows and B columns in L2.
+struct TileCoord {
+    int m, n;
+};
+__device__ __forceinline__ TileCoord grouped_tile(int t, int tiles_m, int tiles_n, int group) {
+    const int per_group = group * tiles_n;
+    const int first = (t / per_group) * group;
+    const int rows = min(group, tiles_m - first);
+    const int in_group = t % per_group;
+    return {first + in_group % rows, in_group / rows};
+}
+
+// Epilogue straight from the accumulators (rungs 1-3): each thread stores bf16x2 /
+// f16x2 pairs of its rows; rows >= M and columns >= N are skipped (N is even).
+template <bool BF16>
+__device__ __forceinline__ void store_accumulators(unsigned short* C, const float (&acc)[128], int M, int N,
+                                                   int row0, int col0) {
+    const int t = threadIdx.x % 128;
+    const int warp = t / 32, lane = t % 32;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = row0 + warp * 16 + lane / 4 + 8 * h;
+        if (row >= M) continue;
+        unsigned short* crow = C + static_cast<long long>(row) * N;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int col = col0 + 8 * j + 2 * (lane % 4);
+            if (col < N) *reinterpret_cast<unsigned*>(crow + col) = pack2<BF16>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+    }
+}
+
+}  // namespace fp_hopper

@@ -1,0 +1,164 @@
+// wgmma (sm_90a): warpgroup matrix multiply-accumulate from shared memory.
+//
+// A warpgroup (4 consecutive warps, the first at a warp index divisible by 4) issues
+// wgmma.mma_async together; the tensor cores read A and B straight from shared memory
+// through 64-bit matrix descriptors and accumulate into registers, asynchronously:
+//
+//   fence()                      accumulators written by ordinary code before this
+//   mma_m64n256k16_*(acc, ...)   one or more MMAs, queued
+//   commit()                     they form one wgmma-group
+//   wait<N>()                    until at most N groups are still running
+//
+// Shared-memory layouts used by the Hopper GEMM ladder (all 128-byte swizzled, the
+// layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B; see the swizzle note below):
+//   A tile, K-major ("row-major A"): rows of 64 elements = 128 bytes; 8 rows form a
+//     1024-byte swizzle atom; atoms stacked along M (stride byte offset 1024).
+//   B tile, N-major ("row-major B", wgmma's transposed B): K-rows of 64 N-elements =
+//     128 bytes; 8 K-rows form an atom; atoms stacked along K (stride byte offset 1024)
+//     within one 64-wide N chunk; N chunks follow each other (leading byte offset =
+//     bytes of one chunk).
+// 128-byte swizzle: in each 1024-byte atom, the 16-byte chunk c of row r lives at chunk
+// c ^ (r % 8). It is a function of the shared address bits, so atoms must be
+// 1024-byte aligned.
+#pragma once
+
+namespace fp_wgmma {
+
+// ------------------------------------------------------------------ descriptors
+// Bits 0-13 start address >> 4; 16-29 leading byte offset >> 4; 32-45 stride byte
+// offset >> 4; 49-51 base offset (0: atoms 1024-byte aligned); 62-63 swizzle mode
+// (1 = 128-byte swizzle).
+__device__ __forceinline__ unsigned long long encode(unsigned x) { return (x & 0x3FFFF) >> 4; }
+
+__device__ __forceinline__ unsigned long long desc_sw128(const void* smem, unsigned leading_bytes,
+                                                         unsigned stride_bytes) {
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    return encode(addr) | (encode(leading_bytes) << 16) | (encode(stride_bytes) << 32) | (1ull << 62);
+}
+
+// K-major operand (A): the leading byte offset is unused with swizzling (PTX: "assumed 1").
+// A K-step of 16 elements inside the 64-element row is a start address 32 bytes further.
+__device__ __forceinline__ unsigned long long desc_k_major(const void* smem) {
+    return desc_sw128(smem, 16, 1024);
+}
+
+// MN-major operand (B of a row-major K x N matrix): `chunk_bytes` apart are the 64-wide
+// N chunks; a K-step of 16 rows is a start address 16 * 128 bytes further.
+__device__ __forceinline__ unsigned long long desc_mn_major(const void* smem, unsigned chunk_bytes) {
+    return desc_sw128(smem, chunk_bytes, 1024);
+}
+
+// ------------------------------------------------------------------ ordering
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads/writes of the accumulators across an
+// asynchronous MMA (the registers change behind its back until wait<>).
+__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// ------------------------------------------------------------------ register reallocation
+// setmaxnreg: a warpgroup gives registers back (producer) or takes them (consumers).
+// Needs a register cap at kernel entry (__launch_bounds__(threads, 1)) and each role in
+// one branch executed by whole warpgroups.
+template <int REGS>
+__device__ __forceinline__ void release_registers() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void claim_registers() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// ------------------------------------------------------------------ the MMAs
+// D[64 x 256] (fp32, 128 registers per thread) += A[64 x 16] * B[16 x 256]; A K-major
+// (imm-trans-a 0), B N-major (imm-trans-b 1). scale_d = 0 ignores the old D (D = A*B).
+// Accumulator layout (thread t of the warpgroup, warp w = t / 32, lane l = t % 32):
+//   d[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2(l%4) + e   (j < 32, h, e < 2).
+__device__ __forceinline__ void mma_m64n256k16_bf16(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
+        "{" 
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "},\n"
+        " %128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void mma_m64n256k16_f16(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16\n"
+        "{" 
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "},\n"
+        " %128, %129, p, 1, 1, 0, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n256k16(float (&d)[128], unsigned long long desc_a,
+                                               unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        mma_m64n256k16_bf16(d, desc_a, desc_b, scale_d);
+    } else {
+        mma_m64n256k16_f16(d, desc_a, desc_b, scale_d);
+    }
+}
+
+}  // namespace fp_wgmma

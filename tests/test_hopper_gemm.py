@@ -1,0 +1,157 @@
+"""CPU tests of the Hopper GEMM ladder: every rung compiles to an sm_90a cubin without
+spills and its SASS holds the instructions of its technique; the tensor-map arguments
+and launch plans computed in Python are right, and bad inputs fail with clear errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fullpipe.cuda import sass
+from fullpipe.kernels import hopper_gemm as hg
+
+ARCH = "sm_90a"
+
+
+def _opcodes(variant: str, multicast: bool = True) -> dict[str, dict[str, int]]:
+    """Per kernel: base opcodes and full mnemonics (``UTMALDG.2D.MULTICAST``...)."""
+    text = sass.disassemble(hg.module(variant, ARCH, multicast).cubin)
+    out = {}
+    for part in re.split(r"\.section\s+\.text\.", text)[1:]:
+        name = part.split(",", 1)[0].strip()
+        counts = dict(sass.opcode_counts(part))
+        for m in re.finditer(r"\b((?:UTMALDG|UTMASTG|HGMMA|USETMAXREG|SYNCS|LDGSTS)(?:\.[A-Za-z0-9_]+)+)", part):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        out[name] = counts
+    return out
+
+
+def _has(counts: dict[str, int], prefix: str) -> int:
+    return sum(v for k, v in counts.items() if k == prefix or k.startswith(prefix + "."))
+
+
+@pytest.mark.parametrize("variant", hg.VARIANTS)
+def test_rung_compiles_without_spills(variant):
+    mod = hg.module(variant, ARCH)
+    assert mod.cubin[:4] == b"\x7fELF"
+    assert set(mod.resources) == {f"gemm_hopper_{variant}_{t}" for t in ("bf16", "f16")}
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0, f"{r.name} spills or uses local memory: {r}"
+
+
+# The instructions each rung is about (present) and those of the rungs it replaces (absent).
+TECHNIQUE = {
+    "wgmma": ({"HGMMA", "LDGSTS"}, {"UTMALDG", "USETMAXREG"}),
+    "tma": ({"HGMMA", "UTMALDG", "SYNCS"}, {"LDGSTS", "USETMAXREG"}),
+    "ws": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"}, {"LDGSTS", "UTMASTG"}),
+    "persistent": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "UTMASTG", "UCGABAR_ARV", "UCGABAR_WAIT"},
+                   {"LDGSTS", "STG"}),
+}
+
+
+@pytest.mark.parametrize("variant", hg.VARIANTS)
+def test_rung_sass_shows_its_technique(variant):
+    present, absent = TECHNIQUE[variant]
+    for kernel, counts in _opcodes(variant).items():
+        for op in present:
+            assert _has(counts, op), f"{kernel}: no {op} in SASS"
+        for op in absent:
+            assert not _has(counts, op), f"{kernel}: unexpected {op} in SASS"
+        # The MMAs are the 64x256x16 warpgroup ones, fp32 accumulate (4 per K slice).
+        assert any(k.startswith("HGMMA.64x256x16.F32") for k in counts), f"{kernel}: {sorted(counts)}"
+
+
+def test_persistent_multicasts_b_and_the_comparison_build_does_not():
+    def multicast_loads(counts):
+        return sum(v for k, v in counts.items() if k.startswith("UTMALDG") and "MULTICAST" in k)
+
+    for kernel, counts in _opcodes("persistent", multicast=True).items():
+        assert multicast_loads(counts) > 0, kernel
+    for kernel, counts in _opcodes("persistent", multicast=False).items():
+        assert multicast_loads(counts) == 0 and _has(counts, "UTMALDG"), kernel
+
+
+def test_register_reallocation_is_honoured():
+    """setmaxnreg takes effect only with a register cap at entry: the compiler warns
+    (C7508) and drops it otherwise; the log has no such warning and SASS has both the
+    decrease (producer) and the increase (consumers)."""
+    for variant in ("ws", "persistent"):
+        mod = hg.module(variant, ARCH)
+        assert "C7508" not in mod.log and "setmaxnreg" not in mod.log.lower(), mod.log
+        for r in mod.resources.values():
+            assert r.registers <= 168, r  # 384 threads x 168 = the whole register file at entry
+
+
+# --------------------------------------------------------------------------- tensor maps
+def test_tensor_map_args_for_a_row_major_matrix():
+    t = hg.tensor_map_args("a", 0x10000, rows=1000, cols=392, dtype="bfloat16", box_rows=128, box_cols=64)
+    assert t.rank == 2
+    assert t.global_dims == (392, 1000)  # innermost first
+    assert t.global_strides == (392 * 2,)  # bytes, rank - 1 entries
+    assert t.box_dims == (64, 128)
+    assert t.element_strides == (1, 1)
+    assert t.swizzle == "128B" and t.interleave == "none" and t.oob_fill == "zero"
+    assert t.box_bytes == 64 * 128 * 2
+
+
+def test_plan_maps_match_the_kernels_boxes():
+    p = hg.plan("persistent", 4096, 2048, 1024, "float16", 1 << 20, 2 << 20, 3 << 20, max_clusters=66)
+    a, b, c = p.maps
+    assert (a.global_dims, a.box_dims) == ((1024, 4096), (hg.BK, hg.BM))
+    assert (b.global_dims, b.box_dims) == ((2048, 1024), (hg.CHUNK_N, hg.BK))
+    assert (c.global_dims, c.box_dims) == ((2048, 4096), (hg.OUT_N, hg.OUT_ROWS))
+    # One slice = the A box + the four B boxes: what the full barrier expects (SLICE_BYTES).
+    assert a.box_bytes + (hg.BN // hg.CHUNK_N) * b.box_bytes == hg.SLICE_BYTES
+    assert p.cluster == 2 and p.grid == 132 and p.grid % p.cluster == 0
+    assert p.shared_mem <= hg.MAX_BLOCK_SHARED
+
+
+def test_persistent_grid_is_never_more_than_the_work():
+    p = hg.plan("persistent", 300, 512, 64, "bfloat16", max_clusters=66)
+    assert p.grid == 2 * hg.cluster_tiles(300, 512) == 2 * 2 * 2
+
+
+@pytest.mark.parametrize("variant", hg.VARIANTS)
+def test_every_rung_fits_in_shared_memory(variant):
+    assert hg.shared_mem_bytes(variant) <= hg.MAX_BLOCK_SHARED
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(address=0x10008), "16-byte aligned"),
+        (dict(cols=100), "multiple of 8"),
+        (dict(box_cols=128), "inner side must be <= 128"),
+        (dict(box_rows=512), "1..256"),
+        (dict(rows=0), "empty"),
+        (dict(dtype="float32"), "bfloat16 or float16"),
+    ],
+)
+def test_tensor_map_args_reject_what_tma_cannot_do(kwargs, match):
+    args = dict(name="b", address=0x10000, rows=64, cols=256, dtype="bfloat16", box_rows=64, box_cols=64)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        hg.tensor_map_args(**args)
+
+
+@pytest.mark.parametrize(
+    "shape, match",
+    [((64, 100, 64), "multiples of 8"), ((64, 64, 36), "multiples of 8"), ((0, 64, 64), ">= 1")],
+)
+def test_plan_names_the_shape_constraint(shape, match):
+    with pytest.raises(ValueError, match=match):
+        hg.plan("ws", *shape, "bfloat16")
+
+
+def test_plan_rejects_unaligned_pointers_and_unknown_variants():
+    with pytest.raises(ValueError, match="out must be 16-byte aligned"):
+        hg.plan("wgmma", 64, 64, 64, "bfloat16", 0, 0, 8)
+    with pytest.raises(ValueError, match="unknown variant"):
+        hg.plan("cutlass", 64, 64, 64, "bfloat16")
+
+
+def test_launch_config_carries_the_cluster():
+    cfg = hg._launch_config(132, 384, hg.shared_mem_bytes("persistent"), None, 2)
+    assert cfg.numAttrs == 1 and cfg.attrs[0].value.clusterDim.x == 2
+    assert (cfg.gridDimX, cfg.blockDimX) == (132, 384)
