@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -127,21 +128,35 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t = Table(title=f"fullpipe kernels for {arch} (cache: {compiler.cache_dir()})")
     for col in ("source", "kernel", "regs", "smem", "spills", "cache", "seconds"):
         t.add_column(col)
-    rows, failed, skipped = [], 0, []
+    rows, failed, skipped, todo = [], 0, [], []
     t_all = time.perf_counter()
     for path in compiler.package_sources():
         rel = path.relative_to(compiler.PACKAGE_ROOT).as_posix()
         needs = compiler.needed_arch(path)
         if needs and not compiler.arch_provides(arch, needs):
             skipped.append({"source": rel, "needs": needs})
-            continue
+        else:
+            todo.append((rel, path))
+
+    def build(path):
+        """(module, its resources) or the CompileError; NVRTC releases the GIL, so
+        threads compile side by side."""
         try:
             mod = compiler.compile_file(path, arch=arch, use_cache=not args.no_cache)
+            return mod, mod.resources
         except CompileError as exc:
+            return exc, None
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        built = list(pool.map(build, [path for _, path in todo]))
+    for (rel, _), (mod, resources) in zip(todo, built):
+        if isinstance(mod, CompileError):
             failed += 1
-            print(exc, file=sys.stderr)
+            print(mod, file=sys.stderr)
             continue
-        for name, r in sorted(mod.resources.items()):
+        for name, r in sorted(resources.items()):
             row = dict(source=rel, kernel=name, registers=r.registers, smem=r.shared_bytes,
                        spill_bytes=r.spill_store_bytes + r.spill_load_bytes,
                        cache="hit" if mod.from_cache else "miss", seconds=round(mod.seconds, 3))
@@ -312,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", type=int, default=0, help="GPU whose architecture to compile for, without --arch (default 0)")
     s.add_argument("--no-cache", action="store_true", help="compile even if cached (the result is not stored)")
     s.add_argument("--clear-cache", action="store_true", help="empty the cubin cache first")
+    s.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                   help="sources compiled at once (default: this process's CPUs)")
     s.add_argument("--json", action="store_true", help="print the kernels as JSON instead of a table")
     s.set_defaults(func=cmd_compile)
 
