@@ -28,10 +28,22 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Each test session compiles into its own cubin cache, so cache tests are honest."""
-    monkeypatch.setenv("FULLPIPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cubin-cache"))
+@pytest.fixture(scope="session", autouse=True)
+def cubin_cache(tmp_path_factory):
+    """One cubin cache for the whole test run, empty at its start: every kernel compiles
+    once per run (honest), and only once (fast). Child processes (the CLI tests) inherit it."""
+    path = tmp_path_factory.mktemp("cubin-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FULLPIPE_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture
+def fresh_cubin_cache(tmp_path, monkeypatch):
+    """An empty cache of the test's own, for tests of the cache itself."""
+    path = tmp_path / "cubin-cache"
+    monkeypatch.setenv("FULLPIPE_CACHE_DIR", str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

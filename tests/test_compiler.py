@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fullpipe.cuda import compiler, sass
+from fullpipe.cuda import compiler, resources, sass
 from fullpipe.errors import CompileError
 
 ARCH = "sm_90a"
@@ -19,14 +19,14 @@ def test_package_ships_kernel_sources():
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.relative_to(compiler.PACKAGE_ROOT).as_posix())
 def test_every_source_compiles_to_cubin_for_sm90a(path):
-    mod = compiler.compile_file(path, arch=ARCH, use_cache=False)
+    mod = compiler.compile_file(path, arch=ARCH)  # through the run's one cache: compiled once per run
     assert mod.cubin[:4] == b"\x7fELF", "NVRTC must produce a cubin (ELF), never PTX"
     assert mod.resources, f"ptxas reported no kernels for {path.name}"
     for r in mod.resources.values():
         assert not r.spills, f"{r.name} spills registers: {r}"
 
 
-def test_cache_hit_on_second_compile_and_miss_on_change():
+def test_cache_hit_on_second_compile_and_miss_on_change(fresh_cubin_cache):
     src = 'extern "C" __global__ void k(int* p) { p[threadIdx.x] = 1; }\n'
     first = compiler.compile_source(src, arch=ARCH)
     second = compiler.compile_source(src, arch=ARCH)
@@ -38,7 +38,7 @@ def test_cache_hit_on_second_compile_and_miss_on_change():
     assert not compiler.compile_source(src, arch=ARCH, defines={"X": 1}).from_cache
 
 
-def test_cache_survives_a_damaged_entry():
+def test_cache_survives_a_damaged_entry(fresh_cubin_cache):
     src = 'extern "C" __global__ void k2(int* p) { p[0] = 2; }\n'
     mod = compiler.compile_source(src, arch=ARCH)
     (compiler.cache_dir() / f"{mod.key}.json").write_text("{not json")
@@ -83,7 +83,7 @@ def test_headers_for_every_technique_resolve():
     #include <cuda_bf16.h>
     extern "C" __global__ void k(half* h, __nv_bfloat16* b) { h[0] = __float2half(1.f); b[0] = __float2bfloat16(1.f); }
     """
-    mod = compiler.compile_source(src, arch=ARCH, use_cache=False)
+    mod = compiler.compile_source(src, arch=ARCH)
     assert mod.cubin[:4] == b"\x7fELF"
 
 
@@ -133,7 +133,7 @@ ptxas info    : Function properties for small
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
 """
-    r = compiler.parse_ptxas_log(log)
+    r = resources.parse_ptxas_log(log)
     assert r["gemm"].registers == 128 and r["gemm"].shared_bytes == 33024 and r["gemm"].spills
     assert r["small"].registers == 8 and r["small"].shared_bytes == 0 and not r["small"].spills
 
@@ -141,8 +141,8 @@ ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
 def test_resources_from_the_cubin_agree_with_the_ptxas_report():
     """The fallback used when NVRTC's log has no ptxas report reads the same facts."""
     mod = compiler.compile_package_kernel("cuda/probes.cu", arch=ARCH)
-    from_log = compiler.parse_ptxas_log(mod.log)
-    from_cubin = sass.resource_usage(mod.cubin)
+    from_log = resources.parse_ptxas_log(mod.log)
+    from_cubin = resources.resource_usage(mod.cubin)
     assert from_cubin, "cuobjdump found no kernels in the cubin"
     if not from_log:
         pytest.skip("this NVRTC left the ptxas report out of its log (NVRTC 13.0 does so when "

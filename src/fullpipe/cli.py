@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -127,26 +128,47 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t = Table(title=f"fullpipe kernels for {arch} (cache: {compiler.cache_dir()})")
     for col in ("source", "kernel", "regs", "smem", "spills", "cache", "seconds"):
         t.add_column(col)
-    rows, failed = [], 0
+    rows, failed, skipped, todo = [], 0, [], []
     t_all = time.perf_counter()
     for path in compiler.package_sources():
         rel = path.relative_to(compiler.PACKAGE_ROOT).as_posix()
+        needs = compiler.needed_arch(path)
+        if needs and not compiler.arch_provides(arch, needs):
+            skipped.append({"source": rel, "needs": needs})
+        else:
+            todo.append((rel, path))
+
+    def build(path):
+        """(module, its resources) or the CompileError; NVRTC releases the GIL, so
+        threads compile side by side."""
         try:
             mod = compiler.compile_file(path, arch=arch, use_cache=not args.no_cache)
+            return mod, mod.resources
         except CompileError as exc:
+            return exc, None
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        built = list(pool.map(build, [path for _, path in todo]))
+    for (rel, _), (mod, resources) in zip(todo, built):
+        if isinstance(mod, CompileError):
             failed += 1
-            print(exc, file=sys.stderr)
+            print(mod, file=sys.stderr)
             continue
-        for name, r in sorted(mod.resources.items()):
+        for name, r in sorted(resources.items()):
             row = dict(source=rel, kernel=name, registers=r.registers, smem=r.shared_bytes,
                        spill_bytes=r.spill_store_bytes + r.spill_load_bytes,
                        cache="hit" if mod.from_cache else "miss", seconds=round(mod.seconds, 3))
             rows.append(row)
             t.add_row(rel, name, str(r.registers), str(r.shared_bytes), str(row["spill_bytes"]),
                       row["cache"], f"{mod.seconds:.3f}")
+    if skipped:
+        print(f"fullpipe: not compiled for {arch}, which lacks what they use: "
+              + ", ".join(f"{s['source']} (needs {s['needs']})" for s in skipped), file=sys.stderr)
     total = time.perf_counter() - t_all
     if args.json:
-        print(json.dumps({"arch": arch, "seconds": total, "kernels": rows}, indent=2))
+        print(json.dumps({"arch": arch, "seconds": total, "kernels": rows, "skipped": skipped}, indent=2))
     else:
         con = _console()
         con.print(t)
@@ -247,45 +269,95 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- main
+QUICK_HELP = ("smaller sizes, the same claims and verdicts (on an H200 `fullpipe report --quick` "
+              "takes about 70 s, the full report 135-170 s)")
+
+
+def experiments_help() -> str:
+    """One line per experiment: its name and what it tests. Imports every experiment
+    module, so it is built only when a help page that shows it is printed."""
+    from . import experiments
+
+    lines = ["experiments:"]
+    names = experiments.names()
+    width = max(map(len, names), default=0)
+    for name in names:
+        lines.append(f"  {name:<{width}}  {experiments.load(name).TITLE}")
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors, and the list of experiments at the end of the
+    help of the commands that take one (built only when that help is printed)."""
+
+    def __init__(self, *args, lists_experiments: bool = False, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.lists_experiments = lists_experiments
+
+    def format_help(self) -> str:
+        if self.lists_experiments and self.epilog is None:
+            self.epilog = experiments_help()
+        return super().format_help()
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
 
-    p = argparse.ArgumentParser(prog="fullpipe", description="Keep every engine of an NVIDIA GPU busy, and measure it.")
+    p = _Parser(prog="fullpipe", description="Keep every engine of an NVIDIA GPU busy, and measure it.")
     p.add_argument("--version", action="version", version=f"fullpipe {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
+                           help="what to do; `fullpipe COMMAND --help` tells more")
+    device_help = "GPU index (default 0)"
 
-    s = sub.add_parser("info", help="device facts and what they mean for pipelining")
+    s = sub.add_parser("info", help="device facts and what they mean for pipelining",
+                       description="The GPU's facts that matter for pipelining, and what each one means.")
     s.add_argument("--json", action="store_true", help="print the facts as JSON")
-    s.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
+    s.add_argument("--device", type=int, default=0, help=device_help)
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("compile", help="compile every shipped kernel to cubin (cached)")
-    s.add_argument("--arch", help="target, e.g. sm_90a (default: the GPU's)")
-    s.add_argument("--device", type=int, default=0)
-    s.add_argument("--no-cache", action="store_true", help="compile even if cached")
+    s = sub.add_parser("compile", help="compile every shipped kernel to cubin (cached)",
+                       description="Compile every CUDA source shipped in fullpipe to a cubin through NVRTC\n"
+                                   "and print each kernel's registers, shared memory and spills. Sources\n"
+                                   "that need a newer target than --arch are named in one line and left out.")
+    s.add_argument("--arch", help="target, e.g. sm_90a or sm_80 (default: the GPU's; needed without a GPU)")
+    s.add_argument("--device", type=int, default=0, help="GPU whose architecture to compile for, without --arch (default 0)")
+    s.add_argument("--no-cache", action="store_true", help="compile even if cached (the result is not stored)")
     s.add_argument("--clear-cache", action="store_true", help="empty the cubin cache first")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                   help="sources compiled at once (default: this process's CPUs)")
+    s.add_argument("--json", action="store_true", help="print the kernels as JSON instead of a table")
     s.set_defaults(func=cmd_compile)
 
-    s = sub.add_parser("bench", help="run one experiment and print its table")
-    s.add_argument("name", help="experiment name")
-    s.add_argument("--quick", action="store_true", help="smaller sizes")
-    s.add_argument("--out", default="fullpipe-out", help="where JSON and figures go")
-    s.add_argument("--device", type=int, default=0)
+    s = sub.add_parser("bench", help="run one experiment and print its table", lists_experiments=True,
+                       description="Run one experiment on the GPU: a table, its verdict and its JSON.")
+    s.add_argument("name", help="experiment name (listed below)")
+    s.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    s.add_argument("--out", default="fullpipe-out", help="where JSON and figures go (default fullpipe-out)")
+    s.add_argument("--device", type=int, default=0, help=device_help)
     s.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("report", help="run every experiment and write one HTML report")
-    s.add_argument("--quick", action="store_true", help="the same experiments, smaller (minutes)")
-    s.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
-    s.add_argument("--out", default="fullpipe-report", help="output folder (index.html, results.json)")
-    s.add_argument("--device", type=int, default=0)
+    s = sub.add_parser("report", help="run every experiment and write one HTML report", lists_experiments=True,
+                       description="Run every experiment, each in its own process, and write one\n"
+                                   "self-contained HTML page with the claims table and figures.")
+    s.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    s.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments (listed below)")
+    s.add_argument("--out", default="fullpipe-report",
+                   help="output folder: index.html, results.json, traces/ (default fullpipe-report)")
+    s.add_argument("--device", type=int, default=0, help=device_help)
     s.set_defaults(func=cmd_report)
 
-    s = sub.add_parser("trace", help="run one experiment under the timeline tracer: Perfetto JSON + PNG")
-    s.add_argument("name", help="experiment name")
-    s.add_argument("--quick", action="store_true", help="smaller sizes")
-    s.add_argument("--out", default="fullpipe-out", help="where the JSON, trace and figure go")
-    s.add_argument("--device", type=int, default=0)
+    s = sub.add_parser("trace", help="run one experiment under the timeline tracer: Perfetto JSON + PNG",
+                       lists_experiments=True,
+                       description="Run one experiment under fullpipe's tracer (CUPTI when cupti-python\n"
+                                   "is installed): the experiment's JSON, a Perfetto trace and a Gantt PNG.")
+    s.add_argument("name", help="experiment name (listed below)")
+    s.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    s.add_argument("--out", default="fullpipe-out", help="where the JSON, trace and figure go (default fullpipe-out)")
+    s.add_argument("--device", type=int, default=0, help=device_help)
     s.set_defaults(func=cmd_trace)
     return p
 

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import CompileError
 from . import driver as drv
+from .resources import KernelResources, parse_ptxas_log, resource_usage
 
 CACHE_FORMAT = 1
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +108,35 @@ def package_sources() -> list[Path]:
     return sorted(p for p in PACKAGE_ROOT.rglob("*.cu") if "__pycache__" not in p.parts)
 
 
+# Sources that use features newer than sm_80, with the oldest target that has them
+# (paths relative to the package). `fullpipe compile --arch` leaves a source out when
+# the target lacks what it needs, instead of letting ptxas fail on it. A source that
+# needs an arch-specific feature (wgmma, setmaxnreg) names the target with the `a`
+# suffix, e.g. "sm_90a": only that exact target has it.
+NEEDS_ARCH: dict[str, str] = {
+    "cuda/probes.cu": "sm_90",                    # %cluster_ctarank, %clusterid
+    "kernels/cluster_gemm.cu": "sm_90",           # thread-block clusters, distributed shared memory
+    "kernels/gemm_warp_specialized.cu": "sm_90",  # mbarrier.try_wait.parity
+}
+
+
+def needed_arch(path: str | os.PathLike) -> str | None:
+    """The oldest target a shipped source compiles for (None: any target fullpipe supports)."""
+    p = Path(path).resolve()
+    rel = p.relative_to(PACKAGE_ROOT).as_posix() if PACKAGE_ROOT in p.parents else str(path)
+    return NEEDS_ARCH.get(rel)
+
+
+def arch_provides(arch: str, needed: str) -> bool:
+    """Whether code built for ``arch`` may use what ``needed`` has: a newer or equal
+    target for the portable features, exactly the same target for arch-specific (``a``)
+    ones, which later architectures do not carry."""
+    have, want = _ARCH_RE.match(check_arch(arch)), _ARCH_RE.match(check_arch(needed))
+    if want.group(2) == "a":
+        return arch == needed
+    return int(have.group(1)) >= int(want.group(1))
+
+
 def _own_headers_digest() -> str:
     h = hashlib.sha256()
     for p in sorted(PACKAGE_ROOT.rglob("*.cuh")):
@@ -139,58 +169,6 @@ def default_arch(device: Any = None) -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-# --------------------------------------------------------------------------- resources
-@dataclasses.dataclass(frozen=True)
-class KernelResources:
-    """What ptxas reported for one kernel (``-Xptxas -v``)."""
-
-    name: str
-    registers: int
-    shared_bytes: int
-    stack_frame_bytes: int
-    spill_store_bytes: int
-    spill_load_bytes: int
-
-    @property
-    def spills(self) -> bool:
-        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
-
-
-_FUNC_RE = re.compile(r"Compiling entry function '([^']+)'")
-_FRAME_RE = re.compile(
-    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
-)
-_USED_RE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-
-
-def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
-    """Parse the ptxas verbose report into one :class:`KernelResources` per entry."""
-    out: dict[str, KernelResources] = {}
-    current = None
-    frame = (0, 0, 0)
-    for line in log.splitlines():
-        m = _FUNC_RE.search(line)
-        if m:
-            current, frame = m.group(1), (0, 0, 0)
-            continue
-        m = _FRAME_RE.search(line)
-        if m and current:
-            frame = tuple(int(x) for x in m.groups())  # type: ignore[assignment]
-            continue
-        m = _USED_RE.search(line)
-        if m and current:
-            out[current] = KernelResources(
-                name=current,
-                registers=int(m.group(1)),
-                shared_bytes=int(m.group(2) or 0),
-                stack_frame_bytes=frame[0],
-                spill_store_bytes=frame[1],
-                spill_load_bytes=frame[2],
-            )
-            current = None
-    return out
-
-
 # --------------------------------------------------------------------------- compile
 @dataclasses.dataclass
 class CompiledModule:
@@ -212,11 +190,7 @@ class CompiledModule:
         in the NVRTC log, or read from the cubin when the log has none (NVRTC 13.0 was
         seen to leave the report out in some processes)."""
         parsed = parse_ptxas_log(self.log)
-        if parsed:
-            return parsed
-        from .sass import resource_usage
-
-        return resource_usage(self.cubin)
+        return parsed or resource_usage(self.cubin)
 
     def kernel(self, symbol: str):
         """The :class:`cuda.core.Kernel` named ``symbol`` (use ``extern "C"`` names)."""

@@ -79,36 +79,3 @@ def has_instructions(cubin: bytes, *opcodes: str) -> dict[str, int]:
     counts = opcode_counts(disassemble(cubin))
     return {op: counts.get(op, 0) for op in opcodes}
 
-
-_RES_FUNC_RE = re.compile(r"^\s*Function ([^:\s]+):")
-_RES_LINE_RE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
-
-
-def resource_usage(cubin: bytes) -> dict:
-    """Per-kernel resources read from the cubin itself (``cuobjdump -res-usage``).
-
-    Used when the NVRTC log carries no ptxas report. cuobjdump does not split
-    spills from other local memory: LOCAL (per-thread local memory, which holds
-    spills) is reported as both spill figures, which makes a no-spill check stricter.
-    """
-    from .compiler import KernelResources
-
-    _, path = find_disassembler(("cuobjdump",))
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "k.cubin"
-        f.write_bytes(cubin)
-        proc = subprocess.run([path, "-res-usage", str(f)], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise RuntimeError(f"cuobjdump -res-usage failed ({proc.returncode}): {proc.stderr.strip()}")
-    out, current = {}, None
-    for line in proc.stdout.splitlines():
-        m = _RES_FUNC_RE.match(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = _RES_LINE_RE.search(line)
-        if m and current:
-            reg, stack, shared, local = (int(x) for x in m.groups())
-            out[current] = KernelResources(current, reg, shared, stack, local, local)
-            current = None
-    return out
