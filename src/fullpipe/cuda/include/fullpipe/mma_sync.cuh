@@ -1,0 +1,108 @@
+// Warp-level tensor-core math with mma.sync.m16n8k16 (sm_80+): fragment types, ldmatrix
+// loads from an XOR-swizzled shared-memory tile, and fp16/bf16 packing.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"); lane = 4 * group + quad:
+//   A 16x16 (row-major), 4 registers of two 16-bit values:
+//     a[0] = A[group    ][2*quad .. +1]    a[2] = A[group    ][2*quad + 8 .. +9]
+//     a[1] = A[group + 8][2*quad .. +1]    a[3] = A[group + 8][2*quad + 8 .. +9]
+//   B 16x8 ("col": B[k][n] read down k), 2 registers:
+//     b[0] = B[2*quad .. +1][group]        b[1] = B[2*quad + 8 .. +9][group]
+//   C/D 16x8 fp32, 4 floats:
+//     c[0..1] = C[group][2*quad .. +1]     c[2..3] = C[group + 8][2*quad .. +1]
+// ldmatrix.x4 loads four 8x8 matrices of 16-bit values; lanes 8i .. 8i+7 give the row
+// addresses of matrix i, and register i of every lane receives matrix i's row lane/4,
+// columns 2*(lane%4) .. +1 (.trans: the transposed matrix, i.e. column lane/4, rows
+// 2*(lane%4) .. +1). So an x4 over a row-major 16x16 block gives an A fragment, and an
+// x4 over rows of K (keys x dims) or, transposed, of V gives two B fragments at once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace fullpipe {
+
+using uint32_t = unsigned int;  // NVRTC has no <stdint.h>
+
+struct FragA {  // 16x16 operand A: 8 values per lane
+    uint32_t r[4];
+};
+struct FragB {  // 16x8 operand B: 4 values per lane
+    uint32_t r[2];
+};
+struct FragC {  // 16x8 fp32 accumulator: 4 floats per lane
+    float r[4];
+};
+
+// A row-major tile of ROWS x COLS 16-bit elements in shared memory, stored in 16-byte
+// chunks of 8 elements with the chunk index XORed with (row % 8). ldmatrix reads one
+// chunk from each of 8 consecutive rows at a time; without the swizzle those 8 chunks
+// would sit in the same banks (rows are 128 or 256 bytes apart), with it they cover all
+// 32 banks. cp.async writes whole chunks, so the swizzle costs nothing on the way in.
+template <int ROWS, int COLS>
+struct SwizzledTile {
+    static_assert(COLS % 64 == 0, "rows must be whole multiples of 8 chunks (128 bytes) for the XOR swizzle");
+    static constexpr int CHUNKS_PER_ROW = COLS / 8;
+    static constexpr int ELEMS = ROWS * COLS;
+    static constexpr int BYTES = ELEMS * 2;
+
+    // Element offset of chunk `chunk` (8 elements) of row `row`.
+    __device__ __forceinline__ static int offset(int row, int chunk) {
+        return row * COLS + ((chunk ^ (row & 7)) << 3);
+    }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(smem_row)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(smem_row)));
+}
+
+// d += a * b with fp32 accumulation; T is __half or __nv_bfloat16.
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(FragC& d, const FragA& a, const FragB& b);
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__half>(FragC& d, const FragA& a, const FragB& b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+}
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(FragC& d, const FragA& a, const FragB& b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+}
+
+// Two floats -> one register of two 16-bit values (lo in the low half), rounded to nearest.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+}  // namespace fullpipe
