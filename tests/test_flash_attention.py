@@ -15,11 +15,16 @@ from fullpipe.kernels import flash_attention as fa
 
 ARCH = "sm_90a"
 
-# The default build plus every candidate tiling, one module per (d64, d128) pair.
+# The default build plus every candidate tiling (for causal and non-causal kernels alike),
+# one module per (d64, d128) pair of candidates.
 BUILDS = [dict(fa.DEFAULT_TILINGS)] + [
-    {64: t64, 128: t128} for t64, t128 in zip(fa.CANDIDATE_TILINGS[64], fa.CANDIDATE_TILINGS[128])
+    {(64, c): t64 for c in (False, True)} | {(128, c): t128 for c in (False, True)}
+    for t64, t128 in zip(fa.CANDIDATE_TILINGS[64], fa.CANDIDATE_TILINGS[128])
 ]
-BUILDS = [b for i, b in enumerate(BUILDS) if b not in BUILDS[:i]]
+
+
+def _build_id(b):
+    return "-".join(f"d{d}{'c' if c else ''}_{t.name}" for (d, c), t in sorted(b.items()))
 
 
 def _per_kernel_sass(cubin: bytes) -> dict[str, str]:
@@ -27,7 +32,7 @@ def _per_kernel_sass(cubin: bytes) -> dict[str, str]:
     return {part.split(",", 1)[0].split()[0].strip(): part for part in parts[1:]}
 
 
-@pytest.mark.parametrize("tilings", BUILDS, ids=lambda b: f"d64_{b[64].name}-d128_{b[128].name}")
+@pytest.mark.parametrize("tilings", BUILDS, ids=_build_id)
 def test_every_instance_compiles_without_spills_and_uses_the_technique(tilings):
     mod = compiler.compile_package_kernel(fa.SOURCE, arch=ARCH, defines=dict(fa.defines(tilings)))
     assert mod.cubin[:4] == b"\x7fELF"
@@ -39,7 +44,7 @@ def test_every_instance_compiles_without_spills_and_uses_the_technique(tilings):
     assert set(per_kernel) == set(fa.KERNELS)
     for name, text in per_kernel.items():
         d = 64 if "_d64_" in name else 128
-        t = tilings[d]
+        t = tilings[d, name.endswith("_causal")]
         counts = sass.opcode_counts(text)
         # The KV-tile loop is unrolled: Q K^T is (d/16) x (BN/8) mma, P V (BN/16) x (d/8).
         per_tile = 2 * d * t.block_n // 128
@@ -106,7 +111,7 @@ def test_online_softmax_with_causal_masks_and_rows_masked_for_whole_tiles():
 # ------------------------------------------------------------------ plan and checks
 def test_plan_dense_and_varlen_launch_shapes():
     p = fa.plan((4, 4096, 16, 128), (4, 4096, 4, 128), (4, 4096, 4, 128), "float16", causal=True)
-    t = fa.DEFAULT_TILINGS[128]
+    t = fa.DEFAULT_TILINGS[128, True]
     assert p.kernel == "flash_attention_d128_f16_causal"
     assert p.grid == (16, 4, 4096 // t.block_m) and p.block == t.threads
     assert p.shared_mem == t.shared_mem(128) <= 227 * 1024
@@ -114,7 +119,7 @@ def test_plan_dense_and_varlen_launch_shapes():
     assert p.scale == pytest.approx(128 ** -0.5)
     v = fa.plan((1000, 8, 64), (1000, 8, 64), (1000, 8, 64), "bfloat16", varlen=True, batch=3, max_seqlen=700)
     assert v.kernel == "flash_attention_d64_bf16" and v.seq_len == 0
-    assert v.grid == (8, 3, -(-700 // fa.DEFAULT_TILINGS[64].block_m))
+    assert v.grid == (8, 3, -(-700 // fa.DEFAULT_TILINGS[64, False].block_m))
     assert fa.flops(v, [700, 200, 100]) == 4.0 * (700**2 + 200**2 + 100**2) * 64 * 8
 
 

@@ -302,7 +302,7 @@ def run(ctx: Context) -> Result:
         experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(ctx.device),
         params={"batch": BATCH, "seq": SEQ, "configs": [list(c) for c in SPEED_CONFIGS], "dtype": "float16",
                 "repeat": repeat, "quick": ctx.quick, "varlen_lengths": lens,
-                "tilings": {d: t.name for d, t in fa.DEFAULT_TILINGS.items()}},
+                "tilings": {f"d{d}{' causal' if c else ''}": t.name for (d, c), t in fa.DEFAULT_TILINGS.items()}},
         metrics=metrics,
         bound=Bound("SDPA flash (FA2) d128 non-causal", main.get("FLASH_ATTENTION"), "TFLOP/s")
         if main.get("FLASH_ATTENTION") else None,

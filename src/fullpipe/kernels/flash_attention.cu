@@ -48,17 +48,31 @@
 using namespace fullpipe;
 
 // ------------------------------------------------------------------ tiling (-D macros)
+// Warps (16 query rows each) and keys per K/V tile, per head dim, for the non-causal and
+// the causal kernels (fullpipe/kernels/flash_attention.py DEFAULT_TILINGS sets them all).
 #ifndef ATTN_D64_WARPS
 #define ATTN_D64_WARPS 4
 #endif
 #ifndef ATTN_D64_BN
-#define ATTN_D64_BN 64
+#define ATTN_D64_BN 128
 #endif
 #ifndef ATTN_D128_WARPS
-#define ATTN_D128_WARPS 4
+#define ATTN_D128_WARPS 8
 #endif
 #ifndef ATTN_D128_BN
 #define ATTN_D128_BN 64
+#endif
+#ifndef ATTN_D64_CAUSAL_WARPS
+#define ATTN_D64_CAUSAL_WARPS 4
+#endif
+#ifndef ATTN_D64_CAUSAL_BN
+#define ATTN_D64_CAUSAL_BN 64
+#endif
+#ifndef ATTN_D128_CAUSAL_WARPS
+#define ATTN_D128_CAUSAL_WARPS 4
+#endif
+#ifndef ATTN_D128_CAUSAL_BN
+#define ATTN_D128_CAUSAL_BN 64
 #endif
 
 namespace {
@@ -101,17 +115,30 @@ __device__ __forceinline__ Sequence sequence_of(int b, const int* cu_seqlens, in
 // ------------------------------------------------------------------ producer: copies
 // Rows 0 .. ROWS-1 of a [tokens, heads, D] slice (row stride `stride` elements) into a
 // swizzled tile; rows >= `valid` are zero-filled (and read nothing).
+// Thread i copies chunk i % CPR of rows i / CPR + p * ROWS_PER_PASS: one row address and
+// one swizzled offset per thread (ROWS_PER_PASS is a multiple of 8, so row % 8 and the
+// swizzle stay the same from pass to pass).
 template <class Tile, int THREADS, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* src, long long stride, int valid) {
     constexpr int CPR = Tile::CHUNKS_PER_ROW;
-    constexpr int CHUNKS = Tile::ELEMS / 8;
-    static_assert(CHUNKS % THREADS == 0, "every thread copies the same number of chunks");
+    constexpr int ROWS_PER_PASS = THREADS / CPR;
+    static_assert(THREADS % CPR == 0 && ROWS_PER_PASS % 8 == 0 && Tile::N_ROWS % ROWS_PER_PASS == 0,
+                  "the block copies whole rows, 8 at a time");
+    constexpr int PASSES = Tile::N_ROWS / ROWS_PER_PASS;
+    const int row = threadIdx.x / CPR, chunk = threadIdx.x % CPR;
+    T* dst = tile + Tile::offset(row, chunk);
+    const T* from = src + row * stride + chunk * 8;
+    const long long step = ROWS_PER_PASS * stride;
+    if (valid >= Tile::N_ROWS) {  // a whole tile: no row checks
 #pragma unroll
-    for (int it = 0; it < CHUNKS / THREADS; ++it) {
-        const int i = threadIdx.x + it * THREADS;
-        const int row = i / CPR, chunk = i % CPR;
-        const bool ok = row < valid;
-        cp_async_16(tile + Tile::offset(row, chunk), src + (ok ? row : 0) * stride + chunk * 8, ok);
+        for (int pass = 0; pass < PASSES; ++pass)
+            cp_async_16(dst + pass * ROWS_PER_PASS * Tile::N_COLS, from + pass * step, true);
+    } else {  // the sequence ends inside the tile: zero-fill the rows past it
+#pragma unroll
+        for (int pass = 0; pass < PASSES; ++pass) {
+            const bool ok = row + pass * ROWS_PER_PASS < valid;
+            cp_async_16(dst + pass * ROWS_PER_PASS * Tile::N_COLS, ok ? from + pass * step : src, ok);
+        }
     }
 }
 
@@ -122,16 +149,29 @@ __device__ __forceinline__ void load_q_fragments(FragA (&qf)[G::D_STEPS], const 
     const int row = warp * 16 + (lane & 15);  // ldmatrix x4: lanes 0-15 rows, 16-31 the right half
 #pragma unroll
     for (int ks = 0; ks < G::D_STEPS; ++ks)
-        ldmatrix_x4(qf[ks].r, q_tile + G::QTile::offset(row, 2 * ks + (lane >> 4)));
+        ldmatrix_x4(qf[ks].r, smem_addr(q_tile + G::QTile::offset(row, 2 * ks + (lane >> 4))));
 }
 
-// S (16 x BN) = Q K^T. K is stored keys x dims, which is already B's "col" layout:
-// one ldmatrix.x4 gives the B fragments of two 8-key fragments for one 16-dim step.
+// The lanes' ldmatrix addresses in a K tile: matrices 0-3 of an x4 are (keys +0, dims +0),
+// (keys +0, dims +8), (keys +8, dims +0), (keys +8, dims +8): the B fragments of two
+// 8-key score fragments for one 16-dim step.
+template <class G>
+__device__ __forceinline__ LdmatrixCursor<typename G::KVTile> k_cursor(const void* k_tile, int lane) {
+    return LdmatrixCursor<typename G::KVTile>(k_tile, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+}
+
+// In a V tile, transposed: matrices 0-3 are (keys +0, dims +0), (keys +8, dims +0),
+// (keys +0, dims +8), (keys +8, dims +8): the B fragments of two 8-dim output fragments
+// for one 16-key step.
+template <class G>
+__device__ __forceinline__ LdmatrixCursor<typename G::KVTile> v_cursor(const void* v_tile, int lane) {
+    return LdmatrixCursor<typename G::KVTile>(v_tile, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+}
+
+// S (16 x BN) = Q K^T. K is stored keys x dims, which is already B's "col" layout.
 template <class G, typename T>
-__device__ __forceinline__ void scores_qkt(FragC (&s)[G::S_FRAGS], const FragA (&qf)[G::D_STEPS], const T* k_tile,
-                                           int lane) {
-    const int key_in = (lane & 7) + ((lane >> 4) << 3);  // matrices 2, 3: keys + 8
-    const int chunk_in = (lane >> 3) & 1;                // matrices 1, 3: dims + 8
+__device__ __forceinline__ void scores_qkt(FragC (&s)[G::S_FRAGS], const FragA (&qf)[G::D_STEPS],
+                                           const LdmatrixCursor<typename G::KVTile>& k_tile) {
 #pragma unroll
     for (int j = 0; j < G::S_FRAGS; ++j) s[j].r[0] = s[j].r[1] = s[j].r[2] = s[j].r[3] = 0.0f;
 #pragma unroll
@@ -139,7 +179,7 @@ __device__ __forceinline__ void scores_qkt(FragC (&s)[G::S_FRAGS], const FragA (
 #pragma unroll
         for (int kp = 0; kp < G::S_FRAGS / 2; ++kp) {
             uint32_t b[4];
-            ldmatrix_x4(b, k_tile + G::KVTile::offset(16 * kp + key_in, 2 * ks + chunk_in));
+            ldmatrix_x4(b, k_tile.at(16 * kp, ks));
             mma_m16n8k16<T>(s[2 * kp], qf[ks], FragB{{b[0], b[1]}});
             mma_m16n8k16<T>(s[2 * kp + 1], qf[ks], FragB{{b[2], b[3]}});
         }
@@ -185,19 +225,17 @@ __device__ __forceinline__ void rescale(FragC (&o)[G::O_FRAGS], const float (&al
     }
 }
 
-// O (16 x D) += P V. V is stored keys x dims; B needs dims x keys pairs, so the
-// transposing ldmatrix gives the B fragments of two 8-dim fragments per 16-key step.
+// O (16 x D) += P V. V is stored keys x dims; B needs (key pairs, dim) values, which the
+// transposing ldmatrix delivers.
 template <class G, typename T>
-__device__ __forceinline__ void accumulate_pv(FragC (&o)[G::O_FRAGS], const FragA (&p)[G::KEY_STEPS], const T* v_tile,
-                                              int lane) {
-    const int key_in = (lane & 7) + (((lane >> 3) & 1) << 3);  // matrices 1, 3: keys + 8
-    const int chunk_in = lane >> 4;                             // matrices 2, 3: dims + 8
+__device__ __forceinline__ void accumulate_pv(FragC (&o)[G::O_FRAGS], const FragA (&p)[G::KEY_STEPS],
+                                              const LdmatrixCursor<typename G::KVTile>& v_tile) {
 #pragma unroll
     for (int ks = 0; ks < G::KEY_STEPS; ++ks) {
 #pragma unroll
         for (int dp = 0; dp < G::O_FRAGS / 2; ++dp) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, v_tile + G::KVTile::offset(16 * ks + key_in, 2 * dp + chunk_in));
+            ldmatrix_x4_trans(b, v_tile.at(16 * ks, dp));
             mma_m16n8k16<T>(o[2 * dp], p[ks], FragB{{b[0], b[1]}});
             mma_m16n8k16<T>(o[2 * dp + 1], p[ks], FragB{{b[2], b[3]}});
         }
@@ -266,6 +304,8 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
     FragA qf[G::D_STEPS];
     load_q_fragments<G>(qf, smem.q, warp, lane);
 
+    const auto k_stage0 = k_cursor<G>(smem.k[0], lane);
+    const auto v_stage0 = v_cursor<G>(smem.v[0], lane);
     OnlineSoftmax<G::S_FRAGS> softmax(scale_log2);
     FragC acc[G::O_FRAGS];
 #pragma unroll
@@ -286,7 +326,7 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
         FragA p[G::KEY_STEPS];
         if (warp_has_keys) {
             FragC s[G::S_FRAGS];
-            scores_qkt<G, T>(s, qf, smem.k[stage], lane);
+            scores_qkt<G, T>(s, qf, k_stage0.shifted(stage * G::KVTile::BYTES));
             if (key0 + G::BN > seq.len || (CAUSAL && key0 + G::BN - 1 > warp_row0))
                 mask_scores<G, CAUSAL>(s, key0, warp_row0, seq.len, lane);
             float alpha[2];
@@ -305,7 +345,7 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
         }
         // 4. V[t] has landed for every thread: O = alpha * O + P V.
         __syncthreads();
-        if (warp_has_keys) accumulate_pv<G, T>(acc, p, smem.v[stage], lane);
+        if (warp_has_keys) accumulate_pv<G, T>(acc, p, v_stage0.shifted(stage * G::KVTile::BYTES));
     }
 
     // Epilogue: the one division, through the Q tile (idle since the prologue).
@@ -319,6 +359,8 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
 
 using G64 = Geometry<64, ATTN_D64_WARPS, ATTN_D64_BN>;
 using G128 = Geometry<128, ATTN_D128_WARPS, ATTN_D128_BN>;
+using G64C = Geometry<64, ATTN_D64_CAUSAL_WARPS, ATTN_D64_CAUSAL_BN>;
+using G128C = Geometry<128, ATTN_D128_CAUSAL_WARPS, ATTN_D128_CAUSAL_BN>;
 
 #define ATTENTION_KERNEL(NAME, T, G, CAUSAL)                                                                        \
     extern "C" __global__ void __launch_bounds__(G::THREADS, 1)                                                      \
@@ -328,10 +370,10 @@ using G128 = Geometry<128, ATTN_D128_WARPS, ATTN_D128_BN>;
     }
 
 ATTENTION_KERNEL(flash_attention_d64_f16, __half, G64, false)
-ATTENTION_KERNEL(flash_attention_d64_f16_causal, __half, G64, true)
+ATTENTION_KERNEL(flash_attention_d64_f16_causal, __half, G64C, true)
 ATTENTION_KERNEL(flash_attention_d64_bf16, __nv_bfloat16, G64, false)
-ATTENTION_KERNEL(flash_attention_d64_bf16_causal, __nv_bfloat16, G64, true)
+ATTENTION_KERNEL(flash_attention_d64_bf16_causal, __nv_bfloat16, G64C, true)
 ATTENTION_KERNEL(flash_attention_d128_f16, __half, G128, false)
-ATTENTION_KERNEL(flash_attention_d128_f16_causal, __half, G128, true)
+ATTENTION_KERNEL(flash_attention_d128_f16_causal, __half, G128C, true)
 ATTENTION_KERNEL(flash_attention_d128_bf16, __nv_bfloat16, G128, false)
-ATTENTION_KERNEL(flash_attention_d128_bf16_causal, __nv_bfloat16, G128, true)
+ATTENTION_KERNEL(flash_attention_d128_bf16_causal, __nv_bfloat16, G128C, true)

@@ -41,7 +41,10 @@ struct FragC {  // 16x8 fp32 accumulator: 4 floats per lane
 template <int ROWS, int COLS>
 struct SwizzledTile {
     static_assert(COLS % 64 == 0, "rows must be whole multiples of 8 chunks (128 bytes) for the XOR swizzle");
+    static constexpr int N_ROWS = ROWS;
+    static constexpr int N_COLS = COLS;
     static constexpr int CHUNKS_PER_ROW = COLS / 8;
+    static constexpr int ROW_BYTES = COLS * 2;
     static constexpr int ELEMS = ROWS * COLS;
     static constexpr int BYTES = ELEMS * 2;
 
@@ -55,16 +58,48 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+// One lane's ldmatrix addresses in a SwizzledTile, with the swizzle worked out once.
+// An x4 load of a 16x16 block reads, per lane, row `row0 + lane_row` and chunk
+// `2c + lane_chunk` (chunk pair c; lane_chunk 0 or 1 picks its left or right half).
+// With row0 a multiple of 8 the XOR term is the lane's own x = lane_chunk ^ (lane_row % 8),
+// and the swizzled chunk (2c + lane_chunk) ^ (row % 8) = 2c ^ x splits into a part that
+// depends on c alone, 8 * (c / 4), and one of four per-lane values, (2 * (c % 4)) ^ x.
+// So the four base addresses below turn every (row0, c) of an unrolled loop into a
+// base register plus an immediate offset, instead of recomputing the XOR per load.
+template <class Tile>
+struct LdmatrixCursor {
+    uint32_t base[4];  // shared-space byte address of (lane_row, chunk pair j) for j = 0 .. 3
+
+    __device__ __forceinline__ LdmatrixCursor(const void* tile, int lane_row, int lane_chunk) {
+        const uint32_t row_addr = smem_addr(tile) + lane_row * Tile::ROW_BYTES;
+        const int x = lane_chunk ^ (lane_row & 7);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) base[j] = row_addr + (((2 * j) ^ x) << 4);
+    }
+    // The same lanes' addresses in a tile `bytes` further on (the other ring stage).
+    __device__ __forceinline__ LdmatrixCursor shifted(uint32_t bytes) const {
+        LdmatrixCursor c = *this;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c.base[j] += bytes;
+        return c;
+    }
+    // Address for rows row0 .. row0 + 15 (row0 % 8 == 0) and chunk pair c, both compile-time in the loops.
+    __device__ __forceinline__ uint32_t at(int row0, int c) const {
+        return base[c & 3] + row0 * Tile::ROW_BYTES + ((c >> 2) << 7);
+    }
+};
+
+// `addr`: this lane's row address in the shared state space (smem_addr / LdmatrixCursor).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(smem_row)));
+                 : "r"(addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(smem_row)));
+                 : "r"(addr));
 }
 
 // d += a * b with fp32 accumulation; T is __half or __nv_bfloat16.
