@@ -57,7 +57,7 @@ using namespace fullpipe;
 #define ATTN_D64_BN 128
 #endif
 #ifndef ATTN_D128_WARPS
-#define ATTN_D128_WARPS 8
+#define ATTN_D128_WARPS 4
 #endif
 #ifndef ATTN_D128_BN
 #define ATTN_D128_BN 64

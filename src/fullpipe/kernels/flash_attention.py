@@ -88,7 +88,7 @@ class Tiling:
 # other. The defaults are the fastest candidates at B=4, S=4096 on an H200 (fp16).
 DEFAULT_TILINGS: dict[tuple[int, bool], Tiling] = {
     (64, False): Tiling(4, 128), (64, True): Tiling(4, 64),
-    (128, False): Tiling(8, 64), (128, True): Tiling(4, 64),
+    (128, False): Tiling(4, 64), (128, True): Tiling(4, 64),
 }
 CANDIDATE_TILINGS: dict[int, tuple[Tiling, ...]] = {
     64: (Tiling(4, 64), Tiling(4, 128), Tiling(8, 64), Tiling(8, 128)),
