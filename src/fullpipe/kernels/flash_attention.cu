@@ -1,0 +1,379 @@
+// Flash attention forward (FlashAttention-2 structure) on mma.sync tensor cores:
+// O = softmax(scale * Q K^T [+ causal mask]) V without ever writing the S x S scores
+// to memory.
+//
+// Technique: a block owns BM = 16 * WARPS query rows of one head of one sequence and
+// walks the sequence's keys in tiles of BN. Each warp owns 16 query rows: their Q
+// fragments stay in registers for the whole walk, the 16 x BN scores and the 16 x D
+// output accumulator too. K and V tiles come through two 2-stage cp.async rings in
+// XOR-swizzled shared memory (fullpipe/mma_sync.cuh), ldmatrix turns them into
+// fragments, mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate) computes Q K^T and P V,
+// and the online softmax (fullpipe/online_softmax.cuh) folds each score tile into a
+// running max and sum, so the output is divided once, at the end.
+//
+//   global --cp.async (LDGSTS)--> K ring[2], V ring[2] --ldmatrix (LDSM)--> fragments
+//                                                                              |
+//        Q fragments (registers) --HMMA--> S --online softmax--> P --HMMA--> O <-+
+//
+// One KV tile t, as the loop below reads:
+//   1. start copying V[t]                        (lands while Q K^T[t] runs)
+//   2. wait for K[t], barrier;   S = Q K[t]^T;   mask;   online softmax -> P, alpha
+//   3. start copying K[t+1]                      (lands while P V[t] runs)
+//   4. wait for V[t], barrier;   O = alpha * O + P V[t]
+// Copy groups are committed in the order Q, K0, V0, K1, V1, K2, ... so "wait for K[t]"
+// is cp.async.wait_group 1 (only V[t] may still be in flight) and "wait for V[t]" is
+// wait_group 1 too (only K[t+1]), or 0 on the last tile. The barrier after each wait
+// also tells every warp that the buffer about to be refilled next is free: K[t+1] goes
+// to the buffer K[t-1] used, which every warp finished before barrier 2 of tile t.
+//
+// Causal: tiles entirely above the diagonal are never loaded (the walk ends at the
+// block's last query row); only tiles that cross the diagonal (or the end of the
+// sequence) are masked, and a warp skips the math of a tile that is masked for all its
+// rows. Blocks are numbered so that the longest causal query tiles start first.
+//
+// Layout (chosen by fullpipe/kernels/flash_attention.py): token-major, q [tokens, Hq, D],
+// k and v [tokens, Hkv, D], o like q, tokens packed sequence after sequence. A sequence
+// b is tokens cu_seqlens[b] .. cu_seqlens[b+1]; with cu_seqlens == nullptr every
+// sequence has seq_len tokens (dense [B, S, H, D]). Grouped K/V heads: query head h
+// reads K/V head h / (Hq / Hkv). Self-attention only: keys are the query's own sequence.
+//
+// Grid: (Hq, B, ceil(max_seqlen / BM)), block 32 * WARPS, dynamic shared memory
+// sizeof(SharedStorage) = (BM + 4 * BN) * D * 2 bytes.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <fullpipe/cp_async.cuh>
+#include <fullpipe/mma_sync.cuh>
+#include <fullpipe/online_softmax.cuh>
+
+using namespace fullpipe;
+
+// ------------------------------------------------------------------ tiling (-D macros)
+// Warps (16 query rows each) and keys per K/V tile, per head dim, for the non-causal and
+// the causal kernels (fullpipe/kernels/flash_attention.py DEFAULT_TILINGS sets them all).
+#ifndef ATTN_D64_WARPS
+#define ATTN_D64_WARPS 4
+#endif
+#ifndef ATTN_D64_BN
+#define ATTN_D64_BN 128
+#endif
+#ifndef ATTN_D128_WARPS
+#define ATTN_D128_WARPS 4
+#endif
+#ifndef ATTN_D128_BN
+#define ATTN_D128_BN 64
+#endif
+#ifndef ATTN_D64_CAUSAL_WARPS
+#define ATTN_D64_CAUSAL_WARPS 4
+#endif
+#ifndef ATTN_D64_CAUSAL_BN
+#define ATTN_D64_CAUSAL_BN 64
+#endif
+#ifndef ATTN_D128_CAUSAL_WARPS
+#define ATTN_D128_CAUSAL_WARPS 4
+#endif
+#ifndef ATTN_D128_CAUSAL_BN
+#define ATTN_D128_CAUSAL_BN 64
+#endif
+
+namespace {
+
+template <int D_, int WARPS_, int BN_>
+struct Geometry {
+    static constexpr int D = D_;               // head dim
+    static constexpr int WARPS = WARPS_;
+    static constexpr int THREADS = 32 * WARPS;
+    static constexpr int BM = 16 * WARPS;      // query rows per block (16 per warp)
+    static constexpr int BN = BN_;             // keys per K/V tile
+    static constexpr int STAGES = 2;           // depth of the K ring and of the V ring
+    static constexpr int D_STEPS = D / 16;     // k-steps of Q K^T (over the head dim)
+    static constexpr int KEY_STEPS = BN / 16;  // k-steps of P V (over the keys)
+    static constexpr int S_FRAGS = BN / 8;     // 16x8 score fragments per warp and tile
+    static constexpr int O_FRAGS = D / 8;      // 16x8 output fragments per warp
+    using QTile = SwizzledTile<BM, D>;
+    using KVTile = SwizzledTile<BN, D>;
+    static_assert(D % 64 == 0 && BN % 16 == 0, "head dim a multiple of 64, key tile of 16");
+};
+
+template <typename T, class G>
+struct SharedStorage {
+    T q[G::QTile::ELEMS];  // the block's queries; reused to stage the output
+    T k[G::STAGES][G::KVTile::ELEMS];
+    T v[G::STAGES][G::KVTile::ELEMS];
+};
+
+struct Sequence {
+    long long start;  // first token
+    int len;
+};
+
+__device__ __forceinline__ Sequence sequence_of(int b, const int* cu_seqlens, int seq_len) {
+    if (cu_seqlens == nullptr) return {static_cast<long long>(b) * seq_len, seq_len};
+    const int begin = cu_seqlens[b];
+    return {begin, cu_seqlens[b + 1] - begin};
+}
+
+// ------------------------------------------------------------------ producer: copies
+// Rows 0 .. ROWS-1 of a [tokens, heads, D] slice (row stride `stride` elements) into a
+// swizzled tile; rows >= `valid` are zero-filled (and read nothing).
+// Thread i copies chunk i % CPR of rows i / CPR + p * ROWS_PER_PASS: one row address and
+// one swizzled offset per thread (ROWS_PER_PASS is a multiple of 8, so row % 8 and the
+// swizzle stay the same from pass to pass).
+template <class Tile, int THREADS, typename T>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* src, long long stride, int valid) {
+    constexpr int CPR = Tile::CHUNKS_PER_ROW;
+    constexpr int ROWS_PER_PASS = THREADS / CPR;
+    static_assert(THREADS % CPR == 0 && ROWS_PER_PASS % 8 == 0 && Tile::N_ROWS % ROWS_PER_PASS == 0,
+                  "the block copies whole rows, 8 at a time");
+    constexpr int PASSES = Tile::N_ROWS / ROWS_PER_PASS;
+    const int row = threadIdx.x / CPR, chunk = threadIdx.x % CPR;
+    T* dst = tile + Tile::offset(row, chunk);
+    const T* from = src + row * stride + chunk * 8;
+    const long long step = ROWS_PER_PASS * stride;
+    if (valid >= Tile::N_ROWS) {  // a whole tile: no row checks
+#pragma unroll
+        for (int pass = 0; pass < PASSES; ++pass)
+            cp_async_16(dst + pass * ROWS_PER_PASS * Tile::N_COLS, from + pass * step, true);
+    } else {  // the sequence ends inside the tile: zero-fill the rows past it
+#pragma unroll
+        for (int pass = 0; pass < PASSES; ++pass) {
+            const bool ok = row + pass * ROWS_PER_PASS < valid;
+            cp_async_16(dst + pass * ROWS_PER_PASS * Tile::N_COLS, ok ? from + pass * step : src, ok);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ consumers: warp math
+// The warp's 16 query rows as A fragments, one per 16-wide slice of the head dim.
+template <class G, typename T>
+__device__ __forceinline__ void load_q_fragments(FragA (&qf)[G::D_STEPS], const T* q_tile, int warp, int lane) {
+    const int row = warp * 16 + (lane & 15);  // ldmatrix x4: lanes 0-15 rows, 16-31 the right half
+#pragma unroll
+    for (int ks = 0; ks < G::D_STEPS; ++ks)
+        ldmatrix_x4(qf[ks].r, smem_addr(q_tile + G::QTile::offset(row, 2 * ks + (lane >> 4))));
+}
+
+// The lanes' ldmatrix addresses in a K tile: matrices 0-3 of an x4 are (keys +0, dims +0),
+// (keys +0, dims +8), (keys +8, dims +0), (keys +8, dims +8): the B fragments of two
+// 8-key score fragments for one 16-dim step.
+template <class G>
+__device__ __forceinline__ LdmatrixCursor<typename G::KVTile> k_cursor(const void* k_tile, int lane) {
+    return LdmatrixCursor<typename G::KVTile>(k_tile, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+}
+
+// In a V tile, transposed: matrices 0-3 are (keys +0, dims +0), (keys +8, dims +0),
+// (keys +0, dims +8), (keys +8, dims +8): the B fragments of two 8-dim output fragments
+// for one 16-key step.
+template <class G>
+__device__ __forceinline__ LdmatrixCursor<typename G::KVTile> v_cursor(const void* v_tile, int lane) {
+    return LdmatrixCursor<typename G::KVTile>(v_tile, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+}
+
+// S (16 x BN) = Q K^T. K is stored keys x dims, which is already B's "col" layout.
+template <class G, typename T>
+__device__ __forceinline__ void scores_qkt(FragC (&s)[G::S_FRAGS], const FragA (&qf)[G::D_STEPS],
+                                           const LdmatrixCursor<typename G::KVTile>& k_tile) {
+#pragma unroll
+    for (int j = 0; j < G::S_FRAGS; ++j) s[j].r[0] = s[j].r[1] = s[j].r[2] = s[j].r[3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < G::D_STEPS; ++ks) {
+#pragma unroll
+        for (int kp = 0; kp < G::S_FRAGS / 2; ++kp) {
+            uint32_t b[4];
+            ldmatrix_x4(b, k_tile.at(16 * kp, ks));
+            mma_m16n8k16<T>(s[2 * kp], qf[ks], FragB{{b[0], b[1]}});
+            mma_m16n8k16<T>(s[2 * kp + 1], qf[ks], FragB{{b[2], b[3]}});
+        }
+    }
+}
+
+// Scores of keys past the sequence's end, or (causal) after the query, become -inf.
+template <class G, bool CAUSAL>
+__device__ __forceinline__ void mask_scores(FragC (&s)[G::S_FRAGS], int key0, int row0, int seq_len, int lane) {
+    const int quad = lane & 3, group = lane >> 2;
+#pragma unroll
+    for (int j = 0; j < G::S_FRAGS; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * j + 2 * quad + (e & 1);
+            const int row = row0 + group + 8 * (e >> 1);
+            if (key >= seq_len || (CAUSAL && key > row)) s[j].r[e] = neg_inf();
+        }
+    }
+}
+
+// P (fp32 accumulator layout) -> A fragments of P V: fragments 2ks and 2ks+1 are the
+// left and right 8 keys of key step ks.
+template <class G, typename T>
+__device__ __forceinline__ void p_fragments(FragA (&p)[G::KEY_STEPS], const FragC (&s)[G::S_FRAGS]) {
+#pragma unroll
+    for (int ks = 0; ks < G::KEY_STEPS; ++ks) {
+        p[ks].r[0] = pack2<T>(s[2 * ks].r[0], s[2 * ks].r[1]);
+        p[ks].r[1] = pack2<T>(s[2 * ks].r[2], s[2 * ks].r[3]);
+        p[ks].r[2] = pack2<T>(s[2 * ks + 1].r[0], s[2 * ks + 1].r[1]);
+        p[ks].r[3] = pack2<T>(s[2 * ks + 1].r[2], s[2 * ks + 1].r[3]);
+    }
+}
+
+template <class G>
+__device__ __forceinline__ void rescale(FragC (&o)[G::O_FRAGS], const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < G::O_FRAGS; ++j) {
+        o[j].r[0] *= alpha[0];
+        o[j].r[1] *= alpha[0];
+        o[j].r[2] *= alpha[1];
+        o[j].r[3] *= alpha[1];
+    }
+}
+
+// O (16 x D) += P V. V is stored keys x dims; B needs (key pairs, dim) values, which the
+// transposing ldmatrix delivers.
+template <class G, typename T>
+__device__ __forceinline__ void accumulate_pv(FragC (&o)[G::O_FRAGS], const FragA (&p)[G::KEY_STEPS],
+                                              const LdmatrixCursor<typename G::KVTile>& v_tile) {
+#pragma unroll
+    for (int ks = 0; ks < G::KEY_STEPS; ++ks) {
+#pragma unroll
+        for (int dp = 0; dp < G::O_FRAGS / 2; ++dp) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, v_tile.at(16 * ks, dp));
+            mma_m16n8k16<T>(o[2 * dp], p[ks], FragB{{b[0], b[1]}});
+            mma_m16n8k16<T>(o[2 * dp + 1], p[ks], FragB{{b[2], b[3]}});
+        }
+    }
+}
+
+// O / l -> the warp's 16 rows of the (now idle) Q tile -> 16-byte stores of the rows
+// that exist. Each warp touches only its own rows, so a warp barrier is enough.
+template <class G, typename T>
+__device__ __forceinline__ void store_output(T* o_dst, long long stride, int valid_rows, FragC (&o)[G::O_FRAGS],
+                                             const float (&inv_l)[2], T* stage, int warp, int lane) {
+    const int quad = lane & 3, group = lane >> 2;
+#pragma unroll
+    for (int j = 0; j < G::O_FRAGS; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = warp * 16 + group + 8 * h;
+            *reinterpret_cast<uint32_t*>(stage + G::QTile::offset(row, j) + 2 * quad) =
+                pack2<T>(o[j].r[2 * h] * inv_l[h], o[j].r[2 * h + 1] * inv_l[h]);
+        }
+    }
+    __syncwarp();
+    constexpr int CPR = G::QTile::CHUNKS_PER_ROW;
+#pragma unroll
+    for (int it = 0; it < CPR / 2; ++it) {  // 16 rows x CPR chunks over 32 lanes
+        const int i = lane + 32 * it;
+        const int row = warp * 16 + i / CPR, chunk = i % CPR;
+        if (row < valid_rows)
+            *reinterpret_cast<uint4*>(o_dst + row * stride + chunk * 8) =
+                *reinterpret_cast<const uint4*>(stage + G::QTile::offset(row, chunk));
+    }
+}
+
+// ------------------------------------------------------------------ the kernel body
+template <typename T, class G, bool CAUSAL>
+__device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q, const T* __restrict__ k,
+                                                        const T* __restrict__ v, T* __restrict__ o,
+                                                        const int* __restrict__ cu_seqlens, int seq_len, int heads_q,
+                                                        int heads_kv, float scale_log2) {
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    auto& smem = *reinterpret_cast<SharedStorage<T, G>*>(smem_raw);
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int head = blockIdx.x;
+    const Sequence seq = sequence_of(blockIdx.y, cu_seqlens, seq_len);
+    const int q0 = (gridDim.z - 1 - blockIdx.z) * G::BM;  // longest causal tiles first
+    if (q0 >= seq.len) return;                            // a shorter sequence of a varlen batch
+
+    const long long q_stride = static_cast<long long>(heads_q) * G::D;
+    const long long kv_stride = static_cast<long long>(heads_kv) * G::D;
+    const int kv_head = head / (heads_q / heads_kv);
+    const T* q_src = q + (seq.start + q0) * q_stride + head * G::D;
+    const T* k_src = k + seq.start * kv_stride + kv_head * G::D;
+    const T* v_src = v + seq.start * kv_stride + kv_head * G::D;
+    const int kv_end = CAUSAL ? min(seq.len, q0 + G::BM) : seq.len;  // keys this block needs
+    const int kv_tiles = (kv_end + G::BN - 1) / G::BN;
+    const int warp_row0 = q0 + warp * 16;  // position of the warp's first query row
+
+    // Prologue: Q and K[0] in flight; Q into registers as soon as it lands.
+    load_tile_async<typename G::QTile, G::THREADS>(smem.q, q_src, q_stride, seq.len - q0);
+    cp_async_commit();
+    load_tile_async<typename G::KVTile, G::THREADS>(smem.k[0], k_src, kv_stride, seq.len);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    FragA qf[G::D_STEPS];
+    load_q_fragments<G>(qf, smem.q, warp, lane);
+
+    const auto k_stage0 = k_cursor<G>(smem.k[0], lane);
+    const auto v_stage0 = v_cursor<G>(smem.v[0], lane);
+    OnlineSoftmax<G::S_FRAGS> softmax(scale_log2);
+    FragC acc[G::O_FRAGS];
+#pragma unroll
+    for (int j = 0; j < G::O_FRAGS; ++j) acc[j].r[0] = acc[j].r[1] = acc[j].r[2] = acc[j].r[3] = 0.0f;
+
+    for (int t = 0; t < kv_tiles; ++t) {
+        const int stage = t % G::STAGES;
+        const int key0 = t * G::BN;
+        const bool warp_has_keys = !CAUSAL || key0 <= warp_row0 + 15;
+
+        // 1. V[t] starts landing while the scores are computed.
+        load_tile_async<typename G::KVTile, G::THREADS>(smem.v[stage], v_src + key0 * kv_stride, kv_stride,
+                                                        seq.len - key0);
+        cp_async_commit();
+        // 2. K[t] has landed for every thread: S = Q K^T, mask, online softmax.
+        cp_async_wait<1>();
+        __syncthreads();
+        FragA p[G::KEY_STEPS];
+        if (warp_has_keys) {
+            FragC s[G::S_FRAGS];
+            scores_qkt<G, T>(s, qf, k_stage0.shifted(stage * G::KVTile::BYTES));
+            if (key0 + G::BN > seq.len || (CAUSAL && key0 + G::BN - 1 > warp_row0))
+                mask_scores<G, CAUSAL>(s, key0, warp_row0, seq.len, lane);
+            float alpha[2];
+            softmax.update(s, alpha);
+            rescale<G>(acc, alpha);
+            p_fragments<G, T>(p, s);
+        }
+        // 3. K[t+1] starts landing (into the buffer K[t-1] used) while P V runs.
+        if (t + 1 < kv_tiles) {
+            load_tile_async<typename G::KVTile, G::THREADS>(smem.k[stage ^ 1], k_src + (key0 + G::BN) * kv_stride,
+                                                            kv_stride, seq.len - key0 - G::BN);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        // 4. V[t] has landed for every thread: O = alpha * O + P V.
+        __syncthreads();
+        if (warp_has_keys) accumulate_pv<G, T>(acc, p, v_stage0.shifted(stage * G::KVTile::BYTES));
+    }
+
+    // Epilogue: the one division, through the Q tile (idle since the prologue).
+    float inv_l[2];
+    softmax.inverse_sums(inv_l);
+    store_output<G, T>(o + (seq.start + q0) * q_stride + head * G::D, q_stride, seq.len - q0, acc, inv_l, smem.q,
+                       warp, lane);
+}
+
+}  // namespace
+
+using G64 = Geometry<64, ATTN_D64_WARPS, ATTN_D64_BN>;
+using G128 = Geometry<128, ATTN_D128_WARPS, ATTN_D128_BN>;
+using G64C = Geometry<64, ATTN_D64_CAUSAL_WARPS, ATTN_D64_CAUSAL_BN>;
+using G128C = Geometry<128, ATTN_D128_CAUSAL_WARPS, ATTN_D128_CAUSAL_BN>;
+
+#define ATTENTION_KERNEL(NAME, T, G, CAUSAL)                                                                        \
+    extern "C" __global__ void __launch_bounds__(G::THREADS, 1)                                                      \
+        NAME(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,          \
+             const int* __restrict__ cu_seqlens, int seq_len, int heads_q, int heads_kv, float scale_log2) {       \
+        flash_attention_forward<T, G, CAUSAL>(q, k, v, o, cu_seqlens, seq_len, heads_q, heads_kv, scale_log2);    \
+    }
+
+ATTENTION_KERNEL(flash_attention_d64_f16, __half, G64, false)
+ATTENTION_KERNEL(flash_attention_d64_f16_causal, __half, G64C, true)
+ATTENTION_KERNEL(flash_attention_d64_bf16, __nv_bfloat16, G64, false)
+ATTENTION_KERNEL(flash_attention_d64_bf16_causal, __nv_bfloat16, G64C, true)
+ATTENTION_KERNEL(flash_attention_d128_f16, __half, G128, false)
+ATTENTION_KERNEL(flash_attention_d128_f16_causal, __half, G128C, true)
+ATTENTION_KERNEL(flash_attention_d128_bf16, __nv_bfloat16, G128, false)
+ATTENTION_KERNEL(flash_attention_d128_bf16_causal, __nv_bfloat16, G128C, true)

@@ -1,0 +1,375 @@
+"""Flash attention forward: ``softmax(scale * Q K^T [causal]) V`` without the S x S matrix.
+
+    o = fullpipe.kernels.attention(q, k, v, causal=True)                      # dense
+    o = fullpipe.kernels.attention(q, k, v, cu_seqlens=offsets, max_seqlen=m) # packed varlen
+
+Layouts (token-major, the layout of FlashAttention's ``flash_attn_func`` /
+``flash_attn_varlen_func`` and of LLM servers' packed batches):
+
+- dense: q ``[B, S, Hq, D]``, k and v ``[B, S, Hkv, D]``;
+- variable length: q ``[total_tokens, Hq, D]``, k and v ``[total_tokens, Hkv, D]``, the
+  sequences packed one after another; ``cu_seqlens`` (int32, ``[B + 1]``, on the GPU)
+  holds their cumulative offsets: sequence b is tokens ``cu_seqlens[b] ..
+  cu_seqlens[b+1]``, so a batch of prompts of different lengths runs in one launch.
+
+The output has q's shape, dtype and kind (torch -> torch, cupy -> cupy, otherwise a
+fullpipe DeviceArray), or is ``out``. (PyTorch's ``scaled_dot_product_attention``
+takes ``[B, H, S, D]``: ``q.transpose(1, 2)`` of the dense layout is that view.)
+
+Supported: float16 and bfloat16 (fp32 accumulation), head dims 64 and 128, causal or
+not, grouped K/V heads (``Hq % Hkv == 0``; query head h reads K/V head
+``h // (Hq // Hkv)``), any sequence length >= 1. Self-attention only: keys and values
+come from the query's own sequence (same S / same cu_seqlens). Inputs must be
+C-contiguous and 16-byte aligned. ``scale`` defaults to ``1 / sqrt(D)``.
+
+Streams: the kernel is enqueued on ``stream`` (a cuda.core Stream or anything with
+``__cuda_stream__``); when None, on the current stream of the inputs' library (torch
+or CuPy), as their own operators would. fullpipe DeviceArrays need an explicit stream.
+
+``cu_seqlens`` is trusted like FlashAttention trusts it: offsets must start at 0, never
+decrease, end at ``total_tokens``, and ``max_seqlen`` must be >= the longest sequence
+(tokens of longer sequences would get no output). Without ``max_seqlen`` the offsets
+are copied to the host once (a synchronization), checked, and the maximum taken.
+
+Kernel: flash_attention.cu (the FlashAttention-2 structure on mma.sync; the
+online softmax is fullpipe/online_softmax.cuh, mirrored in NumPy by
+:func:`online_softmax_reference`).
+
+    python -m fullpipe.kernels.flash_attention --selftest   # small checked runs (sanitizers)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..cuda import compiler
+from ..cuda.launch import launch
+from ._operands import Operand, empty_like_kind, operand
+
+SOURCE = "kernels/flash_attention.cu"
+HEAD_DIMS = (64, 128)
+DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+LOG2E = 1.4426950408889634
+MAX_GRID_YZ = 65535
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """One compile-time tiling of flash_attention.cu for one head dim: ``warps`` warps of
+    16 query rows each (block tile ``16 * warps`` rows), K/V tiles of ``block_n`` keys."""
+
+    warps: int = 4
+    block_n: int = 64
+
+    @property
+    def block_m(self) -> int:
+        return 16 * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def shared_mem(self, head_dim: int) -> int:
+        """sizeof(SharedStorage): the Q tile plus a 2-stage ring of K tiles and one of V."""
+        return (self.block_m + 4 * self.block_n) * head_dim * 2
+
+    @property
+    def name(self) -> str:
+        return f"w{self.warps}_n{self.block_n}"
+
+
+# The tiling each (head dim, causal) kernel is built with (the -D macros of
+# flash_attention.cu), and the candidates scripts/attention-check times against each
+# other. The defaults are the fastest candidates at B=4, S=4096 on an H200 (fp16).
+DEFAULT_TILINGS: dict[tuple[int, bool], Tiling] = {
+    (64, False): Tiling(4, 128), (64, True): Tiling(4, 64),
+    (128, False): Tiling(4, 64), (128, True): Tiling(4, 64),
+}
+CANDIDATE_TILINGS: dict[int, tuple[Tiling, ...]] = {
+    64: (Tiling(4, 64), Tiling(4, 128), Tiling(8, 64), Tiling(8, 128)),
+    128: (Tiling(4, 64), Tiling(8, 64), Tiling(4, 32), Tiling(8, 32)),
+}
+
+
+def defines(tilings: dict[tuple[int, bool], Tiling] | None = None) -> tuple[tuple[str, int], ...]:
+    """The -D macros for the default tilings, with ``tilings`` overriding some."""
+    t = {**DEFAULT_TILINGS, **(tilings or {})}
+    out = []
+    for (d, causal), tiling in sorted(t.items()):
+        tag = f"ATTN_D{d}" + ("_CAUSAL" if causal else "")
+        out += [(f"{tag}_WARPS", tiling.warps), (f"{tag}_BN", tiling.block_n)]
+    return tuple(out)
+
+
+def kernel_name(head_dim: int, dtype: str, causal: bool) -> str:
+    return f"flash_attention_d{head_dim}_{DTYPES[dtype]}" + ("_causal" if causal else "")
+
+
+KERNELS = tuple(kernel_name(d, dt, c) for d in HEAD_DIMS for dt in DTYPES for c in (False, True))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionPlan:
+    """Everything about one launch except the pointers: testable without a GPU."""
+
+    kernel: str
+    grid: tuple[int, int, int]  # (Hq, B, query tiles)
+    block: int
+    shared_mem: int
+    defines: tuple[tuple[str, int], ...]
+    batch: int
+    seq_len: int  # tokens per sequence (dense), 0 with cu_seqlens
+    max_seqlen: int
+    tokens: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    scale: float
+
+    @property
+    def scale_log2(self) -> float:
+        return self.scale * LOG2E
+
+
+def plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtype: str, *,
+         causal: bool = False, varlen: bool = False, batch: int | None = None, max_seqlen: int | None = None,
+         scale: float | None = None, tiling: Tiling | None = None) -> AttentionPlan:
+    """Check shapes and options and choose the launch, or raise ValueError/TypeError
+    saying what to fix. ``varlen``: packed ``[T, H, D]`` inputs with ``batch``
+    sequences of at most ``max_seqlen`` tokens."""
+    if dtype not in DTYPES:
+        raise TypeError(f"attention takes float16 or bfloat16 inputs, got {dtype}: convert them (x.half() / "
+                        "x.bfloat16())")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    rank = 3 if varlen else 4
+    layout = "[total_tokens, H, D] (packed, with cu_seqlens)" if varlen else "[B, S, H, D]"
+    for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if len(shape) != rank:
+            hint = "" if varlen else " (packed [total_tokens, H, D] inputs need cu_seqlens=)"
+            raise ValueError(f"{name} must be {layout}, got shape {tuple(shape)}{hint}")
+        if any(int(s) < 1 for s in shape):
+            raise ValueError(f"{name} has an empty dimension {tuple(shape)}: nothing to attend to")
+    if tuple(k_shape) != tuple(v_shape):
+        raise ValueError(f"k and v must have the same shape, got {tuple(k_shape)} and {tuple(v_shape)}")
+    head_dim = int(q_shape[-1])
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported: the kernels are built for {HEAD_DIMS}")
+    if int(k_shape[-1]) != head_dim:
+        raise ValueError(f"q and k must have the same head dim, got {head_dim} and {k_shape[-1]}")
+    if tuple(q_shape[:-2]) != tuple(k_shape[:-2]):
+        what = "total_tokens" if varlen else "B and S"
+        raise ValueError(f"q and k/v must have the same {what} (self-attention), got {tuple(q_shape)} and "
+                         f"{tuple(k_shape)}")
+    heads_q, heads_kv = int(q_shape[-2]), int(k_shape[-2])
+    if heads_q % heads_kv:
+        raise ValueError(f"query heads ({heads_q}) must be a multiple of key/value heads ({heads_kv}) "
+                         "for grouped-query attention")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not (
+            math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    if varlen:
+        tokens = int(q_shape[0])
+        if batch is None or batch < 1:
+            raise ValueError("cu_seqlens must hold at least 2 offsets (one sequence)")
+        if max_seqlen is None or isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, np.integer)) \
+                or not 1 <= max_seqlen <= tokens:
+            raise ValueError(f"max_seqlen must be an int in 1 .. total_tokens ({tokens}), got {max_seqlen!r}")
+        seq_len, max_len = 0, int(max_seqlen)
+    else:
+        if max_seqlen is not None:
+            raise ValueError("max_seqlen goes with cu_seqlens (packed inputs); dense inputs have S = q.shape[1]")
+        batch, seq_len = int(q_shape[0]), int(q_shape[1])
+        tokens, max_len = batch * seq_len, seq_len
+    if tokens >= 2**31:
+        raise ValueError(f"{tokens} tokens do not fit the kernel's 32-bit token offsets")
+    t = tiling or DEFAULT_TILINGS[head_dim, bool(causal)]
+    tiles = -(-max_len // t.block_m)
+    if batch > MAX_GRID_YZ or tiles > MAX_GRID_YZ:
+        raise ValueError(f"batch {batch} or query tiles {tiles} exceed the grid limit {MAX_GRID_YZ}")
+    tilings = {(head_dim, bool(causal)): t}
+    return AttentionPlan(kernel_name(head_dim, dtype, bool(causal)), (heads_q, batch, tiles), t.threads,
+                         t.shared_mem(head_dim), defines(tilings), batch, seq_len, max_len, tokens, heads_q,
+                         heads_kv, head_dim, dtype, bool(causal), float(scale))
+
+
+def flops(p: AttentionPlan, seq_lens: list[int] | None = None) -> float:
+    """FLOPs of the two matrix products (the FlashAttention convention): 4 * S^2 * D per
+    head and sequence, halved when causal. ``seq_lens``: the real lengths of a varlen batch."""
+    lens = seq_lens if seq_lens is not None else [p.seq_len] * p.batch
+    f = sum(4.0 * s * s * p.head_dim * p.heads_q for s in lens)
+    return f / 2 if p.causal else f
+
+
+# --------------------------------------------------------------------------- NumPy mirror
+def online_softmax_reference(scores: np.ndarray, values: np.ndarray, block_n: int, scale: float = 1.0,
+                             ) -> np.ndarray:
+    """``softmax(scale * scores) @ values`` computed the way the kernel does, in float32:
+    key tiles of ``block_n``, a running max ``m`` and sum ``l`` per row in log2 units,
+    the accumulator rescaled by ``alpha`` when the max grows, one division at the end.
+    ``scores`` (rows x keys) may hold ``-inf`` for masked keys; a row that is masked in
+    every tile so far keeps ``m = -inf`` and subtracts 0 (as the kernel does)."""
+    s = np.asarray(scores, dtype=np.float32)
+    vals = np.asarray(values, dtype=np.float32)
+    rows, keys = s.shape
+    scale_log2 = np.float32(scale * LOG2E)
+    m = np.full(rows, -np.inf, np.float32)
+    l = np.zeros(rows, np.float32)
+    o = np.zeros((rows, vals.shape[1]), np.float32)
+    with np.errstate(invalid="raise", over="raise"):
+        for k0 in range(0, keys, block_n):
+            tile = s[:, k0:k0 + block_n]
+            m_new = np.maximum(m, tile.max(axis=1) * scale_log2)             # m_new = max(m, rowmax(S))
+            m_sub = np.where(m_new == -np.inf, np.float32(0), m_new)
+            p = np.exp2(tile * scale_log2 - m_sub[:, None])                   # P = exp2(S - m_new)
+            alpha = np.exp2(m - m_sub)                                        # alpha = exp2(m - m_new)
+            l = alpha * l + p.sum(axis=1)                                     # l = alpha l + rowsum(P)
+            o = alpha[:, None] * o + p @ vals[k0:k0 + block_n]                # O = alpha O + P V
+            m = m_new
+    inv = np.where(l > 0, 1 / np.where(l > 0, l, 1), 0).astype(np.float32)
+    return o * inv[:, None]
+
+
+# --------------------------------------------------------------------------- launch
+@functools.lru_cache(maxsize=None)
+def _module(arch: str, defs: tuple[tuple[str, int], ...]):
+    return compiler.compile_package_kernel(SOURCE, arch=arch, defines=dict(defs))
+
+
+def module_for(p: AttentionPlan, arch: str):
+    """The compiled module of a plan (usable without a GPU: pass ``arch``)."""
+    return _module(arch, p.defines)
+
+
+def _stream_for(stream: Any, ref: Operand):
+    from cuda.core import Stream
+
+    from ..cuda.streams import as_core_stream, legacy_default_stream
+
+    if stream is not None:
+        return as_core_stream(stream)
+    if ref.kind == "torch":
+        import torch
+
+        handle = int(torch.cuda.current_stream(torch.device("cuda", ref.device_index)).cuda_stream)
+    elif ref.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(ref.device_index):
+            handle = int(cupy.cuda.get_current_stream().ptr)
+    else:
+        raise TypeError("stream is required for fullpipe/other device arrays (torch and cupy inputs default to "
+                        "their library's current stream)")
+    return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
+
+
+def _read_offsets(cu: Any, C: Operand) -> np.ndarray:
+    if C.kind == "torch":
+        return cu.detach().cpu().numpy()
+    if C.kind == "cupy":
+        return cu.get()
+    raise TypeError("max_seqlen is required when cu_seqlens is not a torch/cupy array")
+
+
+def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any = None, max_seqlen: int | None = None,
+              scale: float | None = None, out: Any = None, stream: Any = None, _tiling: Tiling | None = None) -> Any:
+    """Flash attention forward; returns ``out`` (see the module docstring for layouts).
+
+    ``_tiling`` (benchmarks only) builds the kernel with another :class:`Tiling`."""
+    Q, K, V = operand(q, "q"), operand(k, "k"), operand(v, "v")
+    if not (Q.dtype == K.dtype == V.dtype):
+        raise TypeError(f"q, k and v must have the same dtype, got {Q.dtype}, {K.dtype} and {V.dtype}")
+    if not (Q.device_index == K.device_index == V.device_index):
+        raise ValueError("q, k and v must be on the same GPU")
+    varlen = cu_seqlens is not None
+    batch = None
+    C = None
+    if varlen:
+        C = operand(cu_seqlens, "cu_seqlens")
+        if C.dtype != "int32" or len(C.shape) != 1:
+            raise TypeError(f"cu_seqlens must be a 1-D int32 device array [B + 1], got {C.shape} {C.dtype}")
+        if C.device_index != Q.device_index:
+            raise ValueError("cu_seqlens must be on the same GPU as q")
+        batch = C.shape[0] - 1
+        if max_seqlen is None and len(Q.shape) == 3:
+            offs = _read_offsets(cu_seqlens, C).astype(np.int64)
+            if offs[0] != 0 or np.any(np.diff(offs) < 0) or offs[-1] != Q.shape[0]:
+                raise ValueError(f"cu_seqlens must start at 0, never decrease and end at total_tokens "
+                                 f"({Q.shape[0]}), got {offs[:8].tolist()}{' ...' if len(offs) > 8 else ''}")
+            max_seqlen = int(np.diff(offs).max()) if len(offs) > 1 else 0
+    p = plan(Q.shape, K.shape, V.shape, Q.dtype, causal=causal, varlen=varlen, batch=batch, max_seqlen=max_seqlen,
+             scale=scale, tiling=_tiling)
+    s = _stream_for(stream, Q)
+    if out is None:
+        out, O = empty_like_kind(Q, Q.shape, Q.dtype, s)
+    else:
+        O = operand(out, "out")
+        if O.shape != Q.shape or O.dtype != Q.dtype:
+            raise ValueError(f"out must be a {Q.shape} {Q.dtype} array like q, got {O.shape} {O.dtype}")
+        if O.device_index != Q.device_index:
+            raise ValueError("out must be on the same GPU as q")
+    if any(x.ptr % 16 for x in (Q, K, V, O)):
+        raise ValueError("q, k, v and out must be 16-byte aligned (a sliced view may not be): copy them")
+    from .gemm import _device_info
+
+    arch, _ = _device_info(Q.device_index)
+    kernel = module_for(p, arch).kernel(p.kernel)
+    launch(s, kernel, p.grid, p.block, np.uint64(Q.ptr), np.uint64(K.ptr), np.uint64(V.ptr), np.uint64(O.ptr),
+           np.uint64(C.ptr if C is not None else 0), np.int32(p.seq_len), np.int32(p.heads_q), np.int32(p.heads_kv),
+           np.float32(p.scale_log2), shared_mem=p.shared_mem, device_index=Q.device_index)
+    return out
+
+
+# --------------------------------------------------------------------------- self-test
+def _selftest(argv: list[str] | None = None) -> int:
+    """Small checked runs of every kernel (for compute-sanitizer); exit 1 on a wrong result."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.flash_attention")
+    ap.add_argument("--selftest", action="store_true", required=True)
+    ap.parse_args(argv)
+    import torch
+
+    bad = 0
+    for d in HEAD_DIMS:
+        for dt in (torch.float16, torch.bfloat16):
+            for causal in (False, True):
+                g = torch.Generator(device="cuda").manual_seed(d + causal)
+                # varlen: lengths 1, 70, 33 (partial tiles, a 1-token sequence), 4 query heads over 2 K/V heads
+                lens = [1, 70, 33]
+                cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+                T = sum(lens)
+                q = torch.randn(T, 4, d, device="cuda", generator=g).to(dt)
+                k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+                v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+                o = torch.full_like(q, float("nan"))
+                attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o)
+                torch.cuda.synchronize()
+                errs = []
+                for b, n in enumerate(lens):
+                    sl = slice(int(cu[b]), int(cu[b + 1]))
+                    ref = torch.nn.functional.scaled_dot_product_attention(
+                        q[sl].float().transpose(0, 1), k[sl].float().repeat_interleave(2, 1).transpose(0, 1),
+                        v[sl].float().repeat_interleave(2, 1).transpose(0, 1), is_causal=causal).transpose(0, 1)
+                    errs.append(float((o[sl].float() - ref).norm() / ref.norm()))
+                err = max(errs)
+                ok = err < 1e-2 and not torch.isnan(o).any()
+                bad += not ok
+                print(f"{'ok ' if ok else 'BAD'} d{d} {dt} causal={causal} varlen {lens} rel err {err:.2e}",
+                      flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_selftest())

@@ -1,0 +1,157 @@
+"""CPU tests of the flash attention kernel: every instance compiles to an sm_90a cubin
+without spills and its SASS holds the technique (HMMA, LDSM / LDSM.T, LDGSTS); the
+online-softmax recurrence the kernel runs (its NumPy mirror) equals a direct softmax,
+also on scores scaled x30 and on rows masked for whole tiles; the front's checks."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from fullpipe.cuda import compiler, sass
+from fullpipe.kernels import flash_attention as fa
+
+ARCH = "sm_90a"
+
+# The default build plus every candidate tiling (for causal and non-causal kernels alike),
+# one module per (d64, d128) pair of candidates.
+BUILDS = [dict(fa.DEFAULT_TILINGS)] + [
+    {(64, c): t64 for c in (False, True)} | {(128, c): t128 for c in (False, True)}
+    for t64, t128 in zip(fa.CANDIDATE_TILINGS[64], fa.CANDIDATE_TILINGS[128])
+]
+
+
+def _build_id(b):
+    return "-".join(f"d{d}{'c' if c else ''}_{t.name}" for (d, c), t in sorted(b.items()))
+
+
+def _per_kernel_sass(cubin: bytes) -> dict[str, str]:
+    parts = re.split(r"\.section\s+\.text\.", sass.disassemble(cubin))
+    return {part.split(",", 1)[0].split()[0].strip(): part for part in parts[1:]}
+
+
+@pytest.mark.parametrize("tilings", BUILDS, ids=_build_id)
+def test_every_instance_compiles_without_spills_and_uses_the_technique(tilings):
+    mod = compiler.compile_package_kernel(fa.SOURCE, arch=ARCH, defines=dict(fa.defines(tilings)))
+    assert mod.cubin[:4] == b"\x7fELF"
+    res = mod.resources
+    assert set(res) == set(fa.KERNELS)
+    for r in res.values():
+        assert not r.spills and r.stack_frame_bytes == 0, f"{r.name} spills or uses local memory: {r}"
+    per_kernel = _per_kernel_sass(mod.cubin)
+    assert set(per_kernel) == set(fa.KERNELS)
+    for name, text in per_kernel.items():
+        d = 64 if "_d64_" in name else 128
+        t = tilings[d, name.endswith("_causal")]
+        counts = sass.opcode_counts(text)
+        # The KV-tile loop is unrolled: Q K^T is (d/16) x (BN/8) mma, P V (BN/16) x (d/8).
+        per_tile = 2 * d * t.block_n // 128
+        assert counts["HMMA"] >= per_tile and counts["HMMA"] % per_tile == 0, (name, counts["HMMA"], per_tile)
+        bf16 = "_bf16" in name
+        assert (".BF16" in text) == bf16, f"{name}: mma input type"
+        # ldmatrix for Q and K (plain) and V (transposed), cp.async 16-byte copies
+        assert re.search(r"LDSM\.16\.M88\.4", text), name
+        assert re.search(r"LDSM\.16\.MT88\.4", text), name
+        assert re.search(r"LDGSTS\.E\.BYPASS(\.LTC128B)?\.128", text), name
+        assert counts["MUFU"] > 0 and counts["BAR"] >= 3, name  # exp2, and the two loop barriers + prologue
+
+
+# ------------------------------------------------------------------ online softmax (NumPy)
+def _direct(scores: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:
+    s = scores.astype(np.float64) * scale
+    s = s - s.max(axis=1, keepdims=True)
+    p = np.exp(s)
+    return (p / p.sum(axis=1, keepdims=True)) @ values.astype(np.float64)
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 30.0])
+@pytest.mark.parametrize("block_n", [32, 64, 128])
+def test_online_softmax_matches_a_direct_softmax(magnitude, block_n):
+    rng = np.random.default_rng(block_n + int(magnitude))
+    scores = (rng.standard_normal((48, 300)) * magnitude).astype(np.float32)
+    # the largest score of some rows sits in the last tile, so the max grows late
+    scores[::3, -5] += 8 * magnitude
+    values = rng.standard_normal((300, 64)).astype(np.float32)
+    got = fa.online_softmax_reference(scores, values, block_n, scale=0.125)
+    assert np.isfinite(got).all()
+    ref = _direct(scores, values, 0.125)
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_online_softmax_x30_logits_do_not_overflow():
+    rng = np.random.default_rng(1)
+    scores = (rng.standard_normal((16, 256)) * 30 * 11.3).astype(np.float32)  # q.k of x30 inputs at d = 128
+    values = rng.standard_normal((256, 128)).astype(np.float32)
+    got = fa.online_softmax_reference(scores, values, 64, scale=1 / np.sqrt(128))
+    ref = _direct(scores, values, 1 / np.sqrt(128))
+    assert np.isfinite(got).all()
+    assert np.abs(got - ref).max() < 1e-4
+
+
+def test_online_softmax_with_causal_masks_and_rows_masked_for_whole_tiles():
+    rng = np.random.default_rng(2)
+    rows, keys = 40, 200
+    scores = rng.standard_normal((rows, keys)).astype(np.float32) * 4
+    masked = scores.copy()
+    pos = np.arange(rows)[:, None] + 150  # query positions: causal over keys <= pos
+    masked[np.arange(keys)[None, :] > pos] = -np.inf
+    masked[5, :130] = -np.inf  # row 5 sees nothing in tiles 0 and 1: m stays -inf, then recovers
+    values = rng.standard_normal((keys, 64)).astype(np.float32)
+    got = fa.online_softmax_reference(masked, values, 64, scale=0.3)
+    ref = _direct(masked, values, 0.3)
+    assert np.isfinite(got).all()
+    assert np.abs(got - ref).max() < 1e-5
+    # a row with every key masked writes zeros (1 / l with l = 0 -> 0), not NaN
+    masked[7, :] = -np.inf
+    assert (fa.online_softmax_reference(masked, values, 64)[7] == 0).all()
+
+
+# ------------------------------------------------------------------ plan and checks
+def test_plan_dense_and_varlen_launch_shapes():
+    p = fa.plan((4, 4096, 16, 128), (4, 4096, 4, 128), (4, 4096, 4, 128), "float16", causal=True)
+    t = fa.DEFAULT_TILINGS[128, True]
+    assert p.kernel == "flash_attention_d128_f16_causal"
+    assert p.grid == (16, 4, 4096 // t.block_m) and p.block == t.threads
+    assert p.shared_mem == t.shared_mem(128) <= 227 * 1024
+    assert (p.batch, p.seq_len, p.tokens, p.heads_q, p.heads_kv) == (4, 4096, 4 * 4096, 16, 4)
+    assert p.scale == pytest.approx(128 ** -0.5)
+    v = fa.plan((1000, 8, 64), (1000, 8, 64), (1000, 8, 64), "bfloat16", varlen=True, batch=3, max_seqlen=700)
+    assert v.kernel == "flash_attention_d64_bf16" and v.seq_len == 0
+    assert v.grid == (8, 3, -(-700 // fa.DEFAULT_TILINGS[64, False].block_m))
+    assert fa.flops(v, [700, 200, 100]) == 4.0 * (700**2 + 200**2 + 100**2) * 64 * 8
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(dtype="float32"), TypeError, "float16 or bfloat16"),
+    (dict(q=(2, 64, 4, 96), k=(2, 64, 4, 96), v=(2, 64, 4, 96)), ValueError, "head dim 96"),
+    (dict(k=(2, 64, 3, 64), v=(2, 64, 3, 64)), ValueError, "multiple of key/value heads"),
+    (dict(q=(128, 4, 64)), ValueError, r"\[B, S, H, D\].*cu_seqlens"),
+    (dict(v=(2, 64, 4, 128)), ValueError, "same shape"),
+    (dict(k=(2, 32, 4, 64), v=(2, 32, 4, 64)), ValueError, "self-attention"),
+    (dict(q=(2, 0, 4, 64)), ValueError, "empty"),
+    (dict(scale=0.0), ValueError, "positive finite"),
+    (dict(scale=float("nan")), ValueError, "positive finite"),
+    (dict(max_seqlen=64), ValueError, "max_seqlen goes with cu_seqlens"),
+    (dict(causal="yes"), TypeError, "causal"),
+])
+def test_plan_rejects_what_the_kernel_cannot_do(kwargs, exc, match):
+    args = dict(q=(2, 64, 4, 64), k=(2, 64, 4, 64), v=(2, 64, 4, 64), dtype="float16")
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        fa.plan(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("dtype"), **args)
+
+
+def test_plan_varlen_needs_a_sane_max_seqlen():
+    shp = (100, 2, 64)
+    with pytest.raises(ValueError, match="max_seqlen"):
+        fa.plan(shp, shp, shp, "float16", varlen=True, batch=2, max_seqlen=None)
+    with pytest.raises(ValueError, match="max_seqlen"):
+        fa.plan(shp, shp, shp, "float16", varlen=True, batch=2, max_seqlen=101)
+
+
+def test_host_arrays_are_refused_before_any_gpu_work():
+    x = np.zeros((1, 64, 2, 64), np.float16)
+    with pytest.raises(TypeError, match="host"):
+        fa.attention(x, x, x)
