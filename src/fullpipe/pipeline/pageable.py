@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 from .staging import GpuSignal, SlotRing, Stopped
 
 # Each staging thread gets at least this much of a copy. Measured on the H200 machine
-# (16 vCPUs, scripts/ring-tune): 4 MiB batches both ways moved 6 GB/s split over 5
+# (16 vCPUs, docs/notes/probes.md): 4 MiB batches both ways moved 6 GB/s split over 5
 # threads per direction and 11-15 GB/s over 2; the hand-offs of many small pieces
 # (each needs the GIL) cost more than the extra memmove bandwidth buys.
 MIN_PIECE_BYTES = 2 << 20
