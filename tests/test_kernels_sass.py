@@ -42,7 +42,7 @@ def exported_constant(sass_text: str, symbol: str) -> int:
 
 def max_threads(sass_text: str, kernel: str) -> int:
     """The block size a kernel was compiled for (__launch_bounds__: EIATTR_MAX_THREADS)."""
-    part = sass_text.split(f".section\t.nv.info.{kernel},", 1)[1].split(".section", 1)[0]
+    part = re.split(r"\.section\s", sass_text.split(f".section\t.nv.info.{kernel},", 1)[1], maxsplit=1)[0]
     m = re.search(r"EIATTR_MAX_THREADS.*?\.word\s+(0x[0-9a-f]+)", part, re.S)
     assert m, f"{kernel}: no __launch_bounds__"
     return int(m.group(1), 16)

@@ -176,7 +176,7 @@ WMMA_CANDIDATES: tuple[WmmaConfig, ...] = (
     WmmaConfig(128, 256, 32, 64, 32, stages=4, prefetch=False),
     WmmaConfig(128, 256, 64, 64, 32, stages=3, prefetch=False),
     WmmaConfig(128, 128, 32, 64, 32, stages=4, min_blocks=2, prefetch=False),
-    WmmaConfig(128, 256, 32, 64, 64, stages=4, prefetch=False),  # last session's loop (279 TFLOP/s fp16 on H200)
+    WmmaConfig(128, 256, 32, 64, 64, stages=4, prefetch=False),  # 8 warps of 64 x 64 without fragment prefetch
 )
 WMMA_CONFIGS: dict[str, WmmaConfig] = {c.name: c for c in WMMA_CANDIDATES}
 # The default wmma tiling: the fastest candidate on an H200 (docs/notes/kernels-history.md).
