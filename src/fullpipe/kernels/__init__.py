@@ -1,12 +1,20 @@
 """Level 2: pipelined kernels, one technique per CUDA source beside this file.
+README.md beside this file shows the ladder: each rung, the one idea it adds, where
+to see it in the code and what it measured.
 
 - gemm_tiled.cu             shared tiles + register blocking, load / sync / compute
-- gemm_double_buffer.cu     cuda::pipeline ring of 2-4 stages filled by memcpy_async
-- gemm_warp_specialized.cu  loader warp -> compute warps -> storer warp, two pipelines
+- gemm_double_buffer.cu     a ring of 2-4 slices filled by cp.async (CCCL cuda::pipeline)
+- gemm_warp_specialized.cu  loader warp -> compute warps -> storer warp, joined by mbarriers
+- gemm_fp32_ceiling.cu      double_buffer without its loads: the fp32 tile math's ceiling
 - gemm_wmma.cu              tensor cores (wmma, fp16/bf16) fed by a cp.async ring
 - cluster_gemm.cu           a tile shared by a cluster through distributed shared memory
 - persistent_gemm.cu        persistent blocks + atomic work queue vs one block per tile
 - persistent_grid_sync.cu   a cooperative launch with grid.sync()
+- persistent_recurrent.cu   a chain of dependent steps in one cooperative launch
+
+Shared device headers (``fullpipe/cuda/include/fullpipe/``), one concept each:
+fp32_tile.cuh (the fp32 tile math), fp32_slice_copier.cuh (its async copier),
+cp_async.cuh (cp.async), mbarrier.cuh (mbarriers), timer.cuh (device clocks).
 
 Python fronts: :func:`gemm` (tiled / double_buffer / warp_specialized / wmma),
 :func:`cluster_gemm`, :func:`small_tiles_gemm`, :func:`normalize`.

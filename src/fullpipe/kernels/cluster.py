@@ -31,6 +31,7 @@ THREADS = 256
 TILE_K = 32  # K slice per pipeline step (T_K in cluster_gemm.cu)
 STAGES = 4  # cp.async ring depth (STAGES in cluster_gemm.cu)
 KERNELS = {False: "cluster_gemm_own_a", True: "cluster_gemm_shared_a"}
+CLUSTER_TUNINGS = tuple((tk, st) for tk in (16, 32) for st in (3, 4, 5, 6))  # (tile_k, stages) check_config accepts
 
 
 def grid_for(m: int, n: int) -> tuple[int, int]:
@@ -94,7 +95,7 @@ def _variant_module(arch: str, tile_k: int, stages: int, full_barriers: bool = F
 def check_config(tile_k: int, stages: int) -> None:
     if tile_k not in (16, 32):
         raise ValueError(f"tile_k must be 16 or 32, got {tile_k!r}")
-    if not isinstance(stages, int) or not 3 <= stages <= 6:
+    if not isinstance(stages, int) or (tile_k, stages) not in CLUSTER_TUNINGS:
         raise ValueError(f"stages must be 3 .. 6 (shared_a keeps 3 slices in flight), got {stages!r}")
 
 
