@@ -15,7 +15,7 @@ installed, the experiment profiles both kernels once (``--clock-control none``,
 at most 60 s; ``FULLPIPE_NO_NCU=1`` turns it off) and reports the A-load
 instructions of each (own_a: the LDGSTS beyond B's; shared_a: its LDG) and the L2
 bytes read by the SMs, next to what the kernels' construction predicts.
-``scripts/ncu-cluster`` prints the same table.
+``scripts/ncu-kernels`` prints the same table.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90 (thread-block clusters, distributed shared memory)
 // Thread-block clusters: a tile that every block of the cluster needs is read from
 // global memory ONCE per cluster and shared through distributed shared memory (DSMEM).
 //

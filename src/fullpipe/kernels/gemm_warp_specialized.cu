@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90 (mbarrier.try_wait.parity)
 // Rung 3 of the fp32 ladder: warp-specialized GEMM, C[M,N] = A[M,K] @ B[K,N], row-major fp32.
 //
 // Technique: permanent roles inside one block, joined by mbarriers (mbarrier.cuh: the
