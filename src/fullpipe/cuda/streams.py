@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import driver as drv
+from .device import ensure_current, ensure_current_for_stream
 
 
 def _as_core_device(device: Any):
@@ -39,6 +40,7 @@ def create_stream(device: Any, *, priority: int | None = None, blocking: bool = 
     if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
         raise TypeError(f"priority must be an int or None, got {priority!r}")
     dev = _as_core_device(device)
+    ensure_current(device)
     if priority is not None:
         least, greatest = drv.call("cuCtxGetStreamPriorityRange")
         if not greatest <= priority <= least:
@@ -86,6 +88,7 @@ def as_core_stream(stream: Any):
     if isinstance(stream, Stream):
         return stream
     if hasattr(stream, "__cuda_stream__"):
+        ensure_current_for_stream(stream)
         with drv.translated("cuStreamGetCtx"):
             return Stream.from_handle(int(stream.__cuda_stream__()[1]))
     raise TypeError(
