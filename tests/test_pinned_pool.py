@@ -96,6 +96,18 @@ def test_reuse_is_best_fit_within_twice_the_request(host):
     assert pool.stats.allocations == 3 and pool.stats.reuses == 2
 
 
+def test_usage_records_count_only_their_own_takes(host):
+    pool = make(host)
+    mine, theirs = pp.PinnedUsage(), pp.PinnedUsage()
+    a = pool.take(1 * MiB, usage=mine)
+    pool.give(pool.take(2 * MiB, usage=theirs))
+    pool.give(a)
+    b = pool.empty(1 * MiB, np.uint8, usage=mine)  # reuses a's block
+    assert mine == pp.PinnedUsage(allocations=1, allocated_bytes=1 * MiB, reuses=1)
+    assert theirs == pp.PinnedUsage(allocations=1, allocated_bytes=2 * MiB, reuses=0)
+    del b
+
+
 def test_views_see_the_memory_and_outlive_nothing_they_should_not(host):
     pool = make(host)
     block = pool.take(4096)

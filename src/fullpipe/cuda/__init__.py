@@ -21,7 +21,8 @@ from .hostfn import launch_host_func
 from .launch import launch
 from .interop import HostKind, as_cupy, as_torch, cupy_stream, host_view, like_input, torch_stream
 from .memory import DeviceArray, PinnedBuffer, as_device_array, device_empty, pinned_empty
-from .pinned_pool import PinnedBlock, PinnedPool, PinnedPoolFull, PinnedPoolStats, default_pinned_pool
+from .pinned_pool import (PinnedBlock, PinnedPool, PinnedPoolFull, PinnedPoolStats, PinnedUsage,
+                          default_pinned_pool)
 from .pool import DevicePool, PoolStats
 from .streams import create_stream, legacy_default_stream, per_thread_default_stream
 
@@ -37,6 +38,7 @@ __all__ = [
     "PinnedPool",
     "PinnedPoolFull",
     "PinnedPoolStats",
+    "PinnedUsage",
     "as_cupy",
     "as_device_array",
     "as_torch",

@@ -82,6 +82,17 @@ class PinnedPoolStats:
         return d
 
 
+@dataclasses.dataclass
+class PinnedUsage:
+    """What the takes that were handed this record cost: fill one per pipeline run
+    (``take(n, usage=u)``) to report "pinned bytes allocated per run" exactly, even when
+    other threads use the same pool at the same time."""
+
+    allocations: int = 0
+    allocated_bytes: int = 0
+    reuses: int = 0
+
+
 def size_class(nbytes: int) -> int:
     """The buffer size the pool pins for a request of ``nbytes`` (see the module doc)."""
     if nbytes <= MIN_CLASS_BYTES:
@@ -241,9 +252,10 @@ class PinnedPool:
         self.trim(value)
 
     # ------------------------------------------------------------------ take / give
-    def take(self, nbytes: int) -> PinnedBlock:
+    def take(self, nbytes: int, usage: PinnedUsage | None = None) -> PinnedBlock:
         """A pinned block of at least ``nbytes``: an idle one that fits, else a new one
-        (see the module doc for the size classes, the cap and out-of-memory)."""
+        (see the module doc for the size classes, the cap and out-of-memory). ``usage``,
+        if given, counts this take (a reuse, or an allocation and its bytes)."""
         nbytes = _check_bytes(nbytes, "nbytes", positive=True)
         size = size_class(nbytes)
         with self._lock:
@@ -253,6 +265,8 @@ class PinnedPool:
             block = self._take_idle(nbytes)
             if block is not None:
                 self._reuses += 1
+                if usage is not None:
+                    usage.reuses += 1
                 return self._lend(block, nbytes)
             evicted = self._make_room(size)
             self._held += size  # reserved while it is pinned outside the lock
@@ -272,6 +286,9 @@ class PinnedPool:
             self._allocated += size
             block.in_use = True
             block.requested = nbytes
+        if usage is not None:
+            usage.allocations += 1
+            usage.allocated_bytes += size
         return block
 
     def give(self, block: PinnedBlock) -> None:
@@ -288,14 +305,14 @@ class PinnedPool:
             to_free = self._drain()
         self._free_blocks(to_free)
 
-    def empty(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+    def empty(self, shape: Any, dtype: Any = np.float32, usage: PinnedUsage | None = None) -> np.ndarray:
         """An uninitialised NumPy array in pinned memory from the pool. Its block goes
         back to the pool when the array and every view of it are garbage-collected
-        (the caller must not let the device use it after that)."""
+        (the caller must not let the device use it after that). ``usage`` as for take."""
         dtype = np.dtype(dtype)
         shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         nbytes = max(math.prod(shape) * dtype.itemsize, 1)
-        block = self.take(nbytes)
+        block = self.take(nbytes, usage)
         block._loaned = True
         loan = _Loan(block)
         weakref.finalize(loan, self._loan_collected, block).atexit = False

@@ -18,6 +18,7 @@ Kinds of stream, and what they synchronize with:
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import driver as drv
@@ -105,6 +106,7 @@ def as_core_stream(stream: Any):
 # of a destroyed stream, which the driver may hand out again for an unrelated one.
 # Long-lived streams cost nothing when idle.
 _stream_cache: dict[tuple[int, int | None], list] = {}
+_stream_cache_lock = threading.Lock()  # pipelines may start in several threads at once
 
 
 def long_lived_streams(device: Any, count: int, *, priority: int | None = None) -> list:
@@ -112,7 +114,8 @@ def long_lived_streams(device: Any, count: int, *, priority: int | None = None) 
     calls return the same streams (the first ``count`` of them)."""
     dev = _as_core_device(device)
     key = (int(dev.device_id), priority)
-    cache = _stream_cache.setdefault(key, [])
-    while len(cache) < count:
-        cache.append(create_stream(device, priority=priority))
-    return cache[:count]
+    with _stream_cache_lock:
+        cache = _stream_cache.setdefault(key, [])
+        while len(cache) < count:
+            cache.append(create_stream(device, priority=priority))
+        return cache[:count]
