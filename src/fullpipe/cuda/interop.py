@@ -159,11 +159,16 @@ def _stream_int(stream: Any) -> int:
     return handle_int(stream)
 
 
-def _stream_device_index(stream: Any) -> int:
-    from .device import _stream_device, ensure_current_for_stream
+def _stream_device_index(stream: Any, device: Any) -> int:
+    """``device`` as an index (an int, torch.device, fullpipe or cuda.core Device), or,
+    when None, the device ``stream`` belongs to (asked of the driver)."""
+    from .device import _stream_device, device_index, ensure_current_for_stream
 
-    ensure_current_for_stream(stream)
-    return _stream_device(stream)
+    if device is None:
+        ensure_current_for_stream(stream)
+        return _stream_device(stream)
+    index = getattr(device, "index", None)  # torch.device("cuda:1").index, fullpipe Device.index
+    return index if isinstance(index, int) else device_index(device)
 
 
 def torch_stream(stream: Any, device: Any = None):
@@ -176,7 +181,7 @@ def torch_stream(stream: Any, device: Any = None):
     import torch
 
     ptr = _stream_int(stream)
-    index = _stream_device_index(stream) if device is None else int(getattr(device, "index", device))
+    index = _stream_device_index(stream, device)
     get = getattr(torch.cuda, "get_stream_from_external", None)
     if get is not None:
         return get(ptr, index)
@@ -203,8 +208,7 @@ def cupy_stream(stream: Any, device: Any = None):
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
     if from_external is not None:
         return from_external(stream if hasattr(stream, "__cuda_stream__") else _StreamProtocol(ptr))
-    index = _stream_device_index(stream) if device is None else int(getattr(device, "index", device))
-    return cupy.cuda.ExternalStream(ptr, index)
+    return cupy.cuda.ExternalStream(ptr, _stream_device_index(stream, device))
 
 
 # --------------------------------------------------------------------------- device arrays
