@@ -411,11 +411,7 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
     const auto k_stage0 = k_cursor<G>(smem.k[0], lane);
     const auto v_stage0 = v_cursor<G>(smem.v[0], lane);
     OnlineSoftmax<G::S_FRAGS> softmax[G::M_BLOCKS];
-    FragC acc[G::M_BLOCKS][G::O_FRAGS];
-#pragma unroll
-    for (int mb = 0; mb < G::M_BLOCKS; ++mb)
-#pragma unroll
-        for (int j = 0; j < G::O_FRAGS; ++j) acc[mb][j].r[0] = acc[mb][j].r[1] = acc[mb][j].r[2] = acc[mb][j].r[3] = 0.0f;
+    FragC acc[G::M_BLOCKS][G::O_FRAGS] = {};  // O, zero
 
     for (int t = 0; t < kv_tiles; ++t) {
         const int stage = t % G::STAGES;

@@ -62,30 +62,30 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // An x4 load of a 16x16 block reads, per lane, row `row0 + lane_row` and chunk
 // `2c + lane_chunk` (chunk pair c; lane_chunk 0 or 1 picks its left or right half).
 // With row0 a multiple of 8 the XOR term is the lane's own x = lane_chunk ^ (lane_row % 8),
-// and the swizzled chunk (2c + lane_chunk) ^ (row % 8) = 2c ^ x: its bits above the
-// low three are c / 4 (an immediate offset), its low three bits are (2 * (c % 4)) ^ x.
-// The tile starts on a 128-byte boundary, so chunk bits 0-2 are address bits 4-6: the
-// cursor keeps one register, the lane's address of chunk x, and each load XORs in the
-// compile-time 2 * (c % 4) and adds the compile-time row and c / 4 offsets (which fold
-// into the instruction's immediate). One register per tile instead of one per chunk pair
-// leaves room for two 16-row blocks of accumulators per warp.
+// and the swizzled chunk (2c + lane_chunk) ^ (row % 8) = 2c ^ x splits into a part that
+// depends on c alone, 8 * (c / 4), and one of four per-lane values, (2 * (c % 4)) ^ x.
+// So the four base addresses below turn every (row0, c) of an unrolled loop into a
+// base register plus an immediate offset, instead of recomputing the XOR per load.
 template <class Tile>
 struct LdmatrixCursor {
-    uint32_t base;  // shared-space byte address of row lane_row, chunk x
+    uint32_t base[4];  // shared-space byte address of (lane_row, chunk pair j) for j = 0 .. 3
 
     __device__ __forceinline__ LdmatrixCursor(const void* tile, int lane_row, int lane_chunk) {
+        const uint32_t row_addr = smem_addr(tile) + lane_row * Tile::ROW_BYTES;
         const int x = lane_chunk ^ (lane_row & 7);
-        base = smem_addr(tile) + lane_row * Tile::ROW_BYTES + (x << 4);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) base[j] = row_addr + (((2 * j) ^ x) << 4);
     }
-    // The same lanes' addresses in a tile `bytes` further on (a multiple of 128: the other ring stage).
+    // The same lanes' addresses in a tile `bytes` further on (the other ring stage).
     __device__ __forceinline__ LdmatrixCursor shifted(uint32_t bytes) const {
         LdmatrixCursor c = *this;
-        c.base += bytes;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) c.base[j] += bytes;
         return c;
     }
     // Address for rows row0 .. row0 + 15 (row0 % 8 == 0) and chunk pair c, both compile-time in the loops.
     __device__ __forceinline__ uint32_t at(int row0, int c) const {
-        return (base ^ ((2 * (c & 3)) << 4)) + row0 * Tile::ROW_BYTES + ((c >> 2) << 7);
+        return base[c & 3] + row0 * Tile::ROW_BYTES + ((c >> 2) << 7);
     }
 };
 
