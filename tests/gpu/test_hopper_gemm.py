@@ -79,7 +79,7 @@ def test_persistent_without_multicast_computes_the_same():
 
 # Edges for the build options: a 2 x 2 or 4 x 1 cluster with blocks wholly outside C,
 # Hilbert walks that skip cells of a non-square grid, K not a multiple of 64.
-BUILD_SHAPES = [(200, 264, 72), (777, 1032, 4104), (1300, 2056, 520), (2304, 520, 136)]
+BUILD_SHAPES = [(200, 264, 72), (777, 1032, 4104), (1200, 1704, 520), (2304, 520, 136)]
 
 
 @pytest.mark.parametrize("build", SWEEP_BUILDS, ids=lambda b: b.label)

@@ -128,7 +128,7 @@ struct TileScheduler {
         rn = rank / CLUSTER_M;
         side = 1;
         while (side < rows || side < cols) side *= 2;
-        if (TILE_ORDER != 1 || side * side > 4 * rows * cols) side = 0;   // at most 3 skipped cells per tile
+        if (TILE_ORDER != 1 || 1ll * side * side > 4ll * rows * cols) side = 0;   // <= 3 skipped cells per tile
         cell = 0;
         seen = 0;
     }
