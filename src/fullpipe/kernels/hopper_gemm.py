@@ -44,7 +44,7 @@ from ..cuda import compiler
 from ..cuda import driver as drv
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, empty_like_kind, operand
+from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
 
 SOURCES = {
     "wgmma": "kernels/gemm_hopper_wgmma.cu",
@@ -245,9 +245,8 @@ def module(variant: str, arch: str, multicast: bool = True):
 def max_active_clusters(device_index: int, arch: str) -> int:
     """How many 2-block clusters of the persistent kernel the GPU runs at once
     (cuOccupancyMaxActiveClusters); SMs // 2 if the driver cannot say."""
-    from .gemm import _device_info
 
-    _, sms = _device_info(device_index)
+    _, sms = arch_and_sm_count(device_index)
     try:
         kernel = module("persistent", arch).kernel("gemm_hopper_persistent_bf16")
         smem = shared_mem_bytes("persistent")
@@ -285,10 +284,8 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
     """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them)."""
     from cuda.bindings import driver as d
 
-    from .gemm import _device_info
-
     if arch is None:
-        arch, _ = _device_info(device_index)
+        arch, _ = arch_and_sm_count(device_index)
     kernel = module(p.variant, arch, p.multicast).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
@@ -336,12 +333,11 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     fullpipe), fp32 accumulation, result in the input dtype; enqueued on ``stream``
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
     ``_multicast=False`` (persistent, for the experiment): every block loads all of B."""
-    from .gemm import _check_pair, _device_info
 
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
     check_shapes(m, n, k)
@@ -356,7 +352,7 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
         if C.device_index != A.device_index:
             raise ValueError("out must be on the same GPU as a and b")
-    arch, _ = _device_info(A.device_index)
+    arch, _ = arch_and_sm_count(A.device_index)
     clusters = max_active_clusters(A.device_index, arch) if variant == "persistent" else 0
     p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, multicast=_multicast)
     launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index, arch=arch)
