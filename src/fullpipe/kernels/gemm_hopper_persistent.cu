@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90a (wgmma, TMA, mbarrier transaction counts)
 // Hopper GEMM, rung 4: persistent, clusters of 2 with TMA multicast, TMA-store epilogue.
 //
 // Technique: rung 3's roles (a TMA producer warpgroup, two wgmma consumer warpgroups,

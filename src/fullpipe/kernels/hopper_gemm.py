@@ -48,7 +48,7 @@ from ..cuda import compiler
 from ..cuda import driver as drv
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, empty_like_kind, operand
+from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
 
 SOURCES = {
     "wgmma": "kernels/gemm_hopper_wgmma.cu",
@@ -338,10 +338,8 @@ def max_active_clusters(device_index: int, arch: str, build: PersistentBuild | N
     """How many clusters of the persistent kernel (``build``, default :data:`PERSISTENT`)
     the GPU runs at once (cuOccupancyMaxActiveClusters); SMs // cluster if the driver
     cannot say."""
-    from .gemm import _device_info
-
     b = build or PERSISTENT
-    _, sms = _device_info(device_index)
+    _, sms = arch_and_sm_count(device_index)
     try:
         kernel = module("persistent", arch, build=b).kernel("gemm_hopper_persistent_bf16")
         smem = shared_mem_bytes("persistent")
@@ -379,10 +377,8 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
     """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them)."""
     from cuda.bindings import driver as d
 
-    from .gemm import _device_info
-
     if arch is None:
-        arch, _ = _device_info(device_index)
+        arch, _ = arch_and_sm_count(device_index)
     kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
@@ -431,12 +427,11 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
     For the experiments (persistent only): ``_multicast=False``, every block loads all
     of its operands; ``_build``, another :class:`PersistentBuild` than :data:`PERSISTENT`."""
-    from .gemm import _check_pair, _device_info
 
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
     check_shapes(m, n, k)
@@ -451,7 +446,7 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
         if C.device_index != A.device_index:
             raise ValueError("out must be on the same GPU as a and b")
-    arch, _ = _device_info(A.device_index)
+    arch, _ = arch_and_sm_count(A.device_index)
     build = persistent_build(_multicast, _build) if variant == "persistent" else None
     clusters = max_active_clusters(A.device_index, arch, build) if build else 0
     p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build)
