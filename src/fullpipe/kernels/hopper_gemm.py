@@ -466,10 +466,16 @@ def _selftest(argv: list[str] | None = None) -> int:
     ap.add_argument("--selftest", action="store_true", required=True)
     ap.add_argument("--variant", choices=VARIANTS, action="append")
     ap.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
+    ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS],
+                    help="persistent rung: this build of SWEEP_BUILDS instead of PERSISTENT")
     args = ap.parse_args(argv)
     import torch
 
+    build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
+
     shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8)]
+    if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
+        shapes.append((1200, 1704, 520))
     bad = 0
     for variant in args.variant or VARIANTS:
         for m, n, k in shapes:
@@ -478,7 +484,7 @@ def _selftest(argv: list[str] | None = None) -> int:
             a = torch.randn(m, k, device="cuda", generator=g).to(dt)
             b = torch.randn(k, n, device="cuda", generator=g).to(dt)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
-            gemm_hopper(a, b, variant=variant, out=out)
+            gemm_hopper(a, b, variant=variant, out=out, **({"_build": build} if variant == "persistent" else {}))
             torch.cuda.synchronize()
             ref = a.double() @ b.double()
             err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
