@@ -108,12 +108,37 @@ def test_compile_for_an_older_arch_names_the_hopper_sources_in_one_line(monkeypa
     assert {s for s, _ in compiled} == everything and capsys.readouterr().err == ""
 
 
-def test_declared_arch_needs_name_shipped_sources():
-    """A renamed or moved kernel source must take its declaration along."""
-    shipped = {p.relative_to(compiler.PACKAGE_ROOT).as_posix() for p in compiler.package_sources()}
-    for source, arch in compiler.NEEDS_ARCH.items():
-        assert source in shipped, f"NEEDS_ARCH names {source}, which is not shipped"
-        compiler.check_arch(arch)
+# PTX features newer than sm_80 and the oldest target that has them.
+_FEATURES = {
+    "wgmma.": "sm_90a", "setmaxnreg": "sm_90a",
+    "cp.async.bulk": "sm_90", "mbarrier.try_wait": "sm_90", "barrier.cluster": "sm_90",
+    "mapa.": "sm_90", "%cluster": "sm_90", "__cluster_dims__": "sm_90",
+}
+
+
+def _source_with_headers(path, seen=None):
+    """A source's text with the fullpipe headers it includes, recursively."""
+    seen = set() if seen is None else seen
+    text = path.read_text()
+    for name in re.findall(r'#include\s*<(fullpipe/[^>]+)>', text):
+        header = compiler.PACKAGE_ROOT / "cuda" / "include" / name
+        if header not in seen:
+            seen.add(header)
+            text += _source_with_headers(header, seen)
+    return text
+
+
+@pytest.mark.parametrize("path", compiler.package_sources(), ids=lambda p: p.relative_to(compiler.PACKAGE_ROOT).as_posix())
+def test_sources_declare_the_arch_their_ptx_needs(path):
+    """A source whose code (or a fullpipe header it includes) uses an sm_90 feature must
+    say so with a `fullpipe-requires:` marker, or `fullpipe compile --arch sm_80` would
+    hand it to ptxas and fail."""
+    text = _source_with_headers(path)
+    needed = [arch for feature, arch in _FEATURES.items() if feature in text]
+    declared = compiler.needed_arch(path)
+    for arch in needed:
+        assert declared is not None and compiler.arch_provides(declared, arch), (
+            f"{path.name} uses a {arch} feature but declares {declared or 'nothing'}")
 
 
 @pytest.mark.parametrize("arch, needed, ok", [

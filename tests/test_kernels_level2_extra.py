@@ -49,7 +49,7 @@ def _no_spills(res: dict) -> None:
 
 
 # --------------------------------------------------------------------------- cluster: SASS
-CLUSTER_TUNINGS = [(tk, st) for tk in (16, 32) for st in (3, 4, 5, 6)]  # what check_config accepts
+CLUSTER_TUNINGS = list(cl.CLUSTER_TUNINGS)  # what check_config accepts
 CLUSTER_BUILDS = [None, {"T_K": 16, "STAGES": 4}, {"T_K": 32, "STAGES": 3}, {"T_K": 16, "STAGES": 6},
                   {"T_K": 16, "STAGES": 3}, {"T_K": 32, "STAGES": 6},
                   # the racecheck diagnostic build, as `--selftest --full-barriers` runs it
@@ -116,12 +116,18 @@ def test_cluster_registers_leave_room_for_three_blocks_per_sm(tuning):
         assert 3 * (-(-regs // 8) * 8) * 256 <= 65536, f"{name}: {regs} registers leave fewer than 3 blocks per SM"
 
 
-def test_cluster_shared_memory_sizes_match_the_kernel_layout():
-    # own_a: STAGES x (A slice 64 x (T_K + 4) + B slice T_K x 64); shared_a: STAGES x
-    # (quarter 16 x T_K + B) + 2 working A slices.
-    assert cl.shared_mem_bytes(False) == 4 * (64 * 36 + 32 * 64) * 4 == 69632
-    assert cl.shared_mem_bytes(True) == (4 * (16 * 32 + 32 * 64) + 2 * 64 * 36) * 4 == 59392
-    assert cl.shared_mem_bytes(True, 16, 3) == (3 * (16 * 16 + 16 * 64) + 2 * 64 * 20) * 4
+@pytest.mark.parametrize("tuning", CLUSTER_TUNINGS, ids=lambda t: f"tk{t[0]}-s{t[1]}")
+def test_cluster_launch_shared_memory_is_what_the_compiled_kernel_lays_out(tuning):
+    """cluster_gemm() launches with shared_mem_bytes(); each build exports the size of
+    the layout it indexes: they must agree in every tuning."""
+    from tests.test_kernels_sass import exported_constant, max_threads
+
+    tk, st = tuning
+    mod = compiler.compile_package_kernel(cl.SOURCE, arch=ARCH, defines={"T_K": tk, "STAGES": st})
+    text = sass.disassemble(mod.cubin)
+    for share, name in cl.KERNELS.items():
+        assert exported_constant(text, f"fp_dynamic_smem_{name}") == cl.shared_mem_bytes(share, tk, st), name
+        assert max_threads(text, name) == cl.THREADS, name
 
 
 def test_cluster_load_counts_by_construction():
@@ -275,11 +281,6 @@ def test_ncu_measure_runs_the_given_ncu_with_a_timeout(tmp_path):
     assert ex.ncu_metrics(res)["ncu_a_loads_own_over_shared"] == 4.0
 
 
-def test_ncu_cluster_script_rejects_sizes_that_are_not_whole_clusters():
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "ncu-cluster"), "1000"], capture_output=True, text=True)
-    assert p.returncode == 2 and "multiple of 256" in p.stderr
-
-
 # --------------------------------------------------------------------------- persistent: SASS
 def test_recurrent_kernels_compile_without_spills_with_cp_async_and_a_grid_barrier():
     res, counts = _counts("persistent_recurrent.cu")
@@ -366,15 +367,19 @@ def test_experiment_chain_size_gives_one_tile_per_sm():
         assert chain_n(sms) // 16 <= sms
 
 
-def test_scripts_are_executable_and_document_themselves():
-    for name in ("persistent-sweep", "ncu-cluster", "sanitize-cluster-persistent"):
+def test_kernel_scripts_are_executable_and_document_themselves():
+    for name in ("sanitize-kernels", "ncu-kernels", "ncu-stalls", "sass-fingerprint"):
         path = ROOT / "scripts" / name
         assert path.is_file() and os.access(path, os.X_OK), name
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "persistent-sweep"), "--help"], capture_output=True,
-                       text=True)
-    assert p.returncode == 0 and "--quick" in p.stdout
-    p = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "sanitize-cluster-persistent")], capture_output=True)
-    assert p.returncode == 0
+        p = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and f"scripts/{name}" in p.stdout, (name, p.stdout, p.stderr)
+
+
+def test_kernel_modules_have_checked_drivers_for_the_sanitizers():
+    for mod in ("gemm", "cluster", "persistent"):
+        p = subprocess.run([sys.executable, "-m", f"fullpipe.kernels.{mod}", "--help"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=60)
+        assert p.returncode == 0 and "--selftest" in p.stdout, (mod, p.stderr)
 
 
 def test_recurrent_plan_max_grid_spreads_tiles_over_fewer_blocks():

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fullpipe.cuda import compiler, sass
-from fullpipe.kernels.gemm import WMMA_CANDIDATES, module_for, plan
+from fullpipe.kernels.gemm import VARIANTS, WMMA_CANDIDATES, module_for, plan
 
 ARCH = "sm_90a"
 
@@ -30,6 +30,22 @@ def _per_kernel_counts(mod) -> dict[str, collections.Counter]:
             c[m.group(1)] += 1
         out[name] = c
     return out
+
+
+def exported_constant(sass_text: str, symbol: str) -> int:
+    """The value of an ``extern "C" __device__ const unsigned`` a source exports (read
+    from the cubin's .nv.global.init data as nvdisasm prints it)."""
+    m = re.search(rf"^{re.escape(symbol)}:\s*\n\s*/\*[0-9a-f]+\*/\s*\.byte\s+([^\n]+)", sass_text, re.M)
+    assert m, f"{symbol} is not exported by the cubin"
+    return int.from_bytes(bytes(int(b, 16) for b in m.group(1).split(",")[:4]), "little")
+
+
+def max_threads(sass_text: str, kernel: str) -> int:
+    """The block size a kernel was compiled for (__launch_bounds__: EIATTR_MAX_THREADS)."""
+    part = re.split(r"\.section\s", sass_text.split(f".section\t.nv.info.{kernel},", 1)[1], maxsplit=1)[0]
+    m = re.search(r"EIATTR_MAX_THREADS.*?\.word\s+(0x[0-9a-f]+)", part, re.S)
+    assert m, f"{kernel}: no __launch_bounds__"
+    return int(m.group(1), 16)
 
 
 def _ldgsts16(c: collections.Counter) -> int:
@@ -57,6 +73,31 @@ def test_kernels_compile_for_sm90a_without_spills(source):
     assert set(res) == EXPECTED_KERNELS[source]
     for r in res.values():
         assert not r.spills and r.stack_frame_bytes == 0, f"{r.name} spills or uses local memory: {r}"
+
+
+@pytest.mark.parametrize("variant", ["tiled", "double_buffer", "warp_specialized"])
+def test_fp32_launch_plans_match_the_compiled_kernels(variant):
+    """The launch contract lives in kernels/gemm.py; the kernels must agree: the block
+    size is the one they were compiled for, the dynamic shared memory the size of the
+    layout they export (sizeof of their shared-memory type)."""
+    v = VARIANTS[variant]
+    text = sass.disassemble(_module(v.source.split("/", 1)[1]).cubin)
+    for stages in v.stages or (None,):
+        for aligned in (True, False):
+            p = plan(variant, 1000, 1004, 996, "float32", stages=stages, aligned=aligned)
+            assert max_threads(text, p.kernel) == p.block, p
+            if p.shared_mem:
+                assert exported_constant(text, f"fp_dynamic_smem_{p.kernel.removesuffix('_scalar')}") == p.shared_mem, p
+
+
+def test_fp32_ceiling_plan_matches_the_compiled_kernel():
+    from fullpipe.kernels.gemm import plan_fp32_ceiling
+
+    text = sass.disassemble(_module("gemm_fp32_ceiling.cu").cubin)
+    for stages in (2, 3, 4):
+        p = plan_fp32_ceiling(512, 512, 512, stages)
+        assert max_threads(text, p.kernel) == p.block
+        assert exported_constant(text, f"fp_dynamic_smem_{p.kernel}") == p.shared_mem
 
 
 def test_tiled_is_synchronous_and_vectorized():
@@ -138,6 +179,7 @@ def test_every_wmma_candidate_compiles_to_hmma_ldsm_ldgsts_without_spills(config
         assert _ldgsts16(counts) > 0, f"{config.name}: no 16-byte cp.async"
         assert counts["LD"] == 0 and counts["LDL"] == 0 and counts["STL"] == 0, f"{config.name}: generic/local memory"
         assert counts["BAR"] >= 2, f"{config.name}: block barriers missing"
+        assert max_threads(sass.disassemble(mod.cubin), p.kernel) == p.block == config.threads
 
 
 @pytest.mark.parametrize("source", ["cluster_gemm.cu", "persistent_gemm.cu"])

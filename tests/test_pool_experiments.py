@@ -119,25 +119,38 @@ def test_parse_worker_output_takes_the_last_json_line():
 
 
 def _r(ok: bool, failed=None):
-    return {"big_ok": ok, "workload_failed": failed, "peak_live": 1, "peak_reserved": 1}
+    return {"big_ok": ok, "workload_failed": failed, "peak_live": 1, "peak_reserved": 1, "big_request": 1 << 30}
+
+
+def _verdict(workers: dict) -> tuple[str, list[str]]:
+    """What the end of fragmentation.run() does with the workers' results: its rules
+    judge the two claims, and its verdict is theirs (VERDICT_FROM)."""
+    from fullpipe.experiments.claims import with_claims
+    from fullpipe.experiments.result import Result
+
+    verdict, notes = fragmentation.worker_verdict(workers)
+    res = Result(fragmentation.NAME, fragmentation.CLAIM, verdict, {}, {"budget": 2 << 30}, {"workers": workers},
+                 notes=notes)
+    return with_claims(res, fragmentation.VERDICT_FROM).verdict, res.notes
 
 
 @pytest.mark.parametrize("native, pool, verdict", [
     (_r(False), _r(True), "supported"),
-    (_r(True), _r(True), "not supported"),
+    (_r(True), _r(True), "partly supported"),  # the pool coped; the caching allocator did not fail here
     (_r(False), _r(False), "partly supported"),
     (_r(True), _r(False), "not supported"),
-    (_r(False, failed={"index": 3}), _r(True), "supported"),  # an OOM in the workload counts too
+    (_r(False, failed={"index": 3, "bytes": 1}), _r(True), "supported"),  # an OOM in the workload counts too
 ])
 def test_fragmentation_verdicts(native, pool, verdict):
-    assert fragmentation.judge({"torch-native": native, "fullpipe": pool})[0] == verdict
+    assert _verdict({"torch-native": native, "fullpipe": pool})[0] == verdict
 
 
 def test_fragmentation_verdict_without_pytorch_uses_cupy_or_says_half_tested():
-    assert fragmentation.judge({"torch-native": {"skipped": "x"}, "cupy": _r(False), "fullpipe": _r(True)})[0] == "supported"
-    v, notes = fragmentation.judge({"torch-native": {"skipped": "x"}, "cupy": {"skipped": "y"}, "fullpipe": _r(True)})
+    assert _verdict({"torch-native": {"skipped": "x"}, "cupy": _r(False), "fullpipe": _r(True)})[0] == "supported"
+    v, notes = _verdict({"torch-native": {"skipped": "x"}, "cupy": {"skipped": "y"}, "fullpipe": _r(True)})
     assert v == "partly supported" and "half" in notes[0]
-    assert fragmentation.judge({"fullpipe": {"error": "timed out"}})[0] == "failed"
+    v, notes = _verdict({"fullpipe": {"error": "timed out"}})
+    assert v == "failed" and "timed out" in notes[0]
 
 
 def test_worker_module_runs_as_a_subprocess_and_reports_cleanly_without_a_gpu_framework():

@@ -1,5 +1,5 @@
-"""The claims table of the recorded H200 report (tests/data/report/results.json) against
-a golden file (tests/data/report/claims.json) captured from fullpipe's code before the
+"""The claims table of the recorded H200 results (tests/data/report/results.json and the
+later runs tests/report/recorded.py appends) against a golden file (tests/data/report/claims.json) captured from fullpipe's code before the
 rules moved into the experiment modules. Two tables:
 
 - "page": the rows the page shows: the claims each experiment recorded, completed by
@@ -13,6 +13,7 @@ change to a rule, rewrite the golden file with
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 from pathlib import Path
@@ -21,13 +22,13 @@ import pytest
 
 from fullpipe import experiments
 from fullpipe.experiments.claims import CANONICAL, claims_table, rules_for
+from tests.report.recorded import DATA, load_doc
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 GOLDEN = DATA / "claims.json"
 
 
 def tables() -> dict[str, list[dict]]:
-    results = json.loads((DATA / "results.json").read_text())["results"]
+    results = load_doc()["results"]
     canonical, further = claims_table(copy.deepcopy(results))
     stripped = [{**copy.deepcopy(r), "claims": []} for r in results]
     rc, rf = claims_table(stripped)
@@ -60,29 +61,94 @@ def test_every_rule_judges_the_recorded_numbers(golden):
 
 
 
-def test_experiments_judged_by_their_claims_keep_the_recorded_verdicts():
-    """gemm, cluster and persistent take their own verdict from their claims
-    (VERDICT_FROM) instead of judging the same numbers a second time; on the recorded
-    run that gives the verdict their inline judgement recorded then."""
-    from fullpipe.experiments.claims import with_claims
+# Headline verdicts that moved when run()'s inline judging gave way to VERDICT_FROM, on the
+# recorded run (why: docs/notes/2026-11-23-verdicts.md). Experiment -> (recorded, derived).
+MOVED = {"pinned": ("not supported", "partly supported")}
+
+
+def _recorded() -> list[dict]:
+    return load_doc()["results"]
+
+
+def test_every_experiment_names_the_claims_its_verdict_comes_from():
+    """VERDICT_FROM names rules of the experiment itself; an experiment that tests
+    canonical claims takes its verdict from exactly those (the claims table's rows)."""
+    for name in experiments.names():
+        mod = experiments.load(name)
+        keys = [k for k, _, _ in rules_for(name)]
+        assert mod.VERDICT_FROM and set(mod.VERDICT_FROM) <= set(keys), (name, mod.VERDICT_FROM, keys)
+        canonical = tuple(c.key for c in CANONICAL if c.experiment == name)
+        if canonical:
+            assert mod.VERDICT_FROM == canonical, name
+
+
+@pytest.mark.parametrize("name", [r["experiment"] for r in _recorded()])
+def test_the_headline_verdict_is_the_verdict_of_its_claims(name):
+    """What the end of run() does, on the recorded numbers: whatever verdict run() put in
+    the Result, with_claims makes it the summary of the VERDICT_FROM claims as the page
+    shows them (for a canonical claim: its row in the claims table); failed and skipped
+    stay. On the recorded run that is the recorded verdict, but for the moves listed."""
+    from fullpipe.experiments.claims import UNJUDGED, summary, with_claims
     from fullpipe.experiments.result import Result
 
-    results = json.loads((DATA / "results.json").read_text())["results"]
-    judged = [n for n in experiments.names() if getattr(experiments.load(n), "VERDICT_FROM", ())]
-    assert {"gemm", "cluster", "persistent"} <= set(judged)
-    for name in judged:
-        recorded = next(r for r in results if r["experiment"] == name)
-        for start in ("not supported", "supported"):  # whatever the run put there first
-            res = Result.from_dict({**copy.deepcopy(recorded), "claims": [], "verdict": start})
-            assert with_claims(res, experiments.load(name).VERDICT_FROM).verdict == recorded["verdict"], name
-        failed = Result.from_dict({**copy.deepcopy(recorded), "claims": [], "verdict": "failed"})
-        assert with_claims(failed, experiments.load(name).VERDICT_FROM).verdict == "failed"
+    recorded = next(r for r in _recorded() if r["experiment"] == name)
+    verdict_from = experiments.load(name).VERDICT_FROM
+    canonical, further = claims_table([{**copy.deepcopy(recorded), "claims": []}])
+    shown = {r["key"]: r["verdict"] for r in canonical + further if r["experiment"] == name}
+    want = summary([shown[k] for k in verdict_from])
+    for start in (UNJUDGED, "supported", "partly supported"):
+        res = Result.from_dict({**copy.deepcopy(recorded), "claims": [], "verdict": start})
+        assert with_claims(res, verdict_from).verdict == want, (name, start)
+    if len(verdict_from) == 1 and verdict_from[0] in {c.key for c in CANONICAL}:
+        assert want == next(r["verdict"] for r in canonical if r["key"] == verdict_from[0])
+    assert (recorded["verdict"], want) == MOVED.get(name, (recorded["verdict"], recorded["verdict"]))
+    for kept in ("failed", "skipped"):
+        res = Result.from_dict({**copy.deepcopy(recorded), "claims": [], "verdict": kept})
+        assert with_claims(res, verdict_from).verdict == kept
+
+
+def _is_rule(fn: "ast.FunctionDef") -> bool:
+    return any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "rule" for d in fn.decorator_list)
+
+
+JUDGING = {"verdict_from_ratio", "at_least", "at_most", "both", "summary"}
+VERDICT_WORDS = {"supported", "partly supported", "not supported"}
+
+
+@pytest.mark.parametrize("name", experiments.names())
+def test_no_experiment_judges_outside_its_rules(name):
+    """Outside its @rule functions an experiment module writes no verdict word and calls
+    no verdict helper, and its run() hands every Result to with_claims with its
+    VERDICT_FROM: run() can say failed or skipped, nothing else."""
+    mod = experiments.load(name)
+    tree = ast.parse(Path(mod.__file__).read_text())
+    rule_nodes = {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_rule(fn)
+                  for n in ast.walk(fn)}
+    for node in ast.walk(tree):
+        if id(node) in rule_nodes:
+            continue
+        if isinstance(node, ast.Constant) and node.value in VERDICT_WORDS:
+            raise AssertionError(f"{name}: verdict {node.value!r} written outside a rule (line {node.lineno})")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in JUDGING:
+            raise AssertionError(f"{name}: {node.func.id}() called outside a rule (line {node.lineno})")
+    run = next(fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name == "run")
+    calls = [n for n in ast.walk(run) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    judged = [c for c in calls if c.func.id == "with_claims"]
+    assert judged, f"{name}: run() does not call with_claims"
+    for c in judged:
+        args = c.args[1:] + [k.value for k in c.keywords if k.arg == "verdict_from"]
+        assert [getattr(a, "id", None) for a in args] == ["VERDICT_FROM"], f"{name}: line {c.lineno}"
+    # every Result that run() returns goes through with_claims (or is skipped/failed)
+    for ret in (n for n in ast.walk(run) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)):
+        if getattr(ret.value.func, "id", None) == "Result":
+            verdict = ret.value.args[2] if len(ret.value.args) > 2 else next(
+                k.value for k in ret.value.keywords if k.arg == "verdict")
+            assert isinstance(verdict, ast.Constant) and verdict.value in ("failed", "skipped"), \
+                f"{name}: run() returns a Result that with_claims never saw (line {ret.lineno})"
 
 
 def test_experiments_never_import_report():
     """Layers point down: report/ imports experiments/, never the other way."""
-    import ast
-
     folder = Path(experiments.__file__).parent
     for path in folder.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -108,23 +108,22 @@ def package_sources() -> list[Path]:
     return sorted(p for p in PACKAGE_ROOT.rglob("*.cu") if "__pycache__" not in p.parts)
 
 
-# Sources that use features newer than sm_80, with the oldest target that has them
-# (paths relative to the package). `fullpipe compile --arch` leaves a source out when
-# the target lacks what it needs, instead of letting ptxas fail on it. A source that
-# needs an arch-specific feature (wgmma, setmaxnreg) names the target with the `a`
-# suffix, e.g. "sm_90a": only that exact target has it.
-NEEDS_ARCH: dict[str, str] = {
-    "cuda/probes.cu": "sm_90",                    # %cluster_ctarank, %clusterid
-    "kernels/cluster_gemm.cu": "sm_90",           # thread-block clusters, distributed shared memory
-    "kernels/gemm_warp_specialized.cu": "sm_90",  # mbarrier.try_wait.parity
-}
+# A source that uses features newer than sm_80 says so in a marker line near its top:
+#
+#     // fullpipe-requires: sm_90    (thread-block clusters, mbarrier parity waits, TMA)
+#     // fullpipe-requires: sm_90a   (wgmma, setmaxnreg: only that exact target has them)
+#
+# `fullpipe compile --arch` leaves a source out when the target lacks what it needs,
+# instead of letting ptxas fail on it. The declaration lives with the code that needs it.
+_REQUIRES_RE = re.compile(r"^\s*//\s*fullpipe-requires:\s*(sm_\d+a?)\b", re.MULTILINE)
 
 
 def needed_arch(path: str | os.PathLike) -> str | None:
-    """The oldest target a shipped source compiles for (None: any target fullpipe supports)."""
-    p = Path(path).resolve()
-    rel = p.relative_to(PACKAGE_ROOT).as_posix() if PACKAGE_ROOT in p.parents else str(path)
-    return NEEDS_ARCH.get(rel)
+    """The oldest target a source compiles for, from its ``fullpipe-requires`` marker
+    (None: any target fullpipe supports)."""
+    head = "\n".join(Path(path).read_text().splitlines()[:60])
+    m = _REQUIRES_RE.search(head)
+    return check_arch(m.group(1)) if m else None
 
 
 def arch_provides(arch: str, needed: str) -> bool:

@@ -4,11 +4,28 @@
 one dataclass, what decides how far work can overlap on this GPU: copy engines,
 SMs, resident grids, shared memory, L2, memory pools, stream priorities, PCIe
 link, and the driver/runtime/NVRTC versions.
+
+The current context, per thread. Most driver calls act on the context current in
+the calling thread, and a new thread has none: creating an event or a stream there
+fails (``CUDA_ERROR_INVALID_CONTEXT``). fullpipe's cuda/ functions make the right
+device's primary context current themselves (:func:`ensure_current`), so devices,
+pools, streams, events, pinned memory, launches and captures work from any thread.
+What it costs: a thread-local record of the device fullpipe last made (or found)
+current in this thread; when the record matches, ``ensure_current`` is one attribute
+read and a compare, with no driver call. Only the first call in a thread, or one for
+another device, calls the driver.
+
+The record is fullpipe's: code that switches the thread to another device behind
+fullpipe's back (``torch.cuda.set_device``, ``cudaSetDevice``, ``cuCtxSetCurrent``)
+makes it stale on a multi-GPU machine. Call :meth:`Device.set_current` or
+``ensure_current(device, force=True)`` after such a switch. fullpipe works with
+primary contexts (the ones cuda.core, PyTorch and CuPy use).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 from ..errors import CudaError, NoDeviceError
@@ -116,6 +133,109 @@ class DeviceFacts:
         return lines
 
 
+# --------------------------------------------------------------------------- current context
+class _ThreadContext(threading.local):
+    # Index of the device whose context fullpipe made (or found) current in this
+    # thread; None until the first call here.
+    device: int | None = None
+
+
+thread_context = _ThreadContext()
+
+
+def device_index(device: Any) -> int:
+    """The index of ``device``: an int, a fullpipe Device (``.index``) or a cuda.core
+    Device (``.device_id``)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    for attr in ("index", "device_id"):
+        value = getattr(device, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    core = getattr(device, "core", None)
+    if core is not None and core is not device:
+        return device_index(core)
+    raise TypeError(f"expected a device (an int index, fullpipe.Device or cuda.core.Device), "
+                    f"got {type(device).__name__}")
+
+
+def ensure_current(device: Any = None, *, force: bool = False) -> None:
+    """Make a CUDA context current in the calling thread, cheaply.
+
+    ``device`` (an int, fullpipe Device or cuda.core Device): that device's primary
+    context. ``None``: whatever context this thread already has; device 0's primary
+    context if it has none. Costs one thread-local read when this thread's record
+    already says so; ``force=True`` checks with the driver again (after the thread was
+    switched to another device outside fullpipe)."""
+    if device is None:
+        if thread_context.device is not None and not force:
+            return
+        _adopt_or_make_current(None)
+        return
+    index = device if type(device) is int else device_index(device)
+    if thread_context.device != index or force:
+        _make_current(index)
+
+
+def ensure_current_for_stream(stream: Any) -> None:
+    """Like ``ensure_current(None)``, but a thread without a context gets the context of
+    ``stream``'s device (a cuda.core Stream, an int handle or an object with
+    ``__cuda_stream__``). For functions that only take a stream (launches, copies,
+    host functions, event records)."""
+    if thread_context.device is not None:
+        return
+    _adopt_or_make_current(stream)
+
+
+def forget_current() -> None:
+    """Drop this thread's record: the next fullpipe call asks the driver again."""
+    thread_context.device = None
+
+
+def _make_current(index: int) -> None:
+    if not drv.uses_real_driver():  # a stand-in driver (CPU tests) has no contexts; record nothing
+        return
+    from cuda.core import Device as CoreDevice
+
+    # cuda.core's set_current retains the primary context and marks cuda.core's own
+    # per-thread Device object as set up, so cuda.core calls in this thread work too.
+    with drv.translated("cuCtxSetCurrent"):
+        CoreDevice(index).set_current()
+    thread_context.device = index
+
+
+def _adopt_or_make_current(stream: Any) -> None:
+    """No record in this thread: keep a context that is already current (PyTorch or
+    the user made it), else make the stream's device's (or device 0's) current."""
+    if not drv.uses_real_driver():
+        return
+    drv.call("cuInit", 0)  # cheap after the first time; needed before any context call
+    ctx = drv.call("cuCtxGetCurrent")
+    if int(ctx) != 0:
+        thread_context.device = int(drv.call("cuCtxGetDevice"))
+        return
+    _make_current(0 if stream is None else _stream_device(stream))
+
+
+def _stream_device(stream: Any) -> int:
+    """The device of a stream, asked of its context; 0 for the default streams (they
+    have no context of their own)."""
+    from cuda.bindings import driver
+
+    from .hotpath import handle_int
+
+    handle = handle_int(stream)
+    if handle in (0, 1, 2):  # NULL, cudaStreamLegacy, cudaStreamPerThread
+        return 0
+    ctx = drv.call("cuStreamGetCtx", driver.CUstream(handle))
+    drv.call("cuCtxPushCurrent", ctx)
+    try:
+        return int(drv.call("cuCtxGetDevice"))
+    finally:
+        drv.call("cuCtxPopCurrent")
+
+
+# --------------------------------------------------------------------------- the device
 def _core_device(index: int):
     try:
         from cuda.core import Device as CoreDevice
@@ -135,6 +255,7 @@ def _core_device(index: int):
     with drv.translated("cuDevicePrimaryCtxRetain"):
         dev = CoreDevice(index)
         dev.set_current()
+    thread_context.device = index
     return dev
 
 
@@ -172,6 +293,8 @@ class Device:
 
     ``Device()`` picks GPU 0. Raises :class:`fullpipe.errors.NoDeviceError` when there is no
     driver or no GPU. ``Device.core`` is the underlying :class:`cuda.core.Device`.
+    A Device made in one thread may be used from any other: fullpipe's functions make
+    its context current where they need it (:func:`ensure_current`).
     """
 
     def __init__(self, index: int = 0):
@@ -195,16 +318,25 @@ class Device:
         return f"sm_{cc.major}{cc.minor}"
 
     def set_current(self) -> None:
-        with drv.translated("cuCtxSetCurrent"):
-            self.core.set_current()
+        """Make this device's primary context current in the calling thread (always
+        asks the driver; fullpipe's own calls use the cheap :func:`ensure_current`)."""
+        _make_current(self.index)
+
+    def ensure_current(self) -> None:
+        """:func:`ensure_current` for this device: a thread-local check, a driver call
+        only the first time in a thread."""
+        if thread_context.device != self.index:
+            _make_current(self.index)
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize. Experiments use it on purpose; the pipeline never does."""
+        self.ensure_current()
         with drv.translated("cuCtxSynchronize"):
             self.core.sync()
 
     def memory_info(self) -> tuple[int, int]:
         """(free, total) bytes on the device, as cudaMemGetInfo reports them."""
+        self.ensure_current()
         free, total = drv.call("cuMemGetInfo")
         return int(free), int(total)
 
@@ -215,6 +347,7 @@ class Device:
         return self._facts
 
     def _collect_facts(self) -> DeviceFacts:
+        self.ensure_current()
         p = self.core.properties
         cc = self.core.compute_capability
         least, greatest = drv.call("cuCtxGetStreamPriorityRange")

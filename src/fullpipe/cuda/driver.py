@@ -49,6 +49,12 @@ def driver():
     return _driver
 
 
+def uses_real_driver() -> bool:
+    """False when a test has put a stand-in driver module in place of cuda.bindings'
+    (CPU tests of the executor): code that manages contexts then has nothing to do."""
+    return getattr(driver(), "__name__", "").startswith("cuda.bindings")
+
+
 def error_from_code(call: str, err: Any) -> CudaError:
     drv = driver()
     code = int(err)

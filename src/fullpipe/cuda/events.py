@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import driver as drv
+from .device import ensure_current, ensure_current_for_stream
 
 
 def _core_device(device: Any):
@@ -19,9 +20,11 @@ def _core_device(device: Any):
 
 
 def create_event(device: Any, *, timing: bool = False, blocking_sync: bool = False):
-    """A new event. Non-timing events are cheaper; use them for dependencies."""
+    """A new event on ``device`` (made current in this thread if it is not). Non-timing
+    events are cheaper; use them for dependencies."""
     from cuda.core import EventOptions
 
+    ensure_current(device)
     with drv.translated("cuEventCreate"):
         return _core_device(device).create_event(
             options=EventOptions(timing_enabled=timing, blocking_sync=blocking_sync)
@@ -32,6 +35,7 @@ def record(stream: Any, event: Any = None, *, timing: bool = False):
     """Record ``event`` (or a new one) on ``stream`` and return it."""
     from cuda.core import EventOptions
 
+    ensure_current_for_stream(stream)
     with drv.translated("cuEventRecord"):
         if event is None:
             return stream.record(options=EventOptions(timing_enabled=timing))
@@ -40,6 +44,7 @@ def record(stream: Any, event: Any = None, *, timing: bool = False):
 
 def wait(stream: Any, event: Any) -> None:
     """Make ``stream`` wait for ``event`` on the device (cuStreamWaitEvent): no host block."""
+    ensure_current_for_stream(stream)
     with drv.translated("cuStreamWaitEvent"):
         stream.wait(event)
 
@@ -64,4 +69,5 @@ def start_together(streams: Any) -> Any:
 
 def elapsed_ms(start: Any, end: Any) -> float:
     """Milliseconds between two completed timing events (cuEventElapsedTime)."""
+    ensure_current()
     return float(drv.call("cuEventElapsedTime", start.handle, end.handle))

@@ -30,6 +30,7 @@ import threading
 from typing import Any, Callable
 
 from . import driver as drv
+from .device import ensure_current_for_stream
 from .streams import stream_handle
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -89,6 +90,7 @@ def launch_host_func(stream: Any, fn: Callable[..., Any], *args: Any) -> HostCal
         raise TypeError(f"host function must be callable, got {type(fn).__name__}")
     from cuda.bindings import driver
 
+    ensure_current_for_stream(stream)
     call = HostCall(fn, args)
     key = next(_ids)
     with _lock:
@@ -147,6 +149,7 @@ def launch_native_host_func(stream: Any, fn_address: int, data: int) -> None:
     ``stream``, without any Python in the call path when it runs: no GIL, no CUDA.
     Only for native functions that obey the host-function rules (e.g. ``sem_post``)."""
     drv._forbid_inside_host_function("cuLaunchHostFunc")
+    ensure_current_for_stream(stream)
     entry = _libcuda_entry()
     if not entry:
         from cuda.bindings import driver

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import driver as drv
+from .device import ensure_current_for_stream
 
 DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024
 _opted_in: dict[tuple[int, int], int] = {}  # (kernel handle, device) -> bytes allowed
@@ -63,6 +64,9 @@ def launch(
 
     grid3 = _dims(grid, "grid")
     block3 = _dims(block, "block")
+    # A kernel from a context-independent library (cuLibraryLoadData) runs in the
+    # context current in this thread: a thread without one gets the stream's device's.
+    ensure_current_for_stream(stream)
     if not isinstance(shared_mem, int) or shared_mem < 0:
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
     if shared_mem > DEFAULT_DYNAMIC_SMEM_LIMIT:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import driver as drv
+from .device import ensure_current, ensure_current_for_stream
 from .streams import stream_handle
 
 CU_MEMHOSTALLOC_PORTABLE = 0x01
@@ -27,12 +28,17 @@ CU_MEMHOSTALLOC_PORTABLE = 0x01
 
 # --------------------------------------------------------------------------- pinned host
 class PinnedBuffer:
-    """Page-locked host memory from cuMemHostAlloc; freed by :meth:`free` or GC."""
+    """Page-locked host memory from cuMemHostAlloc; freed by :meth:`free` or GC.
 
-    def __init__(self, nbytes: int):
+    ``device``: whose context pins it (None: the thread's current context, else device
+    0's). The memory is portable: every context can use it. For buffers that come and
+    go, take them from a :class:`~fullpipe.cuda.pinned_pool.PinnedPool` instead."""
+
+    def __init__(self, nbytes: int, device: Any = None):
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise ValueError(f"pinned buffer size must be a positive int, got {nbytes!r}")
         self.nbytes = nbytes
+        ensure_current(device)
         self.ptr = int(drv.call("cuMemHostAlloc", nbytes, CU_MEMHOSTALLOC_PORTABLE))
         self._finalizer = weakref.finalize(self, _free_host, self.ptr)
 
@@ -59,17 +65,19 @@ class PinnedBuffer:
 
 def _free_host(ptr: int) -> None:
     try:
+        ensure_current()  # the collector may run this in any thread
         drv.call("cuMemFreeHost", ptr)
     except Exception:  # interpreter shutdown or context gone: the OS reclaims it
         pass
 
 
-def pinned_empty(shape: Any, dtype: Any = np.float32) -> np.ndarray:
-    """An uninitialised NumPy array in pinned host memory."""
+def pinned_empty(shape: Any, dtype: Any = np.float32, *, device: Any = None) -> np.ndarray:
+    """An uninitialised NumPy array in newly pinned host memory (freed with the array).
+    ``fullpipe.cuda.default_pinned_pool().empty(shape, dtype)`` reuses buffers instead."""
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = max(math.prod(shape) * dtype.itemsize, 1)
-    return PinnedBuffer(nbytes).array(shape, dtype)
+    return PinnedBuffer(nbytes, device).array(shape, dtype)
 
 
 def is_pinned(array: np.ndarray) -> bool:
@@ -77,6 +85,7 @@ def is_pinned(array: np.ndarray) -> bool:
     from cuda.bindings import driver
 
     ptr = array.__array_interface__["data"][0]
+    ensure_current()  # without a context the driver says "not pinned" for every pointer
     err, _ = driver.cuMemHostGetFlags(ptr)
     return int(err) == 0
 
@@ -153,6 +162,7 @@ def device_empty(shape: Any, dtype: Any, stream: Any, memory_resource: Any) -> D
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = max(math.prod(shape) * dtype.itemsize, 1)
+    ensure_current_for_stream(stream)
     with drv.translated("cuMemAllocFromPoolAsync"):
         buf = memory_resource.allocate(nbytes, stream=stream)
     return DeviceArray(int(buf.handle), shape, dtype, owner=buf)
@@ -199,6 +209,7 @@ def as_device_array(obj: Any, stream: Any = None) -> DeviceArray:
 def copy_h2d(dst_ptr: int, src: np.ndarray, stream: Any, nbytes: int | None = None) -> None:
     """cuMemcpyHtoDAsync. Asynchronous only if ``src`` is pinned."""
     n = src.nbytes if nbytes is None else nbytes
+    ensure_current_for_stream(stream)
     drv.call("cuMemcpyHtoDAsync", dst_ptr, host_pointer(src), n, stream_handle(stream))
 
 
@@ -207,12 +218,15 @@ def copy_d2h(dst: np.ndarray, src_ptr: int, stream: Any, nbytes: int | None = No
     if not dst.flags.writeable:
         raise ValueError("destination host array is read-only")
     n = dst.nbytes if nbytes is None else nbytes
+    ensure_current_for_stream(stream)
     drv.call("cuMemcpyDtoHAsync", host_pointer(dst), src_ptr, n, stream_handle(stream))
 
 
 def copy_d2d(dst_ptr: int, src_ptr: int, nbytes: int, stream: Any) -> None:
+    ensure_current_for_stream(stream)
     drv.call("cuMemcpyDtoDAsync", dst_ptr, src_ptr, nbytes, stream_handle(stream))
 
 
 def memset_d8(ptr: int, value: int, nbytes: int, stream: Any) -> None:
+    ensure_current_for_stream(stream)
     drv.call("cuMemsetD8Async", ptr, value & 0xFF, nbytes, stream_handle(stream))

@@ -51,8 +51,10 @@ Nothing else is freed behind the user's back.
 
 Thread safety: allocate/free may be called from several host threads at once;
 the pool's driver calls and counters are under locks (each call holds its lock
-for microseconds; the device work stays asynchronous). Each thread must have
-the device's context current (``Device.set_current()``).
+for microseconds; the device work stays asynchronous). Any thread may use the
+pool: each call makes the pool's device current in the calling thread if it is
+not (a thread-local check; a driver call only the first time in a thread, see
+``device.ensure_current``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ import numpy as np
 
 from ..errors import CudaError
 from . import driver as drv
+from .device import device_index, ensure_current, thread_context
 from .hotpath import HotPath, handle_int
 from .memory import DeviceArray
 
@@ -145,6 +148,8 @@ class DevicePool:
         threshold = parse_threshold(release_threshold)  # validate before creating anything
         self.device = device
         self.max_size = None if max_size is None else int(max_size)
+        self._device_index = device_index(device)
+        ensure_current(self._device_index)
         core = getattr(device, "core", device)
         with drv.translated("cuMemPoolCreate"):
             self.resource = DeviceMemoryResource(
@@ -171,9 +176,15 @@ class DevicePool:
         """The CUmemoryPool handle (for CuPy ``MemoryAsyncPool(pool_handles=int(handle))``, RMM)."""
         return self.resource.handle
 
+    def _current(self) -> None:
+        """Make the pool's device current in this thread (a thread-local check)."""
+        if thread_context.device != self._device_index:
+            ensure_current(self._device_index)
+
     def _set_attr(self, name: str, value: int) -> None:
         from cuda.bindings import driver
 
+        self._current()
         attr = getattr(driver.CUmemPool_attribute, name)
         wrapped = int(value) if name in _REUSE_ATTRS.values() else driver.cuuint64_t(value)
         drv.call("cuMemPoolSetAttribute", self.handle, attr, wrapped)
@@ -181,6 +192,7 @@ class DevicePool:
     def _get_attr(self, name: str) -> int:
         from cuda.bindings import driver
 
+        self._current()
         value = drv.call("cuMemPoolGetAttribute", self.handle, getattr(driver.CUmemPool_attribute, name))
         return int(value)
 
@@ -208,6 +220,7 @@ class DevicePool:
 
     # ------------------------------------------------------------------ statistics
     def stats(self) -> PoolStats:
+        self._current()
         a = self.resource.attributes
         with self._lock:
             live, high, total, retries = self._live, self._live_high, self._total, self._oom_retries
@@ -237,6 +250,7 @@ class DevicePool:
         first if they should go too."""
         if isinstance(keep_bytes, bool) or not isinstance(keep_bytes, (int, np.integer)) or keep_bytes < 0:
             raise ValueError(f"keep_bytes must be an int >= 0, got {keep_bytes!r}")
+        self._current()
         drv.call("cuMemPoolTrimTo", self.handle, int(keep_bytes))
 
     # ------------------------------------------------------------------ allocate / free
@@ -251,6 +265,7 @@ class DevicePool:
             raise ValueError(f"allocation size must be a positive int, got {nbytes!r}")
         nbytes = int(nbytes)
         stream = _core_stream(stream)
+        self._current()
 
         def sync() -> None:
             with drv.translated("cuStreamSynchronize"):
@@ -312,6 +327,8 @@ class DevicePool:
         Same out-of-memory handling as :meth:`allocate`."""
         if nbytes <= 0:
             raise ValueError(f"allocation size must be positive, got {nbytes}")
+        if thread_context.device != self._device_index:  # inlined _current(): the hot path
+            ensure_current(self._device_index)
         h = handle_int(stream)
         hot = self._hot()
 
@@ -325,6 +342,8 @@ class DevicePool:
 
     def free_ptr(self, ptr: int, stream: Any) -> None:
         """Free a pointer from :meth:`allocate_ptr` in stream order on ``stream``."""
+        if thread_context.device != self._device_index:
+            ensure_current(self._device_index)
         with self._driver_lock:
             self._hot().free_async(ptr, handle_int(stream))
         with self._lock:
@@ -345,6 +364,7 @@ class DevicePool:
         if getattr(buf, "is_closed", False):
             raise ValueError("buffer was already freed")
         stream = _core_stream(stream)
+        self._current()
         with self._driver_lock, drv.translated("cuMemFreeAsync"):
             buf.close(stream)
         with self._lock:
@@ -397,6 +417,7 @@ class DevicePool:
         return rmm.mr.CudaAsyncViewMemoryResource(self.handle)
 
     def close(self) -> None:
+        self._current()
         with drv.translated("cuMemPoolDestroy"):
             self.resource.close()
 

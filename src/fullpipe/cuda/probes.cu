@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90 (%cluster_ctarank, %clusterid)
 // Probe kernels: small kernels whose only job is to show when and where they ran.
 // The runtime tests and the level-1 experiments use them to measure concurrency
 // (globaltimer stamps) instead of guessing it from total times.

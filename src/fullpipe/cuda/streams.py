@@ -18,9 +18,11 @@ Kinds of stream, and what they synchronize with:
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import driver as drv
+from .device import ensure_current, ensure_current_for_stream
 
 
 def _as_core_device(device: Any):
@@ -39,6 +41,7 @@ def create_stream(device: Any, *, priority: int | None = None, blocking: bool = 
     if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
         raise TypeError(f"priority must be an int or None, got {priority!r}")
     dev = _as_core_device(device)
+    ensure_current(device)
     if priority is not None:
         least, greatest = drv.call("cuCtxGetStreamPriorityRange")
         if not greatest <= priority <= least:
@@ -86,6 +89,7 @@ def as_core_stream(stream: Any):
     if isinstance(stream, Stream):
         return stream
     if hasattr(stream, "__cuda_stream__"):
+        ensure_current_for_stream(stream)
         with drv.translated("cuStreamGetCtx"):
             return Stream.from_handle(int(stream.__cuda_stream__()[1]))
     raise TypeError(
@@ -102,6 +106,7 @@ def as_core_stream(stream: Any):
 # of a destroyed stream, which the driver may hand out again for an unrelated one.
 # Long-lived streams cost nothing when idle.
 _stream_cache: dict[tuple[int, int | None], list] = {}
+_stream_cache_lock = threading.Lock()  # pipelines may start in several threads at once
 
 
 def long_lived_streams(device: Any, count: int, *, priority: int | None = None) -> list:
@@ -109,7 +114,8 @@ def long_lived_streams(device: Any, count: int, *, priority: int | None = None) 
     calls return the same streams (the first ``count`` of them)."""
     dev = _as_core_device(device)
     key = (int(dev.device_id), priority)
-    cache = _stream_cache.setdefault(key, [])
-    while len(cache) < count:
-        cache.append(create_stream(device, priority=priority))
-    return cache[:count]
+    with _stream_cache_lock:
+        cache = _stream_cache.setdefault(key, [])
+        while len(cache) < count:
+            cache.append(create_stream(device, priority=priority))
+        return cache[:count]

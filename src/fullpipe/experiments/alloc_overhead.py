@@ -30,8 +30,8 @@ from ..cuda.pool import DevicePool
 from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from ..cuda.timing import median
-from .result import Bound, Result, verdict_from_ratio
-from .claims import Data, Judged, Missing, at_least, is_num, percent, rule, times, with_claims
+from .result import Bound, Result
+from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, percent, rule, times, with_claims
 from .figures import BOUND, WIDE, allocator_color, label_bars, need, plain_log, pyplot, save
 
 NAME = "alloc-overhead"
@@ -42,6 +42,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "costs a device synchronization. A stream-ordered pool reuses memory freed earlier in stream order "
     "without a trip to the driver, so per-batch allocation becomes cheap."
 )
+# The claims whose verdicts make this experiment's verdict (claims.summary): its canonical one.
+VERDICT_FROM = ("alloc-overhead-reduction",)
 
 STREAMS = 3
 ITERS = 8  # scale_bias steps: a compute stage about as long as the copies
@@ -177,7 +179,6 @@ def run(ctx) -> Result:
     reduction = 1.0 - pool_cost / malloc_cost if malloc_cost > 0 else float("nan")
     for r in rows:
         r["cost reduction vs cuMemAlloc"] = 1.0 - r["alloc+free us / batch"] / malloc_cost
-    verdict = verdict_from_ratio(reduction, 0.90, 0.50)
     pool.trim(0)
     bound_pool.trim(0)
     notes = [
@@ -191,7 +192,7 @@ def run(ctx) -> Result:
     return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
-        verdict=verdict,
+        verdict=UNJUDGED,
         device=common.device_info(dev),
         params={"batches": batches, "streams": STREAMS, "batch_bytes_min": lo, "batch_bytes_max": hi,
                 "repeats": reps, "compute_iters": ITERS, "quick": ctx.quick},
@@ -201,7 +202,7 @@ def run(ctx) -> Result:
         ratio=metrics["fullpipe pool"]["throughput_gb_s"] / bound_gbps,
         table=rows,
         notes=notes,
-    ))
+    ), VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts

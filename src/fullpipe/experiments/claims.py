@@ -22,8 +22,22 @@ old results.json raises :class:`Missing`, and the claim says "not measured in th
 results.json" instead of guessing.
 
 An experiment fills ``Result.claims`` at the end of ``run()`` with
-``return with_claims(Result(...))``; the report uses those entries when they are
-there and derives them from the numbers when they are not (older results).
+``return with_claims(Result(...), VERDICT_FROM)``; the report uses those entries
+when they are there and derives them from the numbers when they are not (older
+results).
+
+Each claim is judged in one place, its rule. The experiment's own verdict (the
+badge on its section of the page) is not judged again: it is :func:`summary` of
+the verdicts of the claims its module names in ``VERDICT_FROM``:
+
+- an experiment that tests canonical claims names exactly those, so its verdict
+  is the verdict the claims table shows for them;
+- an experiment without a canonical claim names the claims its ``CLAIM``
+  sentence makes.
+
+``run()`` itself only says when its numbers cannot be trusted (verdict
+"failed": wrong output, a broken dependency) or were not taken ("skipped"), and
+otherwise passes :data:`UNJUDGED`, which :func:`with_claims` replaces.
 """
 
 from __future__ import annotations
@@ -36,6 +50,10 @@ from typing import Any, Callable, Iterable
 from .result import VERDICTS, Result
 
 NOT_RUN = "not run"
+# The verdict run() gives a trustworthy measurement before with_claims() replaces it
+# with the summary of VERDICT_FROM (a valid verdict, so a Result is always well-formed;
+# with_claims() never leaves it in place: the summary, or "failed" if that cannot be made).
+UNJUDGED = "not supported"
 NOT_MEASURED = "not measured"
 STATUSES = VERDICTS + (NOT_RUN, NOT_MEASURED)
 
@@ -57,7 +75,14 @@ CANONICAL: tuple[Canonical, ...] = (
               "50–80 % reduction in allocation overhead with the stream-ordered allocator", "alloc-overhead"),
     Canonical("double-buffer-beats-tiled", "a double-buffered kernel beats the tiled one", "gemm"),
     Canonical("warp-specialization-beats-double-buffer", "warp specialization beats double buffering", "gemm"),
+    # The same claims on Hopper's own machinery (TMA, wgmma, multicast), each right after
+    # its SIMT form, and the claim that such a kernel reaches cuBLAS.
+    Canonical("warp-specialization-beats-double-buffer-hopper",
+              "warp specialization beats double buffering (Hopper: TMA + wgmma)", "gemm-hopper"),
+    Canonical("tma-wgmma-reaches-cublas", "a from-scratch TMA + wgmma kernel reaches cuBLAS", "gemm-hopper"),
     Canonical("clusters-remove-duplicate-loads", "clusters remove duplicate loads", "cluster"),
+    Canonical("clusters-remove-duplicate-loads-hopper", "clusters remove duplicate loads (Hopper: TMA multicast)",
+              "gemm-hopper"),
 )
 CANONICAL_KEYS = {c.key: c for c in CANONICAL}
 
@@ -248,9 +273,10 @@ def derive(r: dict[str, Any], *, live: bool = False) -> list[dict[str, Any]]:
 def with_claims(result: Result, verdict_from: tuple[str, ...] = ()) -> Result:
     """Fill ``result.claims`` from its numbers (call at the end of ``run()``).
 
-    ``verdict_from``: the claims whose verdicts make the experiment's own verdict
-    (see :func:`summary`), so that the experiment does not judge them a second
-    time; a result that failed or was skipped keeps its verdict."""
+    ``verdict_from``: the experiment's ``VERDICT_FROM``, the claims whose verdicts
+    make its own verdict (see :func:`summary` and this module's docstring); a result
+    that failed or was skipped keeps its verdict. Empty: the verdict is left as it
+    is (the report's runner, for a result that failed before it had numbers)."""
     try:
         result.claims = derive(result.as_dict(), live=True)
     except Exception as exc:  # never lose a measurement over its summary
@@ -265,10 +291,14 @@ def with_claims(result: Result, verdict_from: tuple[str, ...] = ()) -> Result:
 
 
 def summary(verdicts: list[str]) -> str:
-    """One verdict for several claims: failed if any failed, supported if all are
-    supported, partly supported if any is at least partly, else not supported."""
+    """One verdict for several claims: failed if any failed, skipped if all were
+    skipped, supported if all are supported, partly supported if any is at least
+    partly (a skipped claim counts as not supported beside judged ones: only part
+    of the claim was tested), else not supported."""
     if not verdicts or "failed" in verdicts:
         return "failed"
+    if all(v == "skipped" for v in verdicts):
+        return "skipped"
     if all(v == "supported" for v in verdicts):
         return "supported"
     if any(v in ("supported", "partly supported") for v in verdicts):

@@ -15,7 +15,7 @@ installed, the experiment profiles both kernels once (``--clock-control none``,
 at most 60 s; ``FULLPIPE_NO_NCU=1`` turns it off) and reports the A-load
 instructions of each (own_a: the LDGSTS beyond B's; shared_a: its LDG) and the L2
 bytes read by the SMs, next to what the kernels' construction predicts.
-``scripts/ncu-cluster`` prints the same table.
+``scripts/ncu-kernels`` prints the same table.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from . import Bound, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv
-from .claims import Data, Judged, is_num, rule, times, with_claims
+from .claims import UNJUDGED, Data, Judged, is_num, rule, times, with_claims
 from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
 
 NAME = "cluster"
@@ -46,7 +46,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "shared memory). Blocks that need the same tile can load it from global memory once per cluster and "
     "share it instead of each loading it."
 )
-VERDICT_FROM = ("clusters-remove-duplicate-loads",)  # the claim whose verdict is this experiment's
+# The claims whose verdicts make this experiment's verdict (claims.summary): its canonical one.
+VERDICT_FROM = ("clusters-remove-duplicate-loads",)
 
 # Metrics asked of ncu (those this ncu does not know are left out, see ncu_measure).
 NCU_METRICS = (
@@ -369,7 +370,7 @@ def run(ctx: Context) -> Result:
         notes.append(f"time own_a / shared_a = {ratio:.3f} at T_K={cl.TILE_K} (> 1 means sharing through DSMEM "
                      "is faster)" + (f"; at T_K=16: {ms[(False, 16)] / ms[(True, 16)]:.3f}" if (True, 16) in ms
                                      and (False, 16) in ms else ""))
-        verdict = "not supported"  # the claim's verdict, judged by the rule at the end
+        verdict = UNJUDGED  # the claim's verdict, judged by the rule at the end
         if ratio < 1.0:
             notes.append("why sharing is not free: the 4 blocks of a cluster read the same A lines at about the same "
                          "time, so most duplicate loads hit L2 anyway; in exchange every K slice costs a cluster "

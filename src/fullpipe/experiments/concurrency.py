@@ -24,7 +24,7 @@ from ..cuda.streams import create_stream
 from ..pipeline.stats import max_concurrency
 from ..cuda.device import device_info
 from .result import Bound, Result
-from .claims import Data, Judged, Missing, is_num, rule, with_claims
+from .claims import UNJUDGED, Data, Judged, Missing, is_num, rule, with_claims
 from .figures import BOUND, GREY, PINNED, label_bars, need, pyplot, save
 
 NAME = "concurrency"
@@ -36,6 +36,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "the hardware keeps a bounded number of grids resident (128 from compute capability 7.0). Small "
     "kernels from many streams fill a GPU that one small kernel leaves mostly idle."
 )
+# The claims whose verdicts make this experiment's verdict (claims.summary): the two claims its CLAIM makes.
+VERDICT_FROM = ("sm-sharing", "resident-grids")
 
 
 def _stamps_of(arr, stream) -> np.ndarray:
@@ -114,9 +116,6 @@ def run(ctx) -> Result:
     over = [results[g]["ran_at_once"] for g in counts if g > limit]
     control = results[counts[0]]["ran_at_once"]
     limit_ok = all(o == limit for o in over) and control == counts[0]
-    sharing_ok = share["sms_shared_by_2plus_kernels"] > 0
-    verdict = "supported" if (limit_ok and sharing_ok) else (
-        "partly supported" if (limit_ok or sharing_ok) else "not supported")
     notes = [
         f"Control: {counts[0]} kernels, {control} ran at once. Above the limit: "
         + ", ".join(f"{g} kernels -> {results[g]['ran_at_once']} at once" for g in counts[1:]) + ".",
@@ -130,12 +129,12 @@ def run(ctx) -> Result:
                      "the 128 figure is not what this device/driver does.")
     ratio = (max(over) / limit) if over else None
     return with_claims(Result(
-        experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
+        experiment=NAME, claim=CLAIM, verdict=UNJUDGED, device=device_info(dev),
         params={"spin_ms": spin_ms, "grid_counts": list(counts), "limit_from_spec": limit},
         metrics={"sharing": share, "resident": {str(g): r for g, r in results.items()}},
         bound=Bound("max resident grids (CUDA spec, compute capability >= 7.0)", limit, "grids"),
         ratio=ratio, table=rows, notes=notes,
-    ))
+    ), VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -23,8 +23,8 @@ from ..cuda.device import device_info
 from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
 from ..cuda.timing import median
-from .result import Bound, Result, verdict_from_ratio
-from .claims import Data, Judged, at_least, is_num, rule, with_claims
+from .result import Bound, Result
+from .claims import UNJUDGED, Data, Judged, at_least, is_num, rule, with_claims
 from .figures import BOUND, GREY, PINNED, label_bars, need, pyplot, save
 
 NAME = "copy-engines"
@@ -34,6 +34,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "asyncEngineCount says how many copy engines the GPU has. With two or more, an upload, a download and"
     " a kernel can all run at once; with one, uploads and downloads take turns."
 )
+# The claims whose verdicts make this experiment's verdict (claims.summary): the one claim its CLAIM makes.
+VERDICT_FROM = ("copy-engines",)
 
 MiB = 1 << 20
 
@@ -76,13 +78,11 @@ def run(ctx) -> Result:
                      "ratio": longest / together, "speedup_vs_serial": total / together, "GB/s": None})
     all3 = results["H2D + D2H + compute"]
     engines = dev.facts.copy_engines
-    verdict = verdict_from_ratio(all3, 0.9, 0.7) if engines >= 2 else (
-        "supported" if results["H2D + D2H"] < 0.7 else "not supported")
     for a in (d_a, d_b, d_c, d_e):
         pool.free_array(a, t)
     t.sync()
     return with_claims(Result(
-        experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
+        experiment=NAME, claim=CLAIM, verdict=UNJUDGED, device=device_info(dev),
         params={"bytes": size, "repeat": repeat, "compute_rounds": kernel.rounds},
         metrics={"async_engine_count": engines, "alone_ms": alone, "overlap_ratio": results},
         bound=Bound("longest of H2D, D2H, compute alone (this run)", max(alone.values()), "ms"),
@@ -93,7 +93,7 @@ def run(ctx) -> Result:
             "H2D + D2H at once share the PCIe link's two directions; the small loss there is the "
             "link, not the engines.",
         ],
-    ))
+    ), VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts

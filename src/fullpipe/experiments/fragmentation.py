@@ -24,7 +24,7 @@ from typing import Any
 from . import _alloc_common as common
 from ._alloc_worker import ALLOCATORS
 from .result import Bound, Result
-from .claims import Data, Judged, Missing, is_num, rule, with_claims
+from .claims import UNJUDGED, Data, Judged, Missing, is_num, rule, with_claims
 from .figures import BOUND, GREY, PINNED, label_bars, need, pyplot, save
 
 NAME = "fragmentation"
@@ -36,8 +36,11 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "can end up with enough free memory in total but no block large enough for a request. The claim is "
     "that the driver's stream-ordered pool does not have this problem."
 )
+# The claims whose verdicts make this experiment's verdict (claims.summary): the two claims its CLAIM makes.
+VERDICT_FROM = ("caching-allocator-oom", "pool-no-fragmentation")
 
 WORKER_TIMEOUT_S = 150
+CACHING = ("torch-native", "torch-expandable", "cupy")  # the caching allocators among ALLOCATORS
 COLUMNS = ("allocator", "backend", "peak live MiB", "peak reserved MiB", "reserved / live", "workload",
            "large request MiB", "live at end MiB", "large request")
 
@@ -65,31 +68,16 @@ def parse_worker_output(kind: str, returncode: int, stdout: str, stderr: str) ->
     return {"allocator": kind, "error": f"worker exited {returncode} without JSON: {' | '.join(tail)[:400]}"}
 
 
-def judge(results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
-    """Verdict from the native PyTorch allocator (the caching allocator) and the
-    fullpipe pool (the stream-ordered one)."""
-    def ok(r):
-        return bool(r.get("big_ok")) and not r.get("workload_failed")
-
-    native, pool = results.get("torch-native", {}), results.get("fullpipe", {})
-    notes = []
+def worker_verdict(results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
+    """What run() passes to with_claims: failed (and why) when the fullpipe pool's own
+    worker gave no result, else UNJUDGED (the rules below judge the claims), with a
+    note when no caching allocator could run."""
+    pool = results.get("fullpipe", {})
     if "big_ok" not in pool:
         return "failed", [f"fullpipe worker: {pool.get('error') or pool.get('skipped')}"]
-    caching = native if "big_ok" in native else results.get("cupy", {})
-    if "big_ok" not in caching:
-        notes.append("no caching allocator ran (PyTorch and CuPy both missing): only half the claim is tested")
-        return ("partly supported" if ok(pool) else "not supported"), notes
-    caching_ooms = not ok(caching)
-    if caching_ooms and ok(pool):
-        return "supported", notes
-    if not caching_ooms and ok(pool):
-        notes.append("the caching allocator did not run out of memory on this workload")
-        return "not supported", notes
-    if caching_ooms and not ok(pool):
-        notes.append("both ran out of memory: the stream-ordered pool fragments too under this cap")
-        return "partly supported", notes
-    notes.append("the caching allocator coped and the pool did not")
-    return "not supported", notes
+    if not any("big_ok" in results.get(k, {}) for k in CACHING):
+        return UNJUDGED, ["no caching allocator ran (PyTorch and CuPy both missing): only half the claim is tested"]
+    return UNJUDGED, []
 
 
 def run(ctx) -> Result:
@@ -116,7 +104,7 @@ def run(ctx) -> Result:
             "live at end MiB": r["live_at_end"] / common.MiB,
             "large request": "ok" if r["big_ok"] else ("not tried" if wf else "OOM"),
         })
-    verdict, notes = judge(results)
+    verdict, notes = worker_verdict(results)
     notes = [f"budget {budget / common.GiB:.0f} GiB per allocator; the large request is 90 % of "
              "(budget - live bytes), so it always fits in the total free memory."] + notes
     if "error" not in results.get("torch-async", {}) and "skipped" not in results.get("torch-async", {}):
@@ -138,7 +126,7 @@ def run(ctx) -> Result:
         ratio=ratio,
         table=rows,
         notes=notes,
-    ))
+    ), VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -161,9 +149,12 @@ def _frag(d: Data):
       "a caching allocator can run out of memory while enough total memory is free")
 def _frag_caching(d: Data) -> Judged:
     w, budget, outcome = _frag(d)
-    kinds = [k for k in ("torch-native", "torch-expandable", "cupy") if outcome(k)]
+    kinds = [k for k in CACHING if outcome(k)]
     if not kinds:
-        raise Missing("a caching allocator's worker result (PyTorch or CuPy)")
+        reasons = "; ".join(f"{k}: {(w.get(k) or {}).get('skipped') or (w.get(k) or {}).get('error') or 'not run'}"
+                            for k in CACHING)
+        return Judged(measured=f"no caching allocator ran ({reasons})", bound="", ratio=None, verdict="skipped",
+                      target="")
     big = next(w[k]["big_request"] for k in kinds) / 2**20
     ooms = [k for k in kinds if outcome(k) != "ok"]
     return Judged(measured=f"{big:.0f} MiB request after the workload: " + ", ".join(f"{k} {outcome(k)}" for k in kinds),

@@ -38,7 +38,7 @@ from . import Bound, Context, Result
 from ..cuda.device import device_info
 from ..cuda.timing import median, spread, time_on_stream
 from .ncu import find_ncu, parse_ncu_csv  # noqa: F401 (parse_ncu_csv is part of this module's API)
-from .claims import Data, Judged, Missing, at_least, is_num, rule, times, with_claims
+from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
 from .figures import label_bars, need, pyplot, save
 
 NAME = "gemm"
@@ -54,8 +54,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "tensor cores for fp16/bf16."
 )
 
-# The claims whose verdicts make this experiment's verdict (judged by the rules at the end).
-VERDICT_FROM = ("double-buffer-1.3x", "fp32-vs-cublas", "warp-specialization-beats-double-buffer", "wmma-vs-cublas")
+# The claims whose verdicts make this experiment's verdict (claims.summary): its canonical ones.
+VERDICT_FROM = ("double-buffer-beats-tiled", "warp-specialization-beats-double-buffer")
 CEILING = "no-load ceiling"  # table label of gemm_fp32_ceiling_s{S} (double_buffer without its copies)
 CEILING_STAGES = (2, 3, 4)
 FP32_KERNELS = [("tiled", None)] + [("double_buffer", s) for s in (2, 3, 4)] + [("warp_specialized", s) for s in (2, 3, 4)]
@@ -352,11 +352,10 @@ def run(ctx: Context) -> Result:
     notes.append("cuBLAS fp32 with TF32 off; our wmma kernels write fp32 C, cuBLAS fp16/bf16 write fp16/bf16 C")
     notes.extend(failures)
 
-    # The verdict summarises the claims the rules below judge (the CLAIM's four targets).
     return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
-        verdict="failed" if failures else "not supported",
+        verdict="failed" if failures else UNJUDGED,
         device=device_info(dev),
         params={"sizes": list(sizes), "repeat": repeat, "quick": ctx.quick, "layout": "row-major A(M,K) B(K,N)",
                 "wmma_config": wmma_default.name, "forced_one_block_smem": FORCED_ONE_BLOCK_SMEM,

@@ -33,7 +33,7 @@ from typing import Any
 from . import Bound, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
-from .claims import Data, Judged, Missing, at_least, is_num, rule, times, with_claims
+from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
 from .figures import BOUND, WIDE, label_bars, need, pyplot, save
 
 NAME = "persistent"
@@ -45,7 +45,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "from an atomic queue, instead of one block per tile. It saves block launches and per-tile pipeline "
     "fill, and allows a grid-wide barrier (cooperative launch)."
 )
-VERDICT_FROM = ("persistent-chain",)  # the claim whose verdict is this experiment's
+# The claims whose verdicts make this experiment's verdict (claims.summary): the one claim its CLAIM makes.
+VERDICT_FROM = ("persistent-chain",)
 # The verdict's chain: batch 1 (latency-bound inference of a recurrent layer, the regime
 # persistent RNNs were made for: every step is a few microseconds of tiny tiles).
 # Batches 2, 4 and 8 are measured and reported beside it: more rows per step means
@@ -235,7 +236,7 @@ def run(ctx: Context) -> Result:
         verdict, ratio = "failed", None
         notes.extend(failed)
     elif chain_ratio is not None:
-        verdict, ratio = "not supported", chain_ratio
+        verdict, ratio = UNJUDGED, chain_ratio
     else:
         verdict, ratio = "failed", None
         notes.append("the chain workload was not measured")

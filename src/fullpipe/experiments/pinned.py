@@ -28,8 +28,8 @@ from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import MixKernel, calibrate_rounds
 from ..cuda.timing import median
 from .measure import median_pipeline_run
-from .result import Bound, Result, verdict_from_ratio
-from .claims import Data, Judged, at_least, at_most, both, is_num, rule, times, with_claims
+from .result import Bound, Result
+from .claims import UNJUDGED, Data, Judged, at_least, at_most, both, is_num, rule, times, with_claims
 from .figures import BOUND, GREY, PAGEABLE, PINNED, PLAIN, RING, WIDE, label_bars, need, pyplot, rows_of, save
 
 NAME = "pinned"
@@ -41,6 +41,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "through a staging buffer of its own with the CPU, and the call returns only when that is done. "
     "fullpipe stages pageable arrays through a small ring of pinned buffers filled by CPU threads."
 )
+# The claims whose verdicts make this experiment's verdict (claims.summary): its canonical one.
+VERDICT_FROM = ("pageable-kills-overlap",)
 
 MiB = 1 << 20
 
@@ -178,7 +180,6 @@ def run(ctx) -> Result:
     ring_both = ex["ring, both ways"]
     big_chunks = [r["ratio_to_pinned"] for r in chunk_rows if int(r["what"].split()[1]) >= 8]
     ratio = min(ring_h2d, ring_both)
-    verdict = verdict_from_ratio(ratio, 0.8, 0.5)
     ring_vs_host = {
         "h2d": ring_h2d * pinned_h2d / host["in_gbps"],
         "both": ring_both * pinned_both / host["both_gbps_each_way"],
@@ -204,14 +205,14 @@ def run(ctx) -> Result:
     pool.free_array(d_out, s0)
     s0.sync()
     return with_claims(Result(
-        experiment=NAME, claim=CLAIM, verdict=verdict, device=device_info(dev),
+        experiment=NAME, claim=CLAIM, verdict=UNJUDGED, device=device_info(dev),
         params={"bytes": size, "repeat": repeat, "executor_chunk_bytes": chunk * 4, "streams": 3},
         metrics={"rates": rates, "overlap": overlap, "executor_ratio_to_pinned": ex,
                  "host_memmove_bound": host, "ring_ratio_to_host_bound": ring_vs_host,
                  "h2d_stage_ratio_min_chunks_8mib_up": min(big_chunks)},
         bound=Bound("pinned copy peak (H2D alone / both ways at once), this run", pinned_h2d, "GB/s"),
         ratio=ratio, table=rows, notes=notes,
-    ))
+    ), VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts

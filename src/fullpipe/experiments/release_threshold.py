@@ -26,7 +26,7 @@ from ..cuda.streams import create_stream
 from . import _alloc_common as common
 from ..cuda.timing import median
 from .result import Bound, Result
-from .claims import Data, Judged, both, rule, times, with_claims
+from .claims import UNJUDGED, Data, Judged, both, rule, times, with_claims
 from .figures import GREY, WIDE, need, pyplot, save
 
 NAME = "release-threshold"
@@ -38,6 +38,8 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
     "synchronization. Threshold 0 gives everything back (the next batch maps it again); \"max\" keeps "
     "everything (fast, but nobody else in the process can use it)."
 )
+# The claims whose verdicts make this experiment's verdict (claims.summary): the one claim its CLAIM makes.
+VERDICT_FROM = ("release-threshold",)
 
 
 def _batch(dev, pool, stream, sizes, tag) -> float:
@@ -98,8 +100,6 @@ def run(ctx) -> Result:
     max_s, zero_s = series['"max"'], series["0"]
     max_constant = all(r == max_s["reserved"][0] for r in max_s["reserved"]) and max_s["reserved"][0] > 0
     zero_returns = all(r == 0 for r in zero_s["reserved"])
-    verdict = "supported" if (max_constant and zero_returns) else "partly supported" if (
-        max_constant or zero_returns) else "not supported"
     ratio = zero_s["steady_ms"] / max_s["steady_ms"] if max_s["steady_ms"] > 0 else float("nan")
     notes = [
         f'"max": reserved after each batch {"stayed at" if max_constant else "did not stay at"} '
@@ -113,7 +113,7 @@ def run(ctx) -> Result:
     return with_claims(Result(
         experiment=NAME,
         claim=CLAIM,
-        verdict=verdict,
+        verdict=UNJUDGED,
         device=common.device_info(dev),
         params={"batches": batches, "allocations_per_batch": per_batch, "batch_bytes": batch_bytes,
                 "sizes": sizes, "thresholds": dict(thresholds),
@@ -124,7 +124,7 @@ def run(ctx) -> Result:
         ratio=ratio,
         table=rows,
         notes=notes,
-    ))
+    ), VERDICT_FROM)
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -109,11 +109,3 @@ def _json_safe(x: Any) -> Any:
         return None
     return x
 
-
-def verdict_from_ratio(value: float, supported_at: float, partly_at: float) -> str:
-    """Turn a measured ratio into a verdict: >= supported_at, >= partly_at, or below."""
-    if value >= supported_at:
-        return "supported"
-    if value >= partly_at:
-        return "partly supported"
-    return "not supported"

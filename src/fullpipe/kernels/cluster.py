@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..cuda.launch import launch
-from .gemm import _device_info, _float32_cp_async_operands, _module
+from ._operands import arch_and_sm_count
+from .gemm import _float32_cp_async_operands, _module
 
 SOURCE = "kernels/cluster_gemm.cu"
 CLUSTER = 4
@@ -31,6 +32,7 @@ THREADS = 256
 TILE_K = 32  # K slice per pipeline step (T_K in cluster_gemm.cu)
 STAGES = 4  # cp.async ring depth (STAGES in cluster_gemm.cu)
 KERNELS = {False: "cluster_gemm_own_a", True: "cluster_gemm_shared_a"}
+CLUSTER_TUNINGS = tuple((tk, st) for tk in (16, 32) for st in (3, 4, 5, 6))  # (tile_k, stages) check_config accepts
 
 
 def grid_for(m: int, n: int) -> tuple[int, int]:
@@ -94,7 +96,7 @@ def _variant_module(arch: str, tile_k: int, stages: int, full_barriers: bool = F
 def check_config(tile_k: int, stages: int) -> None:
     if tile_k not in (16, 32):
         raise ValueError(f"tile_k must be 16 or 32, got {tile_k!r}")
-    if not isinstance(stages, int) or not 3 <= stages <= 6:
+    if not isinstance(stages, int) or (tile_k, stages) not in CLUSTER_TUNINGS:
         raise ValueError(f"stages must be 3 .. 6 (shared_a keeps 3 slices in flight), got {stages!r}")
 
 
@@ -107,7 +109,7 @@ def cluster_gemm(a: Any, b: Any, *, share_a: bool = True, stream: Any, out: Any 
     """
     check_config(tile_k, stages)
     A, B, out, C, s, m, n, k = _float32_cp_async_operands(a, b, out, stream, "cluster_gemm", nonempty=True)
-    arch, _ = _device_info(A.device_index)
+    arch, _ = arch_and_sm_count(A.device_index)
     if (tile_k, stages, _full_barriers) == (TILE_K, STAGES, False):
         mod = _module(SOURCE, arch)
     else:

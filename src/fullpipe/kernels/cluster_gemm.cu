@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90 (thread-block clusters, distributed shared memory)
 // Thread-block clusters: a tile that every block of the cluster needs is read from
 // global memory ONCE per cluster and shared through distributed shared memory (DSMEM).
 //
@@ -23,22 +24,14 @@
 //                          local) through cluster.map_shared_rank into its own working
 //                          copy, which its math then reads at local shared memory speed.
 //                          One global load of A per cluster, spread evenly over the 4
-//                          blocks (no hot rank: the first version had rank 0 copy the
-//                          whole slice and the 3 others read all of it from rank 0), and
-//                          the cluster barrier is split (arrive early, wait late). B comes
-//                          through the cp.async ring as in own_a.
+//                          blocks, and the cluster barrier is split (arrive early, wait
+//                          late). B comes through the cp.async ring as in own_a.
+// Read the technique in gemm_shared_a() against gemm_own_a().
 //
-// Why shared_a's quarter is not copied with cp.async (it was, until racecheck said so):
-// compute-sanitizer racecheck does not model the completion of a cp.async copy for
-// readers in OTHER blocks. With the quarter copied by cp.async (the owner's
-// cp.async.wait_group + __syncthreads + barrier.cluster.arrive.release, the peer's
-// barrier.cluster.wait.acquire, then the DSMEM read), racecheck reported ~176k "invalid
-// memcpy_async synchronization" hazards on an H200; with the quarter loaded into
-// registers and stored with st.shared before the same barrier, it reports 0 hazards
-// (memcheck and synccheck: 0 errors), and the results were exact either way. The plain
-// loads keep the kernel checkable by all three tools (a real race would stand out
-// instead of drowning in 176k reports). own_a keeps cp.async for A: its A slice is read
-// only by the block that copied it, which racecheck models (0 hazards).
+// shared_a's quarter is loaded with plain loads, not cp.async: compute-sanitizer
+// racecheck does not follow a cp.async copy's completion to readers in OTHER blocks, and
+// plain loads keep the kernel checkable by all three tools (docs/notes/kernels-history.md).
+// own_a keeps cp.async for A: its A slice is read only by the block that copied it.
 //
 // shared_a: who waits for whom (one split cluster barrier per K step)
 // ---------------------------------------------------------------------
@@ -65,15 +58,12 @@
 //   q = LDG            my chunk of my quarter of slice s+2, global -> registers (warps
 //                      0 .. T_K/8-1; the others branch around it) ...
 //   Aq[(s+2)%STAGES] = q   ... -> my shared memory (STS.128). The load comes after
-//                      compute(s) in the source because that is where ptxas put it anyway
-//                      when it came first (late, to save registers); written here it
-//                      needs fewer registers (NVRTC 13.5: 77-79 instead of 80 at T_K = 32,
-//                      where ptxas spilled in some compiles; 66 instead of 79 at T_K = 16).
-//                      Its latency, like the gather's, is covered by the other resident
-//                      warps.
+//                      compute(s) in the source because that is where ptxas puts it anyway
+//                      (late, to save registers), and written here it needs fewer
+//                      registers. Its latency, like the gather's, is covered by the other
+//                      resident warps.
 //   cp.async.wait      my B copies of slice s+2 have landed (compute(s+1) needs only
-//                      slice s+1; waiting for s+2 is the ring schedule of the
-//                      cp.async-quarter version, kept as it was sanitized)
+//                      slice s+1; waiting for s+2 is the ring schedule as sanitized)
 //   __syncthreads      ... and everybody's; Awork[(s+1)%2] is complete; compute(s) is
 //                      done, so Bs[s % STAGES] is free
 //   arrive(P_{s+1})    publishes: my quarter of slice s+2 is in; my reads of slice s+1
@@ -96,25 +86,30 @@
 
 namespace cg = cooperative_groups;
 
-#define CLUSTER 4
-#define T_M 64
-#define T_N 64
 #ifndef T_K
-#define T_K 32  // K slice per pipeline step (16 or 32); one cluster barrier per slice in shared_a
+#define T_K 32  // K slice per pipeline step (16 or 32): a compile-time tunable (kernels/cluster.py)
 #endif
 #ifndef STAGES
 #define STAGES 4  // cp.async ring depth (>= 3: shared_a waits for B slice s+2 at the end of step s)
 #endif
-#define THREADS 256
-#define Q_M (T_M / CLUSTER)   // rows of the A slice each block loads in shared_a
-#define KC (T_K / 4)          // 16-byte chunks per row of an A slice
-#define AS_STRIDE (T_K + 4)   // padded row of a working A slice (float4 aligned, fewer bank conflicts)
-#define A_ELEMS (T_M * AS_STRIDE)
-#define Q_ELEMS (Q_M * T_K)   // a quarter is only stored and read out by rows: no padding
-#define B_ELEMS (T_K * T_N)
-// Dynamic shared memory per block (the Python front passes the same numbers).
-#define OWN_A_SMEM_BYTES (STAGES * (A_ELEMS + B_ELEMS) * 4)
-#define SHARED_A_SMEM_BYTES ((STAGES * (Q_ELEMS + B_ELEMS) + 2 * A_ELEMS) * 4)
+
+constexpr int CLUSTER = 4;
+constexpr int T_M = 64;
+constexpr int T_N = 64;
+constexpr int THREADS = 256;
+constexpr int Q_M = T_M / CLUSTER;      // rows of the A slice each block loads in shared_a
+constexpr int KC = T_K / 4;             // 16-byte chunks per row of an A slice
+constexpr int A_PITCH = T_K + 4;        // floats per row (one m) of a working A slice: float4 aligned, fewer conflicts
+constexpr int A_ELEMS = T_M * A_PITCH;  // a working A slice, [T_M][A_PITCH]
+constexpr int Q_ELEMS = Q_M * T_K;      // a quarter, [Q_M][T_K]: only stored and read out by rows, no padding
+constexpr int B_ELEMS = T_K * T_N;      // a B slice, [T_K][T_N]
+// Dynamic shared memory per block: own_a [STAGES] A slices then [STAGES] B slices;
+// shared_a [STAGES] quarters, [STAGES] B slices, 2 working A slices. kernels/cluster.py
+// launches with the same sizes; the tests compare them with these exported values.
+constexpr int OWN_A_SMEM_BYTES = STAGES * (A_ELEMS + B_ELEMS) * 4;
+constexpr int SHARED_A_SMEM_BYTES = (STAGES * (Q_ELEMS + B_ELEMS) + 2 * A_ELEMS) * 4;
+extern "C" __device__ const unsigned fp_dynamic_smem_cluster_gemm_own_a = OWN_A_SMEM_BYTES;
+extern "C" __device__ const unsigned fp_dynamic_smem_cluster_gemm_shared_a = SHARED_A_SMEM_BYTES;
 
 static_assert(T_K == 16 || T_K == 32, "T_K must be 16 or 32");
 static_assert(STAGES >= 3, "shared_a waits for B slice s+2 and stores the quarter of slice s+2 at step s");
@@ -166,7 +161,7 @@ __device__ __forceinline__ void load_b(float* Bs, const float* __restrict__ B, i
     }
 }
 
-// acc += A slice (T_M x T_K, stride AS_STRIDE) x B slice (T_K x 64) for this thread's
+// acc += A slice (T_M x T_K, stride A_PITCH) x B slice (T_K x 64) for this thread's
 // 4 x 4 (rows ty + 16 i, columns 4 tx .. 4 tx + 3).
 __device__ __forceinline__ void compute_slice(const float* a_slice, const float* b_slice, float acc[4][4]) {
     const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
@@ -175,7 +170,7 @@ __device__ __forceinline__ void compute_slice(const float* a_slice, const float*
         const float4 b = *reinterpret_cast<const float4*>(&b_slice[k * T_N + tx * 4]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const float a = a_slice[(ty + 16 * i) * AS_STRIDE + k];
+            const float a = a_slice[(ty + 16 * i) * A_PITCH + k];
             acc[i][0] = fmaf(a, b.x, acc[i][0]);
             acc[i][1] = fmaf(a, b.y, acc[i][1]);
             acc[i][2] = fmaf(a, b.z, acc[i][2]);
@@ -207,7 +202,7 @@ __device__ __forceinline__ void gemm_own_a(const float* __restrict__ A, const fl
     auto issue = [&](int slice) {  // the whole A slice and my B slice; past the last slice an empty group
         const int st = slice % STAGES;
         if (slice < slices) {
-            load_a_rows<T_M>(As + st * A_ELEMS, AS_STRIDE, A, M, K, bm, 0, slice * T_K);
+            load_a_rows<T_M>(As + st * A_ELEMS, A_PITCH, A, M, K, bm, 0, slice * T_K);
             load_b(Bs + st * B_ELEMS, B, N, K, bn, slice * T_K);
         }
         cp_async_commit();
@@ -255,7 +250,7 @@ __device__ __forceinline__ void gemm_shared_a(const float* __restrict__ A, const
     };
     auto work_at = [&](int buf, int i) {  // where chunk i goes in Awork[buf]
         const int c = threadIdx.x + i * THREADS;
-        return reinterpret_cast<float4*>(&Awork[buf * A_ELEMS + (c / KC) * AS_STRIDE + (c % KC) * 4]);
+        return reinterpret_cast<float4*>(&Awork[buf * A_ELEMS + (c / KC) * A_PITCH + (c % KC) * 4]);
     };
     auto issue = [&](int slice) {  // my B slice; past the last slice an empty group
         if (slice < slices) load_b(Bs + (slice % STAGES) * B_ELEMS, B, N, K, bn, slice * T_K);
@@ -324,8 +319,9 @@ __device__ __forceinline__ void gemm_shared_a(const float* __restrict__ A, const
 
 }  // namespace
 
-// grid = (ceil(N/64) rounded up to a multiple of 4, ceil(M/64)), cluster = (4, 1, 1),
-// block = 256, dynamic shared memory = OWN_A_SMEM_BYTES / SHARED_A_SMEM_BYTES.
+// Launch: kernels/cluster.py (grid over the 64 x 64 C tiles, N rounded up to whole
+// clusters, cluster (CLUSTER, 1, 1), THREADS threads, dynamic shared memory
+// OWN_A_SMEM_BYTES / SHARED_A_SMEM_BYTES).
 extern "C" __global__ void __launch_bounds__(THREADS)
     cluster_gemm_own_a(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N,
                        int K) {

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..cuda import compiler
 from ..cuda.launch import launch
-from ._operands import Operand, empty_like_kind, operand
+from ._operands import Operand, arch_and_sm_count, empty_like_kind, operand
 
 SOURCE = "kernels/flash_attention.cu"
 HEAD_DIMS = (64, 128)
@@ -341,9 +341,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any =
             raise ValueError("out must be on the same GPU as q")
     if any(x.ptr % 16 for x in (Q, K, V, O)):
         raise ValueError("q, k, v and out must be 16-byte aligned (a sliced view may not be): copy them")
-    from .gemm import _device_info
 
-    arch, _ = _device_info(Q.device_index)
+    arch, _ = arch_and_sm_count(Q.device_index)
     kernel = module_for(p, arch).kernel(p.kernel)
     launch(s, kernel, p.grid, p.block, np.uint64(Q.ptr), np.uint64(K.ptr), np.uint64(V.ptr), np.uint64(O.ptr),
            np.uint64(C.ptr if C is not None else 0), np.int32(p.seq_len), np.int32(p.heads_q), np.int32(p.heads_kv),

@@ -12,7 +12,7 @@ Variants (one .cu source each, beside this file):
 variant             inputs      technique
 ==================  ==========  =================================================
 tiled               float32     shared tiles, load -> __syncthreads -> compute
-double_buffer       float32     cuda::pipeline ring of 2/3/4 stages (memcpy_async)
+double_buffer       float32     a 2/3/4-slice cp.async ring (CCCL cuda::pipeline)
 warp_specialized    float32     loader warp -> compute warps -> storer warp
 wmma                fp16/bf16   tensor cores (wmma) fed by a 2-5-stage cp.async ring
 ==================  ==========  =================================================
@@ -25,8 +25,11 @@ The kernel is enqueued on ``stream`` and the call returns at once.
 ``wmma`` tiles are compile-time constants: a :class:`WmmaConfig` (block tile,
 K-slice, warp tile, stages, blocks per SM) becomes ``-D`` macros for NVRTC, one
 cached cubin per tile. ``config=`` picks one of :data:`WMMA_CONFIGS` by name or
-takes a WmmaConfig; without it :data:`WMMA_DEFAULT` is used (scripts/gemm-sweep
-times them all on a GPU).
+takes a WmmaConfig; without it :data:`WMMA_DEFAULT` is used.
+
+The launch contract of every kernel (threads per block, dynamic shared memory) is
+declared here, in :func:`plan`, and nowhere else; the CPU tests check it against the
+compiled kernels (``__launch_bounds__`` and the layout sizes the sources export).
 """
 
 from __future__ import annotations
@@ -40,11 +43,15 @@ import numpy as np
 from ..cuda import compiler
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, operand, output
+from ._operands import Operand, arch_and_sm_count, matmul_shape, operand, output
 
+# ---- launch contracts of the fp32 ladder (fp32_tile.cuh and the gemm_*.cu beside this file)
 FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)
+FP32_THREADS = 256  # tiled, double_buffer, ceiling: every thread loads and computes
+
+
 def fp32_stage_bytes(bk: int = 16) -> int:
-    """One ring buffer of the fp32 kernels at K-slice depth ``bk`` (-DFP32_BK):
+    """One ring slice (fp32_tile::Slice) at K-slice depth ``bk`` (-DFP32_BK):
     As[bk][128 + 4] (A transposed) + Bs[bk][128] floats."""
     return (bk * (128 + 4) + bk * 128) * 4
 
@@ -150,8 +157,8 @@ class WmmaConfig:
         return self
 
 
-# Candidate tilings for Hopper (mma.sync-class tensor cores through wmma), timed by
-# scripts/gemm-sweep. Three ways to keep the tensor pipes fed:
+# Candidate tilings for Hopper (mma.sync-class tensor cores through wmma); their sweep on
+# an H200 is in docs/notes/kernels-history.md. Three ways to keep the tensor pipes fed:
 # - ILP: one 8-warp block per SM, 64x64 warp tiles (4x4 accumulator fragments, 128
 #   fp32 accumulators per thread, ~240 registers), next K-step's fragments prefetched;
 # - two blocks per SM ("_b2"): one block's barrier and wait are covered by the other's MMAs;
@@ -169,11 +176,11 @@ WMMA_CANDIDATES: tuple[WmmaConfig, ...] = (
     WmmaConfig(128, 256, 32, 64, 32, stages=4, prefetch=False),
     WmmaConfig(128, 256, 64, 64, 32, stages=3, prefetch=False),
     WmmaConfig(128, 128, 32, 64, 32, stages=4, min_blocks=2, prefetch=False),
-    WmmaConfig(128, 256, 32, 64, 64, stages=4, prefetch=False),  # last session's loop (279 TFLOP/s fp16 on H200)
+    WmmaConfig(128, 256, 32, 64, 64, stages=4, prefetch=False),  # 8 warps of 64 x 64 without fragment prefetch
 )
 WMMA_CONFIGS: dict[str, WmmaConfig] = {c.name: c for c in WMMA_CANDIDATES}
-# The default wmma tiling. After scripts/gemm-sweep on the target GPU, set this to the
-# fastest name in the sweep's table: nothing else needs to change.
+# The default wmma tiling: the fastest candidate on an H200 (docs/notes/kernels-history.md).
+# Set it to another name in WMMA_CONFIGS to change it: nothing else needs to change.
 WMMA_DEFAULT = "128x256x64_w64x64_s3"
 
 
@@ -290,9 +297,10 @@ def plan(
     suffix = "" if vec else "_scalar"
     grid2d = (_ceil(n, FP32_TILE), _ceil(m, FP32_TILE))
     if variant == "tiled":
-        return LaunchPlan(v.source, f"gemm_tiled_f32{suffix}", grid2d, 256, 0)
+        return LaunchPlan(v.source, f"gemm_tiled_f32{suffix}", grid2d, FP32_THREADS, 0)
     if variant == "double_buffer":
-        return LaunchPlan(v.source, f"gemm_double_buffer_s{stages}{suffix}", grid2d, 256, stages * FP32_STAGE_BYTES)
+        return LaunchPlan(v.source, f"gemm_double_buffer_s{stages}{suffix}", grid2d, FP32_THREADS,
+                          stages * FP32_STAGE_BYTES)
     # warp_specialized: persistent, one block per SM walking the tiles
     tiles = grid2d[0] * grid2d[1]
     return LaunchPlan(
@@ -319,17 +327,7 @@ def plan_fp32_ceiling(m: int, n: int, k: int, stages: int = 3) -> LaunchPlan:
     if n % 4:
         raise ValueError(f"the ceiling kernel stores C as float4: N must be a multiple of 4, got {n}")
     grid2d = (_ceil(n, FP32_TILE), _ceil(m, FP32_TILE))
-    return LaunchPlan(CEILING_SOURCE, f"gemm_fp32_ceiling_s{stages}", grid2d, 256, stages * FP32_STAGE_BYTES)
-
-
-@functools.lru_cache(maxsize=None)
-def _device_info(index: int) -> tuple[str, int]:
-    """(arch, SM count) of a device, looked up once per process: collecting a Device's
-    facts queries the driver, NVML and NVRTC, far too slow for every gemm() call."""
-    from ..cuda.device import Device
-
-    dev = Device(index)
-    return compiler.default_arch(dev), dev.facts.sm_count
+    return LaunchPlan(CEILING_SOURCE, f"gemm_fp32_ceiling_s{stages}", grid2d, FP32_THREADS, stages * FP32_STAGE_BYTES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -355,21 +353,8 @@ def module_for(p: LaunchPlan, arch: str):
 
 
 def kernel_for(p: LaunchPlan, device_index: int = 0):
-    arch, _ = _device_info(device_index)
+    arch, _ = arch_and_sm_count(device_index)
     return module_for(p, arch).kernel(p.kernel)
-
-
-def _check_pair(a: Operand, b: Operand) -> tuple[int, int, int]:
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ValueError(f"a and b must be 2-D matrices, got shapes {a.shape} and {b.shape}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape} (a.shape[1] must equal b.shape[0])")
-    if a.dtype != b.dtype:
-        raise ValueError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    if a.device_index != b.device_index:
-        raise ValueError(f"a and b are on different GPUs ({a.device_index} and {b.device_index})")
-    return m, n, k
 
 
 def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, *, nonempty: bool = False):
@@ -379,7 +364,7 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
     if stream is None:
         raise TypeError("stream is required")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     if A.dtype != "float32":
         raise ValueError(f"{who} takes float32 inputs, got {A.dtype}")
     if nonempty and min(m, n, k) < 1:
@@ -393,6 +378,11 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
     return A, B, out, C, s, m, n, k
 
 
+# The Hopper ladder (kernels/hopper_gemm.py): gemm(variant=...) name -> rung.
+HOPPER_VARIANTS = {"hopper_wgmma": "wgmma", "hopper_tma": "tma", "hopper_ws": "ws",
+                   "hopper_persistent": "persistent"}
+
+
 def gemm(
     a: Any,
     b: Any,
@@ -403,7 +393,9 @@ def gemm(
     out: Any = None,
     config: "str | WmmaConfig | None" = None,
 ) -> Any:
-    """``out = a @ b`` (float32), enqueued on ``stream``; returns ``out``.
+    """``out = a @ b`` (float32), enqueued on ``stream``; returns ``out``. The Hopper
+    variants (``hopper_wgmma``, ``hopper_tma``, ``hopper_ws``, ``hopper_persistent``)
+    take bf16/fp16 operands and return the same dtype (see :mod:`.hopper_gemm`).
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)
@@ -413,16 +405,21 @@ def gemm(
     """
     if stream is None:
         raise TypeError("stream is required: pass the stream to enqueue the kernel on (fullpipe.cuda.create_stream)")
+    if variant in HOPPER_VARIANTS:  # bf16/fp16 in, the same dtype out (hopper_gemm.py)
+        from .hopper_gemm import gemm_hopper
+
+        return gemm_hopper(a, b, variant=HOPPER_VARIANTS[variant], out=out, stream=stream)
     if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        known = ", ".join([*VARIANTS, *HOPPER_VARIANTS])
+        raise ValueError(f"unknown variant {variant!r}; choose one of {known}")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     # Validate everything that does not need the output before allocating it.
     plan(variant, m, n, k, A.dtype, stages=stages, aligned=True, config=config)
     s = as_core_stream(stream)
     out, C = output(out, A, (m, n), s)
     aligned = all(x.ptr % 16 == 0 for x in (A, B, C))
-    _, sm_count = _device_info(A.device_index)
+    _, sm_count = arch_and_sm_count(A.device_index)
     p = plan(variant, m, n, k, A.dtype, stages=stages, aligned=aligned, sm_count=sm_count, config=config)
     launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index)
     return out
@@ -459,3 +456,60 @@ def launch_plan(p: LaunchPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
 
 def flops(m: int, n: int, k: int) -> float:
     return 2.0 * m * n * k
+
+
+def _selftest(argv: list[str] | None = None) -> int:
+    """Every gemm() variant once on small inputs (or one square ``--size``), checked
+    against float64, outputs poisoned first: the driver that scripts/sanitize-kernels
+    runs under compute-sanitizer and scripts/ncu-kernels under ncu. Exit 1 on a wrong
+    result."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.gemm")
+    ap.add_argument("--selftest", action="store_true", required=True)
+    ap.add_argument("--size", type=int, default=0, help="one square size instead of the small odd shapes")
+    ap.add_argument("--only", default="", help="run only cases whose label contains this text")
+    args = ap.parse_args(argv)
+    import torch
+
+    from ..cuda.device import Device
+    from ..cuda.streams import create_stream
+
+    stream = create_stream(Device(0))
+    fp32_shapes = [(args.size,) * 3] if args.size else [(130, 68, 40), (67, 45, 33)]  # vector path, element path
+    f16_shapes = [(args.size,) * 3] if args.size else [(136, 264, 48)]
+    cases = []  # (label, shape, torch dtype, variant, gemm() keywords)
+    for shape in fp32_shapes:
+        cases.append(("tiled", shape, torch.float32, {"variant": "tiled"}))
+        for s in VARIANTS["double_buffer"].stages:
+            cases.append((f"double_buffer s{s}", shape, torch.float32, {"variant": "double_buffer", "stages": s}))
+            cases.append((f"warp_specialized s{s}", shape, torch.float32, {"variant": "warp_specialized", "stages": s}))
+    # Small sizes (sanitizers): every candidate tiling. One big size (ncu): the default
+    # only, since ncu tells kernels apart by symbol and every tiling has the same ones.
+    wmma_cfgs = [wmma_config(None)] if args.size else list(WMMA_CANDIDATES)
+    for shape in f16_shapes:
+        for dt in (torch.float16, torch.bfloat16):
+            for cfg in wmma_cfgs:
+                cases.append((f"wmma {str(dt)[6:]} {cfg.name}", shape, dt, {"variant": "wmma", "config": cfg}))
+    bad = 0
+    for label, (m, n, k), dt, kw in cases:
+        if args.only and args.only not in label:
+            continue
+        a = torch.randn(m, k, device="cuda").to(dt)
+        b = torch.randn(k, n, device="cuda").to(dt)
+        out = torch.full((m, n), float("nan"), device="cuda")
+        torch.cuda.synchronize()
+        gemm(a, b, stream=stream, out=out, **kw)
+        stream.sync()
+        ref = a.double() @ b.double()
+        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        ok = err < (1e-4 if dt == torch.float32 else 1e-2) and not bool(torch.isnan(out).any())
+        bad += not ok
+        print(f"{'ok  ' if ok else 'BAD '} {label:40s} {m}x{n}x{k}  rel err {err:.2e}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_selftest())

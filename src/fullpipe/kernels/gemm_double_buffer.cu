@@ -1,9 +1,9 @@
-// Double-buffered (multi-stage) fp32 GEMM: C[M,N] = A[M,K] @ B[K,N], row-major fp32.
+// Rung 2 of the fp32 ladder: multi-stage (double-buffered) GEMM, C[M,N] = A[M,K] @ B[K,N].
 //
-// Technique: a ring of STAGES shared-memory buffers filled by cuda::memcpy_async
+// Technique: a ring of STAGES shared-memory slices filled by asynchronous copies
 // (cp.async, LDGSTS in SASS: global -> shared without passing through registers).
 // While the block computes on K-slice s, the copies of slices s+1 .. s+STAGES-1 are
-// already in flight:
+// already in flight. Read it in gemm_double_buffer():
 //
 //   prologue    start slices 0 .. STAGES-2, one commit (cp.async group) each
 //   slice s     wait_prior        my copies of slice s have landed (cp.async.wait_group)
@@ -12,48 +12,31 @@
 //               producer_commit   start slice s+STAGES-1 into that buffer
 //               compute slice s   while those copies fly
 //
-// Each thread's copies are tracked by a thread-scope cuda::pipeline (commit groups,
-// waited for with cp.async.wait_group); one __syncthreads per slice makes all threads'
-// copies visible and frees the previous buffer (tiled needs two syncs and stalls on
-// its loads). Every thread copies AND computes, so a block-wide barrier is the exact
-// hand-off; no mbarriers are needed.
+// Each thread tracks its own copies with a thread-scope cuda::pipeline (CCCL's form of
+// cp.async commit groups; the copier is fp32_slice_copier.cuh); one __syncthreads per
+// slice makes all threads' copies visible and frees the previous buffer. Every thread
+// copies AND computes, so a block-wide barrier is the exact hand-off: no mbarriers.
 //
-// Why not a block-scope cuda::pipeline (the first version): its producer_commit()
-// makes the stage's mbarrier track the thread's copies with cp.async.mbarrier.arrive
-// (on sm_90: SYNCS.ARRIVE.TRANS64.RED.A0T1 + ARRIVES.LDGSTSBAR) and then arrives again
-// with a plain arrive, so every thread performs two arrive operations on the same
-// barrier phase before its consumer_wait(). compute-sanitizer synccheck reported
-// "Missing wait" on the first stage's mbarrier of gemm_double_buffer_s2, and the kernel
-// then failed under the tool. The protocol itself was race-free (each phase needs every
-// thread's release of the previous one), but it relied on an arrive pattern the tool
-// does not accept; the version here gives the tool (and the reader) nothing to guess:
-// thread-local async-copy groups plus one block barrier per slice.
-//
-// The tile math is exactly gemm_tiled.cu's (gemm_fp32_tile.cuh: 128 x 128 block tile,
-// BK = 16, 256 threads, 8 x 8 thread tiles, k-major As / Bs); only the pipeline
-// differs. The copies (SliceCopier<256>): A element by element into As (transposed),
-// B in 16-byte chunks (VEC) or elements (_scalar). STAGES = 2, 3, 4 are separate
-// kernels: gemm_double_buffer_s{2,3,4}[_scalar]. Dynamic shared memory: STAGES * 16640
-// bytes (> 48 KiB from 3 stages on).
-//
-// Edges: any M, N, K. VEC kernels copy B in 16-byte chunks (need N % 4 == 0 and a
-// 16-byte aligned B; the wrapper also asks K % 4 == 0 and aligned A and C, for
-// tiled's sake); _scalar kernels copy 4-byte elements. Elements outside the matrices
-// are written as zeros with ordinary stores; the __syncthreads before the slice is
-// computed orders them like the async copies.
+// Tile math: fp32_tile.cuh, exactly tiled's; only the pipeline differs. STAGES = 2, 3,
+// 4 are separate kernels gemm_double_buffer_s{2,3,4}[_scalar]. Edges: any M, N, K. VEC
+// kernels copy B in 16-byte chunks (N % 4 == 0, 16-byte aligned B; the front also asks
+// K % 4 == 0 and aligned A and C, for tiled's sake); _scalar kernels copy 4-byte
+// elements. Elements outside the matrices are written as zeros with ordinary stores;
+// the __syncthreads before the slice is computed orders them like the async copies.
 #include <cuda/pipeline>
-#include <fullpipe/gemm_fp32_tile.cuh>
-
-#define THREADS 256
+#include <fullpipe/fp32_slice_copier.cuh>
+#include <fullpipe/fp32_tile.cuh>
 
 namespace {
 
-using namespace fp_fp32_tile;
+using namespace fp32_tile;
+
+constexpr int THREADS = MATH_THREADS;  // every thread copies and computes
 
 template <int STAGES, bool VEC>
 __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, const float* __restrict__ B,
                                                    float* __restrict__ C, int M, int N, int K) {
-    extern __shared__ __align__(16) float ring[];  // STAGES x (As[16][132], Bs[16][128])
+    extern __shared__ __align__(16) float ring[];  // a Ring<STAGES>: slice i at ring + i * SLICE_FLOATS
     cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();  // this thread's copy groups
     SliceCopier<THREADS> copier(A, B, M, N, K, threadIdx.x);
     copier.start_tile(blockIdx.y * TILE_M, blockIdx.x * TILE_N);
@@ -67,7 +50,7 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < slices) {
-            float* buf = ring + s * STAGE_FLOATS;
+            float* buf = ring + s * SLICE_FLOATS;
             copier.copy_next<VEC>(buf, buf + A_FLOATS, pipe);
         }
         pipe.producer_commit();
@@ -80,12 +63,12 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
         __syncthreads();  // everybody's have; and nobody reads slice s-1 any more
         // Producer: slice s+STAGES-1 into the buffer slice s-1 used.
         if (s + STAGES - 1 < slices) {
-            float* buf = ring + write * STAGE_FLOATS;
+            float* buf = ring + write * SLICE_FLOATS;
             copier.copy_next<VEC>(buf, buf + A_FLOATS, pipe);
         }
         pipe.producer_commit();  // an empty commit near the end keeps the count right
         // Consumer: slice s, while the copies above are in flight.
-        const float* buf = ring + read * STAGE_FLOATS;
+        const float* buf = ring + read * SLICE_FLOATS;
         compute_slice(buf, buf + A_FLOATS, t, acc);
         read = read + 1 == STAGES ? 0 : read + 1;
         write = write + 1 == STAGES ? 0 : write + 1;
@@ -97,8 +80,11 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
 
 }  // namespace
 
-// grid = (ceil(N/128), ceil(M/128)), block = 256, dynamic shared memory = STAGES * 16640.
+// Launch: kernels/gemm.py plans it (grid over the 128 x 128 C tiles, THREADS threads,
+// dynamic shared memory sizeof(Ring<S>), exported here for the tests to compare).
 #define DOUBLE_BUFFER_KERNEL(S)                                                                            \
+    extern "C" __device__ const unsigned fp_dynamic_smem_gemm_double_buffer_s##S =                        \
+        sizeof(fp32_tile::Ring<S>);                                                                       \
     extern "C" __global__ void __launch_bounds__(THREADS, 2)                                              \
         gemm_double_buffer_s##S(const float* __restrict__ A, const float* __restrict__ B,                 \
                                 float* __restrict__ C, int M, int N, int K) {                             \

@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90a (wgmma, TMA, mbarrier transaction counts)
 // Hopper GEMM, rung 2: TMA into a multistage ring, every warp doing the same job.
 //
 // Technique: the slices arrive by cp.async.bulk.tensor (TMA, UTMALDG in SASS): one

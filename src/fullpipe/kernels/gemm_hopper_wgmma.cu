@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90a (wgmma, TMA, mbarrier transaction counts)
 // Hopper GEMM, rung 1: wgmma fed by a multistage cp.async ring.
 //
 // Technique: the tensor cores read both operands straight from shared memory

@@ -1,3 +1,4 @@
+// fullpipe-requires: sm_90a (wgmma, TMA, mbarrier transaction counts)
 // Hopper GEMM, rung 3: warp specialization — a TMA producer and two wgmma consumers.
 //
 // Technique: permanent roles in one block of 3 warpgroups, joined by a full/empty

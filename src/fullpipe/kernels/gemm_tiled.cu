@@ -1,31 +1,27 @@
-// Tiled fp32 GEMM, the baseline: C[M,N] = A[M,K] @ B[K,N], all row-major fp32.
+// Rung 1 of the fp32 ladder: tiled GEMM, C[M,N] = A[M,K] @ B[K,N], row-major fp32.
 //
-// Technique: shared-memory tiles + register blocking, and nothing else. Every warp
-// LOADS (global -> registers -> shared), the block waits (__syncthreads), every warp
-// COMPUTES from shared memory, the block waits again. While the loads are in
-// flight the FMA units of this block are idle: that is what the pipelined kernels
-// (gemm_double_buffer.cu, gemm_warp_specialized.cu) remove.
+// Technique: shared-memory tiles + register blocking, and nothing else. Per K-slice,
+// every thread LOADS (fetch_slice: global -> registers, store_slice: registers ->
+// shared), the block waits (__syncthreads), every thread COMPUTES from shared memory
+// (fp32_tile::compute_slice), the block waits again. While the loads are in flight the
+// FMA units of this block are idle: that is what the next rungs remove. Read it in
+// gemm_tiled(): its loop body is the whole technique.
 //
-// Tile math (cuda/include/fullpipe/gemm_fp32_tile.cuh, shared with the pipelined fp32
-// kernels, so that they differ from this one in the pipeline only):
-//   block tile 128 x 128 of C, K-slices of BK = 16 (FP32_BK), 256 threads = 8 warps (2 x 4),
-//   warp tile 64 x 32, thread tile 8 x 8, both operands k-major in shared memory
-//   (As[BK][128 + 4] holds A transposed, Bs[BK][128]), read as float4 fragments.
-//
-// Edges: any M, N, K. The VEC variant loads 16-byte float4 chunks and needs K % 4 == 0,
-// N % 4 == 0 and 16-byte aligned pointers (the Python wrapper picks it then);
-// the SCALAR variant loads element by element. Out-of-range elements read as 0.
+// Tile math: fp32_tile.cuh, shared with the other fp32 rungs so that they differ from
+// this one in the pipeline only. Edges: any M, N, K. The VEC kernel loads 16-byte
+// float4 chunks and needs K % 4 == 0, N % 4 == 0 and 16-byte aligned pointers (the
+// Python front picks it then); the _scalar kernel loads element by element.
+// Out-of-range elements read as 0.
 
-#include <fullpipe/gemm_fp32_tile.cuh>
-
-#define THREADS 256
-#define A_CHUNKS (TILE_M * TILE_K / 4 / THREADS)  // float4 of A per thread per slice (2 at BK = 16)
-#define B_CHUNKS (TILE_K * TILE_N / 4 / THREADS)  // float4 of B per thread per slice (2 at BK = 16)
+#include <fullpipe/fp32_tile.cuh>
 
 namespace {
 
-using namespace fp_fp32_tile;
+using namespace fp32_tile;
 
+constexpr int THREADS = MATH_THREADS;                    // every thread loads and computes
+constexpr int A_CHUNKS = TILE_M * TILE_K / 4 / THREADS;  // float4 of A per thread per slice (2 at BK = 16)
+constexpr int B_CHUNKS = TILE_K * TILE_N / 4 / THREADS;  // float4 of B per thread per slice (2 at BK = 16)
 // Global -> registers for one K-slice. A chunk r of thread t: row (t + 256 r) % 128,
 // k = 4 ((t + 256 r) / 128) .. +3, so that a warp's transposing stores into As hit 32
 // consecutive rows (no bank conflict); B chunk r: row t / 32 + 8 r, columns 4 (t % 32).
@@ -73,10 +69,10 @@ __device__ __forceinline__ void store_slice(float* As, float* Bs, const float4 r
 #pragma unroll
     for (int r = 0; r < A_CHUNKS; ++r) {
         const int c = threadIdx.x + THREADS * r, m = c % TILE_M, k = (c / TILE_M) * 4;
-        As[(k + 0) * AS_STRIDE + m] = ra[r].x;
-        As[(k + 1) * AS_STRIDE + m] = ra[r].y;
-        As[(k + 2) * AS_STRIDE + m] = ra[r].z;
-        As[(k + 3) * AS_STRIDE + m] = ra[r].w;
+        As[(k + 0) * A_PITCH + m] = ra[r].x;
+        As[(k + 1) * A_PITCH + m] = ra[r].y;
+        As[(k + 2) * A_PITCH + m] = ra[r].z;
+        As[(k + 3) * A_PITCH + m] = ra[r].w;
     }
 #pragma unroll
     for (int r = 0; r < B_CHUNKS; ++r)
@@ -86,6 +82,7 @@ __device__ __forceinline__ void store_slice(float* As, float* Bs, const float4 r
 template <bool VEC>
 __device__ __forceinline__ void gemm_tiled(const float* __restrict__ A, const float* __restrict__ B,
                                            float* __restrict__ C, int M, int N, int K) {
+    // One K-slice (the layout of a fp32_tile::Slice) as two arrays: the only shared memory.
     __shared__ __align__(16) float As[A_FLOATS];
     __shared__ __align__(16) float Bs[B_FLOATS];
     const int bm = blockIdx.y * TILE_M, bn = blockIdx.x * TILE_N;
@@ -110,7 +107,8 @@ __device__ __forceinline__ void gemm_tiled(const float* __restrict__ A, const fl
 
 }  // namespace
 
-// grid = (ceil(N/128), ceil(M/128)), block = 256, no dynamic shared memory.
+// Launch: kernels/gemm.py plans it (grid over the 128 x 128 C tiles, THREADS threads,
+// no dynamic shared memory).
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
     gemm_tiled_f32(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K) {
     gemm_tiled<true>(A, B, C, M, N, K);

@@ -27,7 +27,7 @@
 // 128 registers (latency hidden by more warps instead of by prefetching).
 //
 // Tiles (compile-time, -D macros set by fullpipe/kernels/gemm.py, one cubin per tiling;
-// its WMMA_CONFIGS / WMMA_DEFAULT list the candidates scripts/gemm-sweep times):
+// its WMMA_CONFIGS / WMMA_DEFAULT list the candidates, swept in docs/notes/kernels-history.md):
 //   block BM x BN, K-slice BK, warps (BM/WM) x (BN/WN), warp tile WM x WN =
 //   (WM/16) x (WN/16) accumulator fragments. Without -D (e.g. `fullpipe compile`):
 //   128 x 256 x 32, 8 warps of 64 x 64. WMMA_MIN_BLOCKS goes to __launch_bounds__.
@@ -43,6 +43,7 @@
 // zero-filled by cp.async itself (src-size 0).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <fullpipe/cp_async.cuh>
 #include <mma.h>
 
 using namespace nvcuda;
@@ -97,14 +98,6 @@ static_assert(WARPS_M * WARPS_N * 16 * C_LD * sizeof(float) <= 2 * STAGE_ELEMS *
               "the epilogue strips must fit in a ring of 2 buffers");
 
 namespace {
-
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* gmem, bool valid) {
-    const int src_bytes = valid ? 16 : 0;  // 0: nothing is read, 16 zero bytes are written
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Fragment loads from shared memory. For fp16, wmma::load_matrix_sync becomes
 // ldmatrix (LDSM) once the compiler knows the pointer is shared (__isShared below).

@@ -23,8 +23,8 @@
 #define T_M 64
 #define T_N 64
 #define T_K 16
-#define AS_STRIDE (T_K + 4)
-#define A_ELEMS (T_M * AS_STRIDE)
+#define A_PITCH (T_K + 4)  // floats per row (one m) of As, [T_M][A_PITCH]
+#define A_ELEMS (T_M * A_PITCH)
 #define STAGE_ELEMS (A_ELEMS + T_K * T_N)
 #define THREADS 256
 #define NO_TILE 0x7fffffff
@@ -44,7 +44,7 @@ __device__ __forceinline__ void load_slice(float* buf, const Problem& p, int til
     const int c = threadIdx.x;
     const int ar = c / 4, ak = (c % 4) * 4;
     const bool aok = bm + ar < p.M && k0 + ak < p.K;
-    cp_async_16(&buf[ar * AS_STRIDE + ak], aok ? &p.A[(size_t)(bm + ar) * p.K + k0 + ak] : p.A, aok);
+    cp_async_16(&buf[ar * A_PITCH + ak], aok ? &p.A[(size_t)(bm + ar) * p.K + k0 + ak] : p.A, aok);
     const int br = c / 16, bc = (c % 16) * 4;
     const bool bok = k0 + br < p.K && bn + bc < p.N;
     cp_async_16(&buf[A_ELEMS + br * T_N + bc], bok ? &p.B[(size_t)(k0 + br) * p.N + bn + bc] : p.B, bok);
@@ -57,7 +57,7 @@ __device__ __forceinline__ void compute_slice(const float* buf, float acc[4][4])
         const float4 b = *reinterpret_cast<const float4*>(&buf[A_ELEMS + k * T_N + tx * 4]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const float a = buf[(ty + 16 * i) * AS_STRIDE + k];
+            const float a = buf[(ty + 16 * i) * A_PITCH + k];
             acc[i][0] = fmaf(a, b.x, acc[i][0]);
             acc[i][1] = fmaf(a, b.y, acc[i][1]);
             acc[i][2] = fmaf(a, b.z, acc[i][2]);
@@ -147,14 +147,16 @@ __device__ __forceinline__ Problem make_problem(const float* A, const float* B, 
 
 }  // namespace
 
-// grid = ceil(M/64) * ceil(N/64), block = 256. `queue` is unused (same signature).
+// Launch: kernels/persistent.py (one block per 64 x 64 tile, THREADS threads). `queue`
+// is unused (same signature).
 extern "C" __global__ void __launch_bounds__(THREADS) gemm_small_tiles_per_tile(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K,
     unsigned* queue) {
     run_tiles<false>(make_problem(A, B, C, M, N, K), queue);
 }
 
-// grid = SMs x resident blocks per SM, block = 256; queue = 2 zeroed unsigned ints.
+// Launch: kernels/persistent.py (SMs x resident blocks per SM, THREADS threads); queue =
+// 2 zeroed unsigned ints.
 extern "C" __global__ void __launch_bounds__(THREADS) gemm_small_tiles_persistent(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K,
     unsigned* queue) {

@@ -36,11 +36,11 @@
 
 namespace cg = cooperative_groups;
 
-#define THREADS 256
-#define WARPS (THREADS / 32)
-#define COLS 16   // columns per tile
-#define MAX_B 8   // batch rows
-#define KGROUPS (THREADS / (COLS / 4))  // 64 threads share a column quad, each takes every 64th row
+constexpr int THREADS = 256;
+constexpr int WARPS = THREADS / 32;
+constexpr int COLS = 16;                       // columns per tile
+constexpr int MAX_B = 8;                       // batch rows
+constexpr int KGROUPS = THREADS / (COLS / 4);  // 64 threads share a column quad, each takes every 64th row
 
 namespace {
 
@@ -129,12 +129,12 @@ __device__ __forceinline__ void zero(float acc[MAX_B][4]) {
 
 }  // namespace
 
-// One step, one block per tile: grid = N / 16, block = 256, dynamic shared memory =
-// (N * 16 + nb * N) * 4 bytes. The block copies H_t and its W columns with cp.async,
+// One step, one block per tile (launch: kernels/persistent.py recurrent_plan: N / COLS
+// blocks of THREADS, dynamic shared memory Ws[N][COLS] + Hs[nb][N]). The block copies H_t and its W columns with cp.async,
 // all issued at once (W in W_CHUNKS groups of rows), and multiplies chunk c while
 // chunks c+1 .. are still landing: the load is as deep as the memory system allows
 // and overlaps the math, the strongest one-block-per-tile form of this step.
-#define W_CHUNKS 4
+constexpr int W_CHUNKS = 4;
 static_assert(W_CHUNKS == 4, "cp_async_wait_leaving covers 0 .. 3 groups in flight");
 extern "C" __global__ void __launch_bounds__(THREADS)
     recurrent_step(const float* __restrict__ Hin, const float* __restrict__ W, const float* __restrict__ Xt,
@@ -165,9 +165,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     finish_tile(acc, xv, Hout, nb, N, c0, red);
 }
 
-// All T steps in one cooperative launch: grid = G <= co-resident blocks, block = 256,
-// dynamic shared memory = (tiles_per_block * N * 16 + nb * N) * 4 bytes, where
-// tiles_per_block = ceil((N / 16) / G). Block g owns tiles g, g + G, g + 2G, ...
+// All T steps in one cooperative launch (launch: kernels/persistent.py recurrent_plan:
+// G <= co-resident blocks of THREADS, dynamic shared memory Ws[tiles_per_block][N][COLS]
+// + Hs[nb][N], tiles_per_block = ceil((N / COLS) / G)). Block g owns tiles g, g + G, ...
 extern "C" __global__ void __launch_bounds__(THREADS)
     recurrent_persistent(const float* __restrict__ h0, const float* __restrict__ W, const float* __restrict__ X,
                          float* __restrict__ out, int nb, int N, int T, int tiles_per_block) {

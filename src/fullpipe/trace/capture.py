@@ -262,10 +262,13 @@ def name_stream(stream: Any, name: str) -> None:
 
 
 def _synchronize_gpu() -> list[str]:
-    """cuCtxSynchronize on the current context; a note instead of an error when there is none."""
+    """cuCtxSynchronize on this thread's context (device 0's if it has none); a note instead of an
+    error when there is no GPU."""
     try:
         from ..cuda import driver as drv
+        from ..cuda.device import ensure_current
 
+        ensure_current()  # the capture may end in a thread that has no context yet
         drv.call("cuCtxSynchronize")
         return []
     except Exception as exc:
@@ -276,7 +279,9 @@ def _synchronize_gpu() -> list[str]:
 def _device_name() -> str | None:
     try:
         from ..cuda import driver as drv
+        from ..cuda.device import ensure_current
 
+        ensure_current()
         dev = drv.call("cuCtxGetDevice")
         name = drv.call("cuDeviceGetName", 256, dev)
         return (name.decode(errors="replace") if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
