@@ -46,16 +46,41 @@ def test_every_instance_compiles_without_spills_and_uses_the_technique(tilings):
         d = 64 if "_d64_" in name else 128
         t = tilings[d, name.endswith("_causal")]
         counts = sass.opcode_counts(text)
-        # The KV-tile loop is unrolled: Q K^T is (d/16) x (BN/8) mma, P V (BN/16) x (d/8).
-        per_tile = 2 * d * t.block_n // 128
+        blocks = t.warp_rows // 16  # 16-row blocks per warp
+        # The KV-tile loop is unrolled: Q K^T is (d/16) x (BN/8) mma, P V (BN/16) x (d/8), per row block.
+        per_tile = 2 * d * t.block_n * blocks // 128
         assert counts["HMMA"] >= per_tile and counts["HMMA"] % per_tile == 0, (name, counts["HMMA"], per_tile)
+        bodies = counts["HMMA"] // per_tile  # copies of the tile math in the SASS
         bf16 = "_bf16" in name
         assert (".BF16" in text) == bf16, f"{name}: mma input type"
         # ldmatrix for Q and K (plain) and V (transposed), cp.async 16-byte copies
-        assert re.search(r"LDSM\.16\.M88\.4", text), name
-        assert re.search(r"LDSM\.16\.MT88\.4", text), name
+        ldsm = len(re.findall(r"LDSM\.16\.M88\.4", text))
+        ldsm_t = len(re.findall(r"LDSM\.16\.MT88\.4", text))
         assert re.search(r"LDGSTS\.E\.BYPASS(\.LTC128B)?\.128", text), name
-        assert counts["MUFU"] > 0 and counts["BAR"] >= 3, name  # exp2, and the two loop barriers + prologue
+        # One K load (x4: two 8-key fragments) per 16 keys and 16 dims, shared by every row
+        # block; one V load likewise. Q: one x4 per row block and 16 dims, in every tile when
+        # re-read from shared memory, once before the loop when held in registers.
+        k_loads, q_loads = (d // 16) * (t.block_n // 16), (d // 16) * blocks
+        expect = bodies * (k_loads + q_loads) if t.q_in_smem else bodies * k_loads + q_loads
+        assert ldsm == expect, (name, t.name, ldsm, expect)
+        assert ldsm_t == bodies * k_loads, (name, t.name, ldsm_t)
+        # Barriers: one or two per tile (copy schedule), one after the prologue when Q goes to registers.
+        bars = counts["BAR"]
+        assert bars == bodies * (1 if t.one_barrier else 2) + (0 if t.q_in_smem else 1), (name, t.name, bars)
+        assert counts["MUFU"] > 0, name  # exp2
+
+
+def test_tilings_name_template_arguments_and_shared_memory():
+    t = fa.Tiling(4, 64, 32, q_in_smem=True, one_barrier=True)
+    assert (t.block_m, t.threads, t.name) == (128, 128, "w4_n64_r32_qs_1b")
+    assert fa.Tiling(4, 64).name == "w4_n64"  # the names results were recorded under
+    assert dict(fa.defines({(128, False): t}))["ATTN_D128_TILING"] == "4,64,32,true,true"
+    assert t.shared_mem(128) == (128 + 4 * 64) * 128 * 2
+    # every candidate fits the 227 KB a block may use, and entry i exists for both head dims
+    assert len(fa.CANDIDATE_TILINGS[64]) == len(fa.CANDIDATE_TILINGS[128])
+    for d, ts in fa.CANDIDATE_TILINGS.items():
+        assert all(c.shared_mem(d) <= 227 * 1024 for c in ts), d
+    assert set(fa.DEFAULT_TILINGS.values()) <= set(fa.CANDIDATE_TILINGS[64]) | set(fa.CANDIDATE_TILINGS[128])
 
 
 # ------------------------------------------------------------------ online softmax (NumPy)

@@ -14,14 +14,14 @@ from fullpipe.kernels import hopper_gemm as hg
 ARCH = "sm_90a"
 
 
-def _opcodes(variant: str, multicast: bool = True) -> dict[str, dict[str, int]]:
+def _opcodes(variant: str, multicast: bool = True, build=None) -> dict[str, dict[str, int]]:
     """Per kernel: base opcodes and full mnemonics (``UTMALDG.2D.MULTICAST``...)."""
-    text = sass.disassemble(hg.module(variant, ARCH, multicast).cubin)
+    text = sass.disassemble(hg.module(variant, ARCH, multicast, build=build).cubin)
     out = {}
     for part in re.split(r"\.section\s+\.text\.", text)[1:]:
         name = part.split(",", 1)[0].strip()
         counts = dict(sass.opcode_counts(part))
-        for m in re.finditer(r"\b((?:UTMALDG|UTMASTG|HGMMA|USETMAXREG|SYNCS|LDGSTS)(?:\.[A-Za-z0-9_]+)+)", part):
+        for m in re.finditer(r"\b((?:UTMALDG|UTMASTG|HGMMA|USETMAXREG|SYNCS|LDGSTS|STSM)(?:\.[A-Za-z0-9_]+)+)", part):
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
         out[name] = counts
     return out
@@ -155,3 +155,75 @@ def test_launch_config_carries_the_cluster():
     cfg = hg._launch_config(132, 384, hg.shared_mem_bytes("persistent"), None, 2)
     assert cfg.numAttrs == 1 and cfg.attrs[0].value.clusterDim.x == 2
     assert (cfg.gridDimX, cfg.blockDimX) == (132, 384)
+
+
+# --------------------------------------------------------------------------- persistent build options
+def _multicast_loads(counts: dict[str, int]) -> tuple[int, int]:
+    """(plain, multicast) TMA loads in a kernel's SASS."""
+    plain = sum(v for k, v in counts.items() if k.startswith("UTMALDG.") and "MULTICAST" not in k)
+    multi = sum(v for k, v in counts.items() if k.startswith("UTMALDG.") and "MULTICAST" in k)
+    return plain, multi
+
+
+@pytest.mark.parametrize("build", hg.SWEEP_BUILDS, ids=lambda b: b.label)
+def test_every_sweep_build_compiles_to_the_persistent_technique(build):
+    mod = hg.module("persistent", ARCH, build=build)
+    assert "C7508" not in mod.log, mod.log
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0, f"{build.label} {r.name} spills: {r}"
+        assert r.registers <= 168, r
+    present, absent = TECHNIQUE["persistent"]
+    for kernel, counts in _opcodes("persistent", build=build).items():
+        for op in present:
+            assert _has(counts, op), f"{build.label} {kernel}: no {op} in SASS"
+        for op in absent:
+            assert not _has(counts, op), f"{build.label} {kernel}: unexpected {op} in SASS"
+        assert any(k.startswith("HGMMA.64x256x16.F32") for k in counts), f"{kernel}: {sorted(counts)}"
+        plain, multi = _multicast_loads(counts)
+        # Which operand is multicast shows in the loads: with blocks along N (cluster_n = 2)
+        # A is shared too and every load is a multicast one; otherwise A is loaded plain.
+        assert multi > 0, f"{build.label} {kernel}: B is not multicast"
+        if build.cluster_n > 1:
+            assert plain == 0, f"{build.label} {kernel}: {plain} plain loads, A should be multicast"
+        else:
+            assert plain > 0, f"{build.label} {kernel}: A should be a plain load"
+        # The stmatrix epilogue writes its pieces with STSM, the other with 32-bit STS.
+        assert bool(_has(counts, "STSM")) == build.stmatrix, f"{build.label} {kernel}: STSM {_has(counts, 'STSM')}"
+
+
+def test_two_by_two_without_multicast_loads_everything_itself():
+    build = hg.PersistentBuild(cluster_n=2, multicast=False)
+    for kernel, counts in _opcodes("persistent", build=build).items():
+        plain, multi = _multicast_loads(counts)
+        assert multi == 0 and plain > 0, kernel
+
+
+@pytest.mark.parametrize("build", [hg.PersistentBuild(), hg.PersistentBuild(cluster_n=2),
+                                   hg.PersistentBuild(cluster_m=4), hg.PersistentBuild(cluster_n=2, multicast=False)],
+                         ids=lambda b: b.label)
+def test_plan_follows_the_build(build):
+    p = hg.plan("persistent", 8192, 8192, 8192, "bfloat16", 1 << 20, 2 << 20, 3 << 20, max_clusters=132 // build.cluster,
+                build=build)
+    a, b, _ = p.maps
+    assert p.cluster == build.cluster and p.grid % p.cluster == 0
+    assert p.grid == 132 // build.cluster * build.cluster
+    # The bytes one block's full barrier expects: every A part (its own and its row
+    # peers') and every B box land in it.
+    parts_a = build.cluster_n if build.multicast else 1
+    assert parts_a * a.box_bytes + (hg.BN // hg.CHUNK_N) * b.box_bytes == hg.SLICE_BYTES
+    assert a.box_dims == (hg.BK, hg.BM // parts_a)
+
+
+def test_cluster_tiles_cover_the_matrix_for_each_cluster_shape():
+    assert hg.cluster_tiles(8192, 8192, hg.PersistentBuild()) == 32 * 32
+    assert hg.cluster_tiles(8192, 8192, hg.PersistentBuild(cluster_n=2)) == 32 * 16
+    assert hg.cluster_tiles(300, 520, hg.PersistentBuild(cluster_m=4)) == 1 * 3
+
+
+def test_build_options_are_checked_and_the_default_is_in_the_sweep():
+    with pytest.raises(ValueError, match="cluster_m"):
+        hg.PersistentBuild(cluster_m=3)
+    with pytest.raises(ValueError, match="tile_order"):
+        hg.PersistentBuild(tile_order="zigzag")
+    assert hg.PERSISTENT in hg.SWEEP_BUILDS
+    assert len({b.label for b in hg.SWEEP_BUILDS}) == len(hg.SWEEP_BUILDS)

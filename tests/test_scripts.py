@@ -22,7 +22,8 @@ SCRIPTS = sorted(p for p in (REPO / "scripts").iterdir() if p.is_file()) if (REP
 def handles_help(text: str) -> bool:
     if text.startswith("#!") and "python" in text.splitlines()[0]:
         return "argparse" in text or "--help" in text
-    return re.search(r"^\s*(-h\|)?--help\)", text, re.MULTILINE) is not None
+    # a `case` arm (`-h|--help)`) or a test of the argument (`[ "$1" = "--help" ]`)
+    return re.search(r'^\s*(-h\|)?--help\)|= "--help"', text, re.MULTILINE) is not None
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

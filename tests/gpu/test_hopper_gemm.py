@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fullpipe.kernels.hopper_gemm import VARIANTS, gemm_hopper
+from fullpipe.kernels.hopper_gemm import SWEEP_BUILDS, VARIANTS, gemm_hopper
 
 pytestmark = pytest.mark.gpu
 
@@ -75,6 +75,27 @@ def test_persistent_without_multicast_computes_the_same():
     c_own = gemm_hopper(a, b, variant="persistent", _multicast=False)
     torch.cuda.synchronize()
     assert torch.equal(c_mc, c_own)
+
+
+# Edges for the build options: a 2 x 2 or 4 x 1 cluster with blocks wholly outside C,
+# Hilbert walks that skip cells of a non-square grid, K not a multiple of 64.
+BUILD_SHAPES = [(200, 264, 72), (777, 1032, 4104), (1200, 1704, 520), (2304, 520, 136)]
+
+
+@pytest.mark.parametrize("build", SWEEP_BUILDS, ids=lambda b: b.label)
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+def test_every_persistent_build_matches_float64(build, dtype_name):
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    for m, n, k in BUILD_SHAPES:
+        a, b = _inputs(m, n, k, dtype, seed=m + n + k)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        gemm_hopper(a, b, variant="persistent", out=out, _build=build)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), f"{build.label} {m}x{n}x{k}: some outputs were never written"
+        err = _rel(out, a.double() @ b.double())
+        assert err < 1e-2, f"{build.label} {dtype_name} {m}x{n}x{k}: rel err {err:.2e}"
 
 
 def test_cupy_inputs():

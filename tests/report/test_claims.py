@@ -1,5 +1,5 @@
-"""The claims table of the recorded H200 report (tests/data/report/results.json) against
-a golden file (tests/data/report/claims.json) captured from fullpipe's code before the
+"""The claims table of the recorded H200 results (tests/data/report/results.json and the
+later runs tests/report/recorded.py appends) against a golden file (tests/data/report/claims.json) captured from fullpipe's code before the
 rules moved into the experiment modules. Two tables:
 
 - "page": the rows the page shows: the claims each experiment recorded, completed by
@@ -22,13 +22,13 @@ import pytest
 
 from fullpipe import experiments
 from fullpipe.experiments.claims import CANONICAL, claims_table, rules_for
+from tests.report.recorded import DATA, load_doc
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 GOLDEN = DATA / "claims.json"
 
 
 def tables() -> dict[str, list[dict]]:
-    results = json.loads((DATA / "results.json").read_text())["results"]
+    results = load_doc()["results"]
     canonical, further = claims_table(copy.deepcopy(results))
     stripped = [{**copy.deepcopy(r), "claims": []} for r in results]
     rc, rf = claims_table(stripped)
@@ -67,7 +67,7 @@ MOVED = {"pinned": ("not supported", "partly supported")}
 
 
 def _recorded() -> list[dict]:
-    return json.loads((DATA / "results.json").read_text())["results"]
+    return load_doc()["results"]
 
 
 def test_every_experiment_names_the_claims_its_verdict_comes_from():

@@ -1,12 +1,11 @@
-"""The HTML report, rendered from a results.json recorded on an H200 (tests/data/report),
-opened in headless Chromium: the claims table (every canonical claim, with the number
-measured, its bound and a verdict) and every figure are there, the figures decode,
-and the page logs no console errors. Screenshots are kept in test-artifacts/ for a
+"""The HTML report, rendered from results recorded on an H200 (tests/data/report, read by
+tests/report/recorded.py), opened in headless Chromium: the claims table (every canonical
+claim, with the number measured, its bound and a verdict) and every figure are there, the
+figures decode, and the page logs no console errors. Screenshots are kept in test-artifacts/ for a
 person to look at."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,16 +18,12 @@ from fullpipe import experiments
 from fullpipe.experiments.claims import CANONICAL, NOT_MEASURED, STATUSES, claims_table
 from fullpipe.report.figures import add_figures
 from fullpipe.report.runner import write_html
+from tests.report.recorded import DATA, load_doc
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--enable-logging=stderr", "--v=0"]
-
-
-def load_doc() -> dict:
-    return json.loads((DATA / "results.json").read_text())
 
 
 def build(out: Path, doc: dict) -> Path:
@@ -86,6 +81,52 @@ def test_claims_carry_the_recorded_numbers(report):
     assert rows["pinned-slots"]["ratio"] == pytest.approx(0.9268, abs=1e-3)
     assert "4.00x fewer A-load instructions" in rows["clusters-remove-duplicate-loads"]["measured"]
     assert rows["clusters-remove-duplicate-loads"]["verdict"] == "partly supported"
+
+
+def test_hopper_and_attention_claims_carry_their_recorded_numbers(report):
+    """The later H200 runs (tests/data/report/results-2026-11-23.json): the Hopper ladder's
+    three canonical rows and attention's targets, judged by the rules from the recorded numbers."""
+    _, doc = report
+    canonical, further = claims_table(doc["results"])
+    rows = {r["key"]: r for r in canonical + further}
+    ws = rows["warp-specialization-beats-double-buffer-hopper"]
+    assert ws["experiment"] == "gemm-hopper" and ws["verdict"] == "not supported"
+    assert ws["ratio"] == pytest.approx(1.612 / 1.727, abs=1e-3)  # 8192³ fp16, the worst of the four
+    reach = rows["tma-wgmma-reaches-cublas"]
+    assert "8192³ bf16 persistent 0.91× (target 0.95×)" in reach["measured"]
+    assert "4096³ bf16 persistent 0.98× (target 0.9×)" in reach["measured"]
+    assert reach["verdict"] == "partly supported" and "cuBLAS bf16 806" in reach["bound"]
+    mc = rows["clusters-remove-duplicate-loads-hopper"]
+    assert mc["ratio"] == pytest.approx(1043.22 / 1073.74, abs=1e-4) and mc["verdict"] == "supported"
+    assert "1.015× faster with multicast at 8192³ bf16" in mc["measured"]
+    assert rows["attention-d128-full"]["ratio"] == pytest.approx(0.798, abs=1e-3)
+    assert rows["attention-d128-full"]["verdict"] == "partly supported"
+    assert rows["attention-d64-causal"]["verdict"] == "supported"
+    assert "2.45× faster" in rows["attention-varlen-causal"]["measured"]
+    assert rows["attention-memory"]["verdict"] == "supported"
+    assert "1.85 (materialized)" in rows["attention-memory"]["measured"]
+
+
+def test_hopper_multicast_without_ncu_is_not_measured_or_skipped():
+    """No ncu rows in an old results.json: "not measured", not a guess; a run that says why
+    ncu did not run (not installed, FULLPIPE_NO_NCU): "skipped", and the experiment's
+    verdict comes from its other two claims."""
+    from fullpipe.experiments.claims import with_claims
+    from fullpipe.experiments.gemm_hopper import VERDICT_FROM
+    from fullpipe.experiments.result import Result
+
+    doc = load_doc()
+    gh = next(r for r in doc["results"] if r["experiment"] == "gemm-hopper")
+    gh["metrics"]["ncu"] = []
+
+    def row():
+        return next(r for r in claims_table(doc["results"])[0] if r["key"] == "clusters-remove-duplicate-loads-hopper")
+
+    assert row()["verdict"] == NOT_MEASURED and "needs metrics.ncu rows" in row()["measured"]
+    gh["metrics"]["ncu_skipped"] = "ncu not found"
+    assert row()["verdict"] == "skipped" and "ncu not found" in row()["measured"]
+    res = with_claims(Result.from_dict(gh), VERDICT_FROM)
+    assert res.verdict == "partly supported"  # not supported, partly supported, skipped
 
 
 def test_page_is_self_contained_with_every_figure(report):

@@ -36,6 +36,10 @@ _MODULES: dict[str, str] = {
     "gemm": "gemm",
     "cluster": "cluster",
     "persistent": "persistent",
+    # level 2 on Hopper: TMA, wgmma, warp specialization, multicast (issue 15)
+    "gemm-hopper": "gemm_hopper",
+    # level 2: attention (issue 16)
+    "attention": "attention",
     # level 1 on real PyTorch workloads, against the peers a user would write (issue 14)
     "workloads": "workloads",
 }

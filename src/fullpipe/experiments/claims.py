@@ -75,7 +75,14 @@ CANONICAL: tuple[Canonical, ...] = (
               "50–80 % reduction in allocation overhead with the stream-ordered allocator", "alloc-overhead"),
     Canonical("double-buffer-beats-tiled", "a double-buffered kernel beats the tiled one", "gemm"),
     Canonical("warp-specialization-beats-double-buffer", "warp specialization beats double buffering", "gemm"),
+    # The same claims on Hopper's own machinery (TMA, wgmma, multicast), each right after
+    # its SIMT form, and the claim that such a kernel reaches cuBLAS.
+    Canonical("warp-specialization-beats-double-buffer-hopper",
+              "warp specialization beats double buffering (Hopper: TMA + wgmma)", "gemm-hopper"),
+    Canonical("tma-wgmma-reaches-cublas", "a from-scratch TMA + wgmma kernel reaches cuBLAS", "gemm-hopper"),
     Canonical("clusters-remove-duplicate-loads", "clusters remove duplicate loads", "cluster"),
+    Canonical("clusters-remove-duplicate-loads-hopper", "clusters remove duplicate loads (Hopper: TMA multicast)",
+              "gemm-hopper"),
 )
 CANONICAL_KEYS = {c.key: c for c in CANONICAL}
 

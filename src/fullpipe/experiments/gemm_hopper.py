@@ -1,4 +1,5 @@
-"""fullpipe bench gemm-hopper: the Hopper GEMM ladder beside cuBLAS.
+"""fullpipe bench gemm-hopper: does warp specialization pay on Hopper, and does a
+from-scratch TMA + wgmma kernel reach cuBLAS?
 
 Four bf16/fp16 kernels (fullpipe.kernels.hopper_gemm), each adding one idea: wgmma fed
 by cp.async; TMA into an mbarrier ring; warp specialization (TMA producer, two wgmma
@@ -6,27 +7,30 @@ consumer warpgroups, setmaxnreg); persistent clusters of 2 with TMA multicast an
 TMA-store epilogue. Each is timed at 4096^3 and 8192^3 (4096^3 only with --quick) in
 both dtypes next to cuBLAS (torch.matmul, same dtype, same stream, same run: measured
 before and after the ladder, the faster of the two is the bound). Every timed output
-is checked against a float64 product first.
+is checked against a float64 product first; a wrong rung makes the run "failed".
 
 When Nsight Compute is installed (and FULLPIPE_NO_NCU is unset) a child run profiles
 each rung once at 4096^3 bf16: tensor-pipe utilization, and the L2 -> SM read traffic
 of the persistent kernel with and without B multicast, beside what the construction
 predicts (B read once per 2-block cluster instead of once per block).
 
-    python -m fullpipe.experiments.gemm_hopper [--quick] [--json FILE]
+    python -m fullpipe.experiments.gemm_hopper [--quick] [--no-ncu] [--json FILE]
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+from . import Bound, Context, Result
+from ..cuda.device import device_info
+from .claims import UNJUDGED, Data, Judged, Missing, both, is_num, rule, times, with_claims
+from .figures import BOUND, GREY, PINNED, RING, WIDE, label_bars, need, pyplot, save
 from .ncu import find_ncu, parse_ncu_csv
-from .result import Bound, Claim, Result
 
 NAME = "gemm-hopper"
 TITLE = "Hopper GEMM ladder (wgmma, TMA, warp specialization, persistent clusters) vs cuBLAS"
@@ -34,9 +38,29 @@ CLAIM = (
     "A from-scratch TMA + wgmma kernel reaches cuBLAS (best rung >= 0.95x cuBLAS at 8192^3, >= 0.9x at 4096^3), "
     "and on Hopper warp specialization beats double buffering (rung 3 >= 1.2x rung 2)"
 )
+TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
+    "Hopper moves tiles with the Tensor Memory Accelerator (TMA: one thread issues a bulk copy of a whole "
+    "tile, its arrival counted on an mbarrier) and multiplies from shared memory with asynchronous "
+    "warpgroup MMAs (wgmma). The ladder adds one idea per rung: wgmma fed by cp.async; a TMA ring where "
+    "every warp still loads and computes (double buffering with the SM's copy engine); warp specialization "
+    "(a producer warp issues TMA, two consumer warpgroups run wgmma, setmaxnreg gives them the producer's "
+    "registers); persistent clusters of 2 whose blocks receive their shared B tile from one TMA multicast."
+)
+# The claims whose verdicts make this experiment's verdict (claims.summary): its canonical ones.
+VERDICT_FROM = ("warp-specialization-beats-double-buffer-hopper", "tma-wgmma-reaches-cublas",
+                "clusters-remove-duplicate-loads-hopper")
 
-LABELS = {"wgmma": "1 wgmma+cp.async", "tma": "2 TMA ring", "ws": "3 warp-specialized",
-          "persistent": "4 persistent+multicast"}
+DTYPES = ("bfloat16", "float16")
+LADDER = ("wgmma", "tma", "ws", "persistent")  # rungs 1-4; persistent_no_multicast is a comparison build
+LABELS = {"wgmma": "1 wgmma\n+ cp.async", "tma": "2 TMA ring", "ws": "3 warp-\nspecialized",
+          "persistent": "4 persistent\n+ multicast", "persistent_no_multicast": "4 without\nmulticast"}
+REL_TOL = 1e-2  # relative error against the float64 product above which a rung is wrong
+REPEAT = 7  # timed samples per kernel (median)
+# Targets (issue 15): the best rung vs cuBLAS (reach_target), warp-specialized vs the TMA
+# ring, multicast L2 reads within this fraction of the once-per-cluster count.
+WS_TARGET = 1.2
+ONCE_PER_CLUSTER_TOL = 0.05
+
 NCU_SIZE = 4096
 NCU_TIMEOUT_S = float(os.environ.get("FULLPIPE_NCU_TIMEOUT", "120"))
 NCU_METRICS = (
@@ -44,6 +68,9 @@ NCU_METRICS = (
     "lts__t_sectors_srcunit_tex_op_read.sum",   # 32-byte sectors the SMs (TMA included) read from L2
     "dram__bytes_read.sum",
 )
+# ncu rows of the persistent kernel with and without multicast (the child profiles the
+# second build in fp16 so that the two carry different kernel names)
+MULTICAST, NO_MULTICAST = "persistent (multicast)", "persistent (no multicast, fp16)"
 # Tensor-pipe utilization: the metric's name differs between ncu versions (a name ncu
 # does not know makes it refuse the whole list), so it is looked up with --query-metrics.
 TENSOR_PIPE_RE = re.compile(r"^\s*(sm__pipe_tensor_op_gmma_cycles_active|sm__pipe_tensor_op_hmma_cycles_active|"
@@ -66,6 +93,7 @@ def tensor_pipe_metric(ncu: str, timeout_s: float = 30.0) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- measurement
 def _time(fn, *, warmup: int = 3, repeat: int = 7, batch: int = 5) -> list[float]:
     """Per-launch milliseconds with CUDA events on torch's current stream: each sample
     is a batch of launches queued behind a short GPU sleep, so host-side launch cost
@@ -210,7 +238,7 @@ def ncu_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
         expected = None
         if name.startswith("gemm_hopper_persistent"):
             mc = name.endswith("bf16")
-            label = f"persistent ({'multicast' if mc else 'no multicast, fp16'})"
+            label = MULTICAST if mc else NO_MULTICAST
             expected = expected_l2_read_bytes(size, mc)
         sectors = m.get("lts__t_sectors_srcunit_tex_op_read.sum")
         rows.append({"kernel": label, "time_us": (m.get("gpu__time_duration.sum") or 0) / 1e3,
@@ -221,137 +249,211 @@ def ncu_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-# --------------------------------------------------------------------------- claims
-def _best(rows, size, dtype, kernels):
-    cands = [r for r in rows if r["size"] == size and r["dtype"] == dtype and r["kernel"] in kernels]
-    return max(cands, key=lambda r: r["vs_cublas"]) if cands else None
-
-
-def judge(rows: list[dict[str, Any]], ncu_rows_: list[dict[str, Any]] | None = None) -> list[Claim]:
-    ladder = ("wgmma", "tma", "ws", "persistent")
-    claims = []
-    sizes = sorted({r["size"] for r in rows})
-    parts, ok_all, ok_any = [], True, False
-    for size in sizes:
-        target = 0.95 if size >= 8192 else 0.9
-        for dtype in ("bfloat16", "float16"):
-            best = _best(rows, size, dtype, ladder)
-            if best is None:
-                continue
-            ok = best["vs_cublas"] >= target and best["rel_err"] < 1e-2
-            ok_all &= ok
-            ok_any |= ok
-            parts.append(f"{size}^3 {dtype}: {best['kernel']} {best['vs_cublas']:.3f}x (target {target})")
-    ref = _best(rows, max(sizes), "bfloat16", ladder)
-    cub = next((r for r in rows if r["size"] == max(sizes) and r["dtype"] == "bfloat16" and r["kernel"] == "cuBLAS"),
-               None)
-    claims.append(Claim(
-        claim="a from-scratch TMA + wgmma kernel reaches cuBLAS",
-        measured="; ".join(parts),
-        bound=f"cuBLAS bf16 {cub['TFLOP/s']:.0f} TFLOP/s at {max(sizes)}^3" if cub else "cuBLAS",
-        ratio=ref["vs_cublas"] if ref else None,
-        verdict="supported" if ok_all and parts else ("partly supported" if ok_any else "not supported"),
-        key="hopper_gemm_reaches_cublas", target=">= 0.95x at 8192^3, >= 0.9x at 4096^3, both dtypes"))
-    parts, ratios = [], []
-    for size in sizes:
-        for dtype in ("bfloat16", "float16"):
-            ws = _best(rows, size, dtype, ("ws",))
-            tma = _best(rows, size, dtype, ("tma",))
-            if ws and tma:
-                r = tma["ms"] / ws["ms"]
-                ratios.append(r)
-                parts.append(f"{size}^3 {dtype}: {r:.2f}x")
-    worst = min(ratios) if ratios else None
-    claims.append(Claim(
-        claim="warp specialization beats double buffering (Hopper: rung 3 vs rung 2)",
-        measured="ws / tma speed: " + "; ".join(parts), bound="rung 2 (TMA ring, no roles), same run",
-        ratio=worst, verdict=("supported" if worst >= 1.2 else "partly supported" if worst > 1.0 else "not supported")
-        if worst is not None else "skipped",
-        key="ws_beats_double_buffer_hopper", target=">= 1.2x"))
-    mc = next((r for r in rows if r["size"] == max(sizes) and r["dtype"] == "bfloat16" and r["kernel"] == "persistent"),
-              None)
-    own = next((r for r in rows if r["size"] == max(sizes) and r["dtype"] == "bfloat16"
-                and r["kernel"] == "persistent_no_multicast"), None)
-    nrows = {r["kernel"]: r for r in ncu_rows_ or []}
-    n_mc, n_own = nrows.get("persistent (multicast)"), nrows.get("persistent (no multicast, fp16)")
-    if n_mc and n_own and n_mc.get("l2_read_MB") and n_own.get("l2_read_MB"):
-        # The claim is about the multicast build: B read once per cluster means its L2 -> SM
-        # reads match the construction (own A rows + half of B per block). Without multicast
-        # the two blocks of a cluster ask for the same B boxes at about the same moment and
-        # L2 may merge some of those requests, so that build can read less than its count.
-        l2_ratio = n_mc["l2_read_MB"] / n_mc["expected_l2_read_MB"]
-        measured = (f"ncu L2->SM reads with multicast {n_mc['l2_read_MB']:.0f} MB = {l2_ratio:.3f}x the "
-                    f"once-per-cluster count {n_mc['expected_l2_read_MB']:.0f} MB; without multicast "
-                    f"{n_own['l2_read_MB']:.0f} MB ({n_own['l2_read_MB'] / n_own['expected_l2_read_MB']:.3f}x its "
-                    f"once-per-block count {n_own['expected_l2_read_MB']:.0f} MB)")
-        ok = abs(l2_ratio - 1) < 0.05 and n_mc["l2_read_MB"] < n_own["l2_read_MB"]
-        verdict = "supported" if ok else "partly supported"
-    else:
-        measured, verdict, l2_ratio = "no ncu counters", "skipped", None
-    if mc and own:
-        measured += f"; time {own['ms'] / mc['ms']:.3f}x faster with multicast ({mc['ms']:.3f} vs {own['ms']:.3f} ms)"
-    claims.append(Claim(
-        claim="clusters remove duplicate loads (TMA multicast of B in 2-block clusters)", measured=measured,
-        bound="construction: A once per block, B once per 2-block cluster", ratio=l2_ratio, verdict=verdict,
-        key="hopper_multicast_once_per_cluster", target="B read from L2 once per cluster"))
-    return claims
-
-
-def run(ctx: Any) -> Result:
-    from ..cuda.device import Device  # noqa: F401  (the experiment needs a GPU)
-
-    sizes = (4096,) if getattr(ctx, "quick", False) else (4096, 8192)
-    rows = measure(sizes, progress=getattr(ctx, "progress", lambda f, m: None))
-    ncu = {"skipped": "FULLPIPE_NO_NCU"} if os.environ.get("FULLPIPE_NO_NCU") else ncu_measure()
+# --------------------------------------------------------------------------- the run
+def run(ctx: Context) -> Result:
+    dev = ctx.device
+    if tuple(dev.facts.compute_capability) != (9, 0):
+        return Result(NAME, CLAIM, "skipped", device_info(dev), {}, {},
+                      notes=[f"the Hopper ladder needs sm_90a (TMA, wgmma, setmaxnreg); this GPU is {dev.facts.arch}"])
+    sizes = (4096,) if ctx.quick else (4096, 8192)
+    rows = measure(sizes, DTYPES, repeat=REPEAT, progress=ctx.progress)
+    ncu = {"skipped": "FULLPIPE_NO_NCU is set"} if os.environ.get("FULLPIPE_NO_NCU") else ncu_measure()
     nrows = ncu_rows(ncu) if "kernels" in ncu else []
-    claims = judge(rows, nrows)
-    figures = {}
-    try:
-        figures["ladder"] = _figure(rows, ctx.out_dir)
-    except Exception as exc:  # matplotlib missing: the table still says it all
-        figures = {}
-        ncu.setdefault("figure_error", str(exc)[:200])
-    main = claims[0]
-    cub = next((r for r in rows if r["kernel"] == "cuBLAS" and r["dtype"] == "bfloat16" and r["size"] == max(sizes)))
-    notes = [f"ncu: {ncu['skipped']}"] if "skipped" in ncu else []
-    return Result(experiment=NAME, claim=CLAIM, verdict=main.verdict, device=_device_dict(), params={"sizes": sizes},
-                  metrics={"ncu": nrows}, bound=Bound("cuBLAS bf16", cub["TFLOP/s"], "TFLOP/s"), ratio=main.ratio,
-                  table=rows + [dict(r, size=NCU_SIZE, dtype="ncu") for r in nrows], notes=notes, figures=figures,
-                  claims=[c.as_dict() for c in claims])
+
+    notes = []
+    wrong = [f"{r['size']}^3 {r['dtype']} {r['kernel']}: relative error {r['rel_err']:.3e} vs the float64 product "
+             f"(tolerance {REL_TOL:g})" for r in rows if not r["rel_err"] < REL_TOL]  # NaN is wrong too
+    notes.extend(wrong)
+    if "skipped" in ncu:
+        notes.append(f"ncu: {ncu['skipped']}")
+    elif not ncu.get("tensor_pipe_metric"):
+        notes.append("ncu: this ncu names no tensor-pipe cycles-active metric; tensor-pipe use not measured")
+    # The rules read the timed rows (table) and the ncu rows (metrics["ncu"]).
+    metrics: dict[str, Any] = {"ncu": nrows, "ncu_size": ncu.get("size"),
+                               "ncu_tensor_pipe_metric": ncu.get("tensor_pipe_metric"),
+                               "ncu_skipped": ncu.get("skipped")}
+    big = max(sizes)
+    cub = next(r for r in rows if (r["size"], r["dtype"], r["kernel"]) == (big, "bfloat16", "cuBLAS"))
+    best = max((r for r in rows if (r["size"], r["dtype"]) == (big, "bfloat16") and r["kernel"] in LADDER),
+               key=lambda r: r["vs_cublas"])
+    return with_claims(Result(NAME, CLAIM, "failed" if wrong else UNJUDGED, device_info(dev),
+                              {"sizes": list(sizes), "dtypes": list(DTYPES), "repeat": REPEAT}, metrics,
+                              bound=Bound(f"cuBLAS bfloat16 {big}^3", cub["TFLOP/s"], "TFLOP/s"),
+                              ratio=best["vs_cublas"],
+                              table=rows + [dict(r, size=NCU_SIZE, dtype="ncu") for r in nrows], notes=notes),
+                       verdict_from=VERDICT_FROM)
 
 
-def _device_dict() -> dict[str, Any]:
-    import torch
+# --------------------------------------------------------------------------- verdicts
+def reach_target(size: int) -> float:
+    """What the best rung must reach, as a fraction of cuBLAS, at size^3."""
+    return 0.95 if size >= 8192 else 0.9
 
-    p = torch.cuda.get_device_properties(0)
-    return {"name": p.name, "sm_count": p.multi_processor_count, "cc": f"{p.major}.{p.minor}"}
+
+def _timed_rows(d: Data) -> list[dict]:
+    rows = [r for r in d.rows() if r.get("dtype") in DTYPES and isinstance(r.get("size"), int) and is_num(r.get("ms"))]
+    if not rows:
+        raise Missing("table rows with size, dtype and ms")
+    return rows
 
 
-def _figure(rows: list[dict[str, Any]], out_dir) -> str:
-    import matplotlib
+def _find(rows: list[dict], size: int, dtype: str, kernel: str) -> dict:
+    r = next((r for r in rows if (r["size"], r["dtype"], r["kernel"]) == (size, dtype, kernel)), None)
+    if r is None:
+        raise Missing(f"table row {kernel} {dtype} {size}^3")
+    return r
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from pathlib import Path
 
-    kernels = ["cuBLAS", "wgmma", "tma", "ws", "persistent", "persistent_no_multicast"]
-    groups = sorted({(r["size"], r["dtype"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(9, 4))
-    w = 0.8 / len(groups)
-    for gi, (size, dt) in enumerate(groups):
-        vals = [next((r["TFLOP/s"] for r in rows if (r["size"], r["dtype"], r["kernel"]) == (size, dt, k)), 0)
-                for k in kernels]
-        ax.bar([i + gi * w for i in range(len(kernels))], vals, w, label=f"{size}^3 {dt}")
-    ax.set_xticks([i + 0.4 - w / 2 for i in range(len(kernels))])
-    ax.set_xticklabels(["cuBLAS", "1 wgmma", "2 TMA", "3 warp-spec.", "4 persistent", "4 no multicast"])
-    ax.set_ylabel("TFLOP/s")
-    ax.legend(fontsize=8)
-    ax.set_title("Hopper GEMM ladder")
-    path = Path(out_dir) / "gemm_hopper.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+def _short(dtype: str) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+
+
+@rule(NAME, "warp-specialization-beats-double-buffer-hopper")
+def _ws_beats_tma(d: Data) -> Judged:
+    rows = _timed_rows(d)
+    parts, ratios = [], []
+    for size in sorted({r["size"] for r in rows}):
+        for dtype in DTYPES:
+            ws, tma = _find(rows, size, dtype, "ws"), _find(rows, size, dtype, "tma")
+            ratios.append(tma["ms"] / ws["ms"])
+            parts.append(f"{size}³ {_short(dtype)} {times(ratios[-1])}")
+    worst = min(ratios)
+    tma_big = _find(rows, max(r["size"] for r in rows), "bfloat16", "tma")
+    return Judged(measured="rung 3 (warp-specialized) / rung 2 (TMA ring) speed: " + ", ".join(parts),
+                  bound=f"rung 2, every warp loads and computes: {tma_big['TFLOP/s']:.0f} TFLOP/s at "
+                        f"{tma_big['size']}³ bf16 (same run)",
+                  ratio=worst,
+                  verdict="supported" if worst >= WS_TARGET else "partly supported" if worst > 1.0 else "not supported",
+                  target=f"supported ≥ {WS_TARGET}× at every size and dtype (the worst counts), partly > 1.0×")
+
+
+@rule(NAME, "tma-wgmma-reaches-cublas")
+def _reaches_cublas(d: Data) -> Judged:
+    rows = _timed_rows(d)
+    sizes = sorted({r["size"] for r in rows})
+    parts, ok = [], []
+    for size in sizes:
+        target = reach_target(size)
+        for dtype in DTYPES:
+            rungs = [r for r in rows if (r["size"], r["dtype"]) == (size, dtype) and r["kernel"] in LADDER]
+            if not rungs:
+                raise Missing(f"table rows of the ladder, {dtype} {size}^3")
+            best = max(rungs, key=lambda r: r["vs_cublas"])
+            correct = is_num(best.get("rel_err")) and best["rel_err"] < REL_TOL
+            ok.append(best["vs_cublas"] >= target and correct)
+            parts.append(f"{size}³ {_short(dtype)} {best['kernel']} {times(best['vs_cublas'])} (target {target}×"
+                         + ("" if correct else ", wrong result") + ")")
+    big = max(sizes)
+    ref = max((r for r in rows if (r["size"], r["dtype"]) == (big, "bfloat16") and r["kernel"] in LADDER),
+              key=lambda r: r["vs_cublas"])
+    cub = {dt: _find(rows, big, dt, "cuBLAS")["TFLOP/s"] for dt in DTYPES}
+    if max(sizes) < 8192:
+        parts.append("8192³ not measured (--quick)")
+    return Judged(measured="best rung / cuBLAS: " + "; ".join(parts),
+                  bound=f"cuBLAS bf16 {cub['bfloat16']:.0f}, fp16 {cub['float16']:.0f} TFLOP/s at {big}³ (same run)",
+                  ratio=ref["vs_cublas"],
+                  verdict="supported" if all(ok) else "partly supported" if any(ok) else "not supported",
+                  target="supported: the best rung ≥ 0.95× cuBLAS at 8192³ and ≥ 0.9× at 4096³, in bf16 and fp16; "
+                         "partly: some of these")
+
+
+@rule(NAME, "clusters-remove-duplicate-loads-hopper")
+def _multicast(d: Data) -> Judged:
+    target = (f"supported: with multicast the L2 → SM reads are the once-per-cluster count (within "
+              f"{ONCE_PER_CLUSTER_TOL:.0%}) and fewer than without; partly: one of the two")
+    ncu = {r.get("kernel"): r for r in d.m_or([], "ncu") if isinstance(r, dict)}
+    if MULTICAST not in ncu or NO_MULTICAST not in ncu:
+        skipped = d.m_or(None, "ncu_skipped")
+        if skipped:
+            return Judged(measured=f"not measured (ncu: {skipped})", bound="", ratio=None, verdict="skipped",
+                          target=target)
+        raise Missing(f"metrics.ncu rows {MULTICAST!r} and {NO_MULTICAST!r}")
+    mc, own = ncu[MULTICAST], ncu[NO_MULTICAST]
+    mc_mb, mc_once = Data.num(mc, "l2_read_MB"), Data.num(mc, "expected_l2_read_MB")
+    own_mb, own_each = Data.num(own, "l2_read_MB"), Data.num(own, "expected_l2_read_MB")
+    ratio = mc_mb / mc_once
+    once, fewer = abs(ratio - 1) < ONCE_PER_CLUSTER_TOL, mc_mb < own_mb
+    size = d.m_or(NCU_SIZE, "ncu_size")
+    measured = (f"ncu at {size}³: L2 → SM reads with multicast {mc_mb:.0f} MB = {times(ratio)} the once-per-cluster "
+                f"count; without multicast {own_mb:.0f} MB ({times(own_mb / own_each)} its once-per-block count "
+                f"{own_each:.0f} MB)")
+    try:  # the time difference, at the largest size timed
+        rows = _timed_rows(d)
+        big = max(r["size"] for r in rows)
+        t_mc, t_own = _find(rows, big, "bfloat16", "persistent")["ms"], _find(rows, big, "bfloat16",
+                                                                           "persistent_no_multicast")["ms"]
+        faster = t_own / t_mc
+        measured += (f"; {faster:.3f}× faster with multicast at {big}³ bf16 ({t_mc:.3f} vs {t_own:.3f} ms)"
+                     if faster >= 1 else f"; {1 / faster:.3f}× slower with multicast at {big}³ bf16 "
+                                         f"({t_mc:.3f} vs {t_own:.3f} ms)")
+    except Missing:
+        pass
+    return Judged(measured=measured,
+                  bound=f"construction: A once per block, B once per 2-block cluster = {mc_once:.0f} MB",
+                  ratio=ratio, verdict=both(once, fewer), target=target)
+
+
+# --------------------------------------------------------------------------- figure
+def figures(r: dict, out: Path) -> dict[str, Path]:
+    """The page's figure, drawn from the result's JSON into the folder ``out``."""
+    plt = pyplot()
+    rows = [x for x in r.get("table") or [] if x.get("dtype") in DTYPES and is_num(x.get("vs_cublas"))
+            and isinstance(x.get("size"), int)]
+    need(rows, "table rows with vs_cublas")
+    groups = sorted({(x["size"], x["dtype"]) for x in rows})
+    kernels = [k for k in LABELS if any(x["kernel"] == k for x in rows)]
+    ncu = {x.get("kernel"): x for x in (r.get("metrics") or {}).get("ncu") or [] if isinstance(x, dict)}
+    loads = [ncu[k] for k in (MULTICAST, NO_MULTICAST) if k in ncu and is_num(ncu[k].get("l2_read_MB"))
+             and is_num(ncu[k].get("expected_l2_read_MB"))]
+    fig, axes = plt.subplots(1, 2 if loads else 1, figsize=WIDE, squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 1] if loads else [1]})
+    ax = axes[0][0]
+    shades = ["#9ecae1", "#4292c6", "#2171b5", "#08306b"]
+    width = 0.8 / len(groups)
+    for j, (size, dtype) in enumerate(groups):
+        by = {x["kernel"]: x for x in rows if (x["size"], x["dtype"]) == (size, dtype)}
+        cub = by.get("cuBLAS", {}).get("TFLOP/s")
+        xs = [i + (j - (len(groups) - 1) / 2) * width for i in range(len(kernels))]
+        bars = ax.bar(xs, [by[k]["vs_cublas"] if k in by else 0 for k in kernels], width=width,
+                      color=shades[j % len(shades)],
+                      label=f"{size}³ {_short(dtype)}" + (f" (cuBLAS {cub:.0f} TFLOP/s)" if is_num(cub) else ""))
+        for b in bars:  # upright labels: four bars side by side leave no room for flat ones
+            if b.get_height() > 0:
+                ax.annotate(f"{b.get_height():.2f}", (b.get_x() + b.get_width() / 2, b.get_height()), xytext=(0, 2),
+                            textcoords="offset points", ha="center", va="bottom", rotation=90, fontsize=7)
+    ax.axhline(1.0, color=BOUND, lw=1.2)
+    targets: dict[float, list[int]] = {}
+    for size in sorted({g[0] for g in groups}):
+        targets.setdefault(reach_target(size), []).append(size)
+    for k, (target, at) in enumerate(sorted(targets.items())):
+        ax.axhline(target, color=GREY, ls="--", lw=1)
+        below = k == 0 and len(targets) > 1  # keep two close labels apart
+        ax.annotate(f"target at {', '.join(f'{n}³' for n in at)}: {target}×", (0.0, target),
+                    xycoords=("axes fraction", "data"), xytext=(2, -2 if below else 2), textcoords="offset points",
+                    ha="left", va="top" if below else "bottom", fontsize=8)
+    ax.set_xticks(range(len(kernels)), [LABELS[k] for k in kernels])
+    ax.set_ylabel("speed / cuBLAS (same dtype, same run)")
+    ax.set_ylim(0, 1.3)
+    ax.set_title("the ladder against cuBLAS (1.0, solid line)")
+    ax.legend(loc="upper left", ncol=2, fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    if loads:
+        a2 = axes[0][1]
+        names = ["multicast\n(B once per cluster)" if x is ncu.get(MULTICAST) else "no multicast\n(B once per block)"
+                 for x in loads]
+        xs = range(len(loads))
+        b1 = a2.bar([i - 0.2 for i in xs], [x["l2_read_MB"] for x in loads], 0.4, color=PINNED, label="ncu (measured)")
+        b2 = a2.bar([i + 0.2 for i in xs], [x["expected_l2_read_MB"] for x in loads], 0.4, color=RING,
+                    label="by construction")
+        label_bars(a2, b1, "{:.0f}", horizontal=False)
+        label_bars(a2, b2, "{:.0f}", horizontal=False)
+        a2.set_xticks(list(xs), names)
+        a2.set_ylabel("L2 → SM reads (MB)")
+        a2.set_title(f"persistent kernel, ncu {(r.get('metrics') or {}).get('ncu_size') or NCU_SIZE}³")
+        a2.legend(loc="upper left", fontsize=8)
+        a2.set_ylim(0, 1.2 * max(max(x["l2_read_MB"], x["expected_l2_read_MB"]) for x in loads))
+        a2.grid(axis="y", alpha=0.3)
+    return {"the Hopper ladder against cuBLAS, and the L2 reads multicast saves": save(fig, out / f"{NAME}.png")}
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -363,33 +465,36 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The experiment without the report: prints the table, the ncu rows and the claims,
+    and writes the Result's JSON (scripts/hopper-gemm-check runs this)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m fullpipe.experiments.gemm_hopper")
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="4096^3 only")
     ap.add_argument("--ncu-child", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--no-ncu", action="store_true")
-    ap.add_argument("--json", default=None, help="write rows, ncu rows and claims here")
+    ap.add_argument("--no-ncu", action="store_true", help="do not profile with Nsight Compute")
+    ap.add_argument("--json", default=None, help="write the Result (the report's JSON) here")
     args = ap.parse_args(argv)
     if args.ncu_child:
         return _ncu_child(args.ncu_child)
-    sizes = (4096,) if args.quick else (4096, 8192)
-    rows = measure(sizes)
-    print(format_table(rows), flush=True)
-    ncu = {"skipped": "--no-ncu"} if args.no_ncu else ncu_measure()
-    nrows = ncu_rows(ncu) if "kernels" in ncu else []
-    for r in nrows:
+    from ..cuda.device import Device
+
+    if args.no_ncu:
+        os.environ["FULLPIPE_NO_NCU"] = "1"
+    res = run(Context(device=Device(0), quick=args.quick))
+    timed = [r for r in res.table if r.get("dtype") in DTYPES]
+    if timed:
+        print(format_table(timed), flush=True)
+    for r in res.metrics.get("ncu") or []:
         print(f"ncu {r['kernel']:34s} {r['time_us']:9.1f} us  tensor pipe {r['tensor_pipe_pct']}%  "
               f"L2->SM {r['l2_read_MB']} MB (expected {r['expected_l2_read_MB']})  DRAM {r['dram_read_MB']:.0f} MB")
-    if "skipped" in ncu:
-        print("ncu:", ncu["skipped"])
-    claims = judge(rows, nrows)
-    for c in claims:
-        print(f"[{c.verdict}] {c.claim}: {c.measured}")
+    for n in res.notes:
+        print("note:", n)
+    for c in res.claims:
+        print(f"[{c['verdict']}] {c['claim']}: {c['measured']}")
+    print(f"verdict: {res.verdict}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "ncu": nrows, "ncu_raw": ncu, "claims": [c.as_dict() for c in claims]}, f,
-                      indent=1, default=str)
+        res.to_json(args.json)
     return 0
 
 

@@ -11,17 +11,28 @@ to see it in the code and what it measured.
 - persistent_gemm.cu        persistent blocks + atomic work queue vs one block per tile
 - persistent_grid_sync.cu   a cooperative launch with grid.sync()
 - persistent_recurrent.cu   a chain of dependent steps in one cooperative launch
+- gemm_hopper_wgmma.cu      Hopper rung 1: wgmma from 128B-swizzled smem filled by cp.async
+- gemm_hopper_tma.cu        Hopper rung 2: TMA ring, mbarrier transaction counts
+- gemm_hopper_ws.cu         Hopper rung 3: TMA producer warpgroup, two wgmma consumers, setmaxnreg
+- gemm_hopper_persistent.cu Hopper rung 4: persistent, clusters of 2 with TMA multicast, TMA store
+- flash_attention.cu        FlashAttention-2 forward on mma.sync: cp.async K/V rings, ldmatrix, online softmax
 
 Shared device headers (``fullpipe/cuda/include/fullpipe/``), one concept each:
 fp32_tile.cuh (the fp32 tile math), fp32_slice_copier.cuh (its async copier),
-cp_async.cuh (cp.async), mbarrier.cuh (mbarriers), timer.cuh (device clocks).
+cp_async.cuh (cp.async), mbarrier.cuh (mbarriers), timer.cuh (device clocks),
+tma.cuh / wgmma.cuh / gemm_hopper_tile.cuh (Hopper), mma_sync.cuh / online_softmax.cuh
+(attention).
 
-Python fronts: :func:`gemm` (tiled / double_buffer / warp_specialized / wmma),
-:func:`cluster_gemm`, :func:`small_tiles_gemm`, :func:`normalize`.
+Python fronts: :func:`gemm` (tiled / double_buffer / warp_specialized / wmma and the
+hopper_* rungs), :func:`gemm_hopper`, :func:`attention`, :func:`cluster_gemm`,
+:func:`small_tiles_gemm`, :func:`normalize`.
 """
 
 from .cluster import cluster_gemm
-from .gemm import VARIANTS, gemm, plan
+from .flash_attention import attention
+from .gemm import HOPPER_VARIANTS, VARIANTS, gemm, plan
+from .hopper_gemm import gemm_hopper
 from .persistent import normalize, small_tiles_gemm
 
-__all__ = ["VARIANTS", "cluster_gemm", "gemm", "normalize", "plan", "small_tiles_gemm"]
+__all__ = ["HOPPER_VARIANTS", "VARIANTS", "attention", "cluster_gemm", "gemm", "gemm_hopper", "normalize", "plan",
+           "small_tiles_gemm"]

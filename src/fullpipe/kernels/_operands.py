@@ -9,10 +9,13 @@ package that NumPy-dtype based views need for it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
+from ..cuda import compiler
+from ..cuda.device import Device
 from ..cuda.memory import DeviceArray, as_device_array
 
 _TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
@@ -101,3 +104,25 @@ def output(out: Any, ref: Operand, shape: tuple[int, int], stream: Any) -> tuple
     if C.device_index != ref.device_index:
         raise ValueError("out must be on the same GPU as a and b")
     return out, C
+
+
+def matmul_shape(a: Operand, b: Operand) -> tuple[int, int, int]:
+    """(M, N, K) of ``a @ b``, or a ValueError saying what does not match."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"a and b must be 2-D matrices, got shapes {a.shape} and {b.shape}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape} (a.shape[1] must equal b.shape[0])")
+    if a.dtype != b.dtype:
+        raise ValueError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    if a.device_index != b.device_index:
+        raise ValueError(f"a and b are on different GPUs ({a.device_index} and {b.device_index})")
+    return m, n, k
+
+
+@functools.lru_cache(maxsize=None)
+def arch_and_sm_count(index: int) -> tuple[str, int]:
+    """(arch, SM count) of a device, looked up once per process: collecting a Device's
+    facts queries the driver, NVML and NVRTC, far too slow for every gemm() call."""
+    dev = Device(index)
+    return compiler.default_arch(dev), dev.facts.sm_count

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..cuda.launch import launch
-from .gemm import _device_info, _float32_cp_async_operands, _module
+from ._operands import arch_and_sm_count
+from .gemm import _float32_cp_async_operands, _module
 
 SOURCE = "kernels/cluster_gemm.cu"
 CLUSTER = 4
@@ -108,7 +109,7 @@ def cluster_gemm(a: Any, b: Any, *, share_a: bool = True, stream: Any, out: Any 
     """
     check_config(tile_k, stages)
     A, B, out, C, s, m, n, k = _float32_cp_async_operands(a, b, out, stream, "cluster_gemm", nonempty=True)
-    arch, _ = _device_info(A.device_index)
+    arch, _ = arch_and_sm_count(A.device_index)
     if (tile_k, stages, _full_barriers) == (TILE_K, STAGES, False):
         mod = _module(SOURCE, arch)
     else:

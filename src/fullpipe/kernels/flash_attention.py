@@ -49,7 +49,7 @@ import numpy as np
 
 from ..cuda import compiler
 from ..cuda.launch import launch
-from ._operands import Operand, empty_like_kind, operand
+from ._operands import Operand, arch_and_sm_count, empty_like_kind, operand
 
 SOURCE = "kernels/flash_attention.cu"
 HEAD_DIMS = (64, 128)
@@ -61,14 +61,21 @@ MAX_GRID_YZ = 65535
 @dataclasses.dataclass(frozen=True)
 class Tiling:
     """One compile-time tiling of flash_attention.cu for one head dim: ``warps`` warps of
-    16 query rows each (block tile ``16 * warps`` rows), K/V tiles of ``block_n`` keys."""
+    ``warp_rows`` query rows each (16, or 32 as two 16-row blocks sharing every K/V
+    fragment load; block tile ``warp_rows * warps`` rows), K/V tiles of ``block_n`` keys;
+    ``q_in_smem``: Q fragments re-read from shared memory at every k-step instead of held
+    in registers; ``one_barrier``: the copy schedule with one barrier per K/V tile (both
+    copies a whole tile ahead) instead of two (V behind Q K^T, the next K behind P V)."""
 
     warps: int = 4
     block_n: int = 64
+    warp_rows: int = 16
+    q_in_smem: bool = False
+    one_barrier: bool = False
 
     @property
     def block_m(self) -> int:
-        return 16 * self.warps
+        return self.warp_rows * self.warps
 
     @property
     def threads(self) -> int:
@@ -80,30 +87,45 @@ class Tiling:
 
     @property
     def name(self) -> str:
-        return f"w{self.warps}_n{self.block_n}"
+        return (f"w{self.warps}_n{self.block_n}" + (f"_r{self.warp_rows}" if self.warp_rows != 16 else "")
+                + ("_qs" if self.q_in_smem else "") + ("_1b" if self.one_barrier else ""))
+
+    @property
+    def template_args(self) -> str:
+        """The Geometry template arguments after the head dim (the -D macro's value)."""
+        b = lambda x: "true" if x else "false"
+        return f"{self.warps},{self.block_n},{self.warp_rows},{b(self.q_in_smem)},{b(self.one_barrier)}"
 
 
-# The tiling each (head dim, causal) kernel is built with (the -D macros of
-# flash_attention.cu), and the candidates scripts/attention-check times against each
-# other. The defaults are the fastest candidates at B=4, S=4096 on an H200 (fp16).
+# THE table of defaults: the tiling each (head dim, causal) kernel is built with (the
+# -D macros of flash_attention.cu). The fastest candidates at B=4, S=4096 on an H200
+# (fp16) measured so far; scripts/attention-sweep prints the line to change when one of
+# the candidates below beats them.
 DEFAULT_TILINGS: dict[tuple[int, bool], Tiling] = {
-    (64, False): Tiling(4, 128), (64, True): Tiling(4, 64),
-    (128, False): Tiling(4, 64), (128, True): Tiling(4, 64),
+    (64, False): Tiling(4, 128),
+    (64, True): Tiling(4, 64),
+    (128, False): Tiling(4, 64),
+    (128, True): Tiling(4, 64),
 }
+# The candidates scripts/attention-sweep and scripts/attention-check time against each
+# other, causal and not. Entry i of both lists is built together (one module per i).
+# 32-row warps at head dim 128 must re-read Q (its fragments would not fit in registers
+# beside 2 x 64 accumulator registers); FlashAttention-2 tiles d128 as 128 x 64 over 4
+# warps and d64 as 128 x 128 (w4_n64_r32_qs and w4_n128_r32_qs here).
 CANDIDATE_TILINGS: dict[int, tuple[Tiling, ...]] = {
-    64: (Tiling(4, 64), Tiling(4, 128), Tiling(8, 64), Tiling(8, 128)),
-    128: (Tiling(4, 64), Tiling(8, 64), Tiling(4, 32), Tiling(8, 32)),
+    64: (Tiling(4, 64), Tiling(4, 128), Tiling(4, 128, one_barrier=True), Tiling(4, 64, 32),
+         Tiling(4, 64, 32, one_barrier=True), Tiling(4, 64, one_barrier=True), Tiling(8, 64, 32, one_barrier=True)),
+    128: (Tiling(4, 64), Tiling(4, 64, one_barrier=True), Tiling(4, 32, 32, q_in_smem=True),
+          Tiling(8, 32, 32, q_in_smem=True), Tiling(4, 64, q_in_smem=True, one_barrier=True),
+          Tiling(8, 128, q_in_smem=True, one_barrier=True), Tiling(4, 64, q_in_smem=True)),
 }
 
 
-def defines(tilings: dict[tuple[int, bool], Tiling] | None = None) -> tuple[tuple[str, int], ...]:
+def defines(tilings: dict[tuple[int, bool], Tiling] | None = None) -> tuple[tuple[str, str], ...]:
     """The -D macros for the default tilings, with ``tilings`` overriding some."""
     t = {**DEFAULT_TILINGS, **(tilings or {})}
-    out = []
-    for (d, causal), tiling in sorted(t.items()):
-        tag = f"ATTN_D{d}" + ("_CAUSAL" if causal else "")
-        out += [(f"{tag}_WARPS", tiling.warps), (f"{tag}_BN", tiling.block_n)]
-    return tuple(out)
+    return tuple((f"ATTN_D{d}" + ("_CAUSAL" if causal else "") + "_TILING", tiling.template_args)
+                 for (d, causal), tiling in sorted(t.items()))
 
 
 def kernel_name(head_dim: int, dtype: str, causal: bool) -> str:
@@ -121,7 +143,7 @@ class AttentionPlan:
     grid: tuple[int, int, int]  # (Hq, B, query tiles)
     block: int
     shared_mem: int
-    defines: tuple[tuple[str, int], ...]
+    defines: tuple[tuple[str, str], ...]
     batch: int
     seq_len: int  # tokens per sequence (dense), 0 with cu_seqlens
     max_seqlen: int
@@ -241,7 +263,7 @@ def online_softmax_reference(scores: np.ndarray, values: np.ndarray, block_n: in
 
 # --------------------------------------------------------------------------- launch
 @functools.lru_cache(maxsize=None)
-def _module(arch: str, defs: tuple[tuple[str, int], ...]):
+def _module(arch: str, defs: tuple[tuple[str, str], ...]):
     return compiler.compile_package_kernel(SOURCE, arch=arch, defines=dict(defs))
 
 
@@ -319,9 +341,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any =
             raise ValueError("out must be on the same GPU as q")
     if any(x.ptr % 16 for x in (Q, K, V, O)):
         raise ValueError("q, k, v and out must be 16-byte aligned (a sliced view may not be): copy them")
-    from .gemm import _device_info
 
-    arch, _ = _device_info(Q.device_index)
+    arch, _ = arch_and_sm_count(Q.device_index)
     kernel = module_for(p, arch).kernel(p.kernel)
     launch(s, kernel, p.grid, p.block, np.uint64(Q.ptr), np.uint64(K.ptr), np.uint64(V.ptr), np.uint64(O.ptr),
            np.uint64(C.ptr if C is not None else 0), np.int32(p.seq_len), np.int32(p.heads_q), np.int32(p.heads_kv),

@@ -43,7 +43,7 @@ import numpy as np
 from ..cuda import compiler
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, operand, output
+from ._operands import Operand, arch_and_sm_count, matmul_shape, operand, output
 
 # ---- launch contracts of the fp32 ladder (fp32_tile.cuh and the gemm_*.cu beside this file)
 FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)
@@ -331,16 +331,6 @@ def plan_fp32_ceiling(m: int, n: int, k: int, stages: int = 3) -> LaunchPlan:
 
 
 @functools.lru_cache(maxsize=None)
-def _device_info(index: int) -> tuple[str, int]:
-    """(arch, SM count) of a device, looked up once per process: collecting a Device's
-    facts queries the driver, NVML and NVRTC, far too slow for every gemm() call."""
-    from ..cuda.device import Device
-
-    dev = Device(index)
-    return compiler.default_arch(dev), dev.facts.sm_count
-
-
-@functools.lru_cache(maxsize=None)
 def _module(source: str, arch: str, defines: tuple[tuple[str, int], ...] = ()):
     """One compiled module per (source, arch, macros); NVRTC's disk cache is keyed the same way."""
     return compiler.compile_package_kernel(source, arch=arch, defines=dict(defines))
@@ -363,21 +353,8 @@ def module_for(p: LaunchPlan, arch: str):
 
 
 def kernel_for(p: LaunchPlan, device_index: int = 0):
-    arch, _ = _device_info(device_index)
+    arch, _ = arch_and_sm_count(device_index)
     return module_for(p, arch).kernel(p.kernel)
-
-
-def _check_pair(a: Operand, b: Operand) -> tuple[int, int, int]:
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ValueError(f"a and b must be 2-D matrices, got shapes {a.shape} and {b.shape}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise ValueError(f"inner dimensions differ: a is {a.shape}, b is {b.shape} (a.shape[1] must equal b.shape[0])")
-    if a.dtype != b.dtype:
-        raise ValueError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    if a.device_index != b.device_index:
-        raise ValueError(f"a and b are on different GPUs ({a.device_index} and {b.device_index})")
-    return m, n, k
 
 
 def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, *, nonempty: bool = False):
@@ -387,7 +364,7 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
     if stream is None:
         raise TypeError("stream is required")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     if A.dtype != "float32":
         raise ValueError(f"{who} takes float32 inputs, got {A.dtype}")
     if nonempty and min(m, n, k) < 1:
@@ -401,6 +378,11 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
     return A, B, out, C, s, m, n, k
 
 
+# The Hopper ladder (kernels/hopper_gemm.py): gemm(variant=...) name -> rung.
+HOPPER_VARIANTS = {"hopper_wgmma": "wgmma", "hopper_tma": "tma", "hopper_ws": "ws",
+                   "hopper_persistent": "persistent"}
+
+
 def gemm(
     a: Any,
     b: Any,
@@ -411,7 +393,9 @@ def gemm(
     out: Any = None,
     config: "str | WmmaConfig | None" = None,
 ) -> Any:
-    """``out = a @ b`` (float32), enqueued on ``stream``; returns ``out``.
+    """``out = a @ b`` (float32), enqueued on ``stream``; returns ``out``. The Hopper
+    variants (``hopper_wgmma``, ``hopper_tma``, ``hopper_ws``, ``hopper_persistent``)
+    take bf16/fp16 operands and return the same dtype (see :mod:`.hopper_gemm`).
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)
@@ -421,16 +405,21 @@ def gemm(
     """
     if stream is None:
         raise TypeError("stream is required: pass the stream to enqueue the kernel on (fullpipe.cuda.create_stream)")
+    if variant in HOPPER_VARIANTS:  # bf16/fp16 in, the same dtype out (hopper_gemm.py)
+        from .hopper_gemm import gemm_hopper
+
+        return gemm_hopper(a, b, variant=HOPPER_VARIANTS[variant], out=out, stream=stream)
     if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        known = ", ".join([*VARIANTS, *HOPPER_VARIANTS])
+        raise ValueError(f"unknown variant {variant!r}; choose one of {known}")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     # Validate everything that does not need the output before allocating it.
     plan(variant, m, n, k, A.dtype, stages=stages, aligned=True, config=config)
     s = as_core_stream(stream)
     out, C = output(out, A, (m, n), s)
     aligned = all(x.ptr % 16 == 0 for x in (A, B, C))
-    _, sm_count = _device_info(A.device_index)
+    _, sm_count = arch_and_sm_count(A.device_index)
     p = plan(variant, m, n, k, A.dtype, stages=stages, aligned=aligned, sm_count=sm_count, config=config)
     launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index)
     return out

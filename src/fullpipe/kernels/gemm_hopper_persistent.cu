@@ -30,8 +30,15 @@
 // barriers are initialized and again before exiting (no block may leave while its peer
 // can still write into its shared memory or arrive on its barriers).
 //
-// Kernels gemm_hopper_persistent_{bf16,f16}: grid = 2 x clusters, cluster (2, 1, 1),
-// 384 threads, dynamic shared memory STAGES * 48 KiB + 32 KiB + 1 KiB.
+// Build options (-D, defaults = the design above; hopper_gemm.PersistentBuild names
+// them): GROUP_M, MULTICAST, CLUSTER_M x CLUSTER_N (a 2 x 2 cluster also multicasts
+// A: each block loads half of its A box for itself and its row peer, and empty[s] then
+// counts the consumers of every block that writes into the slot), TILE_ORDER (grouped
+// or Hilbert), STMATRIX (epilogue pieces written with stmatrix).
+//
+// Kernels gemm_hopper_persistent_{bf16,f16}: grid = CLUSTER x clusters, cluster
+// (CLUSTER_M * CLUSTER_N, 1, 1), 384 threads, dynamic shared memory STAGES * 48 KiB +
+// 32 KiB + 1 KiB.
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
@@ -40,13 +47,32 @@
 #define STAGES 4
 #endif
 #ifndef GROUP_M
-#define GROUP_M 8
+#define GROUP_M 8   // cluster-tile rows walked together by the grouped order
 #endif
 // MULTICAST=0 builds the comparison point: the same cluster launch, but every block
-// loads all of B itself (no multicast, empty[] local), so ncu and the timings show
-// what multicast saves.
+// loads all of its A and B itself (no multicast, empty[] local), so ncu and the timings
+// show what multicast saves.
 #ifndef MULTICAST
 #define MULTICAST 1
+#endif
+// The cluster: CLUSTER_M blocks along M share (multicast) B, CLUSTER_N blocks along N
+// share A. 2 x 1 is the design above; 2 x 2 multicasts both operands (each block loads
+// half of its A box and half of its B slice), 4 x 1 quarters B.
+#ifndef CLUSTER_M
+#define CLUSTER_M 2
+#endif
+#ifndef CLUSTER_N
+#define CLUSTER_N 1
+#endif
+// TILE_ORDER 0: grouped (GROUP_M cluster-tile rows at a time); 1: Hilbert curve over the
+// cluster-tile grid (falls back to grouped when the grid is more than 2:1 off square).
+#ifndef TILE_ORDER
+#define TILE_ORDER 0
+#endif
+// STMATRIX 1: the epilogue writes its shared-memory pieces with stmatrix (16 per thread
+// and tile) instead of 32-bit stores (64).
+#ifndef STMATRIX
+#define STMATRIX 0
 #endif
 
 namespace {
@@ -54,14 +80,24 @@ namespace {
 using namespace fp_hopper;
 using fp_tma::TensorMap;
 
-constexpr int CLUSTER = 2;
+constexpr int CLUSTER = CLUSTER_M * CLUSTER_N;
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M splits B's 4 chunks: 1, 2 or 4");
+static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N splits A's 128 rows: 1 or 2");
+static_assert(CLUSTER >= 1 && CLUSTER <= 8, "a portable cluster has at most 8 blocks");
 constexpr int THREADS = (1 + CONSUMERS) * 128;
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
 constexpr int OUT_N = 64;                             // columns per TMA store (128 bytes)
 constexpr int OUT_BYTES = WG_M * OUT_N * ELEM;        // 8 KiB
-constexpr int B_CHUNKS_PER_BLOCK = MULTICAST ? BN / CHUNK_N / CLUSTER : BN / CHUNK_N;
-constexpr int RELEASES = MULTICAST ? CLUSTER : 1;   // blocks whose empty[] a consumer signals
+// What one block loads per slice: its share of B (chunks) and of A (rows); the tensor
+// map of A has boxes of A_ROWS rows (hopper_gemm.py plans them).
+constexpr bool SHARE_B = MULTICAST && CLUSTER_M > 1;
+constexpr bool SHARE_A = MULTICAST && CLUSTER_N > 1;
+constexpr int B_CHUNKS_PER_BLOCK = SHARE_B ? BN / CHUNK_N / CLUSTER_M : BN / CHUNK_N;
+constexpr int A_ROWS = SHARE_A ? BM / CLUSTER_N : BM;
+// Blocks that write into this block's ring (own, B peers, A peers): each one's
+// consumers release a slot here, and this block's consumers release it in each of them.
+constexpr int WRITERS = (SHARE_B ? CLUSTER_M : 1) + (SHARE_A ? CLUSTER_N : 1) - 1;
 
 struct alignas(1024) OutBuffer {
     unsigned char bytes[OUT_BYTES];                   // 64 rows x 128 bytes, swizzled
@@ -70,51 +106,85 @@ struct alignas(1024) OutBuffer {
 struct SharedStorage {
     Slice ring[STAGES];
     OutBuffer out[CONSUMERS][2];                      // double-buffered epilogue pieces
-    unsigned long long full[STAGES];                  // slice landed (own A + both B halves)
-    unsigned long long empty[STAGES];                 // slot free in both blocks
+    unsigned long long full[STAGES];                  // slice landed (all its A and B parts)
+    unsigned long long empty[STAGES];                 // slot free in every block writing it
 };
 
-// Cluster tiles (256 x 256: two 128-row block tiles sharing B) in grouped order.
+// Cluster tiles ((CLUSTER_M * 128) x (CLUSTER_N * 256)); cluster c takes the c-th,
+// (c + clusters)-th, ... in grouped or Hilbert order. Every block of a cluster walks
+// the same sequence, so their rings stay in step.
 struct TileScheduler {
-    int cluster_rows, tiles_n, total;
-    int first, stride;
-    unsigned rank;
+    int rows, cols;
+    int next_tile, stride;
+    int rm, rn;                 // this block's place in the cluster
+    int side, cell, seen;       // Hilbert walk (side 0: grouped order): next cell, tiles passed
 
     __device__ TileScheduler(int M, int N) {
-        cluster_rows = (M + CLUSTER * BM - 1) / (CLUSTER * BM);
-        tiles_n = (N + BN - 1) / BN;
-        total = cluster_rows * tiles_n;
-        first = blockIdx.x / CLUSTER;
+        rows = (M + CLUSTER_M * BM - 1) / (CLUSTER_M * BM);
+        cols = (N + CLUSTER_N * BN - 1) / (CLUSTER_N * BN);
+        next_tile = blockIdx.x / CLUSTER;
         stride = gridDim.x / CLUSTER;
-        rank = fp_tma::cluster_rank();
+        const int rank = static_cast<int>(fp_tma::cluster_rank());
+        rm = rank % CLUSTER_M;
+        rn = rank / CLUSTER_M;
+        side = 1;
+        while (side < rows || side < cols) side *= 2;
+        if (TILE_ORDER != 1 || 1ll * side * side > 4ll * rows * cols) side = 0;   // <= 3 skipped cells per tile
+        cell = 0;
+        seen = 0;
     }
-    // This block's tile origin for cluster tile t.
-    __device__ __forceinline__ void origin(int t, int& m0, int& n0) const {
-        const TileCoord c = grouped_tile(t, cluster_rows, tiles_n, GROUP_M);
-        m0 = (c.m * CLUSTER + static_cast<int>(rank)) * BM;
-        n0 = c.n * BN;
+    // The k-th tile that lies inside the grid along the curve (k only grows).
+    __device__ __forceinline__ TileCoord walk(int k) {
+        for (;;) {
+            const TileCoord c = hilbert_tile(cell++, side);
+            if (c.m < rows && c.n < cols && seen++ == k) return c;
+        }
+    }
+    // This block's next tile origin; false when the cluster has no more tiles.
+    __device__ __forceinline__ bool next(int& m0, int& n0) {
+        if (next_tile >= rows * cols) return false;
+        const TileCoord c = side ? walk(next_tile) : grouped_tile(next_tile, rows, cols, GROUP_M);
+        next_tile += stride;
+        m0 = (c.m * CLUSTER_M + rm) * BM;
+        n0 = (c.n * CLUSTER_N + rn) * BN;
+        return true;
     }
 };
 
+__device__ __forceinline__ unsigned short b_peers(int rn) {   // same columns: share B
+    return static_cast<unsigned short>(((1u << CLUSTER_M) - 1) << (CLUSTER_M * rn));
+}
+__device__ __forceinline__ unsigned short a_peers(int rm) {   // same rows: share A
+    unsigned mask = 0;
+#pragma unroll
+    for (int j = 0; j < CLUSTER_N; ++j) mask |= 1u << (rm + CLUSTER_M * j);
+    return static_cast<unsigned short>(mask);
+}
+
 __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
-                                         const TileScheduler& sched, int slices) {
-    const unsigned short both = (1u << CLUSTER) - 1;
+                                         TileScheduler sched, int slices) {
+    const unsigned short mask_a = a_peers(sched.rm), mask_b = b_peers(sched.rn);
     int it = 0;   // slices issued by this block, over all its tiles
-    for (int t = sched.first; t < sched.total; t += sched.stride) {
-        int m0, n0;
-        sched.origin(t, m0, n0);
+    int m0, n0;
+    while (sched.next(m0, n0)) {
+#pragma unroll 1   // one thread issuing copies: unrolling only costs the 40 registers it has
         for (int kt = 0; kt < slices; ++kt, ++it) {
             const int slot = it % STAGES;
             fp_mbar::mbar_wait(&smem.empty[slot], ((it / STAGES) & 1) ^ 1);
             Slice& s = smem.ring[slot];
             unsigned long long* full = &smem.full[slot];
             fp_mbar::mbar_arrive_expect_tx(full, SLICE_BYTES);
-            fp_tma::load_2d(s.a, map_a, full, kt * BK, m0);
+            if constexpr (SHARE_A) {
+                const int r = sched.rn * A_ROWS;   // this block's rows of the shared A box
+                fp_tma::load_2d_multicast(s.a + r * 128, map_a, full, kt * BK, m0 + r, mask_a);
+            } else {
+                fp_tma::load_2d(s.a, map_a, full, kt * BK, m0);
+            }
 #pragma unroll
             for (int i = 0; i < B_CHUNKS_PER_BLOCK; ++i) {
-                if constexpr (MULTICAST) {
-                    const int c = static_cast<int>(sched.rank) * B_CHUNKS_PER_BLOCK + i;
-                    fp_tma::load_2d_multicast(s.b + c * B_CHUNK_BYTES, map_b, full, n0 + c * CHUNK_N, kt * BK, both);
+                if constexpr (SHARE_B) {
+                    const int c = sched.rm * B_CHUNKS_PER_BLOCK + i;
+                    fp_tma::load_2d_multicast(s.b + c * B_CHUNK_BYTES, map_b, full, n0 + c * CHUNK_N, kt * BK, mask_b);
                 } else {
                     fp_tma::load_2d(s.b + i * B_CHUNK_BYTES, map_b, full, n0 + i * CHUNK_N, kt * BK);
                 }
@@ -123,13 +193,23 @@ __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* m
     }
 }
 
-// Both blocks' empty[slot]: this warpgroup is done reading the slot.
-__device__ __forceinline__ void release(SharedStorage& smem, int slot) {
-    if constexpr (MULTICAST) {
-#pragma unroll
-        for (int cta = 0; cta < CLUSTER; ++cta) fp_tma::arrive_remote(&smem.empty[slot], cta);
-    } else {
+// empty[slot] of every block that writes into this block's ring (itself, its B peers,
+// its A peers): this warpgroup is done reading the slot.
+__device__ __forceinline__ void release(SharedStorage& smem, int slot, int rm, int rn) {
+    if constexpr (WRITERS == 1) {
         fp_mbar::mbar_arrive(&smem.empty[slot]);
+    } else {
+        if constexpr (SHARE_B) {
+#pragma unroll
+            for (int i = 0; i < CLUSTER_M; ++i) fp_tma::arrive_remote(&smem.empty[slot], CLUSTER_M * rn + i);
+        } else {
+            fp_mbar::mbar_arrive(&smem.empty[slot]);
+        }
+        if constexpr (SHARE_A) {
+#pragma unroll
+            for (int j = 0; j < CLUSTER_N; ++j)
+                if (j != rn) fp_tma::arrive_remote(&smem.empty[slot], rm + CLUSTER_M * j);
+        }
     }
 }
 
@@ -147,14 +227,28 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
         unsigned char* buf = smem.out[wg][piece & 1].bytes;
         if (leader) fp_tma::store_wait_read<1>();
         fp_tma::named_barrier_sync(barrier_id, 128);
+        if constexpr (STMATRIX) {
+            // Matrices (j, h = 0), (j, h = 1), (j + 1, h = 0), (j + 1, h = 1): lane l
+            // addresses row l % 8 of matrix l / 8.
+            const int r = warp * 16 + 8 * ((lane / 8) & 1) + lane % 8;
 #pragma unroll
-        for (int j8 = 0; j8 < OUT_N / 8; ++j8) {
-            const int j = piece * (OUT_N / 8) + j8;
+            for (int j8 = 0; j8 < OUT_N / 8; j8 += 2) {
+                const int j = piece * (OUT_N / 8) + j8;
+                store_matrix_x4(buf + swizzled_offset(r, j8 + lane / 16),
+                                pack2<BF16>(acc[4 * j], acc[4 * j + 1]), pack2<BF16>(acc[4 * j + 2], acc[4 * j + 3]),
+                                pack2<BF16>(acc[4 * j + 4], acc[4 * j + 5]),
+                                pack2<BF16>(acc[4 * j + 6], acc[4 * j + 7]));
+            }
+        } else {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = warp * 16 + lane / 4 + 8 * h;
-                *reinterpret_cast<unsigned*>(buf + swizzled_offset(r, j8) + (lane % 4) * 4) =
-                    pack2<BF16>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            for (int j8 = 0; j8 < OUT_N / 8; ++j8) {
+                const int j = piece * (OUT_N / 8) + j8;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = warp * 16 + lane / 4 + 8 * h;
+                    *reinterpret_cast<unsigned*>(buf + swizzled_offset(r, j8) + (lane % 4) * 4) =
+                        pack2<BF16>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                }
             }
         }
         fp_mbar::fence_proxy_async_shared();
@@ -167,14 +261,13 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
 }
 
 template <bool BF16>
-__device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* map_c, const TileScheduler& sched,
+__device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* map_c, TileScheduler sched,
                                          int slices, int wg) {
     const bool signals = threadIdx.x % 128 == 0;
     float acc[128];
     int it = 0;   // slices consumed, over all tiles
-    for (int t = sched.first; t < sched.total; t += sched.stride) {
-        int m0, n0;
-        sched.origin(t, m0, n0);
+    int m0, n0;
+    while (sched.next(m0, n0)) {
         zero(acc);
         for (int kt = 0; kt < slices; ++kt, ++it) {
             const int slot = it % STAGES;
@@ -184,11 +277,11 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
             fp_wgmma::commit();
             fp_wgmma::wait<1>();
             fp_wgmma::fence_accumulators(acc);
-            if (signals && kt > 0) release(smem, (it - 1) % STAGES);
+            if (signals && kt > 0) release(smem, (it - 1) % STAGES, sched.rm, sched.rn);
         }
         fp_wgmma::wait<0>();
         fp_wgmma::fence_accumulators(acc);
-        if (signals) release(smem, (it - 1) % STAGES);
+        if (signals) release(smem, (it - 1) % STAGES, sched.rm, sched.rn);
         epilogue<BF16>(smem, map_c, acc, wg, m0 + wg * WG_M, n0);
     }
     if (threadIdx.x % 128 == 0) fp_tma::store_wait<0>();
@@ -210,11 +303,11 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
         fp_tma::prefetch_map(map_c);
         for (int s = 0; s < STAGES; ++s) {
             fp_mbar::mbar_init(&smem.full[s], 1);
-            fp_mbar::mbar_init(&smem.empty[s], CONSUMERS * RELEASES);
+            fp_mbar::mbar_init(&smem.empty[s], CONSUMERS * WRITERS);
         }
         fp_mbar::fence_barrier_init();
     }
-    fp_tma::cluster_sync();   // both blocks' barriers exist before any multicast / remote arrive
+    fp_tma::cluster_sync();   // every block's barriers exist before any multicast / remote arrive
 
     if (wg == 0) {
         fp_wgmma::release_registers<PRODUCER_REGS>();
@@ -224,7 +317,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
         fp_wgmma::claim_registers<CONSUMER_REGS>();
         consumer<BF16>(smem, map_c, sched, slices, wg - 1);
     }
-    fp_tma::cluster_sync();   // the peer no longer writes here nor arrives on our barriers
+    fp_tma::cluster_sync();   // no peer writes here nor arrives on our barriers any more
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ needs for its strides and the cp.async rung for whole 16-byte chunks); A, B and 
 16-byte aligned. Any M, N, K otherwise: TMA zero-fills boxes that hang over an edge
 and clips stores; the cp.async rung zero-fills chunks past the edges.
 
+Build options of the persistent rung (cluster shape, tile order, epilogue stores) are a
+:class:`PersistentBuild`; :data:`PERSISTENT` is the one ``gemm_hopper`` uses, and
+``scripts/hopper-gemm-sweep`` measures the alternatives.
+
 Tensor maps: :func:`tensor_map_args` computes cuTensorMapEncodeTiled's arguments as a
 :class:`TensorMapArgs` (pure, no GPU), :func:`encode_tensor_map` calls the driver. The
 maps travel as ``__grid_constant__`` kernel parameters (128 bytes each), so the kernels
@@ -44,7 +48,7 @@ from ..cuda import compiler
 from ..cuda import driver as drv
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, empty_like_kind, operand
+from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
 
 SOURCES = {
     "wgmma": "kernels/gemm_hopper_wgmma.cu",
@@ -60,11 +64,80 @@ BM, BN, BK = 128, 256, 64
 CHUNK_N = 64  # B columns per TMA box / swizzle chunk (128 bytes)
 OUT_N, OUT_ROWS = 64, 64  # TMA store box of the persistent epilogue
 STAGES = 4
-CLUSTER = 2
+CLUSTER = 2  # blocks per cluster along M in the default build (PERSISTENT); the experiment counts L2 reads with it
 ELEM = 2
 SLICE_BYTES = (BM * BK + BK * BN) * ELEM  # 48 KiB
 THREADS = {"wgmma": 256, "tma": 256, "ws": 384, "persistent": 384}
 MAX_BLOCK_SHARED = 227 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class PersistentBuild:
+    """Compile-time options of the persistent rung (the -D macros of
+    gemm_hopper_persistent.cu; its header says what each one does).
+
+    ``cluster_m`` blocks along M share B, ``cluster_n`` blocks along N share A (both
+    multicast when ``multicast``); ``tile_order`` "grouped" walks ``group_m`` cluster-tile
+    rows at a time, "hilbert" follows a Hilbert curve; ``stmatrix`` writes the epilogue's
+    shared-memory pieces with stmatrix.
+    """
+
+    group_m: int = 8
+    cluster_m: int = 2
+    cluster_n: int = 1
+    multicast: bool = True
+    tile_order: str = "grouped"
+    stmatrix: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cluster_m not in (1, 2, 4) or self.cluster_n not in (1, 2):
+            raise ValueError(f"cluster_m must be 1, 2 or 4 and cluster_n 1 or 2, got {self.cluster_m} x "
+                             f"{self.cluster_n}")
+        if self.tile_order not in ("grouped", "hilbert"):
+            raise ValueError(f"tile_order must be 'grouped' or 'hilbert', got {self.tile_order!r}")
+        if self.group_m < 1:
+            raise ValueError(f"group_m must be >= 1, got {self.group_m}")
+
+    @property
+    def cluster(self) -> int:
+        """Blocks per cluster."""
+        return self.cluster_m * self.cluster_n
+
+    @property
+    def a_box_rows(self) -> int:
+        """Rows of A one block loads per slice: its share of the 128 when A is multicast."""
+        return BM // self.cluster_n if self.multicast else BM
+
+    def defines(self) -> dict[str, int]:
+        return {"GROUP_M": self.group_m, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
+                "MULTICAST": int(self.multicast), "TILE_ORDER": int(self.tile_order == "hilbert"),
+                "STMATRIX": int(self.stmatrix)}
+
+    @property
+    def label(self) -> str:
+        parts = [f"{self.cluster_m}x{self.cluster_n}", "hilbert" if self.tile_order == "hilbert" else f"g{self.group_m}"]
+        if not self.multicast:
+            parts.append("nomc")
+        if self.stmatrix:
+            parts.append("stsm")
+        return "-".join(parts)
+
+
+# The build gemm_hopper(variant="persistent") runs. To adopt a sweep winner, change this line.
+PERSISTENT = PersistentBuild(group_m=8, cluster_m=2, cluster_n=1, multicast=True, tile_order="grouped", stmatrix=False)
+
+# The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
+SWEEP_BUILDS = (
+    PersistentBuild(),                                       # the design of the .cu header
+    PersistentBuild(group_m=4),
+    PersistentBuild(group_m=16),
+    PersistentBuild(tile_order="hilbert"),
+    PersistentBuild(stmatrix=True),
+    PersistentBuild(tile_order="hilbert", stmatrix=True),
+    PersistentBuild(cluster_n=2),                            # 2 x 2: A multicast too
+    PersistentBuild(cluster_n=2, tile_order="hilbert", stmatrix=True),
+    PersistentBuild(cluster_m=4, group_m=4),                 # 4 x 1: B read once per 4 blocks
+)
 
 
 def _round_up(x: int, to: int) -> int:
@@ -187,15 +260,26 @@ class HopperPlan:
     shared_mem: int
     cluster: int | None
     maps: tuple[TensorMapArgs, ...]  # a, b (and c for persistent); empty for wgmma
-    multicast: bool = True  # persistent only: False builds MULTICAST=0 (each block loads all of B)
+    build: PersistentBuild | None = None  # persistent only: the compile-time options
+
+    @property
+    def multicast(self) -> bool:
+        return self.build is not None and self.build.multicast
 
 
 def tiles(m: int, n: int) -> int:
     return -(-m // BM) * -(-n // BN)
 
 
-def cluster_tiles(m: int, n: int) -> int:
-    return -(-m // (CLUSTER * BM)) * -(-n // BN)
+def cluster_tiles(m: int, n: int, build: PersistentBuild | None = None) -> int:
+    b = build or PERSISTENT
+    return -(-m // (b.cluster_m * BM)) * -(-n // (b.cluster_n * BN))
+
+
+def persistent_build(multicast: bool = True, build: PersistentBuild | None = None) -> PersistentBuild:
+    """``build`` (default :data:`PERSISTENT`), without multicast if ``multicast`` is False."""
+    b = build or PERSISTENT
+    return b if multicast else dataclasses.replace(b, multicast=False)
 
 
 def check_shapes(m: int, n: int, k: int) -> None:
@@ -208,10 +292,11 @@ def check_shapes(m: int, n: int, k: int) -> None:
 
 
 def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, c_ptr: int = 0,
-         *, max_clusters: int = 66, multicast: bool = True) -> HopperPlan:
+         *, max_clusters: int = 66, multicast: bool = True, build: PersistentBuild | None = None) -> HopperPlan:
     """The launch of ``variant`` for an (M, K) @ (K, N) product: kernel name, grid, block,
-    shared memory, cluster and tensor-map arguments. ``max_clusters``: 2-block clusters
-    that fit on the GPU at once (the persistent grid)."""
+    shared memory, cluster and tensor-map arguments. ``max_clusters``: clusters of the
+    persistent kernel that fit on the GPU at once (its grid); ``build`` its options
+    (default :data:`PERSISTENT`; ``multicast=False`` turns multicast off in it)."""
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     if dtype not in DTYPES:
@@ -226,38 +311,45 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
     if variant != "wgmma":
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, BM, BK), tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
     if variant == "persistent":
-        maps += (tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N),)
-        grid = CLUSTER * max(1, min(cluster_tiles(m, n), max_clusters))
-        return HopperPlan(variant, kernel, grid, THREADS[variant], smem, CLUSTER, maps, bool(multicast))
+        b = persistent_build(multicast, build)
+        maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), maps[1],
+                tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N))
+        grid = b.cluster * max(1, min(cluster_tiles(m, n, b), max_clusters))
+        return HopperPlan(variant, kernel, grid, THREADS[variant], smem, b.cluster, maps, b)
     return HopperPlan(variant, kernel, tiles(m, n), THREADS[variant], smem, None, maps)
 
 
 # --------------------------------------------------------------------------- GPU side
-@functools.lru_cache(maxsize=None)
-def module(variant: str, arch: str, multicast: bool = True):
-    """The compiled module of one rung (both dtypes); usable without a GPU.
-    ``multicast=False`` (persistent only): the MULTICAST=0 comparison build."""
-    defines = {"MULTICAST": 0} if variant == "persistent" and not multicast else {}
-    return compiler.compile_package_kernel(SOURCES[variant], arch=arch, defines=defines)
+def module(variant: str, arch: str, multicast: bool = True, *, build: PersistentBuild | None = None):
+    """The compiled module of one rung (both dtypes); usable without a GPU. For the
+    persistent rung, ``build`` (default :data:`PERSISTENT`); ``multicast=False``: the
+    same build without multicast (the comparison point)."""
+    defines = persistent_build(multicast, build).defines() if variant == "persistent" else {}
+    return _module(variant, arch, tuple(sorted(defines.items())))
 
 
 @functools.lru_cache(maxsize=None)
-def max_active_clusters(device_index: int, arch: str) -> int:
-    """How many 2-block clusters of the persistent kernel the GPU runs at once
-    (cuOccupancyMaxActiveClusters); SMs // 2 if the driver cannot say."""
-    from .gemm import _device_info
+def _module(variant: str, arch: str, defines: tuple[tuple[str, int], ...]):
+    return compiler.compile_package_kernel(SOURCES[variant], arch=arch, defines=dict(defines))
 
-    _, sms = _device_info(device_index)
+
+@functools.lru_cache(maxsize=None)
+def max_active_clusters(device_index: int, arch: str, build: PersistentBuild | None = None) -> int:
+    """How many clusters of the persistent kernel (``build``, default :data:`PERSISTENT`)
+    the GPU runs at once (cuOccupancyMaxActiveClusters); SMs // cluster if the driver
+    cannot say."""
+    b = build or PERSISTENT
+    _, sms = arch_and_sm_count(device_index)
     try:
-        kernel = module("persistent", arch).kernel("gemm_hopper_persistent_bf16")
+        kernel = module("persistent", arch, build=b).kernel("gemm_hopper_persistent_bf16")
         smem = shared_mem_bytes("persistent")
         set_max_dynamic_shared_memory(kernel, smem, device_index)
-        cfg = _launch_config(sms // CLUSTER * CLUSTER, THREADS["persistent"], smem, None, CLUSTER)
+        cfg = _launch_config(sms // b.cluster * b.cluster, THREADS["persistent"], smem, None, b.cluster)
         func = drv.call("cuKernelGetFunction", kernel.handle)  # the kernel in the current context
         n = int(drv.call("cuOccupancyMaxActiveClusters", func, cfg))
-        return n if n > 0 else sms // CLUSTER
-    except Exception:  # an older driver: assume every SM pair can hold one cluster
-        return sms // CLUSTER
+        return n if n > 0 else sms // b.cluster
+    except Exception:  # an older driver: assume the SMs split evenly into clusters
+        return sms // b.cluster
 
 
 def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, cluster: int | None):
@@ -285,11 +377,9 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
     """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them)."""
     from cuda.bindings import driver as d
 
-    from .gemm import _device_info
-
     if arch is None:
-        arch, _ = _device_info(device_index)
-    kernel = module(p.variant, arch, p.multicast).kernel(p.kernel)
+        arch, _ = arch_and_sm_count(device_index)
+    kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
         raw = [struct.pack("<Q", a_ptr), struct.pack("<Q", b_ptr)]
@@ -331,17 +421,17 @@ def _default_stream(ref: Operand) -> Any:
 
 
 def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None, stream: Any = None,
-                _multicast: bool = True) -> Any:
+                _multicast: bool = True, _build: PersistentBuild | None = None) -> Any:
     """``out = a @ b`` for bf16/fp16 (M, K) and (K, N) device arrays (torch, CuPy or
     fullpipe), fp32 accumulation, result in the input dtype; enqueued on ``stream``
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
-    ``_multicast=False`` (persistent, for the experiment): every block loads all of B."""
-    from .gemm import _check_pair, _device_info
+    For the experiments (persistent only): ``_multicast=False``, every block loads all
+    of its operands; ``_build``, another :class:`PersistentBuild` than :data:`PERSISTENT`."""
 
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     A, B = operand(a, "a"), operand(b, "b")
-    m, n, k = _check_pair(A, B)
+    m, n, k = matmul_shape(A, B)
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
     check_shapes(m, n, k)
@@ -356,9 +446,10 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
         if C.device_index != A.device_index:
             raise ValueError("out must be on the same GPU as a and b")
-    arch, _ = _device_info(A.device_index)
-    clusters = max_active_clusters(A.device_index, arch) if variant == "persistent" else 0
-    p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, multicast=_multicast)
+    arch, _ = arch_and_sm_count(A.device_index)
+    build = persistent_build(_multicast, _build) if variant == "persistent" else None
+    clusters = max_active_clusters(A.device_index, arch, build) if build else 0
+    p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build)
     launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index, arch=arch)
     return out
 
@@ -375,10 +466,16 @@ def _selftest(argv: list[str] | None = None) -> int:
     ap.add_argument("--selftest", action="store_true", required=True)
     ap.add_argument("--variant", choices=VARIANTS, action="append")
     ap.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
+    ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS],
+                    help="persistent rung: this build of SWEEP_BUILDS instead of PERSISTENT")
     args = ap.parse_args(argv)
     import torch
 
+    build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
+
     shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8)]
+    if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
+        shapes.append((1200, 1704, 520))
     bad = 0
     for variant in args.variant or VARIANTS:
         for m, n, k in shapes:
@@ -387,7 +484,7 @@ def _selftest(argv: list[str] | None = None) -> int:
             a = torch.randn(m, k, device="cuda", generator=g).to(dt)
             b = torch.randn(k, n, device="cuda", generator=g).to(dt)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
-            gemm_hopper(a, b, variant=variant, out=out)
+            gemm_hopper(a, b, variant=variant, out=out, **({"_build": build} if variant == "persistent" else {}))
             torch.cuda.synchronize()
             ref = a.double() @ b.double()
             err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream, stream_handle
-from ._operands import empty_like_kind, operand
-from .gemm import _device_info, _float32_cp_async_operands, _module
+from ._operands import arch_and_sm_count, empty_like_kind, operand
+from .gemm import _float32_cp_async_operands, _module
 
 GEMM_SOURCE = "kernels/persistent_gemm.cu"
 SYNC_SOURCE = "kernels/persistent_grid_sync.cu"
@@ -63,7 +63,7 @@ def small_tiles_gemm(a: Any, b: Any, *, persistent: bool = True, stream: Any, ou
     Needs K and N multiples of 4 and 16-byte aligned arrays (16-byte cp.async copies).
     """
     A, B, out, C, s, m, n, k = _float32_cp_async_operands(a, b, out, stream, "small_tiles_gemm", nonempty=True)
-    arch, sm_count = _device_info(A.device_index)
+    arch, sm_count = arch_and_sm_count(A.device_index)
     mod = _module(GEMM_SOURCE, arch)
     tiles = -(-m // TILE) * -(-n // TILE)
     if persistent:
@@ -100,7 +100,7 @@ def normalize(x: Any, *, stream: Any, out: Any = None, grid_sync: bool = True, p
         Y = operand(out, "out")
         if Y.shape != (n,) or Y.dtype != "float32":
             raise ValueError(f"out must be a ({n},) float32 array, got {Y.shape} {Y.dtype}")
-    arch, sm_count = _device_info(X.device_index)
+    arch, sm_count = arch_and_sm_count(X.device_index)
     mod = _module(SYNC_SOURCE, arch)
     coop = mod.kernel("normalize_grid_sync")
     grid = max(1, min(-(-n // THREADS), sm_count * resident_blocks_per_sm(coop)))
@@ -227,7 +227,7 @@ def _recurrent_setup(device_index: int, batch: int, n: int, steps: int, max_grid
     from ..cuda.device import Device
     from ..cuda.launch import set_max_dynamic_shared_memory
 
-    arch, sm_count = _device_info(device_index)
+    arch, sm_count = arch_and_sm_count(device_index)
     mod = _module(RECURRENT_SOURCE, arch)
     facts = Device(device_index).facts
     coop = mod.kernel("recurrent_persistent")

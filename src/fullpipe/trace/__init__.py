@@ -11,7 +11,7 @@ Modules, one concept each:
 
 - capture.py   the context manager, and the hook (:func:`stamp`, :func:`tag`,
                :func:`current`) that fullpipe's own code uses to mark its operations
-- activity.py  CUPTI activity records through cupti-python (the ``trace`` extra)
+- activity.py  CUPTI activity records through cupti-python (a dependency)
 - fallback.py  CUDA events around stamped operations when CUPTI is not there
 - timeline.py  the data model (:class:`Record`, :class:`Timeline`) and its JSON file
 - metrics.py   exact interval arithmetic: busy, overlap, gaps, bandwidth

@@ -1,4 +1,4 @@
-"""CUPTI activity capture through ``cupti-python`` (the ``trace`` extra).
+"""CUPTI activity capture through ``cupti-python`` (installed with fullpipe).
 
 How CUPTI's activity API works, and what this module does at each step:
 
@@ -45,7 +45,7 @@ def load_cupti():
         from cupti import cupti
     except Exception as exc:
         raise ImportError(f"cupti-python is not importable ({type(exc).__name__}: {exc}); "
-                          "install it with pip install 'fullpipe[trace]'") from exc
+                          "reinstall fullpipe or pip install 'cupti-python>=13,<14' (its major version must match the driver's CUDA)") from exc
     return cupti
 
 

@@ -48,8 +48,8 @@ def gantt(timeline, path: str | Path, *, title: str | None = None, color_by: str
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
-    except ImportError as exc:  # pragma: no cover - matplotlib is in the trace extra
-        raise ImportError("tl.plot() needs matplotlib: pip install 'fullpipe[trace]'") from exc
+    except ImportError as exc:  # pragma: no cover - matplotlib is a dependency
+        raise ImportError("tl.plot() needs matplotlib: pip install matplotlib") from exc
 
     rows = _rows(timeline)
     t0, t1 = timeline.span_ns()

@@ -81,6 +81,42 @@ __device__ __forceinline__ TileCoord grouped_tile(int t, int tiles_m, int tiles_
     return {first + in_group % rows, in_group / rows};
 }
 
+// Hilbert-curve order on a side x side square (side a power of two): the d-th cell of
+// the curve. Consecutive cells are neighbours, so tiles that run at the same time and
+// one after the other share A rows and B columns in L2 along the whole walk.
+__device__ __forceinline__ TileCoord hilbert_tile(int d, int side) {
+    int m = 0, n = 0;
+    for (int s = 1; s < side; s *= 2) {
+        const int rm = 1 & (d / 2);
+        const int rn = 1 & (d ^ rm);
+        if (rn == 0) {   // rotate the quadrant
+            if (rm == 1) {
+                m = s - 1 - m;
+                n = s - 1 - n;
+            }
+            const int t = m;
+            m = n;
+            n = t;
+        }
+        m += s * rm;
+        n += s * rn;
+        d /= 4;
+    }
+    return {m, n};
+}
+
+// stmatrix: a warp writes four 8 x 8 matrices of 16-bit elements to shared memory.
+// Lane l holds, in each register r_i, the pair (row l / 4, columns 2 (l % 4) + {0, 1})
+// of matrix i (the mma accumulator fragment) and gives the address of row l % 8 of
+// matrix l / 8.
+__device__ __forceinline__ void store_matrix_x4(void* row_addr, unsigned r0, unsigned r1, unsigned r2,
+                                                unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(row_addr))), "r"(r0), "r"(r1), "r"(r2),
+                 "r"(r3)
+                 : "memory");
+}
+
 // Epilogue straight from the accumulators (rungs 1-3): each thread stores bf16x2 /
 // f16x2 pairs of its rows; rows >= M and columns >= N are skipped (N is even).
 template <bool BF16>

@@ -46,18 +46,18 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 template <int N_FRAGS>  // 16x8 score fragments per tile row-block (tile width / 8)
 struct OnlineSoftmax {
-    float scale_log2;  // softmax scale * log2(e), > 0
-    float m[2];        // running max of the scaled scores, rows group and group + 8
-    float l[2];        // running sum of exp2(score - m) over this lane's columns
+    float m[2];  // running max of the scaled scores, rows group and group + 8
+    float l[2];  // running sum of exp2(score - m) over this lane's columns
 
-    __device__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    __device__ OnlineSoftmax() {
         m[0] = m[1] = neg_inf();
         l[0] = l[1] = 0.0f;
     }
 
-    // Fold one tile of raw scores into the state. On return `s` holds P (fp32) and
-    // alpha[h] the factor by which the caller must rescale its output rows.
-    __device__ __forceinline__ void update(FragC (&s)[N_FRAGS], float (&alpha)[2]) {
+    // Fold one tile of raw scores, scaled by scale_log2 (softmax scale * log2(e), > 0),
+    // into the state. On return `s` holds P (fp32) and alpha[h] the factor by which the
+    // caller must rescale its output rows.
+    __device__ __forceinline__ void update(FragC (&s)[N_FRAGS], float scale_log2, float (&alpha)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float tile_max = neg_inf();

@@ -1,0 +1,22 @@
+"""The recorded results the report tests render and judge: tests/data/report/results.json
+(a full `fullpipe report` on an H200) with the results of experiments recorded after it
+appended (each file's ``provenance`` says where its numbers come from)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "report"
+# Later runs of experiments that results.json does not hold, in the order they are added.
+LATER = ("results-2026-11-23.json",)
+
+
+def load_doc() -> dict:
+    """results.json's document, its results followed by those of the LATER files."""
+    doc = json.loads((DATA / "results.json").read_text())
+    for name in LATER:
+        more = json.loads((DATA / name).read_text())["results"]
+        doc["results"] += more
+        doc["experiments"] += [r["experiment"] for r in more]
+    return doc
