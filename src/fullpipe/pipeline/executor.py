@@ -643,6 +643,7 @@ class StreamPipeline:
             host_s=tuned.host.fixed_s, host_per_byte_s=tuned.host.per_byte_s,
             device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
             device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
+            min_bytes=tuned.fitted_from_bytes,
         )
         return choice.rows, choice, start, n_probe, source
 
@@ -697,7 +698,7 @@ class StreamPipeline:
         if tensor:  # the framework's own memory per input byte (its cache grew by about that much)
             free_after = self.device.memory_info()[0]
             compute_bytes = max(0.0, (free_before - free_after) / (n2 * row_bytes) - 1.0 - out_over_in)
-        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2), a, n_probe
+        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes), a, n_probe
 
     def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, **run_args: Any) -> PipelineStats:
         """A probe run for chunk="auto": each batch waits for the previous one, with
@@ -754,6 +755,7 @@ class StreamPipeline:
             outputs.begin_execute(batches, self._ring_out if ring_out else None)
 
         run = _Run(batches, stop=threading.Event())
+        run.lazy_out = outputs is not None
         self._running = True
         switch = short_switch_interval() if (ring_in or ring_out) else contextlib.nullcontext()
         drained = True
@@ -831,6 +833,7 @@ class StreamPipeline:
         synchronous, timing = mode.synchronous, mode.timing
         enqueue_us, front_us, pending = run.enqueue_us, run.front_us, run.pending
         perf = time.perf_counter
+        ring_addr = ring_out and not run.lazy_out
         nxt = 0
         for pos in range(n):
             while nxt < n and nxt <= pos + L:
@@ -854,7 +857,7 @@ class StreamPipeline:
             slot = p.slot
             off = run.off_s
             t0 = perf()
-            back(p, ring_out_addr(slot) if ring_out else b.dst_addr)
+            back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
             pending.popleft()
             if ring_out:
                 drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
@@ -1073,6 +1076,7 @@ class _Run:
         self.enqueue_us: list[float] = []
         self.front_us: list[float] = []  # per batch: the front half's host time
         self.clock = [0.0]  # seconds in the compute calls
+        self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
         self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
 
@@ -1185,6 +1189,7 @@ class _Tuned:
     out_over_in: float
     compute_bytes_per_byte: float  # device memory the compute itself holds per input byte
     budget_bytes: int  # device memory the chunks in flight may use
+    fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
 
 
 def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool) -> dict[str, float]:

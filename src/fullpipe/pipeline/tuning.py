@@ -169,6 +169,7 @@ def choose_chunk(
     host_per_byte_s: float = 0.0,
     device_bytes_per_byte: float = 0.0,
     host_margin: float = HOST_MARGIN,
+    min_bytes: int = 0,
 ) -> ChunkChoice:
     """Chunk size (bytes, whole rows) for a run of ``total_bytes``: the C that
     minimises the predicted time T(C) (module docstring) within the limits.
@@ -176,7 +177,9 @@ def choose_chunk(
     ``models``: per stage, keyed by STAGES (GPU) and HOST_STAGES (staging copies).
     ``host_s`` + ``host_per_byte_s`` x C: the host's time per batch.
     ``device_bytes_per_byte``: device memory the compute itself uses per input byte
-    (a framework's activations), on top of the input and output buffers."""
+    (a framework's activations), on top of the input and output buffers.
+    ``min_bytes``: no smaller chunk (the smallest size the models were fitted at: below
+    it they extrapolate, e.g. a memmove split over fewer threads is slower per byte)."""
     if not models or any(k not in STAGES + HOST_STAGES for k in models):
         raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
     row_bytes = max(int(row_bytes), 1)
@@ -197,16 +200,24 @@ def choose_chunk(
     }
     upper = max(min(limits.values()), row_bytes)
     limiter = min(limits, key=limits.get)
-    # T(C) on a grid of whole-row sizes (5 % steps); the smallest C within TIE of the
-    # best T (a smaller chunk holds less memory and fills the pipeline sooner)
-    grid: list[tuple[float, float]] = []
+    # T(C) on whole-row sizes: a 5 % geometric grid, and every size that cuts the run
+    # into k equal chunks (T jumps with ceil(total / C)); the smallest C within TIE of
+    # the best T (a smaller chunk holds less memory and fills the pipeline sooner)
+    total_rows = max(1, total_bytes // row_bytes)
+    sizes = set()
     c = float(row_bytes)
-    while True:
-        c_rows = float(max(row_bytes, int(c // row_bytes) * row_bytes))
-        grid.append((c_rows, predicted_time(models, host, total_bytes, c_rows, host_margin)))
-        if c >= upper:
-            break
-        c = min(c * 1.05, upper)
+    while c < upper:
+        sizes.add(max(1, int(c // row_bytes)))
+        c *= 1.05
+    sizes.add(max(1, int(upper // row_bytes)))
+    k_min = max(1, -(-total_rows // max(1, int(upper // row_bytes))))
+    for k in range(k_min, min(total_rows, k_min + 512) + 1):
+        sizes.add(-(-total_rows // k))
+    floor_bytes = min(max(min_bytes, row_bytes), upper)
+    grid = [(float(r * row_bytes), predicted_time(models, host, total_bytes, r * row_bytes, host_margin))
+            for r in sorted(sizes) if floor_bytes <= r * row_bytes <= upper]
+    if not grid:
+        grid = [(float(upper), predicted_time(models, host, total_bytes, upper, host_margin))]
     best_t = min(t for _, t in grid)
     target = min(c for c, t in grid if t <= best_t * (1 + TIE))
     lower = smallest_efficient_chunk(models, host_s * host_margin, efficiency)
@@ -221,7 +232,7 @@ def choose_chunk(
         why = (f"shortest predicted total time: stage fixed costs and {host_s * 1e6:.0f} us of host time "
                f"per batch (x{host_margin:g} margin) amortised, fill and drain still small")
     # Whole rows; MiB-aligned when rows are small, so copies stay large and aligned.
-    if target >= MiB and row_bytes <= MiB:
+    if target >= MiB and row_bytes * 64 <= MiB:  # (a MiB is many rows: the rounding barely moves T)
         down, up = max(MiB, target // MiB * MiB), -(-target // MiB) * MiB
         if up <= upper and (predicted_time(models, host, total_bytes, up, host_margin)
                             < predicted_time(models, host, total_bytes, down, host_margin) * (1 - TIE)):
