@@ -11,7 +11,10 @@ The host-driver pattern, for batch j on stream ``j % N``::
     [tell the drain thread the output slot is ready]
     pool.free(buf, s)                        # stream-ordered (cudaFreeAsync)
 
-All of it is enqueued without waiting: the CPU runs ahead to batch j+1 at once.
+All of it is enqueued without waiting. The enqueue order interleaves batches: the
+first half of batch j+1 .. j+prefetch (allocate, H2D) goes in before the second half
+of batch j (compute, D2H, free), so the next copies are in flight while the host is
+inside the compute call of batch j (a framework model's Python launches).
 Nothing inside the loop synchronizes a stream or the device; the only waits are
 the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
 wait at the end. The sequence above is written once, in protocol.py, and used

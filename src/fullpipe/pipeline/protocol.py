@@ -2,8 +2,12 @@
 
     allocate -> H2D -> release the input slot -> compute -> D2H -> signal the output slot -> free
 
-:func:`batch_protocol` makes the function that enqueues it for one batch, without
-waiting. The same code
+:func:`protocol_halves` makes the two functions that enqueue it for one batch,
+without waiting: ``front`` (allocate, H2D, input slot) and ``back`` (compute, D2H,
+output slot, free). The executor issues the fronts of the next ``prefetch`` batches
+before the back of the current one, so their H2Ds are in flight while the host is
+inside the user's compute call; :func:`batch_protocol` is the two back to back (one
+batch whole, as graph captures use it). The same code
 serves every way the executor runs a batch; what differs is data the protocol is
 built with, not branches in the executor:
 

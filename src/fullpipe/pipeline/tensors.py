@@ -140,8 +140,11 @@ class TorchFramework:
     def __init__(self, device_index: int):
         import torch
 
+        from ..cuda.interop import as_torch
+
         self.torch = torch
         self.device_index = device_index
+        self._as_torch = as_torch
         self._np_dtypes: dict[Any, tuple[np.dtype, Any]] = {}
 
     def stream(self, fp_stream: Any) -> Any:
@@ -153,9 +156,7 @@ class TorchFramework:
         return self.torch.cuda.stream(fs)
 
     def tensor(self, x: Any, in_dtype: Any) -> Any:
-        from ..cuda.interop import as_torch
-
-        return as_torch(x, torch_dtype=in_dtype)
+        return self._as_torch(x, torch_dtype=in_dtype)
 
     def host_dtype(self, fw_dtype: Any) -> tuple[np.dtype, Any]:
         """(the NumPy dtype of the host output, the torch dtype to give back or None)."""
