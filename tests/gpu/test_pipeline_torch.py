@@ -251,3 +251,20 @@ def test_threads_each_with_a_torch_pipeline_on_one_pool(device, pool):
     for x, y in results.values():
         torch.testing.assert_close(y, naive(f, x, 4096), **BF16_TOL)
     assert pool.stats().used_bytes == start
+
+
+def test_bfloat16_tensors_in_and_out(device, pool):
+    model = mlp()
+
+    @torch.inference_mode()
+    def f(x):  # bf16 in, bf16 out
+        return model(x)
+
+    x = torch.randn(20_000, 256).to(torch.bfloat16)
+    with StreamPipeline(f, pool=pool, device=device, chunk=2048) as pipe:
+        y = pipe.run(x)
+        assert y.dtype == torch.bfloat16 and y.shape == (20_000, 128)
+        torch.testing.assert_close(y, naive(f, x, 2048), **BF16_TOL)
+    with StreamPipeline(lambda a: a.to(torch.bfloat16), form="torch", pool=pool, device=device) as pipe:
+        with pytest.raises(TypeError, match="NumPy output cannot hold"):
+            pipe.run(np.ones((100, 256), np.float32))  # a NumPy input: a bfloat16 y has nowhere to go

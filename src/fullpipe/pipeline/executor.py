@@ -421,7 +421,7 @@ class StreamPipeline:
             self._tensor_compute(kind)
             if not spec.none:
                 outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
-                                   rows=rows, given=out_np)
+                                   rows=rows, given=out_np, torch_input=kind.library == "torch")
             out_pinned = in_pinned if out_np is None else self._pinned(out_np)
         elif out_np is None and not spec.none:
             out_np = self._new_output(out_shape, out_dtype, in_pinned, usage, notes)
@@ -501,7 +501,7 @@ class StreamPipeline:
             self._tensor_compute(kind)
             if not spec.none:
                 outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
-                                   n_batches=len(items), given=out_given)
+                                   n_batches=len(items), given=out_given, torch_input=kind.library == "torch")
             out_pinned = in_pinned if out_given is None else all(self._pinned(o) for o in out_given)
         elif out_arrays is not None and out_given is None and in_pinned:
             # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
@@ -1102,8 +1102,10 @@ class _Outputs:
     ``place`` runs in the back half of each batch, after the compute call."""
 
     def __init__(self, spec: P.OutputSpec, *, pinned: bool, pool: Any, usage: PinnedUsage, notes: list,
-                 rows: int | None = None, n_batches: int | None = None, given: Any = None):
+                 rows: int | None = None, n_batches: int | None = None, given: Any = None,
+                 torch_input: bool = False):
         self.spec, self.pinned, self.pool, self.usage, self.notes = spec, pinned, pool, usage, notes
+        self.torch_input = torch_input  # outputs go back as torch tensors: bfloat16 and co. can travel
         self.rows = rows
         self.array: np.ndarray | None = given if rows is not None else None
         self.items: list[Any] = list(given) if (rows is None and given is not None) else [None] * (n_batches or 0)
@@ -1143,6 +1145,9 @@ class _Outputs:
                 raise ValueError(f"the compute returned rows of shape {row}; output= declares {spec.row_shape}")
             if spec.dtype is not None and spec.dtype != dtype:
                 raise ValueError(f"the compute returned {dtype}; output= declares {spec.dtype}")
+            if give_back is not None and not self.torch_input and not self.given:
+                raise TypeError(f"the compute returned {give_back}, which a NumPy output cannot hold: return "
+                                "e.g. y.float(), or pass a torch tensor as input (the output is then a tensor)")
             self.row_shape, self.dtype, self.give_back = row, dtype, give_back
             self.row_bytes = int(np.prod(row, dtype=np.int64)) * dtype.itemsize
         elif dtype != self.dtype or (self.rows is not None and row != self.row_shape):
