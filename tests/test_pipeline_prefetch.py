@@ -252,3 +252,18 @@ def test_torch_cpu_tensors_in_and_out(fake):
     assert all(isinstance(t, torch.Tensor) for t in ys)
     np.testing.assert_array_equal(ys[2].numpy(), reference(parts[2].numpy(), 2))
     _assert_clean(pipe)
+
+
+def test_run_batches_of_pinned_inputs_get_pinned_outputs_from_the_pool(fake):
+    from fullpipe.cuda.pinned_pool import default_pinned_pool
+
+    pool = default_pinned_pool()
+    xs = [pool.empty(n, np.uint32) for n in (1000, 2500, 700)]
+    for i, x in enumerate(xs):
+        x[:] = np.arange(len(x), dtype=np.uint32) * (i + 1)
+        fake.pinned.add(x.ctypes.data)
+    pipe = StreamPipeline(FakeMix(), streams=2)
+    ys = pipe.run_batches(xs)
+    assert pipe.stats.pinned["allocations"] == 3 and pipe.stats.staging["input"] == "direct"
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(y, reference(x, 2))

@@ -505,10 +505,10 @@ class StreamPipeline:
             out_pinned = in_pinned if out_given is None else all(self._pinned(o) for o in out_given)
         elif out_arrays is not None and out_given is None and in_pinned:
             # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
-            for it, o in zip(items, out_arrays):
+            for i, (it, o) in enumerate(zip(items, out_arrays)):
                 po = self._new_output(o.shape, o.dtype, True, usage, notes)
                 it.dst, it.dst_addr = po, po.ctypes.data
-                out_arrays[out_arrays.index(o)] = po
+                out_arrays[i] = po
             out_pinned = not notes
         else:
             out_pinned = out_arrays is not None and all(self._pinned(o) for o in out_arrays)
@@ -673,9 +673,8 @@ class StreamPipeline:
             last_pst = pst
             for i, r in enumerate(plan):
                 m = _probe_point(pst, i, self.compute is not None, stage_out is not None)
-                per_size[r] = m
-                g = max(v for k, v in m.items() if k in ("h2d", "compute", "d2h"))
-                gpu_time[r] = min(gpu_time.get(r, g), g) if r == plan[0] and i == 0 else g
+                per_size[r] = m  # a size probed twice: the second (warm) one counts
+                gpu_time[r] = max(v for k, v in m.items() if k in ("h2d", "compute", "d2h"))
             n_probe += len(plan)
             sizes = sorted(per_size)
             n_prev, n_last = sizes[-2], sizes[-1]
