@@ -27,6 +27,7 @@ import pytest
 import fullpipe.cuda.device as fdevice
 import fullpipe.cuda.driver as fdriver
 import fullpipe.cuda.events as fevents
+import fullpipe.cuda.pinned_pool as fpinned
 import fullpipe.cuda.pool as fpool
 import fullpipe.cuda.streams as fstreams
 import fullpipe.pipeline.executor as fexec
@@ -233,6 +234,9 @@ def fake(monkeypatch):
     monkeypatch.setattr(fevents, "create_event", lambda dev, **kw: FakeEvent())
     pinned: set[int] = set()
     monkeypatch.setattr(fexec, "is_pinned", lambda a: a.__array_interface__["data"][0] in pinned)
+    # A process-wide pinned pool of this test's own: its buffers come from this fake driver
+    # (they die with it), so no later test reuses them.
+    monkeypatch.setattr(fpinned, "_default_pool", None)
     return types.SimpleNamespace(driver=d, jitter=jitter, pinned=pinned)
 
 

@@ -13,7 +13,7 @@ from ._version import __version__
 from .cuda.device import Device, DeviceFacts
 from .cuda.pool import DevicePool
 from .errors import CompileError, CudaError, NoDeviceError
-from .pipeline import StreamPipeline
+from .pipeline import PipelineWarning, StreamPipeline
 from . import trace  # noqa: E402 - cheap: needs neither a GPU nor CUPTI until capture()
 
-__all__ = ["__version__", "Device", "DeviceFacts", "DevicePool", "StreamPipeline", "CudaError", "NoDeviceError", "CompileError", "trace"]
+__all__ = ["__version__", "Device", "DeviceFacts", "DevicePool", "StreamPipeline", "PipelineWarning", "CudaError", "NoDeviceError", "CompileError", "trace"]

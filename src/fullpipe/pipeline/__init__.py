@@ -1,7 +1,8 @@
 """Level 1: the stream pipeline executor (between kernels).
 
 - executor.py  :class:`StreamPipeline`: H2D -> compute -> D2H on N non-blocking streams
-- protocol.py  one batch's enqueue sequence, shared by the eager path, copy_streams and graphs
+- protocol.py  one batch's enqueue sequence (two halves, for prefetch), shared by every mode
+- tensors.py   tensor-function computes y = f(x) (PyTorch, CuPy) and PyTorch CUDA-graph capture
 - graphs.py    ``graph=True``: the per-batch sequence captured once, one graph launch per batch
 - staging.py   the pinned staging ring, recycled by host functions or events
 - pageable.py  CPU threads that stage pageable arrays through the ring
@@ -13,8 +14,9 @@
 - workload.cu, stamps.cu  the kernels
 """
 
-from .executor import StreamPipeline
+from .executor import PipelineWarning, StreamPipeline
+from .graphs import GraphCaptureError
 from .stats import PipelineStats
 from .tuning import ChunkChoice
 
-__all__ = ["StreamPipeline", "PipelineStats", "ChunkChoice"]
+__all__ = ["StreamPipeline", "PipelineStats", "ChunkChoice", "PipelineWarning", "GraphCaptureError"]

@@ -11,7 +11,10 @@ The host-driver pattern, for batch j on stream ``j % N``::
     [tell the drain thread the output slot is ready]
     pool.free(buf, s)                        # stream-ordered (cudaFreeAsync)
 
-All of it is enqueued without waiting: the CPU runs ahead to batch j+1 at once.
+All of it is enqueued without waiting. The enqueue order interleaves batches: the
+first half of batch j+1 .. j+prefetch (allocate, H2D) goes in before the second half
+of batch j (compute, D2H, free), so the next copies are in flight while the host is
+inside the compute call of batch j (a framework model's Python launches).
 Nothing inside the loop synchronizes a stream or the device; the only waits are
 the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
 wait at the end. The sequence above is written once, in protocol.py, and used
@@ -29,21 +32,30 @@ import contextlib
 import dataclasses
 import threading
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..cuda import driver as drv
+from ..cuda.device import ensure_current
 from ..cuda.hotpath import HotPath, handle_int
-from ..cuda.memory import DeviceArray, is_pinned, pinned_empty
+from ..cuda.interop import HostKind, host_view, like_input
+from ..cuda.memory import DeviceArray, is_pinned
+from ..cuda.pinned_pool import PinnedPoolFull, PinnedUsage, default_pinned_pool
 from . import plan as P
 from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, short_switch_interval
 from .graphs import BatchGraphs, GraphRun
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
-from .protocol import DeferredFree, Route, batch_protocol
+from .protocol import DeferredFree, Route, protocol_halves
+from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
+
+
+class PipelineWarning(UserWarning):
+    """A run that will work but probably not as meant (e.g. fewer batches than streams)."""
 
 STAGING_MODES = ("auto", "ring", "direct")
 
@@ -53,22 +65,45 @@ ComputeFn = Callable[[Any, DeviceArray, "DeviceArray | None"], Any]
 class StreamPipeline:
     """Push host arrays through H2D -> compute -> D2H on ``streams`` non-blocking streams.
 
-    >>> pipe = StreamPipeline(compute=fn, streams=3, chunk="auto")
-    >>> y = pipe.run(x)                  # one array, cut into chunks along axis 0
+    >>> pipe = StreamPipeline(model, streams=3)       # a torch model: y = model(x)
+    >>> y = pipe.run(x)                  # one array or tensor, cut into chunks along axis 0
     >>> ys = pipe.run_batches([a, b, c])  # a sequence of batches (sizes may differ)
     >>> print(pipe.stats)
 
-    ``compute(stream, x, y)`` gets the cuda.core ``Stream`` (it has ``__cuda_stream__``)
-    and :class:`~fullpipe.cuda.memory.DeviceArray` views of the batch's input and
-    output (``__cuda_array_interface__``: ``torch.as_tensor(x, device="cuda")`` and
-    ``cupy.asarray(x)`` see them without a copy). It must enqueue its work on that
-    stream (e.g. ``torch.cuda.ExternalStream(int(stream.handle))``) and write ``y``
-    (None with ``output=None``). The views are valid only for work enqueued during the
-    call. ``compute=None`` copies the input back (``y`` is ``x``).
+    Inputs: NumPy arrays, torch CPU tensors (pinned or not) and buffer-protocol
+    objects, C-contiguous; outputs come back as the kind of the input (a torch
+    tensor for a torch input, else a NumPy array), pinned when the input is.
+
+    The compute, in one of two forms (``form=``, see below):
+
+    - a **tensor function** ``y = f(x)`` (a ``torch.nn.Module``, a function of torch
+      tensors, or of CuPy arrays): ``f`` gets the batch as a CUDA tensor (a zero-copy
+      view of fullpipe's device buffer) with the batch's stream current (``with
+      torch.cuda.stream(...)``, made once per pipeline stream), and returns ``y`` with
+      one row per input row; ``y`` is copied to the host straight from its own memory
+      (no device copy). The output's row shape and dtype are those of the first
+      batch's ``y``. See :mod:`fullpipe.pipeline.tensors`.
+    - ``compute(stream, x, y)`` (the "stream" form): it gets the cuda.core ``Stream``
+      (it has ``__cuda_stream__``) and :class:`~fullpipe.cuda.memory.DeviceArray`
+      views of the batch's input and output (``__cuda_array_interface__``), must
+      enqueue its work on that stream and write ``y`` (None with ``output=None``). The
+      views are valid only for work enqueued during the call. ``compute=None`` copies
+      the input back (``y`` is ``x``).
 
     Options:
 
+    - ``form``: ``"auto"`` (default): a ``torch.nn.Module`` or a callable of exactly one
+      positional argument is a tensor function, one of three is the stream form;
+      anything else (``*args``, both possible) is refused with a TypeError asking for
+      ``form=``. ``"torch"``/``"cupy"``: a tensor function of that library. ``"stream"``.
+      With ``"auto"``, a tensor function's library is torch for a Module or a torch
+      input, else the one of torch/cupy that is imported (both imported: TypeError,
+      pass ``form=``).
     - ``streams``: N >= 1 streams, batches round-robin over them.
+    - ``prefetch``: how many later batches have their H2D enqueued before this batch's
+      compute is called (default: ``streams - 1``, at most ``slots - 1`` for pageable
+      input; 0 for ``synchronous`` and graph=True with the stream form). The host's
+      time in the compute call (a model's Python) then overlaps the next copies.
     - ``copy_streams``: False (default): each batch's copies and compute go on its own
       stream. True: every H2D goes on one copy stream and every D2H on another, with
       compute round-robin over the N streams, joined by events (two records and two
@@ -78,45 +113,63 @@ class StreamPipeline:
       layout reaches 0.96-0.99x the copy bound instead of 0.90-0.94x (overlap
       experiment). Stage times in the stats then include queueing behind the
       previous batch's copy or compute.
-    - ``chunk``: rows per chunk for :meth:`run`, a size (``"8MiB"``), or ``"auto"``
-      (measure the first chunks; see :mod:`fullpipe.pipeline.tuning`).
+    - ``chunk``: for :meth:`run`: ``"auto"`` (default; tuned once per kind of work and
+      reused, see :mod:`fullpipe.pipeline.tuning` and :meth:`retune`), a row count
+      (an int, or ``"256 rows"``), or a size in bytes as a string (``"8MiB"``,
+      ``"64 MB"``). An int is always rows; a run with fewer batches than streams
+      warns (:class:`PipelineWarning`).
     - ``slots``: K pinned slots each way in the staging ring used for pageable arrays.
     - ``recycle``: how a slot comes back: ``"hostfn"`` (a native host function posts a
       semaphore), ``"pyhostfn"`` (a Python host function), ``"event"``.
     - ``staging``: ``"auto"`` (pinned arrays are copied directly, pageable ones through
       the ring), ``"ring"`` (always the ring), ``"direct"`` (hand every array to
       cuMemcpyAsync as is: pageable memory then blocks; a baseline for experiments).
-    - ``output``: ``"same"`` (like the input), ``None`` (no output), or
-      ``(row_shape, dtype)``.
+    - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
+      for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
+    - ``pinned_pool``: the :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the ring's
+      slots and the outputs of pinned inputs come from (default: the process-wide
+      ``default_pinned_pool()``). ``stats.pinned`` says what a run pinned.
     - ``timing``: record four events per batch for per-stage stats (a few us per batch).
     - ``synchronous``: wait for each batch before the next (the serial baseline).
     - ``pool``: a :class:`~fullpipe.DevicePool` (one is made if not given).
-    - ``graph``: False (default). True: the per-batch sequence (allocate, H2D, slot
-      signal, compute, D2H, signal, free) is captured once into a CUDA graph per lane
-      and batch shape, and each later batch of that shape is one ``cuGraphLaunch``
-      (ring staging; direct staging adds two memcpy-node updates) instead of five to
-      seven driver calls. See :mod:`fullpipe.pipeline.graphs`. Consequences:
-      ``compute`` is called only when a graph is captured (once per slot or stream
-      and shape), with the stream being captured: it must enqueue only capturable
-      work (no synchronization; a failed capture raises ``GraphCaptureError``, a
-      ValueError) and whatever it reads when called is frozen into the graph
-      (:meth:`reset_graphs` after changing e.g. ``MixKernel.rounds``). ``timing`` is
-      treated as False (a graph's nodes are fixed: no per-batch stage events; no
-      ``busy_ms``). The device buffers are graph memory, not ``pool`` memory (the
-      pool's usage does not move; :meth:`close` gives the graph memory back). At most
-      64 graphs are cached; batches of further new shapes run without a graph.
+    - ``graph``: False (default). True, stream form: the per-batch sequence (allocate,
+      H2D, slot signal, compute, D2H, signal, free) is captured once into a CUDA graph
+      per lane and batch shape, and each later batch of that shape is one
+      ``cuGraphLaunch`` (ring staging; direct staging adds two memcpy-node updates)
+      instead of five to seven driver calls. See :mod:`fullpipe.pipeline.graphs`.
+      Consequences: ``compute`` is called only when a graph is captured (once per slot
+      or stream and shape), with the stream being captured: it must enqueue only
+      capturable work (no synchronization; a failed capture raises
+      ``GraphCaptureError``, a ValueError) and whatever it reads when called is frozen
+      into the graph (:meth:`reset_graphs` after changing e.g. ``MixKernel.rounds``).
+      ``timing`` is treated as False (a graph's nodes are fixed: no per-batch stage
+      events; no ``busy_ms``). The device buffers are graph memory, not ``pool`` memory
+      (the pool's usage does not move; :meth:`close` gives the graph memory back). At
+      most 64 graphs are cached; batches of further new shapes run without a graph.
       ``stats.graph`` says how many batches were launched, captured, or fell back.
       Not combined with ``copy_streams=True`` or ``staging="direct"`` yet.
+      True, PyTorch tensor function: the compute alone is captured with PyTorch's
+      own ``torch.cuda.CUDAGraph`` (one graph per stream and input shape, static input
+      and output tensors; :class:`~fullpipe.pipeline.tensors.TorchGraphs`); copies,
+      allocation and prefetch stay as without graphs, per-stage timing included. The
+      same failure guarantees; ``f`` runs once eagerly per stream and shape before its
+      capture (warm-up). Not available for CuPy tensor functions.
 
     On an exception in compute, a CUDA error, or Ctrl-C, the run drains what is in
     flight, frees every device allocation it made, gives back the ring, and re-raises
     the exception with a note naming the batch (also as ``exc.batch_index``).
+
+    Threads: a pipeline may be made in one thread and run in another (each run makes
+    the device's context current in the calling thread); one run at a time per
+    pipeline: use one pipeline per thread (they may share ``pool`` and the pinned
+    pool).
     """
 
     def __init__(
         self,
-        compute: ComputeFn | None = None,
+        compute: ComputeFn | Callable[[Any], Any] | None = None,
         *,
+        form: str = "auto",
         streams: int = 3,
         chunk: int | str = "auto",
         slots: int = 4,
@@ -130,9 +183,11 @@ class StreamPipeline:
         device: Any = None,
         copy_threads: int | None = None,
         graph: bool = False,
+        prefetch: int | None = None,
+        pinned_pool: Any = None,
     ):
-        if compute is not None and not callable(compute):
-            raise TypeError(f"compute must be callable as compute(stream, x, y), got {type(compute).__name__}")
+        self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
+        self._form_option = form
         self.compute = compute
         self.n_streams = P.check_positive_int(streams, "streams", "use 1 for a single stream")
         self.chunk = parse_chunk(chunk)
@@ -154,19 +209,33 @@ class StreamPipeline:
                 "graph=True and copy_streams=True are not combined yet: copy_streams spreads each batch over "
                 "three streams joined by events and frees its buffer batches later on another stream, while "
                 "a per-batch graph is one launch on one stream. Use one of the two.")
-        if graph and staging == "direct":
+        if graph and staging == "direct" and self.form != "tensor":
             raise ValueError(
                 "graph=True with staging='direct' is not supported: that mode hands pageable arrays to "
                 "cuMemcpyAsync as is, which a graph's memcpy node cannot hold. Use staging='auto' (pinned "
                 "arrays are copied directly, pageable ones through the ring) or 'ring'.")
+        if graph and form == "cupy":
+            raise ValueError("graph=True is not available for a CuPy tensor function (PyTorch only); "
+                             "use graph=False, or a compute(stream, x, y) that launches capturable work")
+        if self.form == "tensor" and form == "cupy" and self.copy_streams:
+            raise ValueError("copy_streams=True is not supported with a CuPy tensor function: CuPy cannot be "
+                             "told that the D2H stream still reads the output. Use copy_streams=False.")
         self.graph = graph
+        if prefetch is not None:
+            if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)) or prefetch < 0:
+                raise ValueError(f"prefetch must be None (auto) or an int >= 0, got {prefetch!r}")
+            prefetch = int(prefetch)
+        self.prefetch = prefetch
         self.copy_threads = (default_copy_threads() if copy_threads is None
                              else P.check_positive_int(copy_threads, "copy_threads"))
         self._device = device
         self._pool = pool
         self._owns_pool = pool is None
+        self._pinned_pool_arg = pinned_pool
         self._started = False
         self._running = False
+        self._tc: TensorCompute | None = None
+        self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         self.stats: PipelineStats | None = None
         self.probe_stats: PipelineStats | None = None
 
@@ -182,6 +251,10 @@ class StreamPipeline:
         if self._device is None:
             self._device = Device(0)
         self.device = self._device
+        index = getattr(self.device, "index", 0)
+        self._dev_index = index if isinstance(index, int) else 0
+        ensure_current(self._dev_index)
+        self._pinned_pool = self._pinned_pool_arg if self._pinned_pool_arg is not None else default_pinned_pool()
         if self._pool is None:
             self._pool = DevicePool(self.device, release_threshold="max")
         self.pool = self._pool
@@ -213,8 +286,8 @@ class StreamPipeline:
                             for k, (s, h) in enumerate(zip(self.streams, self._hs))]
         else:
             self._routes = [Route.one_stream(s, h) for s, h in zip(self.streams, self._hs)]
-        self._ring_in = SlotRing(self.slots)
-        self._ring_out = SlotRing(self.slots)
+        self._ring_in = SlotRing(self.slots, pool=self._pinned_pool)
+        self._ring_out = SlotRing(self.slots, pool=self._pinned_pool)
         self._copier_in: HostCopier | None = None
         self._copier_out: HostCopier | None = None
         self._free_events: list[tuple[Any, Any]] = []
@@ -229,16 +302,20 @@ class StreamPipeline:
         self._SUCCESS = driver.CUresult.CUDA_SUCCESS
         self._NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
         self._graphs = (BatchGraphs(pool=self.pool, device=self.device, hot=self._hot, recycle=self.recycle,
-                                    slots=self.slots) if self.graph else None)
+                                    slots=self.slots) if self.graph and self.form != "tensor" else None)
         self._started = True
 
     def close(self) -> None:
         """Free the pinned ring, the events, the copy threads and (if it made it) the pool."""
         if not self._started:
             return
+        ensure_current(self._dev_index)
         for s in self._all_streams:
             with drv.translated("cuStreamSynchronize"):
                 s.sync()
+        if self._tc is not None:
+            self._tc.close()
+            self._tc = None
         if self._graphs is not None:  # before the ring: the graphs hold its slot addresses
             self._graphs.close()
             self._graphs = None
@@ -292,69 +369,209 @@ class StreamPipeline:
     def reset_graphs(self) -> None:
         """graph=True: drop the cached CUDA graphs, so that the next batches capture the
         compute again (after changing something it reads when called)."""
-        if self._started and self._graphs is not None:
-            for s in self._all_streams:
-                with drv.translated("cuStreamSynchronize"):
-                    s.sync()
+        if not self._started:
+            return
+        ensure_current(self._dev_index)
+        for s in self._all_streams:
+            with drv.translated("cuStreamSynchronize"):
+                s.sync()
+        if self._graphs is not None:
             self._graphs.clear()
+        if self._tc is not None and self._tc.graphs is not None:
+            self._tc.graphs.clear()
+
+    def retune(self) -> None:
+        """chunk="auto": forget the measured models, so that the next run probes again
+        (after changing the compute, the machine's load, or anything the chunk depends on)."""
+        self._tuned.clear()
 
     # ------------------------------------------------------------------ public runs
-    def run(self, x: Any, out: np.ndarray | None = None) -> np.ndarray | None:
-        """Run one host array, cut into chunks along axis 0. Returns the output array
-        (``out`` if given; else a new one, pinned if ``x`` is pinned), or None with
-        ``output=None``."""
-        x = P.as_host_array(x, "input")
-        self._check_input_dtype(x.dtype)
+    def run(self, x: Any, out: Any = None) -> Any:
+        """Run one host array (NumPy, torch CPU tensor, buffer), cut into chunks along
+        axis 0. Returns the output (``out`` if given; else a new one of the input's kind,
+        pinned if ``x`` is pinned), or None with ``output=None``."""
+        x_np, kind = host_view(x, "input")
+        x_np = P.as_host_array(x_np, "input")
+        out_np = None
+        if out is not None:
+            out_np, _ = host_view(out, "out")
+        tensor = self.form == "tensor"
         spec = self.output
-        out_shape = None if spec.none else spec.shape_for(x.shape)
-        out_dtype = None if spec.none else spec.dtype_for(x.dtype)
         if spec.none and out is not None:
             raise ValueError("out given, but the pipeline has output=None")
-        if out is not None:
-            P.check_output(out, out_shape, out_dtype)  # type: ignore[arg-type]
-        rows = x.shape[0]
-        row_bytes = x.nbytes // rows
+        rows = x_np.shape[0]
+        row_bytes = x_np.nbytes // rows
+        out_shape = out_dtype = None
+        if not tensor:
+            self._check_input_dtype(x_np.dtype)
+            if not spec.none:
+                out_shape, out_dtype = spec.shape_for(x_np.shape), spec.dtype_for(x_np.dtype)
+                if out_np is not None:
+                    P.check_output(out_np, out_shape, out_dtype)  # type: ignore[arg-type]
+        elif out_np is not None:
+            _check_out_layout(out_np, rows, "out")
         fixed_rows = None if self.chunk == "auto" else chunk_rows(self.chunk, row_bytes, rows)
         self._start()
-        in_pinned = self._pinned(x)
-        if out is None and not spec.none:
-            out = pinned_empty(out_shape, out_dtype) if in_pinned else np.empty(out_shape, out_dtype)
+        ensure_current(self._dev_index)
+        usage = PinnedUsage()
+        notes: list[str] = []
+        in_pinned = self._pinned(x_np)
+        outputs: _Outputs | None = None
+        if tensor:
+            self._tensor_compute(kind)
+            if not spec.none:
+                outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
+                                   rows=rows, given=out_np, torch_input=kind.library == "torch")
+            out_pinned = in_pinned if out_np is None else self._pinned(out_np)
+        elif out_np is None and not spec.none:
+            out_np = self._new_output(out_shape, out_dtype, in_pinned, usage, notes)
+            out_pinned = in_pinned and not notes
+        else:
+            out_pinned = out_np is not None and self._pinned(out_np)
         stage_in = self._staging_mode(in_pinned)
-        stage_out = None if out is None else self._staging_mode(self._pinned(out))
-        start = 0
+        stage_out = None if spec.none else self._staging_mode(out_pinned)
+        start = n_probe = 0
         choice: ChunkChoice | None = None
+        source = "given"
         self.probe_stats = None
-        n_probe = 0
+        pst_list: list[PipelineStats] = []
+        run_args = dict(outputs=outputs, usage=usage, kind=kind)
         if fixed_rows is None:
-            with nvtx.range("fullpipe.pipeline: chunk='auto' probes"):
-                fixed_rows, choice, start, n_probe = self._tune(x, out, rows, row_bytes, stage_in, stage_out)
+            with nvtx.range("fullpipe.pipeline: chunk='auto'"):
+                fixed_rows, choice, start, n_probe, source = self._tune(
+                    x_np, None if tensor else out_np, rows, row_bytes, stage_in, stage_out, run_args, pst_list)
         bounds = P.chunk_bounds(rows, fixed_rows, start)
-        batches = P.batches_from_array(x, out, bounds, first_index=n_probe)
+        batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
+        self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes)
         with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
-            stats = self._execute(batches, stage_in, stage_out) if batches else PipelineStats()
-        stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes}
+            stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
+        stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
         if choice is not None:
             stats.chunk.update(choice.as_dict())
             stats.chunk["probe_batches"] = n_probe
+        stats.pinned = self._pinned_stats(usage, notes)
         self.stats = stats
-        return out
+        if spec.none:
+            return None
+        if out is not None:
+            return out
+        if outputs is not None:
+            return like_input(outputs.array, kind, torch_dtype=outputs.give_back)
+        return like_input(out_np, kind)  # type: ignore[arg-type]
 
-    def run_batches(self, batches: Sequence[Any], outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray] | None:
-        """Run a sequence of host batches (sizes may differ). Returns their outputs
-        (``outs`` if given, else new pageable arrays), or None with ``output=None``."""
-        items, out_arrays, _ = P.batches_from_list(batches, outs, self.output)
-        self._check_input_dtype(items[0].src.dtype)
+    def run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None) -> list[Any] | None:
+        """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU
+        tensors, buffers). Returns their outputs (``outs`` if given, else new arrays of
+        each batch's kind, pinned when every input is), or None with ``output=None``."""
+        if isinstance(batches, np.ndarray) or _is_tensor(batches):
+            raise TypeError("run_batches takes a sequence of arrays; for one array use run(x)")
+        try:
+            given = list(batches)
+        except TypeError as exc:
+            raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
+        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
+        arrays = [v[0] for v in views]
+        out_given = None
+        if outs is not None:
+            outs = list(outs)
+            out_given = [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)]
+        tensor = self.form == "tensor"
+        spec = self.output
+        if tensor:
+            items, _, _ = P.batches_from_list(arrays, None, P.OutputSpec(none=True))
+            if spec.none and outs is not None:
+                raise ValueError("outs given, but the pipeline has output=None")
+            if out_given is not None:
+                if len(out_given) != len(items):
+                    raise ValueError(f"{len(out_given)} outputs for {len(items)} batches")
+                for i, (o, it) in enumerate(zip(out_given, items)):
+                    _check_out_layout(o, it.in_shape[0], f"outs[{i}]")
+            out_arrays = None
+        else:
+            items, out_arrays, _ = P.batches_from_list(arrays, out_given, spec)
+            self._check_input_dtype(items[0].src.dtype)
         self._start()
-        stage_in = self._staging_mode(all(self._pinned(b.src) for b in items))
-        stage_out = None
-        if out_arrays is not None:
-            stage_out = self._staging_mode(all(self._pinned(o) for o in out_arrays))
+        ensure_current(self._dev_index)
+        kind = views[0][1]
+        usage = PinnedUsage()
+        notes: list[str] = []
+        in_pinned = all(self._pinned(b.src) for b in items)
+        outputs = None
+        if tensor:
+            self._tensor_compute(kind)
+            if not spec.none:
+                outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
+                                   n_batches=len(items), given=out_given, torch_input=kind.library == "torch")
+            out_pinned = in_pinned if out_given is None else all(self._pinned(o) for o in out_given)
+        elif out_arrays is not None and out_given is None and in_pinned:
+            # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
+            for i, (it, o) in enumerate(zip(items, out_arrays)):
+                po = self._new_output(o.shape, o.dtype, True, usage, notes)
+                it.dst, it.dst_addr = po, po.ctypes.data
+                out_arrays[i] = po
+            out_pinned = not notes
+        else:
+            out_pinned = out_arrays is not None and all(self._pinned(o) for o in out_arrays)
+        stage_in = self._staging_mode(in_pinned)
+        stage_out = None if spec.none else self._staging_mode(out_pinned)
         self.probe_stats = None
+        self._warn_few_batches(len(items), None, 0)
         with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
-            self.stats = self._execute(items, stage_in, stage_out)
-        return out_arrays
+            stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
+        stats.pinned = self._pinned_stats(usage, notes)
+        self.stats = stats
+        if spec.none:
+            return None
+        if outs is not None:
+            return list(outs)
+        if outputs is not None:
+            return [like_input(o, k, torch_dtype=outputs.give_back)
+                    for o, (_, k) in zip(outputs.items, views)]
+        return [like_input(o, k) for o, (_, k) in zip(out_arrays, views)]  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ helpers
+    def _tensor_compute(self, kind: HostKind) -> TensorCompute:
+        """The tensor-function adapter, made at the first run (its library may depend
+        on the first input's kind)."""
+        if self._tc is None:
+            name = tensor_framework(self.compute, self._form_option, kind)
+            if self.graph and name != "torch":
+                raise ValueError("graph=True is not available for a CuPy tensor function (PyTorch only)")
+            if name == "cupy" and self.copy_streams:
+                raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+            self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
+                                     graphs=TorchGraphs() if self.graph else None)
+        return self._tc
+
+    def _new_output(self, shape: Any, dtype: Any, pinned: bool, usage: PinnedUsage, notes: list) -> np.ndarray:
+        """A host output: from the pinned pool for a pinned input (so the D2H goes straight
+        in and steady-state runs pin nothing), else pageable."""
+        if pinned:
+            try:
+                return self._pinned_pool.empty(shape, dtype, usage)
+            except PinnedPoolFull as exc:
+                notes.append(f"pinned pool full, output is pageable (staged through the ring): {exc}")
+        return np.empty(shape, dtype)
+
+    def _pinned_stats(self, usage: PinnedUsage, notes: list) -> dict[str, Any]:
+        d = dataclasses.asdict(usage)
+        d["pool_held_bytes"] = self._pinned_pool.stats.held_bytes
+        d["ring_bytes"] = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
+        if notes:
+            d["fallback"] = "; ".join(notes)
+        return d
+
+    def _warn_few_batches(self, n_batches: int, rows: int | None, row_bytes: int) -> None:
+        if n_batches >= self.n_streams or self.synchronous:
+            return
+        hint = ""
+        if rows is not None and isinstance(self.chunk, int):
+            hint = (f" chunk={self.chunk} is a row count ({rows * row_bytes / 2**20:.1f} MiB per chunk); for a "
+                    f"size in bytes write chunk='{self.chunk}B' or e.g. '8MiB'.")
+        warnings.warn(f"fullpipe.StreamPipeline: {n_batches} batch(es) for {self.n_streams} streams: nothing to "
+                      f"overlap, the copies and the compute run one after the other.{hint}",
+                      PipelineWarning, stacklevel=3)
+
     def _check_input_dtype(self, dtype: np.dtype) -> None:
         want = getattr(self.compute, "input_dtype", None)
         if want is not None and np.dtype(want) != dtype:
@@ -373,8 +590,7 @@ class StreamPipeline:
 
     def _worker_setup(self) -> None:
         """Run first on each staging thread: event waits need the device's context current."""
-        if self.recycle == "event":
-            self.device.set_current()
+        ensure_current(self._dev_index)
 
     def _copier(self, direction: str) -> HostCopier:
         attr = "_copier_in" if direction == "in" else "_copier_out"
@@ -382,7 +598,8 @@ class StreamPipeline:
             setattr(self, attr, HostCopier(self.copy_threads))
         return getattr(self, attr)
 
-    def _events(self) -> list[tuple[Any, Any]]:
+    def _events(self, index: int = 0) -> list[tuple[Any, Any]]:
+        """Four timing events for batch ``index`` (from the free list, made when it is empty)."""
         while len(self._free_events) < 4:
             ev = self._create_event(self.device, timing=True)
             self._free_events.append((ev, handle_int(ev.handle) if self._hot.native else ev.handle))
@@ -401,50 +618,116 @@ class StreamPipeline:
         return result[1] if len(result) > 1 else None
 
     # ------------------------------------------------------------------ chunk="auto"
-    def _tune(self, x, out, rows, row_bytes, stage_in, stage_out) -> tuple[int, ChunkChoice, int, int]:
-        """Run the probe chunks (real rows of x, kept), fit per-stage models, choose."""
-        probes = probe_rows(rows, row_bytes)
-        if not probes:
-            per = max(1, -(-rows // (2 * self.n_streams)))
-            reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: split into "
-                      f"{-(-rows // per)} chunks (two per stream)")
-            return per, ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason), 0, 0
-        bounds, a = [], 0
-        for r in probes:
-            bounds.append((a, a + r))
-            a += r
-        pst = self._probe(P.batches_from_array(x, out, bounds), stage_in, stage_out)
-        self.probe_stats = pst
-        t1, t2 = pst.timings[1], pst.timings[2]
-        n1, n2 = bounds[1][1] - bounds[1][0], bounds[2][1] - bounds[2][0]
-        stages = ["h2d"] + (["compute"] if self.compute is not None else []) + ([] if out is None else ["d2h"])
-        models = {}
-        for st in stages:
-            d1 = (t1.stage(st)[1] - t1.stage(st)[0]) / 1e3
-            d2 = (t2.stage(st)[1] - t2.stage(st)[0]) / 1e3
-            models[st] = StageModel.fit(n1 * row_bytes, d1, n2 * row_bytes, d2)
-        host_s = min(pst.enqueue_us[1:]) * 1e-6 if len(pst.enqueue_us) > 1 else 20e-6
-        free, _ = self.device.memory_info()
-        out_ratio = 0.0 if out is None else (out.nbytes / out.shape[0]) / row_bytes
-        choice = choose_chunk(
-            models, total_bytes=(rows - a) * row_bytes, row_bytes=row_bytes, streams=self.n_streams,
-            host_s=host_s, device_budget_bytes=free // 2, out_over_in=out_ratio,
-            buffers_in_flight=(self._lag + 1) if self.copy_streams else None,
-        )
-        return choice.rows, choice, a, len(probes)
+    def _tune_key(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> tuple:
+        return (tuple(x.shape[1:]), x.dtype.str, stage_in, stage_out, self.form, id(self.compute),
+                self.n_streams, self.copy_streams, self.output)
 
-    def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None) -> PipelineStats:
+    def _tune(self, x, out, rows, row_bytes, stage_in, stage_out, run_args,
+              pst_list) -> tuple[int, ChunkChoice, int, int, str]:
+        """The chunk for this run: from the models measured on an earlier run of the same
+        kind of work ("reused"), or from probe chunks run now (real rows of x, kept)."""
+        key = self._tune_key(x, stage_in, stage_out)
+        tuned = self._tuned.get(key)
+        start = n_probe = 0
+        source = "reused"
+        if tuned is None:
+            probes = probe_rows(rows, row_bytes)
+            if not probes:
+                per = max(1, -(-rows // (2 * self.n_streams)))
+                reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: split into "
+                          f"{-(-rows // per)} chunks (two per stream)")
+                return per, ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason), 0, 0, "even split"
+            tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
+            self._tuned[key] = tuned
+            source = "tuned"
+        in_flight = (self._lag + 1) if self.copy_streams else 3 * self.n_streams - 1
+        choice = choose_chunk(
+            tuned.models, total_bytes=(rows - start) * row_bytes, row_bytes=row_bytes, streams=self.n_streams,
+            host_s=tuned.host.fixed_s, host_per_byte_s=tuned.host.per_byte_s,
+            device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
+            device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
+            min_bytes=tuned.fitted_from_bytes,
+        )
+        return choice.rows, choice, start, n_probe, source
+
+    def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args) -> tuple["_Tuned", int, int]:
+        """Probe chunks, each waited for alone with stage timing: the sizes of
+        ``probe_rows`` (a small one twice, the first a warm-up, then 8x), then x2 while
+        the slowest GPU stage has not reached its linear regime (time < 0.6 x the size
+        ratio: launch-bound), within a quarter of the input. A tensor function runs
+        each new size twice (frameworks autotune per shape) and the second counts."""
+        free_before = self.device.memory_info()[0]
+        tensor = self.form == "tensor"
+        per_size: dict[int, dict[str, float]] = {}
+        gpu_time: dict[int, float] = {}
+        a, n_probe = 0, 0
+        plan = list(probes) if not tensor else [probes[0], probes[1], probes[2], probes[2]]
+        last_pst = None
+        while plan:
+            bounds = []
+            for r in plan:
+                bounds.append((a, a + r))
+                a += r
+            pst = self._probe(P.batches_from_array(x, out, bounds, first_index=n_probe), stage_in, stage_out,
+                              **run_args)
+            last_pst = pst
+            for i, r in enumerate(plan):
+                m = _probe_point(pst, i, self.compute is not None, stage_out is not None)
+                per_size[r] = m  # a size probed twice: the second (warm) one counts
+                gpu_time[r] = max(v for k, v in m.items() if k in ("h2d", "compute", "d2h"))
+            n_probe += len(plan)
+            sizes = sorted(per_size)
+            n_prev, n_last = sizes[-2], sizes[-1]
+            launch_bound = gpu_time[n_last] < 0.6 * (n_last / n_prev) * gpu_time[n_prev]
+            nxt = 2 * n_last
+            plan = [nxt] * (2 if tensor else 1)
+            if not launch_bound or a + len(plan) * nxt > rows // 4 or nxt * row_bytes > 256 * 2**20:
+                break
+        self.probe_stats = last_pst
+        sizes = sorted(per_size)
+        n1, n2 = sizes[-2], sizes[-1]
+        p1, p2 = per_size[n1], per_size[n2]
+        models = {st: StageModel.fit(n1 * row_bytes, p1[st], n2 * row_bytes, p2[st])
+                  for st in p2 if st != "host"}
+        host = StageModel.fit(n1 * row_bytes, p1["host"], n2 * row_bytes, p2["host"])
+        out_over_in = 0.0
+        outputs = run_args.get("outputs")
+        if outputs is not None and outputs.row_bytes:
+            out_over_in = outputs.row_bytes / row_bytes
+        elif out is not None:
+            out_over_in = (out.nbytes / out.shape[0]) / row_bytes
+        compute_bytes = 0.0
+        if tensor:  # the framework's own memory per input byte (its cache grew by about that much)
+            free_after = self.device.memory_info()[0]
+            compute_bytes = max(0.0, (free_before - free_after) / (n2 * row_bytes) - 1.0 - out_over_in)
+        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes), a, n_probe
+
+    def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, **run_args: Any) -> PipelineStats:
         """A probe run for chunk="auto": each batch waits for the previous one, with
         per-stage timing events, never as a graph (the stage times are what it is for)."""
-        return self._execute(batches, stage_in, stage_out, PROBE_RUN)
+        return self._execute(batches, stage_in, stage_out, PROBE_RUN, **run_args)
 
     def _run_mode(self) -> RunMode:
-        # A graph's nodes are fixed: no per-batch timing events in graph mode.
-        return RunMode(timing=self.timing and not self.graph, synchronous=self.synchronous, graphs=self.graph)
+        # A graph's nodes are fixed: no per-batch timing events in graph mode (stream form).
+        graphs = self.graph and self.form != "tensor"
+        return RunMode(timing=self.timing and not graphs, synchronous=self.synchronous, graphs=graphs)
+
+    def _prefetch_for(self, mode: RunMode, ring_in: bool) -> int:
+        """Batches whose front half (allocate, H2D) is enqueued before this batch's
+        compute. At most N-1: the next front on this batch's own stream would sit
+        before its compute. At most K-1 with ring input: the stager would otherwise
+        wait for this batch's own H2D before the compute is even called."""
+        if mode.synchronous or mode.graphs:
+            return 0
+        n = self.n_streams - 1 if self.prefetch is None else min(self.prefetch, self.n_streams - 1)
+        if ring_in:
+            n = min(n, self.slots - 1)
+        return max(n, 0)
 
     # ------------------------------------------------------------------ the loop
     def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None,
-                 mode: RunMode | None = None) -> PipelineStats:
+                 mode: RunMode | None = None, outputs: "_Outputs | None" = None,
+                 usage: PinnedUsage | None = None, kind: HostKind | None = None) -> PipelineStats:
         """Enqueue every batch (the host-driver pattern of the module docstring), wait
         once at the end, and return what the run did."""
         mode = self._run_mode() if mode is None else mode
@@ -456,19 +739,25 @@ class StreamPipeline:
             bytes_in=sum(b.in_bytes for b in batches), bytes_out=sum(b.out_bytes for b in batches),
         )
         if ring_in:
-            self._ring_in.ensure(max(b.in_bytes for b in batches))
-        if ring_out:
-            self._ring_out.ensure(max(b.out_bytes for b in batches))
-        stats.pinned_ring_bytes = (self._ring_in.pinned_bytes if ring_in else 0) + (
-            self._ring_out.pinned_bytes if ring_out else 0)
+            self._ring_in.ensure(max(b.in_bytes for b in batches), usage)
+        if ring_out and outputs is None:
+            self._ring_out.ensure(max(b.out_bytes for b in batches), usage)
         in_dtype = batches[0].src.dtype
-        out_dtype = batches[0].dst.dtype if has_out else None
+        out_dtype = batches[0].dst.dtype if has_out and batches[0].dst is not None else None
         gx = self._graphs if mode.graphs else None  # graph=True: see graphs.py
         if gx is not None:
             gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
                          self._routes, self._ring_in, self._ring_out)
+        tc = self._tc if self.form == "tensor" else None
+        if tc is not None:
+            tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None)
+            if tc.graphs is not None:
+                tc.graphs.begin_run()
+        if outputs is not None:
+            outputs.begin_execute(batches, self._ring_out if ring_out else None)
 
         run = _Run(batches, stop=threading.Event())
+        run.lazy_out = outputs is not None
         self._running = True
         switch = short_switch_interval() if (ring_in or ring_out) else contextlib.nullcontext()
         drained = True
@@ -476,49 +765,27 @@ class StreamPipeline:
         t_start = time.perf_counter()
         try:
             with switch:
-                enqueue = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype)
-                stager, drainer, routes, hs = run.stager, run.drainer, self._routes, self._hs
-                ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
-                synchronous, timing = mode.synchronous, mode.timing
-                enqueue_us = run.enqueue_us
+                front, back = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype,
+                                             tc, outputs, usage)
                 t_loop = time.perf_counter()
-                for pos, b in enumerate(batches):
-                    lane, slot = pos % N, pos % K
-                    # ---- host side: the input in its slot (the stager's work), the output's address
-                    if ring_in:
-                        tw = time.perf_counter()
-                        stager.take(pos)  # type: ignore[union-attr]
-                        run.wait_s += time.perf_counter() - tw
-                        src = ring_in_addr(slot)
-                    else:
-                        src = b.src_addr
-                    dst = ring_out_addr(slot) if ring_out else b.dst_addr
-                    # ---- enqueue batch pos: its graph (graph=True), or the protocol; no waits
-                    # but for the output slot (host wait) and no captures (capture_ms): run.off_s
-                    off = run.off_s
-                    t0 = time.perf_counter()
-                    g = self._graph_for(run, gx, b, slot, lane, src, dst) if gx is not None else None
-                    if g is not None:
-                        gx.launch(g, src, dst, hs[lane])  # type: ignore[union-attr]
-                    else:
-                        enqueue(b, lane, slot, src, dst)
-                    if ring_out:
-                        drainer.submit(slot, b.dst_addr, b.out_bytes)  # type: ignore[union-attr]
-                    t1 = time.perf_counter()
-                    enqueue_us.append((t1 - t0 - (run.off_s - off)) * 1e6)
-                    # ---- bookkeeping, off the critical path of the GPU
-                    if timing:
-                        self._harvest(run.inflight, run.timings, block=False)
-                    if synchronous:
-                        with drv.translated("cuStreamSynchronize"):
-                            routes[lane].d2h_stream.sync()
-                        run.wait_s += time.perf_counter() - t1
+                if gx is not None:
+                    for pos, b in enumerate(batches):
+                        self._one_graph_batch(run, gx, front, back, b, pos, ring_in, ring_out, mode)
+                else:
+                    L = self._prefetch_for(mode, ring_in)
+                    stats.prefetch = L
+                    at = [0]  # the batch the loop works on, for the failure note
+                    try:
+                        self._eager_loop(run, front, back, batches, L, ring_in, ring_out, mode, at)
+                    finally:
+                        pos = at[0]
+                        b = batches[pos]
                 if run.deferred is not None:
                     run.deferred.flush(self._routes[0].d2h)
                 loop_s, loop_wait_s = time.perf_counter() - t_loop, run.wait_s
                 stats.gpu_span_ms = self._finish_run(run)
         except BaseException as exc:
-            released, drained = self._abort(run.live, run.stop, run.stager, run.drainer, run.inflight)
+            released, drained = self._abort(run)
             if gx is not None:
                 gx.after_abort(drained)
             _annotate(exc, b, pos, n, released, K)
@@ -529,23 +796,119 @@ class StreamPipeline:
                     sig.close()
             else:  # a host function may still run some day: keep its semaphore's memory alive
                 _ORPHANED_SIGNALS.extend(run.signals)
+            if tc is not None:
+                tc.release()
             self._running = False
         stats.wall_ms = (time.perf_counter() - t_start) * 1e3
+        stats.pinned_ring_bytes = (self._ring_in.pinned_bytes if ring_in else 0) + (
+            self._ring_out.pinned_bytes if ring_out else 0)
+        if outputs is not None:
+            stats.bytes_out = sum(bb.out_bytes for bb in batches)
         stats.enqueue_us_per_batch = sum(run.enqueue_us) / n
         stats.loop_us_per_batch = max(loop_s - loop_wait_s, 0.0) * 1e6 / n
         stats.host_wait_ms = run.wait_s * 1e3
         stats.enqueue_us = run.enqueue_us
+        compute_us = run.clock[0] * 1e6 / n
+        front_us = sum(run.front_us) / n
+        stats.host_us = {"front": front_us, "compute_call": compute_us,
+                         "back": max(stats.enqueue_us_per_batch - front_us - compute_us, 0.0),
+                         "staging_wait": stats.host_wait_ms * 1e3 / n}
         stats.timings = run.timings
+        stats.host_copy_s = {"stage_in": run.stager.copy_s if run.stager is not None else [],
+                             "drain_out": run.drainer.copy_s if run.drainer is not None else []}
         if gx is not None:
             stats.graph = gx.run_stats(n)
+        elif tc is not None and tc.graphs is not None:
+            stats.graph = tc.graphs.run_stats(n)
         if run.timings:
             stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)
         return stats
 
+    def _eager_loop(self, run: "_Run", front: Any, back: Any, batches: list[P.Batch], L: int, ring_in: bool,
+                    ring_out: bool, mode: RunMode, at: list) -> None:
+        """Issue order: the fronts (allocate, H2D) of batches j..j+L, then the back
+        (compute, D2H, free) of batch j. With L >= 1 the next batches' H2Ds are in
+        flight while the compute call of batch j runs on the host."""
+        n, K, N = len(batches), self.slots, self.n_streams
+        stager, drainer, routes = run.stager, run.drainer, self._routes
+        ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
+        synchronous, timing = mode.synchronous, mode.timing
+        enqueue_us, front_us, pending = run.enqueue_us, run.front_us, run.pending
+        perf = time.perf_counter
+        ring_addr = ring_out and not run.lazy_out
+        nxt = 0
+        for pos in range(n):
+            while nxt < n and nxt <= pos + L:
+                at[0] = nxt
+                bb = batches[nxt]
+                slot = nxt % K
+                if ring_in:
+                    tw = perf()
+                    stager.take(nxt)  # type: ignore[union-attr]
+                    run.wait_s += perf() - tw
+                    src = ring_in_addr(slot)
+                else:
+                    src = bb.src_addr
+                t0 = perf()
+                pending.append(front(bb, nxt % N, slot, src))
+                front_us.append((perf() - t0) * 1e6)
+                nxt += 1
+            at[0] = pos
+            p = pending[0]
+            b = p.b
+            slot = p.slot
+            off = run.off_s
+            t0 = perf()
+            back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
+            pending.popleft()
+            if ring_out:
+                drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
+            t1 = perf()
+            enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
+            # ---- bookkeeping, off the critical path of the GPU
+            if timing:
+                self._harvest(run.inflight, run.timings, block=False)
+            if synchronous:
+                with drv.translated("cuStreamSynchronize"):
+                    routes[pos % N].d2h_stream.sync()
+                run.wait_s += perf() - t1
+
+    def _one_graph_batch(self, run: "_Run", gx: BatchGraphs, front: Any, back: Any, b: P.Batch, pos: int,
+                         ring_in: bool, ring_out: bool, mode: RunMode) -> None:
+        """graph=True (stream form): batch b as one launch of its graph, or through the
+        protocol when it has none (the graph cache is full)."""
+        N, K = self.n_streams, self.slots
+        lane, slot = pos % N, pos % K
+        if ring_in:
+            tw = time.perf_counter()
+            run.stager.take(pos)  # type: ignore[union-attr]
+            run.wait_s += time.perf_counter() - tw
+            src = self._ring_in.address(slot)
+        else:
+            src = b.src_addr
+        dst = self._ring_out.address(slot) if ring_out else b.dst_addr
+        off = run.off_s
+        t0 = time.perf_counter()
+        g = self._graph_for(run, gx, b, slot, lane, src, dst)
+        if g is not None:
+            gx.launch(g, src, dst, self._hs[lane])
+        else:
+            back(front(b, lane, slot, src), dst)
+        if ring_out:
+            run.drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
+        t1 = time.perf_counter()
+        run.front_us.append(0.0)
+        run.enqueue_us.append((t1 - t0 - (run.off_s - off)) * 1e6)
+        if mode.synchronous:
+            with drv.translated("cuStreamSynchronize"):
+                self._routes[lane].d2h_stream.sync()
+            run.wait_s += time.perf_counter() - t1
+
     def _open_run(self, run: "_Run", mode: RunMode, gx: BatchGraphs | None, ring_in: bool, ring_out: bool,
-                  has_out: bool, in_dtype: Any, out_dtype: Any) -> Any:
+                  has_out: bool, in_dtype: Any, out_dtype: Any, tc: TensorCompute | None,
+                  outputs: "_Outputs | None", usage: PinnedUsage | None) -> Any:
         """Start the staging threads with the ring's slot signals, make every stream wait
-        for one start event, and build this run's protocol."""
+        for one start event, and build this run's protocol (its two halves)."""
         K = self.slots
         free_in = ready_out = None
         if ring_in:
@@ -573,13 +936,26 @@ class StreamPipeline:
             self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(h, start_h, 0))
         if self.copy_streams:
             run.deferred = DeferredFree(self.pool, self._hot, self._handoff_h[1 + self.n_streams:], run.live)
-        return batch_protocol(
+        dst_of = None
+        if outputs is not None:
+            ring_out_addr = self._ring_out.address
+            last = tc  # the adapter's last output: (shape, host dtype, dtype to give back)
+
+            def dst_of(p: Any, dst: int) -> int:
+                b = p.b
+                via_ring = outputs.place(b, *last.last, usage)  # type: ignore[union-attr]
+                return ring_out_addr(p.slot) if via_ring else b.dst_addr
+        inflight = run.inflight
+        return protocol_halves(
             hot=self._hot, routes=self._routes, compute=self.compute, has_out=has_out, in_dtype=in_dtype,
             out_dtype=out_dtype, alloc=self.pool.allocate_ptr, free=self.pool.free_ptr, deferred=run.deferred,
             live=run.live, free_in=None if free_in is None else [sig.arm for sig in free_in],
             ready_out=None if ready_out is None else [sig.arm for sig in ready_out],
-            stage_events=run.stage_events(self._events) if mode.timing else None,
+            stage_events=self._events if mode.timing else None,
+            in_flight=(lambda index, evs: inflight.append((index, evs))) if mode.timing else None,
             acquire_out=run.acquire_out if ring_out else None,
+            compute_out=tc if tc is not None else None, dst_of=dst_of, clock=run.clock,
+            device_index=self._dev_index,
         )
 
     def _graph_for(self, run: "_Run", gx: BatchGraphs, b: P.Batch, slot: int, lane: int, src: int,
@@ -621,7 +997,8 @@ class StreamPipeline:
         return self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
 
     def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], block: bool) -> None:
-        """Read the stage times of batches whose last event has completed (in order)."""
+        """Read the stage times of batches whose last event has completed (in order).
+        Only batches whose back half is enqueued are in ``inflight``."""
         d, start_h = self._drv, self._start_event.handle
         while inflight:
             index, evs = inflight[0]
@@ -636,11 +1013,11 @@ class StreamPipeline:
             inflight.popleft()
             self._give_back_events(evs)
 
-    def _abort(self, live, stop, stager, drainer, inflight) -> tuple[int, bool]:
+    def _abort(self, run: "_Run") -> tuple[int, bool]:
         """Drain in-flight work and give everything back. Returns the number of device
         allocations freed here (the rest were already freed in stream order) and whether
         every stream drained."""
-        stop.set()
+        run.stop.set()
         drained = True
         # Drain first: with copy_streams a live buffer may still be used on a stream
         # other than the one it is freed on.
@@ -650,19 +1027,23 @@ class StreamPipeline:
             except Exception:
                 drained = False
         freed = 0
-        for ptr, h, _ in live:
+        for ptr, h, _ in run.live:
             try:
                 self.pool.free_ptr(ptr, h)
                 freed += 1
             except Exception:  # the context may be broken (sticky CUDA error): nothing more to do
                 pass
-        live.clear()
-        for w in (stager, drainer):
+        run.live.clear()
+        for w in (run.stager, run.drainer):
             if w is not None:
                 w.join(timeout=10.0)
-        while inflight:
-            _, evs = inflight.popleft()
+        while run.inflight:
+            _, evs = run.inflight.popleft()
             self._give_back_events(evs)
+        while run.pending:  # fronts whose back half never ran: their timing events
+            p = run.pending.popleft()
+            if p.ev:
+                self._give_back_events(p.ev)
         return freed, drained
 
 
@@ -680,8 +1061,9 @@ PROBE_RUN = RunMode(timing=True, synchronous=True, graphs=False)  # chunk="auto"
 
 class _Run:
     """What one run holds while it goes: its staging threads and signals, the device
-    allocations not yet freed in stream order, the timing events in flight, and the
-    host's own clock."""
+    allocations not yet freed in stream order, the batches whose front half is
+    enqueued and back half not yet, the timing events in flight, and the host's own
+    clock."""
 
     def __init__(self, batches: list[P.Batch], stop: threading.Event):
         self.batches, self.stop = batches, stop
@@ -689,10 +1071,14 @@ class _Run:
         self.stager: InputStager | None = None
         self.drainer: OutputDrainer | None = None
         self.deferred: DeferredFree | None = None
-        self.live: list[tuple[int, Any, Any]] = []  # (device pointer, stream, done event) not yet freed
+        self.live: list[list] = []  # [device pointer, stream, done event] not yet freed
+        self.pending: collections.deque = collections.deque()  # protocol.Pending: fronts without backs
         self.inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
         self.timings: list[BatchTiming] = []
         self.enqueue_us: list[float] = []
+        self.front_us: list[float] = []  # per batch: the front half's host time
+        self.clock = [0.0]  # seconds in the compute calls
+        self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
         self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
 
@@ -704,16 +1090,146 @@ class _Run:
         self.wait_s += dt
         self.off_s += dt
 
-    def stage_events(self, take: Any) -> Any:
-        """The protocol's source of timing events: four per batch, read back later."""
-        inflight = self.inflight
 
-        def events(index: int) -> list[tuple[Any, Any]]:
-            evs = take()
-            inflight.append((index, evs))
-            return evs
+class _Outputs:
+    """A tensor function's host outputs, made from its first ``y`` (no declared shape).
 
-        return events
+    One array for :meth:`StreamPipeline.run` (``rows`` given; batch b writes its rows
+    ``b.rows``), or one array per batch for ``run_batches`` (``n_batches``; each
+    batch's row shape may differ, e.g. sequence lengths). Pinned (from the pool) when
+    the input is; ``given``: the caller's ``out``/``outs``, checked against ``y``.
+    ``place`` runs in the back half of each batch, after the compute call."""
+
+    def __init__(self, spec: P.OutputSpec, *, pinned: bool, pool: Any, usage: PinnedUsage, notes: list,
+                 rows: int | None = None, n_batches: int | None = None, given: Any = None,
+                 torch_input: bool = False):
+        self.spec, self.pinned, self.pool, self.usage, self.notes = spec, pinned, pool, usage, notes
+        self.torch_input = torch_input  # outputs go back as torch tensors: bfloat16 and co. can travel
+        self.rows = rows
+        self.array: np.ndarray | None = given if rows is not None else None
+        self.items: list[Any] = list(given) if (rows is None and given is not None) else [None] * (n_batches or 0)
+        self.given = given is not None
+        self.row_shape: tuple[int, ...] | None = None
+        self.dtype: np.dtype | None = None
+        self.give_back: Any = None  # the framework dtype the outputs are handed back as (bfloat16)
+        self.row_bytes = 0
+        self._ring: Any = None
+        self._ring_sized = True
+        self._estimate = 0
+
+    def begin_execute(self, batches: list[P.Batch], ring: Any) -> None:
+        """A new _execute (probes, then the rest): the ring, if any, is sized at its
+        first placed batch."""
+        self._ring = ring
+        self._ring_sized = ring is None
+        self._max_in = max(b.in_bytes for b in batches)
+        self._max_rows = max(b.in_shape[0] for b in batches)
+
+    def _new(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        if self.pinned:
+            try:
+                return self.pool.empty(shape, dtype, self.usage)
+            except PinnedPoolFull as exc:
+                self.notes.append(f"pinned pool full, output is pageable: {exc}")
+                self.pinned = False
+        return np.empty(shape, dtype)
+
+    def place(self, b: P.Batch, shape: tuple[int, ...], dtype: np.dtype, give_back: Any, usage: Any) -> bool:
+        """Give batch b its host output for a ``y`` of ``shape``/``dtype``; returns True
+        when its D2H goes through the ring (False: straight into the output)."""
+        row = tuple(shape[1:])
+        if self.row_shape is None:
+            spec = self.spec
+            if spec.row_shape is not None and tuple(spec.row_shape) != row:
+                raise ValueError(f"the compute returned rows of shape {row}; output= declares {spec.row_shape}")
+            if spec.dtype is not None and spec.dtype != dtype:
+                raise ValueError(f"the compute returned {dtype}; output= declares {spec.dtype}")
+            if give_back is not None and not self.torch_input and not self.given:
+                raise TypeError(f"the compute returned {give_back}, which a NumPy output cannot hold: return "
+                                "e.g. y.float(), or pass a torch tensor as input (the output is then a tensor)")
+            self.row_shape, self.dtype, self.give_back = row, dtype, give_back
+            self.row_bytes = int(np.prod(row, dtype=np.int64)) * dtype.itemsize
+        elif dtype != self.dtype or (self.rows is not None and row != self.row_shape):
+            raise ValueError(f"batch {b.index}: the compute returned {dtype} rows of shape {row}; the first batch "
+                             f"returned {self.dtype} rows of shape {self.row_shape}")
+        if self.rows is not None:
+            if self.array is None:
+                self.array = self._new((self.rows,) + row, dtype)
+            elif self.given and (self.array.shape[1:] != row or self.array.dtype != dtype):
+                raise ValueError(f"out has shape {self.array.shape} and dtype {self.array.dtype}; the compute "
+                                 f"returns rows of shape {row} and dtype {dtype}")
+            a, z = b.rows  # type: ignore[misc]
+            dst = self.array[a:z]
+        else:
+            i = b.index
+            dst = self.items[i]
+            if dst is None:
+                dst = self.items[i] = self._new(tuple(shape), dtype)
+            elif tuple(dst.shape) != tuple(shape) or dst.dtype != dtype:
+                raise ValueError(f"outs[{i}] has shape {dst.shape} and dtype {dst.dtype}; the compute returned "
+                                 f"{tuple(shape)} {dtype}")
+        b.dst, b.dst_addr, b.out_bytes, b.out_shape = dst, dst.ctypes.data, dst.nbytes, tuple(shape)
+        ring = self._ring
+        if ring is None:
+            b.drain_bytes = 0
+            return False
+        if not self._ring_sized:  # no D2H of this run has used the ring yet: size it now
+            if self.rows is not None:
+                need = self.row_bytes * self._max_rows
+            else:
+                need = max(b.out_bytes, int(self._max_in * b.out_bytes / max(b.in_bytes, 1)))
+            ring.ensure(need, usage)
+            self._ring_sized = True
+        if b.out_bytes > ring.slot_bytes:  # bigger than the ring's slots: straight into the output
+            b.drain_bytes = 0
+            return False
+        b.drain_bytes = b.out_bytes
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tuned:
+    """chunk="auto": what the probes measured for one kind of work (pipeline cache)."""
+
+    models: dict[str, StageModel]  # GPU stages and the staging copies, per input byte
+    host: StageModel  # the host's time per batch (enqueue + compute call)
+    out_over_in: float
+    compute_bytes_per_byte: float  # device memory the compute itself holds per input byte
+    budget_bytes: int  # device memory the chunks in flight may use
+    fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
+
+
+def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool) -> dict[str, float]:
+    """Seconds per stage of probe batch i: GPU stages from its events, the host's
+    enqueue time, the staging threads' memmoves."""
+    t = pst.timings[i]
+    m = {"h2d": (t.stage("h2d")[1] - t.stage("h2d")[0]) / 1e3}
+    if with_compute:
+        m["compute"] = (t.stage("compute")[1] - t.stage("compute")[0]) / 1e3
+    if with_out:
+        m["d2h"] = (t.stage("d2h")[1] - t.stage("d2h")[0]) / 1e3
+    m["host"] = pst.enqueue_us[i] * 1e-6
+    for name, copies in pst.host_copy_s.items():
+        if len(copies) > i:
+            m[name] = copies[i]
+    return m
+
+
+def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
+    """A tensor function's output, checked before its shape is known: its rows, its
+    layout; shape and dtype are checked against the first ``y``."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{what} must be a NumPy array or a torch CPU tensor, got {type(out).__name__}")
+    if out.ndim == 0 or out.shape[0] != rows:
+        raise ValueError(f"{what} has shape {out.shape}; it needs {rows} rows (one per input row)")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{what} is not C-contiguous")
+    if not out.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+
+
+def _is_tensor(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "is_cuda")
 
 
 _ORPHANED_SIGNALS: list[Any] = []

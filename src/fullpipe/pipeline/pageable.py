@@ -21,6 +21,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
@@ -129,15 +130,19 @@ class InputStager(_Worker):
         super().__init__("fullpipe-stage-in", on_start)
         self.ring, self.free, self.sources, self.copier, self.stop = ring, free, sources, copier, stop
         self._filled: queue.Queue[int] = queue.Queue()
+        self.copy_s: list[float] = []  # per batch: the memmove's seconds (chunk="auto" models it)
 
     def work(self) -> None:
         k = self.ring.slots
+        perf = time.perf_counter
         for j, src in enumerate(self.sources):
             slot = j % k
             self.free[slot].wait(self.stop)
             if self.stop.is_set():
                 return
+            t0 = perf()
             self.copier.copy(self.ring.address(slot), host_address(src), src.nbytes)
+            self.copy_s.append(perf() - t0)
             self._filled.put(j)
 
     def take(self, j: int) -> int:
@@ -163,6 +168,7 @@ class OutputDrainer(_Worker):
         super().__init__("fullpipe-drain-out", on_start)
         self.ring, self.ready, self.free, self.copier, self.stop = ring, ready, free, copier, stop
         self._work: queue.Queue[tuple[int, int, int] | None] = queue.Queue()
+        self.copy_s: list[float] = []  # per batch: the memmove's seconds
 
     def submit(self, slot: int, dst: int, nbytes: int) -> None:
         self._work.put((slot, dst, nbytes))
@@ -182,7 +188,10 @@ class OutputDrainer(_Worker):
                 return
             slot, dst, nbytes = item
             self.ready[slot].wait(self.stop)
-            self.copier.copy(dst, self.ring.address(slot), nbytes)
+            t0 = time.perf_counter()
+            if nbytes:
+                self.copier.copy(dst, self.ring.address(slot), nbytes)
+            self.copy_s.append(time.perf_counter() - t0)
             self.free[slot].release()
 
     def acquire_slot(self, slot: int) -> None:

@@ -127,6 +127,7 @@ class Batch:
         self.out_bytes = 0 if self.dst is None else self.dst.nbytes
         self.src_addr = self.src.ctypes.data
         self.dst_addr = 0 if self.dst is None else self.dst.ctypes.data
+        self.drain_bytes = self.out_bytes  # what the drain thread copies out of the ring slot
 
 
 def chunk_bounds(rows: int, chunk_rows: int, start: int = 0) -> list[tuple[int, int]]:

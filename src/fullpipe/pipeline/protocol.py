@@ -2,8 +2,12 @@
 
     allocate -> H2D -> release the input slot -> compute -> D2H -> signal the output slot -> free
 
-:func:`batch_protocol` makes the function that enqueues it for one batch, without
-waiting. The same code
+:func:`protocol_halves` makes the two functions that enqueue it for one batch,
+without waiting: ``front`` (allocate, H2D, input slot) and ``back`` (compute, D2H,
+output slot, free). The executor issues the fronts of the next ``prefetch`` batches
+before the back of the current one, so their H2Ds are in flight while the host is
+inside the user's compute call; :func:`batch_protocol` is the two back to back (one
+batch whole, as graph captures use it). The same code
 serves every way the executor runs a batch; what differs is data the protocol is
 built with, not branches in the executor:
 
@@ -25,6 +29,7 @@ up once per run, and the driver calls go through cuda/hotpath.py.
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any, Callable, NamedTuple, Sequence
 
 from ..cuda.hotpath import HotPath
@@ -74,15 +79,20 @@ class DeferredFree:
         live = self.live
         if len(live) >= self.lag:
             old_ptr, _, old_done = live[0]
+            if old_done is None:  # pragma: no cover - prefetch is kept below lag by the executor
+                raise RuntimeError("copy_streams: the buffer to free has no D2H yet (prefetch >= lag)")
             self.hot.stream_wait_event(h2d, old_done)
             self.pool.free_ptr(old_ptr, h2d)
             del live[0]  # only now: if the free raised, the abort path frees it
 
-    def after_d2h(self, ptr: int, h2d: Any, d2h: Any) -> None:
+    def after_d2h(self, entry: list, d2h: Any) -> None:
+        """``entry``: the batch's ``[ptr, h2d stream, None]`` in ``live``; its done event
+        is recorded behind its D2H. (Not ``live[-1]``: with prefetch, later batches'
+        allocations are already in ``live``.)"""
         done = self.done[self.count % self.lag]
         self.count += 1
         self.hot.event_record(done, d2h)
-        self.live[-1] = (ptr, h2d, done)
+        entry[2] = done
 
     def flush(self, stream_h: Any) -> None:
         """End of a run: the buffers still waiting go on the D2H stream, behind every
@@ -93,48 +103,97 @@ class DeferredFree:
             del live[0]
 
 
-def batch_protocol(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_out: bool, in_dtype: Any,
-                   out_dtype: Any, alloc: Callable[[int, Any], int], free: Callable[[int, Any], None],
-                   deferred: DeferredFree | None = None, live: list | None = None,
-                   free_in: Sequence[Callable[[Any], None]] | None = None,
-                   ready_out: Sequence[Callable[[Any], None]] | None = None,
-                   stage_events: Callable[[int], Any] | None = None,
-                   acquire_out: Callable[[int], None] | None = None) -> Callable[..., tuple[int, int]]:
-    """The protocol for one run: ``enqueue(b, lane, slot, src, dst)`` enqueues batch
-    ``b`` (a plan.Batch) on lane ``lane``'s Route, reading from host address ``src``
-    and writing to ``dst`` (ring slot ``slot`` where a side is staged), and returns
-    (device pointer, device address of the output). It never waits, except in
-    ``acquire_out``.
+class Pending(NamedTuple):
+    """A batch whose first half (allocate, H2D, input slot) is enqueued and whose
+    second half (compute, D2H, output slot, free) is not yet."""
+
+    b: Any
+    lane: int
+    slot: int
+    ptr: int
+    out_off: int
+    ev: Any  # its four timing events, or None
+    entry: Any  # its record in ``live`` (a list), or None
+
+
+def batch_protocol(**kwargs: Any) -> Callable[..., tuple[int, int]]:
+    """The protocol for one run as one call per batch: ``enqueue(b, lane, slot, src,
+    dst)`` enqueues batch ``b`` whole and returns (device pointer, device address of
+    the output). See :func:`protocol_halves` for the arguments. Graph captures use
+    this form (one batch per capture)."""
+    front, back = protocol_halves(**kwargs)
+
+    def enqueue(b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
+        return back(front(b, lane, slot, src), dst)
+
+    return enqueue
+
+
+def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_out: bool, in_dtype: Any,
+                    out_dtype: Any, alloc: Callable[[int, Any], int], free: Callable[[int, Any], None],
+                    deferred: DeferredFree | None = None, live: list | None = None,
+                    free_in: Sequence[Callable[[Any], None]] | None = None,
+                    ready_out: Sequence[Callable[[Any], None]] | None = None,
+                    stage_events: Callable[[int], Any] | None = None,
+                    in_flight: Callable[[int, Any], None] | None = None,
+                    acquire_out: Callable[[int], None] | None = None,
+                    compute_out: Callable[[int, Any, DeviceArray, Any], int] | None = None,
+                    dst_of: Callable[[Pending, int], int] | None = None,
+                    clock: list | None = None,
+                    device_index: int = 0) -> tuple[Callable[..., Pending], Callable[..., tuple[int, int]]]:
+    """The protocol for one run, in two halves, so that the executor can enqueue the
+    H2D of the next batches before it calls the compute of this one (prefetch):
+
+    - ``front(b, lane, slot, src) -> Pending``: allocate, H2D from host address
+      ``src``, release the input slot (ring), join H2D -> compute (copy_streams);
+    - ``back(pending, dst) -> (ptr, y_ptr)``: compute, join compute -> D2H, wait for
+      the output slot, D2H to host address ``dst``, signal the output slot, free.
+
+    Neither waits, except ``acquire_out``. Stream order is what makes them safe in any
+    interleaving: every step of a batch is on its lane's streams, after the previous
+    step of the same batch.
 
     ``alloc(nbytes, stream_h) -> ptr`` and ``free(ptr, stream_h)``: the device memory.
     ``deferred``: a :class:`DeferredFree` instead of ``free`` (copy_streams).
     ``live``: a list the allocations not yet freed in stream order are kept in, as
-    ``(ptr, stream_h, done_event)``, for the failure path (None: do not track).
+    ``[ptr, stream_h, done_event]``, for the failure path (None: do not track).
     ``free_in`` / ``ready_out``: per ring slot, the callable that signals it on a
     stream (None: that side is not staged through the ring).
     ``stage_events(batch_index)``: four timing events ``[(event, handle)] * 4`` for
-    this batch, or None (no per-stage timing).
+    this batch, or None (no per-stage timing); ``in_flight(batch_index, events)`` is
+    told once the last one is recorded (in back).
     ``acquire_out(slot)``: the host wait for the output slot, just before the D2H.
+    ``compute_out(lane, stream, x, b) -> y_ptr``: a compute that makes its own output
+    (a tensor function, pipeline/tensors.py) and returns its device address, valid
+    for the D2H enqueued next on the lane's D2H stream; no output region is allocated.
+    Otherwise ``compute(stream, x, y)`` writes the output region fullpipe allocated.
+    ``dst_of(pending, dst) -> dst``: the host address of the D2H, decided after the
+    compute (a tensor function's output is sized from ``y``).
+    ``clock``: a one-element list the seconds spent in the compute call are added to
+    (the per-call breakdown in the stats).
 
-    A closure rather than an object: ``enqueue`` runs once per batch, and names bound
-    here are read faster than attributes (the executor's enqueue time is a target).
+    Closures rather than an object: they run once per batch, and names bound here are
+    read faster than attributes (the executor's enqueue time is a target).
     """
     routes = list(routes)
-    writes_output = has_out and compute is not None
+    writes_output = has_out and compute is not None and compute_out is None
     record, wait, htod, dtoh = hot.event_record, hot.stream_wait_event, hot.memcpy_htod, hot.memcpy_dtoh
 
-    def enqueue(b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
-        s_in, stream, s_out, h_in, h, h_out, h2d_done, compute_done = routes[lane]
-        in_bytes, out_bytes = b.in_bytes, b.out_bytes
+    def front(b: Any, lane: int, slot: int, src: int) -> Pending:
+        s_in, _, _, h_in, h, _, h2d_done, _ = routes[lane]
+        in_bytes = b.in_bytes
         # input and output views in one allocation, the output 256-byte aligned; just the
-        # input when compute writes no separate output (compute=None or output=None)
+        # input when compute writes no separate output (compute=None, output=None, or a
+        # compute that makes its own output)
         out_off = (in_bytes + DEVICE_ALIGN - 1) // DEVICE_ALIGN * DEVICE_ALIGN
         # allocate (stream-ordered)
         if deferred is not None:
             deferred.before_alloc(h_in)
-        ptr = alloc(out_off + out_bytes if writes_output else in_bytes, h_in)
+        ptr = alloc(out_off + b.out_bytes if writes_output else in_bytes, h_in)
+        entry = None
         if live is not None:
-            live.append((ptr, h_in, None))
+            entry = [ptr, h_in, None]
+            live.append(entry)
         ev = stage_events(b.index) if stage_events is not None else None
         if ev:
             record(ev[0][1], h_in)
@@ -147,13 +206,27 @@ def batch_protocol(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_o
         if h2d_done is not None:  # compute waits for this H2D only
             record(h2d_done, h_in)
             wait(h, h2d_done)
+        return Pending(b, lane, slot, ptr, out_off, ev, entry)
+
+    def back(p: Pending, dst: int) -> tuple[int, int]:
+        b, lane, slot, ptr, out_off, ev, entry = p
+        _, stream, s_out, h_in, h, h_out, _, compute_done = routes[lane]
         # compute
-        if compute is not None:
+        if clock is not None:
+            t0 = perf_counter()
+        if compute_out is not None:
+            y_ptr = compute_out(lane, stream, DeviceArray(ptr, b.in_shape, in_dtype, device_index=device_index), b)
+        elif compute is not None:
             y_ptr = ptr + out_off
-            x = DeviceArray(ptr, b.in_shape, in_dtype)
-            compute(stream, x, DeviceArray(y_ptr, b.out_shape, out_dtype) if has_out else None)
+            x = DeviceArray(ptr, b.in_shape, in_dtype, device_index=device_index)
+            compute(stream, x, DeviceArray(y_ptr, b.out_shape, out_dtype, device_index=device_index)
+                    if has_out else None)
         else:
             y_ptr = ptr  # the input goes back as is
+        if clock is not None:
+            clock[0] += perf_counter() - t0
+        if dst_of is not None:
+            dst = dst_of(p, dst)
         if ev:
             record(ev[2][1], h)
         if compute_done is not None:  # the D2H waits for this compute only
@@ -163,18 +236,20 @@ def batch_protocol(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_o
         if acquire_out is not None:
             acquire_out(slot)
         if has_out:
-            dtoh(dst, y_ptr, out_bytes, h_out)
+            dtoh(dst, y_ptr, b.out_bytes, h_out)
         if ev:
             record(ev[3][1], h_out)
+            if in_flight is not None:
+                in_flight(b.index, ev)
         if ready_out is not None:
             ready_out[slot](s_out)
         # free (stream-ordered)
         if deferred is not None:
-            deferred.after_d2h(ptr, h_in, h_out)
+            deferred.after_d2h(entry, h_out)
         else:
             free(ptr, h_out)
-            if live is not None:
-                live.pop()
+            if entry is not None:
+                live.remove(entry)  # type: ignore[union-attr]
         return ptr, y_ptr
 
-    return enqueue
+    return front, back

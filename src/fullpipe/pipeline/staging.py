@@ -240,31 +240,48 @@ class SlotRing:
 
     The ring only owns memory; who may touch a slot when is decided by the signals
     the executor makes per run (one per slot). Batch j uses slot ``j % K``.
+
+    ``pool``: a :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the slots are taken
+    from and given back to (so a new pipeline, or a ring that grows, reuses pinned
+    buffers instead of pinning new ones); None: the ring pins its own buffers.
     """
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, pool: Any = None):
         self.slots = slots
         self.slot_bytes = 0
-        self._buffers: list[PinnedBuffer] = []
+        self.pool = pool
+        self._buffers: list[Any] = []  # PinnedBlock (pool) or PinnedBuffer
+        self._ptrs: list[int] = []
 
     @property
     def pinned_bytes(self) -> int:
-        return self.slot_bytes * len(self._buffers)
+        return sum(b.nbytes for b in self._buffers)
 
-    def ensure(self, slot_bytes: int) -> None:
-        """Make every slot at least ``slot_bytes`` long (only between runs)."""
+    def ensure(self, slot_bytes: int, usage: Any = None) -> None:
+        """Make every slot at least ``slot_bytes`` long (only while no copy uses the
+        ring: between runs). ``usage``: a PinnedUsage that counts what this costs."""
         if slot_bytes <= self.slot_bytes and len(self._buffers) == self.slots:
             return
         self.free()
         size = max(slot_bytes, 4096)
-        self._buffers = [PinnedBuffer(size) for _ in range(self.slots)]
+        try:
+            for _ in range(self.slots):
+                self._buffers.append(self.pool.take(size, usage) if self.pool is not None else PinnedBuffer(size))
+        except BaseException:
+            self.free()
+            raise
+        self._ptrs = [b.ptr for b in self._buffers]
         self.slot_bytes = size
 
     def address(self, slot: int) -> int:
-        return self._buffers[slot].ptr
+        return self._ptrs[slot]
 
     def free(self) -> None:
-        for b in self._buffers:
-            b.free()
-        self._buffers = []
+        """Give the slots back (to the pool) or unpin them. Only when no copy uses them."""
+        buffers, self._buffers, self._ptrs = self._buffers, [], []
         self.slot_bytes = 0
+        for b in buffers:
+            if self.pool is not None:
+                self.pool.give(b)
+            else:
+                b.free()

@@ -86,11 +86,19 @@ class PipelineStats:
     enqueue_us_per_batch: float = 0.0  # host time in the per-batch GPU calls
     loop_us_per_batch: float = 0.0  # all host time per batch except waiting for slots
     host_wait_ms: float = 0.0  # main thread blocked on the staging ring
-    chunk: dict[str, Any] | None = None  # the chunk choice and its reason
+    chunk: dict[str, Any] | None = None  # the chunk choice, its reason and its source (tuned/reused/given)
+    # per batch, microseconds of host time: front half (allocate, H2D), the compute call, the
+    # rest of the back half (D2H, signals, free), and waiting for the staging ring
+    host_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    prefetch: int = 0  # batches whose H2D was enqueued before the compute call of the current one
+    # pinned memory this run took from the pinned pool: allocations, allocated_bytes (new pinning),
+    # reuses, pool_held_bytes, ring_bytes[, fallback]
+    pinned: dict[str, Any] = dataclasses.field(default_factory=dict)
     # graph=True: {"graphs", "launches", "captures", "capture_ms", "fallback_batches", "max_graphs", "reason"}
     graph: dict[str, Any] | None = None
     timings: list[BatchTiming] = dataclasses.field(default_factory=list, repr=False)
     enqueue_us: list[float] = dataclasses.field(default_factory=list, repr=False)  # per batch
+    host_copy_s: dict[str, list[float]] = dataclasses.field(default_factory=dict, repr=False)  # staging memmoves
 
     @property
     def throughput_gbps(self) -> float:
@@ -123,7 +131,7 @@ class PipelineStats:
         return n / (ms * 1e6) if ms and n else None
 
     def as_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("timings", "enqueue_us")}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("timings", "enqueue_us", "host_copy_s")}
         d.update(
             throughput_gbps=self.throughput_gbps,
             bound_stage=self.bound_stage,
@@ -151,6 +159,13 @@ class PipelineStats:
             f"host: enqueue {self.enqueue_us_per_batch:.1f} us/batch, loop {self.loop_us_per_batch:.1f} us/batch, "
             f"waited {self.host_wait_ms:.2f} ms for staging"
         )
+        if self.host_us:
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_us.items())
+            lines.append(f"host per batch (us): {parts}; prefetch {self.prefetch}")
+        if self.pinned:
+            lines.append(f"pinned: {self.pinned.get('allocated_bytes', 0) / 2**20:.1f} MiB newly pinned this run "
+                         f"({self.pinned.get('allocations', 0)} allocations, {self.pinned.get('reuses', 0)} reuses)"
+                         + (f"; {self.pinned['fallback']}" if self.pinned.get("fallback") else ""))
         if self.chunk:
             lines.append(f"chunk: {self.chunk.get('reason', self.chunk)}")
         if self.graph:

@@ -1,17 +1,32 @@
-"""``chunk="auto"``: pick a chunk size from copy and compute rates measured on the
-first chunks of the user's own data.
+"""``chunk="auto"``: pick a chunk size from copy, compute and host rates measured on
+the first chunks of the user's own data, once per kind of work, then reuse it.
 
 Each stage's time per chunk is modelled as ``fixed + bytes * per_byte`` (a fit
-through two probe chunks). The pipeline's throughput is set by the slowest stage
-(or by the host, if enqueueing a batch takes longer than the slowest stage), so:
+through the two largest probe chunks): the GPU stages (H2D, compute, D2H, from
+events), the host's staging copies for pageable arrays (stage-in, drain-out), and
+the host's own time per batch (enqueue plus the user's compute call: for a
+framework model, its Python kernel launches). A run of ``total`` bytes cut into
+chunks of ``C`` bytes then takes about::
 
-- *below*: a chunk must be big enough that every stage's fixed cost (launch and
-  copy latency) and the host's per-batch enqueue time are small next to the
-  slowest stage's per-byte time: at least ``efficiency`` (95 %) of the asymptotic
-  rate;
-- *above*: every stream should get a few chunks (filling and draining the
-  pipeline costs about two chunk-times), and the chunks in flight on all streams
-  must fit in device memory and in the pinned ring.
+    T(C) = ceil(total / C) * P(C) + F(C)
+    P(C) = max(every stage's time, HOST_MARGIN * host time)   # the steady state
+    F(C) = sum of the stages' times - the slowest one          # fill and drain
+
+P falls as C grows while fixed costs (copy latency, launch overhead, the Python of
+a model's forward) are amortised; F grows with C (the first H2D and the last D2H
+are not overlapped). The choice minimises T within the limits: device memory for
+the chunks in flight, the pinned slot cap, one chunk per stream at least. A
+compute whose per-batch cost is mostly launch overhead thus gets big chunks (the
+host must stay ahead of the GPU, with HOST_MARGIN to spare); a copy-bound run gets
+the size where the copy latency is amortised and the fill is still small.
+
+The probes grow (x2) until the slowest stage is in its linear regime (time
+roughly doubling with the size) or a quarter of the input is spent, so the fit
+sees the per-row cost even when small chunks are launch-bound.
+
+The models are cached by the pipeline per (row shape, dtype, staging, compute,
+streams): later runs choose from them without probing (``stats.chunk["source"]
+== "reused"``); ``StreamPipeline.retune()`` forgets them.
 
 The choice and its reason are kept in :class:`ChunkChoice` and shown in the stats.
 """
@@ -19,28 +34,39 @@ The choice and its reason are kept in :class:`ChunkChoice` and shown in the stat
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any
 
 import numpy as np
 
 STAGES = ("h2d", "compute", "d2h")
+HOST_STAGES = ("stage_in", "drain_out")  # the staging threads' memmoves (pageable arrays)
 MiB = 1 << 20
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
 
 def parse_chunk(chunk: Any) -> int | str:
-    """``"auto"``, a row count (int), or a size string such as ``"8MiB"`` (bytes).
+    """``"auto"``, a row count (an int, or a string ``"256 rows"``), or a size string
+    such as ``"8MiB"`` (bytes).
 
     Returns ``"auto"``, an int of rows, or a string ``"<n>B"`` normalised to bytes.
+    A bare int is rows, never bytes: the executor warns when a run then has fewer
+    batches than streams (the usual sign of bytes given as rows).
     """
     if isinstance(chunk, str):
         text = chunk.strip().lower()
         if text == "auto":
             return "auto"
+        m = re.fullmatch(r"(\d+)\s*rows?", text)
+        if m:
+            if int(m.group(1)) <= 0:
+                raise ValueError(f"chunk must be >= 1 row, got {chunk!r}")
+            return int(m.group(1))
         m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?", text)
         if not m:
-            raise ValueError(f"chunk must be 'auto', a row count or a size like '8MiB', got {chunk!r}")
+            raise ValueError(f"chunk must be 'auto', a row count (256 or '256 rows') or a size like '8MiB', "
+                             f"got {chunk!r}")
         nbytes = int(float(m.group(1)) * _UNITS[m.group(2) or ""])
         if nbytes <= 0:
             raise ValueError(f"chunk must be > 0, got {chunk!r}")
@@ -83,6 +109,10 @@ class StageModel:
         return cls(fixed, per_byte)
 
 
+TIE = 0.01  # predicted times this close are equal: take the smaller chunk
+HOST_MARGIN = 1.5  # the host's time per batch must stay this far under the GPU's, to stay ahead
+
+
 @dataclasses.dataclass(frozen=True)
 class ChunkChoice:
     nbytes: int
@@ -90,15 +120,16 @@ class ChunkChoice:
     bound_stage: str
     predicted_efficiency: float
     reason: str
+    predicted_ms: float = float("nan")  # T(C) for this run
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _efficiency(models: dict[str, StageModel], host_s: float, nbytes: float) -> float:
+def _efficiency(models: dict[str, StageModel], host_s: float, nbytes: float, host_per_byte_s: float = 0.0) -> float:
     """Throughput at this chunk size over the asymptotic (infinitely large chunk) one."""
-    slowest_per_byte = max(m.per_byte_s for m in models.values())
-    per_chunk = max(max(m.time(nbytes) for m in models.values()), host_s)
+    slowest_per_byte = max(max(m.per_byte_s for m in models.values()), host_per_byte_s)
+    per_chunk = max(max(m.time(nbytes) for m in models.values()), host_s + host_per_byte_s * nbytes)
     return nbytes * slowest_per_byte / per_chunk if per_chunk > 0 else 1.0
 
 
@@ -113,6 +144,16 @@ def smallest_efficient_chunk(models: dict[str, StageModel], host_s: float, effic
     return need
 
 
+def predicted_time(models: dict[str, StageModel], host: StageModel, total_bytes: float, nbytes: float,
+                   host_margin: float = HOST_MARGIN) -> float:
+    """T(C) of the module docstring, in seconds, for chunks of ``nbytes``."""
+    times = [m.time(nbytes) for m in models.values()]
+    h = host.time(nbytes)
+    steady = max(max(times), host_margin * h)
+    fill = sum(times) + h - max(max(times), h)
+    return math.ceil(total_bytes / nbytes) * steady + fill
+
+
 def choose_chunk(
     models: dict[str, StageModel],
     *,
@@ -124,54 +165,96 @@ def choose_chunk(
     out_over_in: float = 1.0,
     max_slot_bytes: int = 256 * MiB,
     efficiency: float = 0.95,
-    chunks_per_stream: int = 4,
     buffers_in_flight: int | None = None,
+    host_per_byte_s: float = 0.0,
+    device_bytes_per_byte: float = 0.0,
+    host_margin: float = HOST_MARGIN,
+    min_bytes: int = 0,
 ) -> ChunkChoice:
-    """Chunk size (bytes, whole rows) for the rest of a run. See the module docstring."""
-    if not models or any(k not in STAGES for k in models):
-        raise ValueError(f"models must be keyed by {STAGES}")
+    """Chunk size (bytes, whole rows) for a run of ``total_bytes``: the C that
+    minimises the predicted time T(C) (module docstring) within the limits.
+
+    ``models``: per stage, keyed by STAGES (GPU) and HOST_STAGES (staging copies).
+    ``host_s`` + ``host_per_byte_s`` x C: the host's time per batch.
+    ``device_bytes_per_byte``: device memory the compute itself uses per input byte
+    (a framework's activations), on top of the input and output buffers.
+    ``min_bytes``: no smaller chunk (the smallest size the models were fitted at: below
+    it they extrapolate, e.g. a memmove split over fewer threads is slower per byte)."""
+    if not models or any(k not in STAGES + HOST_STAGES for k in models):
+        raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
     row_bytes = max(int(row_bytes), 1)
+    total_bytes = max(int(total_bytes), row_bytes)
+    host = StageModel(host_s, host_per_byte_s)
     bound_stage = max(models, key=lambda k: models[k].per_byte_s)
+    if host_per_byte_s > models[bound_stage].per_byte_s:
+        bound_stage = "host"
     rates = ", ".join(f"{k} {1e-9 / models[k].per_byte_s:.3g} GB/s" for k in models if models[k].per_byte_s > 0)
-    lower = smallest_efficient_chunk(models, host_s, efficiency) * 1.25  # margin over the model's noise
-    lower = max(lower, row_bytes)
     # In flight at once: about two chunks per stream (copy_streams holds more: the
-    # caller says how many), input and output on the device.
-    per_chunk_device = 1.0 + out_over_in
+    # caller says how many), input, output and the compute's own memory on the device.
+    per_chunk_device = 1.0 + out_over_in + device_bytes_per_byte
     in_flight = buffers_in_flight if buffers_in_flight is not None else streams * 2
-    upper_memory = device_budget_bytes / (in_flight * per_chunk_device)
-    upper_share = total_bytes / (streams * chunks_per_stream)
-    upper = min(upper_memory, upper_share, max_slot_bytes)
-    if lower <= upper:
-        target = lower
-        why = (
-            f"smallest chunk with >= {efficiency:.0%} of the asymptotic rate "
-            f"(stage fixed costs and {host_s * 1e6:.0f} us host enqueue per batch amortised)"
-        )
+    limits = {
+        "device memory": device_budget_bytes / (in_flight * per_chunk_device),
+        "the pinned slot cap": float(max_slot_bytes),
+        "one chunk per stream": total_bytes / streams,
+    }
+    upper = max(min(limits.values()), row_bytes)
+    limiter = min(limits, key=limits.get)
+    # T(C) on whole-row sizes: a 5 % geometric grid, and every size that cuts the run
+    # into k equal chunks (T jumps with ceil(total / C)); the smallest C within TIE of
+    # the best T (a smaller chunk holds less memory and fills the pipeline sooner)
+    total_rows = max(1, total_bytes // row_bytes)
+    sizes = set()
+    c = float(row_bytes)
+    while c < upper:
+        sizes.add(max(1, int(c // row_bytes)))
+        c *= 1.05
+    sizes.add(max(1, int(upper // row_bytes)))
+    k_min = max(1, -(-total_rows // max(1, int(upper // row_bytes))))
+    for k in range(k_min, min(total_rows, k_min + 512) + 1):
+        sizes.add(-(-total_rows // k))
+    floor_bytes = min(max(min_bytes, row_bytes), upper)
+    grid = [(float(r * row_bytes), predicted_time(models, host, total_bytes, r * row_bytes, host_margin))
+            for r in sorted(sizes) if floor_bytes <= r * row_bytes <= upper]
+    if not grid:
+        grid = [(float(upper), predicted_time(models, host, total_bytes, upper, host_margin))]
+    best_t = min(t for _, t in grid)
+    target = min(c for c, t in grid if t <= best_t * (1 + TIE))
+    lower = smallest_efficient_chunk(models, host_s * host_margin, efficiency)
+    beyond = predicted_time(models, host, total_bytes, max(2 * upper, row_bytes), host_margin)
+    if beyond < best_t * (1 - TIE):  # a bigger chunk than the limits allow would be faster
+        why = f"capped by {limiter}; the model's best size is larger"
+    elif target < lower:
+        why = (f"capped by the pipeline's fill and drain: {efficiency:.0%} of the asymptotic rate needs "
+               f"{lower / MiB:.1f} MiB chunks, but the first H2D and last D2H would then cost more than "
+               "the per-batch overhead saved (shortest predicted total time)")
     else:
-        target = upper
-        limiter = (
-            "device memory" if upper == upper_memory else "the pinned slot cap" if upper == max_slot_bytes
-            else f"{chunks_per_stream} chunks per stream"
-        )
-        why = f"capped by {limiter}; the efficient size would be {lower / MiB:.1f} MiB"
+        why = (f"shortest predicted total time: stage fixed costs and {host_s * 1e6:.0f} us of host time "
+               f"per batch (x{host_margin:g} margin) amortised, fill and drain still small")
     # Whole rows; MiB-aligned when rows are small, so copies stay large and aligned.
-    if target >= MiB and row_bytes <= MiB:
-        up = -(-target // MiB) * MiB
-        target = up if up <= upper else max(MiB, target // MiB * MiB)
+    if target >= MiB and row_bytes * 64 <= MiB:  # (a MiB is many rows: the rounding barely moves T)
+        down, up = max(MiB, target // MiB * MiB), -(-target // MiB) * MiB
+        if up <= upper and (predicted_time(models, host, total_bytes, up, host_margin)
+                            < predicted_time(models, host, total_bytes, down, host_margin) * (1 - TIE)):
+            target = up
+        else:
+            target = down
     rows = max(1, int(target // row_bytes))
     nbytes = rows * row_bytes
-    eff = _efficiency(models, host_s, nbytes)
+    eff = _efficiency(models, host_s, nbytes, host_per_byte_s)
     copy_pb = max(models.get("h2d", StageModel(0, 0)).per_byte_s, models.get("d2h", StageModel(0, 0)).per_byte_s)
     comp_pb = models.get("compute", StageModel(0, 0)).per_byte_s
     balance = (
         f"compute/copy time per byte {comp_pb / copy_pb:.2f}" if copy_pb > 0 else "no copies"
     )
+    t_ms = predicted_time(models, host, total_bytes, nbytes, host_margin) * 1e3
     reason = (
-        f"{nbytes / MiB:.2f} MiB ({rows} rows): {why}. Rates: {rates}; {balance}; "
-        f"bound by {bound_stage}; predicted {eff:.0%} of its asymptotic rate."
+        f"{nbytes / MiB:.2f} MiB ({rows} rows): {why}. Rates: {rates}; {balance}; host "
+        f"{host_s * 1e6:.0f} us + {host_per_byte_s * MiB * 1e6:.1f} us/MiB per batch; "
+        f"bound by {bound_stage}; predicted {eff:.0%} of its asymptotic rate, {t_ms:.1f} ms for this run."
     )
-    return ChunkChoice(nbytes=nbytes, rows=rows, bound_stage=bound_stage, predicted_efficiency=eff, reason=reason)
+    return ChunkChoice(nbytes=nbytes, rows=rows, bound_stage=bound_stage, predicted_efficiency=eff, reason=reason,
+                       predicted_ms=t_ms)
 
 
 def probe_rows(total_rows: int, row_bytes: int) -> list[int]:

@@ -1,0 +1,429 @@
+"""Tensor-function computes: ``y = f(x)`` with PyTorch tensors or CuPy arrays.
+
+The executor's own compute contract is ``compute(stream, x, y)`` on fullpipe
+:class:`~fullpipe.cuda.memory.DeviceArray` views (the "stream" form). A tensor
+function is adapted here, per batch, on the batch's lane:
+
+1. ``x`` is the batch's input in fullpipe's device buffer, handed over as a
+   zero-copy tensor (:func:`~fullpipe.cuda.interop.as_torch` /
+   :func:`~fullpipe.cuda.interop.as_cupy`), with the input's torch dtype when the host
+   input was e.g. a bfloat16 tensor;
+2. the lane's stream is made current for the framework (``with
+   torch.cuda.stream(ts)`` / ``with cs:``; one framework stream object per pipeline
+   stream, made once), and ``y = f(x)`` is called;
+3. ``y`` itself is copied to the host: the D2H reads ``y.data_ptr()`` on the same
+   stream, so there is no device-to-device copy (only a non-contiguous ``y`` is made
+   contiguous first, on that stream). ``y``'s memory belongs to the framework's
+   caching allocator; it is reused only by work enqueued later on the same stream,
+   i.e. after the D2H (with ``copy_streams=True`` the D2H is on another stream, and
+   ``y.record_stream`` tells PyTorch so).
+
+The output's row shape and dtype are those of the first batch's ``y`` (read from
+the tensor, no synchronization); every later batch must match, and ``y`` must have
+one row per input row.
+
+Which form a callable is (:func:`compute_form`) is decided once, at construction,
+from the explicit ``form=`` option or, with ``form="auto"``, from its signature;
+a callable that could be called either way is refused with a message that says to
+pass ``form=``.
+
+``graph=True`` with a PyTorch function: :class:`TorchGraphs` captures ``f`` with
+PyTorch's own CUDA graphs (``torch.cuda.CUDAGraph``, so its caching allocator knows
+about the capture), one graph per lane and input shape, each with static input and
+output tensors; a batch is then ``static_x.copy_(x)`` (one device-to-device copy)
+and ``graph.replay()`` on the lane's stream, and the D2H reads ``static_y``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..cuda.interop import HostKind
+
+FORMS = ("auto", "stream", "torch", "cupy")
+MAX_TORCH_GRAPHS = 64
+
+
+class TensorFormError(TypeError):
+    """The compute's form could not be decided or does not fit the input."""
+
+
+def _is_torch_module(obj: Any) -> bool:
+    return any(c.__name__ == "Module" and c.__module__.startswith("torch.nn") for c in type(obj).__mro__)
+
+
+def _positional_arity(fn: Any) -> tuple[int, int] | None:
+    """(required positional parameters, most positional parameters) of ``fn``, or None
+    when its signature cannot be read or it takes ``*args``."""
+    target = fn.forward if _is_torch_module(fn) else fn
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    required = most = 0
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            return None
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            most += 1
+            if p.default is p.empty:
+                required += 1
+        elif p.kind is p.KEYWORD_ONLY and p.default is p.empty:
+            return None  # needs a keyword fullpipe cannot supply
+    return required, most
+
+
+def compute_form(compute: Any, form: str = "auto") -> str:
+    """"none", "stream" (``compute(stream, x, y)``) or "tensor" (``y = compute(x)``;
+    the framework is decided by :func:`tensor_framework`).
+
+    ``form="auto"``: a torch.nn.Module is a tensor function; otherwise the signature
+    decides: callable with exactly one positional argument -> "tensor"; with three ->
+    "stream". Anything else (``*args``, two required arguments, a signature that
+    accepts both, no readable signature) raises TensorFormError asking for ``form=``.
+    """
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    if compute is None:
+        if form not in ("auto", "stream"):
+            raise ValueError(f"form={form!r} needs a compute function")
+        return "none"
+    if not callable(compute):
+        raise TypeError(f"compute must be callable, got {type(compute).__name__}")
+    if form == "stream":
+        return "stream"
+    if form in ("torch", "cupy"):
+        return "tensor"
+    if _is_torch_module(compute):
+        return "tensor"
+    arity = _positional_arity(compute)
+    one = arity is not None and arity[0] <= 1 <= arity[1]
+    three = arity is not None and arity[0] <= 3 <= arity[1]
+    if one and not three:
+        return "tensor"
+    if three and not one:
+        return "stream"
+    what = ("takes *args, a required keyword, or has no readable signature" if arity is None
+            else f"takes {arity[0]} required of {arity[1]} positional arguments")
+    raise TensorFormError(
+        f"cannot tell how to call {getattr(compute, '__name__', type(compute).__name__)} (it {what}). "
+        "Pass form='torch' or form='cupy' for a tensor function y = f(x), or form='stream' for "
+        "compute(stream, x, y) on fullpipe DeviceArrays.")
+
+
+def tensor_framework(compute: Any, form: str, kind: HostKind) -> str:
+    """"torch" or "cupy" for a tensor function, decided at the first run: the explicit
+    form; else torch for a torch.nn.Module or a torch input; else the one of the two
+    libraries that is imported. Never a guess between two imported libraries."""
+    if form in ("torch", "cupy"):
+        return form
+    if _is_torch_module(compute) or kind.library == "torch":
+        return "torch"
+    import sys
+
+    have = [name for name in ("torch", "cupy") if name in sys.modules]
+    if len(have) == 1:
+        return have[0]
+    raise TensorFormError(
+        "a tensor function on a NumPy input: cannot tell whether it takes PyTorch tensors or CuPy arrays "
+        f"({'both are' if have else 'neither is'} imported). Pass form='torch' or form='cupy'.")
+
+
+# --------------------------------------------------------------------------- frameworks
+class TorchFramework:
+    name = "torch"
+
+    def __init__(self, device_index: int):
+        import torch
+
+        from ..cuda.interop import as_torch
+
+        self.torch = torch
+        self.device_index = device_index
+        self._as_torch = as_torch
+        self._np_dtypes: dict[Any, tuple[np.dtype, Any]] = {}
+
+    def stream(self, fp_stream: Any) -> Any:
+        from ..cuda.interop import torch_stream
+
+        return torch_stream(fp_stream, device=self.device_index)
+
+    def current(self, fs: Any) -> Any:
+        return self.torch.cuda.stream(fs)
+
+    def tensor(self, x: Any, in_dtype: Any) -> Any:
+        return self._as_torch(x, torch_dtype=in_dtype)
+
+    def host_dtype(self, fw_dtype: Any) -> tuple[np.dtype, Any]:
+        """(the NumPy dtype of the host output, the torch dtype to give back or None)."""
+        got = self._np_dtypes.get(fw_dtype)
+        if got is None:
+            from ..cuda.interop import _CARRIER_BY_ITEMSIZE
+
+            t = self.torch.empty((), dtype=fw_dtype)
+            try:
+                got = (t.numpy().dtype, None)
+            except TypeError:  # bfloat16, float8: the bytes travel as an unsigned integer
+                got = (_CARRIER_BY_ITEMSIZE[t.element_size()], fw_dtype)
+            self._np_dtypes[fw_dtype] = got
+        return got
+
+    def output(self, y: Any, fs: Any) -> tuple[Any, tuple[int, ...], Any, int]:
+        """(y made contiguous on fs if needed, shape, framework dtype, device address)."""
+        if not isinstance(y, self.torch.Tensor):
+            raise TypeError(f"the compute returned {type(y).__name__}; a tensor function must return one "
+                            "torch tensor (one output row per input row)")
+        if y.device.type != "cuda" or y.device.index != self.device_index:
+            raise ValueError(f"the compute returned a tensor on {y.device}; it must stay on cuda:{self.device_index} "
+                             "(fullpipe copies it to the host)")
+        if not y.is_contiguous():
+            with self.torch.cuda.stream(fs):
+                y = y.contiguous()
+        return y, tuple(y.shape), y.dtype, y.data_ptr()
+
+    def keep_for(self, y: Any, other_fs: Any) -> None:
+        y.record_stream(other_fs)
+
+
+class CupyFramework:
+    name = "cupy"
+
+    def __init__(self, device_index: int):
+        import cupy
+
+        self.cupy = cupy
+        self.device_index = device_index
+
+    def stream(self, fp_stream: Any) -> Any:
+        from ..cuda.interop import cupy_stream
+
+        return cupy_stream(fp_stream, device=self.device_index)
+
+    def current(self, fs: Any) -> Any:
+        return fs
+
+    def tensor(self, x: Any, in_dtype: Any) -> Any:
+        from ..cuda.interop import as_cupy
+
+        return as_cupy(x)
+
+    def host_dtype(self, fw_dtype: Any) -> tuple[np.dtype, Any]:
+        return np.dtype(fw_dtype), None
+
+    def output(self, y: Any, fs: Any) -> tuple[Any, tuple[int, ...], Any, int]:
+        if not isinstance(y, self.cupy.ndarray):
+            raise TypeError(f"the compute returned {type(y).__name__}; a CuPy tensor function must return "
+                            "one cupy.ndarray (one output row per input row)")
+        if y.device.id != self.device_index:
+            raise ValueError(f"the compute returned an array on device {y.device.id}; it must stay on "
+                             f"device {self.device_index}")
+        if not y.flags.c_contiguous:
+            with fs:
+                y = self.cupy.ascontiguousarray(y)
+        return y, tuple(y.shape), y.dtype, y.data.ptr
+
+    def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
+        raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+
+
+def make_framework(name: str, device_index: int) -> Any:
+    return TorchFramework(device_index) if name == "torch" else CupyFramework(device_index)
+
+
+# --------------------------------------------------------------------------- the adapter
+class TensorCompute:
+    """``y = f(x)`` as the executor's ``compute_out(lane, stream, x, b) -> y_ptr``.
+
+    ``routes``: the pipeline's lanes (protocol.Route); one framework stream per
+    pipeline stream is made here, once. After each call, ``last`` holds the output's
+    (shape, host NumPy dtype, framework dtype to give back or None): the executor
+    sizes the host output from it. ``graphs``: a :class:`TorchGraphs` (graph=True)
+    or None.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], framework: Any, routes: list, *, graphs: "TorchGraphs | None" = None):
+        self.fn = fn
+        self.fw = framework
+        by_id: dict[int, Any] = {}
+        self._fs = []
+        self._fs_out = []
+        for r in routes:
+            for s in (r.stream, r.d2h_stream):
+                if id(s) not in by_id:
+                    by_id[id(s)] = framework.stream(s)
+            self._fs.append(by_id[id(r.stream)])
+            self._fs_out.append(None if r.d2h_stream is r.stream else by_id[id(r.d2h_stream)])
+        self._keep: list[Any] = [None] * len(routes)
+        self.graphs = graphs
+        self.in_dtype: Any = None  # the framework dtype of x (a bfloat16 torch input), or None
+        self.last: tuple[tuple[int, ...], np.dtype, Any] | None = None
+        self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
+
+    def begin_run(self, in_dtype: Any) -> None:
+        self.in_dtype = in_dtype
+        self.last = None
+        self.call_s = 0.0
+
+    def __call__(self, lane: int, stream: Any, x: Any, b: Any) -> int:
+        fw, fs = self.fw, self._fs[lane]
+        t0 = time.perf_counter()
+        xt = fw.tensor(x, self.in_dtype)
+        g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
+        if g is None:
+            with fw.current(fs):
+                y = self.fn(xt)
+        else:
+            y = g
+        y, shape, dtype, ptr = fw.output(y, fs)
+        if not shape or shape[0] != b.in_shape[0]:
+            raise ValueError(f"the compute returned shape {shape} for an input of shape {b.in_shape}: a tensor "
+                             "function must return one output row per input row (y.shape[0] == x.shape[0])")
+        if self._fs_out[lane] is not None:
+            fw.keep_for(y, self._fs_out[lane])
+        self._keep[lane] = y  # alive until this lane's next batch: its D2H is enqueued by then
+        host_dtype, give_back = fw.host_dtype(dtype)
+        self.last = (shape, host_dtype, give_back)
+        self.call_s += time.perf_counter() - t0
+        return ptr
+
+    def release(self) -> None:
+        """Drop the outputs kept for the D2H (the streams have drained)."""
+        self._keep = [None] * len(self._keep)
+
+    def close(self) -> None:
+        self.release()
+        if self.graphs is not None:
+            self.graphs.clear()
+
+
+class TorchGraphs:
+    """graph=True for a PyTorch tensor function: one ``torch.cuda.CUDAGraph`` per lane
+    and input shape, captured by PyTorch (``capture_begin``/``capture_end`` on the
+    lane's stream, ``capture_error_mode="thread_local"`` so that other threads' CUDA
+    calls are not disturbed), each with its own private memory pool (graphs of
+    different lanes replay concurrently, so they must not share one).
+
+    Per batch: ``static_x.copy_(x)`` and ``replay()`` on the lane's stream; the
+    output is ``static_y`` (read by the D2H on the same stream, before the next
+    replay of that graph). The first batch of a lane and shape runs ``f`` once
+    eagerly first (warm-up: lazy initialisation such as cuBLAS workspaces or cuDNN
+    autotuning must not happen inside the capture), then captures, then replays.
+
+    Failures: an exception in ``f`` during the capture ends the capture and is
+    re-raised as is (the executor drains and annotates it as for any compute
+    error); a capture that PyTorch or the driver refuses (``f`` synchronizes, copies
+    to the host, allocates outside the capture's pool ...) raises GraphCaptureError
+    (a ValueError). Either way the stream leaves capture mode and nothing is cached.
+    More than ``max_graphs`` shapes: the other batches run eagerly (counted)."""
+
+    def __init__(self, max_graphs: int = MAX_TORCH_GRAPHS):
+        import torch
+
+        self.torch = torch
+        self.max_graphs = max_graphs
+        self._cache: dict[tuple, tuple[Any, Any, Any]] = {}
+        self.launches = self.captures = self.fallbacks = 0
+        self.capture_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def begin_run(self) -> None:
+        self.launches = self.captures = self.fallbacks = 0
+        self.capture_s = 0.0
+
+    def replay(self, lane: int, fs: Any, xt: Any, fn: Callable[[Any], Any]) -> Any:
+        """The static output after replaying this lane's graph for xt's shape (captured
+        now if needed), or None: run f eagerly (the cache is full)."""
+        key = (lane, tuple(xt.shape), xt.dtype)
+        got = self._cache.get(key)
+        torch = self.torch
+        if got is None:
+            if len(self._cache) >= self.max_graphs:
+                self.fallbacks += 1
+                return None
+            t0 = time.perf_counter()
+            got = self._capture(key, fs, xt, fn)
+            self.capture_s += time.perf_counter() - t0
+        graph, static_x, static_y = got
+        with torch.cuda.stream(fs):
+            static_x.copy_(xt)
+            graph.replay()
+        self.launches += 1
+        return static_y
+
+    def _capture(self, key: tuple, fs: Any, xt: Any, fn: Callable[[Any], Any]) -> tuple[Any, Any, Any]:
+        from .graphs import GraphCaptureError
+
+        torch = self.torch
+        with torch.cuda.stream(fs):
+            static_x = torch.empty_like(xt)
+            static_x.copy_(xt)
+            fn(static_x)  # warm-up, eagerly, on this stream
+            graph = torch.cuda.CUDAGraph()
+            failure: BaseException | None = None
+            end_error: BaseException | None = None
+            static_y = None
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                static_y = fn(static_x)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
+                failure = exc
+            try:
+                graph.capture_end()
+            except Exception as exc:  # noqa: BLE001
+                end_error = exc
+        _leave_capture(fs)
+        if failure is not None:
+            if isinstance(failure, Exception) and end_error is not None:
+                raise GraphCaptureError(_torch_capture_message(failure)) from failure
+            raise failure
+        if end_error is not None:
+            raise GraphCaptureError(_torch_capture_message(end_error)) from end_error
+        if not isinstance(static_y, torch.Tensor):
+            raise TypeError(f"the compute returned {type(static_y).__name__}; a tensor function must return one "
+                            "torch tensor")
+        self._cache[key] = (graph, static_x, static_y)
+        self.captures += 1
+        return graph, static_x, static_y
+
+    def clear(self) -> None:
+        """Drop every graph and its static tensors (the streams must have drained)."""
+        self._cache.clear()
+
+    def run_stats(self, batches: int) -> dict[str, Any]:
+        reason = (f"{self.launches} of {batches} batches replayed a PyTorch CUDA graph of the compute "
+                  f"({self.captures} captured this run, {len(self._cache)} cached; copies and allocation "
+                  "stay outside the graph)")
+        if self.fallbacks:
+            reason += f"; {self.fallbacks} batches ran eagerly: the cache holds at most {self.max_graphs} graphs"
+        return {"kind": "torch", "graphs": len(self._cache), "launches": self.launches, "captures": self.captures,
+                "capture_ms": self.capture_s * 1e3, "fallback_batches": self.fallbacks,
+                "max_graphs": self.max_graphs, "reason": reason}
+
+
+def _leave_capture(fs: Any) -> None:
+    """Make sure the stream is not left capturing (a capture_end that raised early)."""
+    from ..cuda import driver as drv
+
+    try:
+        handle = fs.cuda_stream
+        status = drv.call("cuStreamIsCapturing", handle)
+        if int(status) != 0:
+            graph = drv.call("cuStreamEndCapture", handle)
+            if graph is not None and int(graph) != 0:
+                drv.call("cuGraphDestroy", graph)
+    except Exception:  # noqa: BLE001 - best effort: the error that brought us here is reported
+        pass
+
+
+def _torch_capture_message(exc: BaseException) -> str:
+    return (
+        f"graph=True: capturing the PyTorch compute into a CUDA graph failed ({exc}). With graph=True a "
+        "torch tensor function is captured once per stream and input shape with torch.cuda.CUDAGraph: it must "
+        "only enqueue capturable GPU work (no .item(), .cpu(), .tolist(), printing tensors, synchronization, "
+        "or data-dependent shapes). Use graph=False for this compute.")

@@ -1,0 +1,270 @@
+"""GPU tests: PyTorch models and CuPy functions through StreamPipeline with its
+defaults (issue 14, points 1-5): a torch MLP and a small convnet (torch.nn layers) on
+pageable and pinned torch CPU tensors and NumPy arrays, checked against the naive
+loop (``.cuda()`` ... ``.cpu()`` per batch) within bf16/fp16 tolerance; variable-size
+run_batches (rows and sequence lengths); a CuPy function; pinned bytes per run;
+PyTorch CUDA-graph capture and its failure path; threads.
+
+Fresh random inputs, outputs given as ``out=`` are poisoned (NaN) first."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from fullpipe import StreamPipeline
+from fullpipe.cuda.pool import DevicePool
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+BF16_TOL = dict(rtol=3e-2, atol=3e-2)
+FP16_TOL = dict(rtol=1e-2, atol=1e-2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_cuda(device):
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def pool(device):
+    p = DevicePool(device, release_threshold="max")
+    yield p
+    p.close()
+
+
+def mlp(d_in=256, d_hidden=1024, d_out=128):
+    m = nn.Sequential(nn.Linear(d_in, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_out))
+    return m.to("cuda", torch.bfloat16).eval()
+
+
+def convnet():
+    m = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(64, 10))
+    return m.to("cuda", torch.float16).to(memory_format=torch.channels_last).eval()
+
+
+def mlp_fn(model):
+    @torch.inference_mode()
+    def f(x):  # float32 rows in, float32 rows out, bf16 inside
+        return model(x.to(torch.bfloat16)).float()
+
+    return f
+
+
+def conv_fn(model):
+    @torch.inference_mode()
+    def f(x):  # uint8 NCHW images in, float32 logits out
+        h = x.to(torch.float16).div_(255).contiguous(memory_format=torch.channels_last)
+        return model(h).float()
+
+    return f
+
+
+def naive(f, x, chunk):
+    """The naive loop: .cuda(), f, .cpu() per chunk, on the current stream."""
+    xt = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
+    return torch.cat([f(xt[i:i + chunk].cuda()).cpu() for i in range(0, len(xt), chunk)])
+
+
+def host_input(kind, array):
+    if kind == "numpy":
+        return array
+    t = torch.from_numpy(array)
+    return t.pin_memory() if kind == "pinned" else t.clone()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "pageable", "pinned"])
+def test_mlp_with_defaults(device, pool, kind):
+    model = mlp()
+    f = mlp_fn(model)
+    x = host_input(kind, np.random.default_rng(1).standard_normal((50_000, 256), dtype=np.float32))
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        y = pipe.run(x)
+        st = pipe.stats
+    ref = naive(f, x, 4096)
+    got = torch.from_numpy(y) if kind == "numpy" else y
+    assert isinstance(y, np.ndarray) == (kind == "numpy")
+    assert got.shape == (50_000, 128) and got.dtype == torch.float32
+    if kind == "pinned":
+        assert y.is_pinned()
+    torch.testing.assert_close(got, ref, **BF16_TOL)
+    assert st.chunk["source"] in ("tuned", "even split") and st.batches >= 3
+    print(st)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "pageable", "pinned"])
+def test_convnet_with_defaults(device, pool, kind):
+    model = convnet()
+    f = conv_fn(model)
+    x = host_input(kind, np.random.default_rng(2).integers(0, 256, (1536, 3, 64, 64), dtype=np.uint8))
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        y = pipe.run(x)
+    ref = naive(f, x, 256)
+    got = torch.from_numpy(y) if kind == "numpy" else y
+    assert got.shape == (1536, 10)
+    torch.testing.assert_close(got, ref, **FP16_TOL)
+
+
+def test_out_is_poisoned_then_filled_and_pinned_bytes_stop_after_run_one(device, pool):
+    model = mlp()
+    f = mlp_fn(model)
+    x = torch.randn(40_000, 256)  # pageable: the ring's slots come from the pinned pool
+    out = torch.full((40_000, 128), float("nan"))
+    with StreamPipeline(f, pool=pool, device=device, chunk="2MiB") as pipe:
+        allocated = []
+        for _ in range(3):
+            out.fill_(float("nan"))
+            assert pipe.run(x, out=out) is out
+            allocated.append(pipe.stats.pinned["allocated_bytes"])
+            torch.testing.assert_close(out, naive(f, x, 4096), **BF16_TOL)
+        assert allocated[1] == allocated[2] == 0, allocated
+        xp = x.pin_memory()  # pinned input: the output is pinned, from the pool
+        y = pipe.run(xp)
+        assert y.is_pinned()
+        del y
+        y = pipe.run(xp)
+        assert pipe.stats.pinned["allocated_bytes"] == 0, pipe.stats.pinned
+        torch.testing.assert_close(y, naive(f, x, 4096), **BF16_TOL)
+
+
+def test_variable_size_batches(device, pool):
+    model = mlp()
+    f = mlp_fn(model)
+    rng = np.random.default_rng(3)
+    batches = [torch.from_numpy(rng.standard_normal((int(rng.integers(1, 3000)), 256), dtype=np.float32))
+               for _ in range(40)]
+    with StreamPipeline(f, streams=3, pool=pool, device=device) as pipe:
+        ys = pipe.run_batches(batches)
+        again = pipe.run_batches(batches[::-1])
+    for b, y in zip(batches, ys):
+        torch.testing.assert_close(y, f(b.cuda()).cpu(), **BF16_TOL)
+    torch.testing.assert_close(again[0], ys[-1], rtol=0, atol=0)
+
+
+def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
+    layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True,
+                                       dropout=0.0).to("cuda").eval()
+
+    @torch.inference_mode()
+    def f(x):
+        return layer(x)
+
+    rng = np.random.default_rng(4)
+    batches = [torch.from_numpy(rng.standard_normal((int(rng.integers(1, 16)), int(rng.integers(8, 200)), 128),
+                                                    dtype=np.float32)) for _ in range(30)]
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        ys = pipe.run_batches(batches)
+    for b, y in zip(batches, ys):
+        assert y.shape == b.shape
+        torch.testing.assert_close(y, f(b.cuda()).cpu(), rtol=1e-3, atol=1e-3)
+
+
+def test_cupy_function(device, pool):
+    cp = pytest.importorskip("cupy")
+    x = np.random.default_rng(5).random((300_000, 8))
+    with StreamPipeline(lambda a: cp.sqrt(a).sum(axis=1), form="cupy", pool=pool, device=device, chunk=10_000) as pipe:
+        y = pipe.run(x)
+    assert y.shape == (300_000,)
+    np.testing.assert_allclose(y, np.sqrt(x).sum(axis=1), rtol=1e-12)
+
+
+def test_auto_chunk_is_reused(device, pool):
+    f = mlp_fn(mlp())
+    x = torch.randn(200_000, 256)  # 200 MB: probed
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        pipe.run(x)
+        first = pipe.stats.chunk
+        pipe.run(x)
+        second = pipe.stats.chunk
+    assert first["source"] == "tuned" and first["probe_batches"] >= 4
+    assert second["source"] == "reused" and second["probe_batches"] == 0
+    print(first["reason"])
+
+
+def test_torch_graph_capture(device, pool):
+    model = mlp()
+    f = mlp_fn(model)
+    x = torch.randn(30_000, 256)
+    start = pool.stats().used_bytes
+    with StreamPipeline(f, graph=True, streams=3, chunk=4096, pool=pool, device=device) as pipe:
+        y = pipe.run(x)
+        g = pipe.stats.graph
+        # 8 batches on 3 lanes: 4096 rows on lanes 0, 1, 2; the 1328-row tail (batch 7) on lane 1
+        assert g["kind"] == "torch" and g["captures"] == 4
+        assert g["launches"] == pipe.stats.batches
+        torch.testing.assert_close(y, naive(f, x, 4096), **BF16_TOL)
+        y2 = pipe.run(x)  # replays only
+        assert pipe.stats.graph["captures"] == 0
+        torch.testing.assert_close(y2, y, rtol=0, atol=0)
+    assert pool.stats().used_bytes == start
+
+
+def test_torch_graph_capture_failure_is_clean(device, pool):
+    from fullpipe.pipeline import GraphCaptureError
+
+    @torch.inference_mode()
+    def syncs(x):
+        if x.sum().item() > 1e30:  # .item() synchronizes: not capturable
+            return x
+        return x * 2
+
+    x = torch.randn(10_000, 64)
+    start = pool.stats().used_bytes
+    with StreamPipeline(syncs, graph=True, streams=2, chunk=1000, pool=pool, device=device) as pipe:
+        with pytest.raises(GraphCaptureError) as info:
+            pipe.run(x)
+        assert info.value.batch_index == 0
+        assert pool.stats().used_bytes == start and not pipe.resources()["running"]
+    with StreamPipeline(syncs, streams=2, chunk=1000, pool=pool, device=device) as eager:
+        torch.testing.assert_close(eager.run(x), x * 2)
+
+
+def test_threads_each_with_a_torch_pipeline_on_one_pool(device, pool):
+    model = mlp()
+    f = mlp_fn(model)
+    start = pool.stats().used_bytes
+    errors, results = [], {}
+
+    def worker(i):
+        try:
+            x = torch.randn(20_000 + 1000 * i, 256)
+            with StreamPipeline(f, streams=2, chunk="1MiB", pool=pool, device=device) as pipe:
+                results[i] = (x, pipe.run(x))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    for x, y in results.values():
+        torch.testing.assert_close(y, naive(f, x, 4096), **BF16_TOL)
+    assert pool.stats().used_bytes == start
+
+
+def test_bfloat16_tensors_in_and_out(device, pool):
+    model = mlp()
+
+    @torch.inference_mode()
+    def f(x):  # bf16 in, bf16 out
+        return model(x)
+
+    x = torch.randn(20_000, 256).to(torch.bfloat16)
+    with StreamPipeline(f, pool=pool, device=device, chunk=2048) as pipe:
+        y = pipe.run(x)
+        assert y.dtype == torch.bfloat16 and y.shape == (20_000, 128)
+        torch.testing.assert_close(y, naive(f, x, 2048), **BF16_TOL)
+    with StreamPipeline(lambda a: a.to(torch.bfloat16), form="torch", pool=pool, device=device) as pipe:
+        with pytest.raises(TypeError, match="NumPy output cannot hold"):
+            pipe.run(np.ones((100, 256), np.float32))  # a NumPy input: a bfloat16 y has nowhere to go

@@ -1,0 +1,269 @@
+"""Issue order (prefetch), chunk="auto" reuse and choice, chunk parsing and warnings,
+pinned-pool accounting: the executor against the fake drivers of
+test_pipeline_fakecuda.py, with the driver calls recorded in order."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from fullpipe.pipeline import StreamPipeline, tuning
+from fullpipe.pipeline.executor import PipelineWarning
+from fullpipe.pipeline.workload import reference
+from tests.test_pipeline_fakecuda import FakeMix, _assert_clean, fake  # noqa: F401 - fixture
+from tests.test_pipeline_protocol import Recorder
+
+MiB = 1 << 20
+
+
+def batch_of_calls(rec, pipe, x_rows_per_batch):
+    """The recorded calls with H2D/compute/D2H tagged by batch (in issue order)."""
+    calls = rec.named(pipe)
+    out, n_h2d, n_comp, n_d2h = [], 0, 0, 0
+    for c in calls:
+        if c[0] == "h2d":
+            out.append(("h2d", n_h2d, c[1]))
+            n_h2d += 1
+        elif c[0] == "compute":
+            out.append(("compute", n_comp, c[1]))
+            n_comp += 1
+        elif c[0] == "d2h":
+            out.append(("d2h", n_d2h, c[1]))
+            n_d2h += 1
+    return out
+
+
+def run_recorded(fake, monkeypatch, *, streams, pinned, batches=5, **options):
+    rec = Recorder(monkeypatch, fake.driver)
+    x = np.random.default_rng(0).integers(0, 2**32, batches * 1000, dtype=np.uint32)
+    out = np.zeros_like(x)
+    if pinned:
+        fake.pinned.update({x.ctypes.data, out.ctypes.data})
+    pipe = StreamPipeline(rec.compute(FakeMix(2)), streams=streams, chunk=1000, timing=False, **options)
+    pipe.run(x, out=out)
+    np.testing.assert_array_equal(out, reference(x, 2))
+    _assert_clean(pipe)
+    return batch_of_calls(rec, pipe, 1000), pipe
+
+
+def test_next_h2ds_are_issued_before_the_compute_call(fake, monkeypatch):
+    """3 streams, pinned: H2D(j+1) and H2D(j+2) are enqueued before compute(j) is called,
+    each on its own lane; each batch's steps stay in order on its stream."""
+    calls, pipe = run_recorded(fake, monkeypatch, streams=3, pinned=True)
+    assert pipe.stats.prefetch == 2
+    assert calls == [
+        ("h2d", 0, "s0"), ("h2d", 1, "s1"), ("h2d", 2, "s2"),
+        ("compute", 0, "s0"), ("d2h", 0, "s0"),
+        ("h2d", 3, "s0"),  # behind batch 0's D2H on s0: the front of j+3 never passes j's back
+        ("compute", 1, "s1"), ("d2h", 1, "s1"),
+        ("h2d", 4, "s1"),
+        ("compute", 2, "s2"), ("d2h", 2, "s2"),
+        ("compute", 3, "s0"), ("d2h", 3, "s0"),
+        ("compute", 4, "s1"), ("d2h", 4, "s1"),
+    ]
+
+
+def test_prefetch_of_pageable_input_is_bounded_by_the_ring(fake, monkeypatch):
+    """slots=2: one batch ahead at most (the stager must not wait for this batch's H2D
+    before its compute is even called)."""
+    calls, pipe = run_recorded(fake, monkeypatch, streams=3, pinned=False, slots=2)
+    assert pipe.stats.prefetch == 1
+    order = [(k, j) for k, j, _ in calls]
+    for j in range(4):
+        assert order.index(("h2d", j + 1)) < order.index(("compute", j))
+        if j + 2 < 5:
+            assert order.index(("h2d", j + 2)) > order.index(("compute", j))
+
+
+@pytest.mark.parametrize("options", [dict(streams=1), dict(streams=3, prefetch=0), dict(streams=3, synchronous=True)])
+def test_no_prefetch_keeps_the_batch_order(fake, monkeypatch, options):
+    calls, pipe = run_recorded(fake, monkeypatch, pinned=True, **options)
+    assert pipe.stats.prefetch == 0
+    assert [(k, j) for k, j, _ in calls] == [(k, j) for j in range(5) for k in ("h2d", "compute", "d2h")]
+
+
+def test_copy_streams_with_prefetch_frees_only_finished_buffers(fake, monkeypatch):
+    """copy_streams: every H2D on 'in', ahead of the compute; the lagged frees still wait
+    for their D2H (FakePool poisons a buffer freed too early)."""
+    calls, pipe = run_recorded(fake, monkeypatch, streams=2, pinned=True, batches=12, copy_streams=True)
+    assert pipe.stats.prefetch == 1
+    assert {s for k, _, s in calls if k == "h2d"} == {"in"}
+    order = [(k, j) for k, j, _ in calls]
+    assert order.index(("h2d", 1)) < order.index(("compute", 0))
+
+
+@pytest.mark.parametrize("fail_at", [0, 5])
+def test_failure_with_prefetched_batches_returns_everything(fake, fail_at):
+    """A compute error while later batches' H2Ds are already enqueued: their buffers
+    and timing events come back too."""
+    batches = [np.arange(1000, dtype=np.uint32) + i for i in range(12)]
+    pipe = StreamPipeline(FakeMix(fail_at=fail_at), streams=3, slots=4)
+    with pytest.raises(RuntimeError) as info:
+        pipe.run_batches(batches)
+    assert info.value.batch_index == fail_at
+    _assert_clean(pipe)
+    pipe.compute = FakeMix()
+    outs = pipe.run_batches(batches)
+    np.testing.assert_array_equal(outs[11], reference(batches[11], 2))
+    _assert_clean(pipe)
+
+
+def test_stats_break_the_host_time_down(fake):
+    x = np.arange(20_000, dtype=np.uint32)
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk=1000)
+    pipe.run(x)
+    h = pipe.stats.host_us
+    assert set(h) == {"front", "compute_call", "back", "staging_wait"}
+    assert h["front"] > 0 and h["compute_call"] > 0
+    assert h["front"] + h["compute_call"] + h["back"] == pytest.approx(pipe.stats.enqueue_us_per_batch, rel=1e-6)
+    assert "host per batch (us)" in str(pipe.stats)
+
+
+# --------------------------------------------------------------------------- chunk="auto"
+def test_auto_chunk_is_tuned_once_and_reused(fake):
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(5).integers(0, 2**32, 48 * MiB // 4, dtype=np.uint32)
+    pipe = StreamPipeline(FakeMix(0), streams=2, chunk="auto")
+    np.testing.assert_array_equal(pipe.run(x), x)
+    first = pipe.stats.chunk
+    assert first["source"] == "tuned" and first["probe_batches"] >= 3
+    y = pipe.run(x[: len(x) // 2])  # same kind of work, another size: no probes
+    np.testing.assert_array_equal(y, x[: len(x) // 2])
+    second = pipe.stats.chunk
+    assert second["source"] == "reused" and second["probe_batches"] == 0
+    assert pipe.probe_stats is None
+    pipe.retune()
+    pipe.run(x)
+    assert pipe.stats.chunk["source"] == "tuned"
+    # another kind of work (row shape) is tuned on its own
+    pipe.run(x.reshape(-1, 4))
+    assert pipe.stats.chunk["source"] == "tuned"
+
+
+def test_compute_bound_with_launch_overhead_gets_big_chunks():
+    """A framework model: 4 ms of Python launch per batch, GPU 0.07 ms per image; the
+    old '4 chunks per stream' cap gave 12 chunks of 341 images. The choice must keep
+    the GPU time per batch above the host's (with margin) and land in the flat optimum
+    of the predicted total time."""
+    row = 224 * 224 * 3
+    models = {"h2d": tuning.StageModel(10e-6, 1 / 50e9), "compute": tuning.StageModel(4e-3, 0.07e-3 / row),
+              "d2h": tuning.StageModel(10e-6, 1 / 50e9 / 75), "stage_in": tuning.StageModel(0, 1 / 18e9)}
+    c = tuning.choose_chunk(models, total_bytes=4096 * row, row_bytes=row, streams=3, host_s=4e-3,
+                            device_budget_bytes=40 << 30, out_over_in=2000 / row)
+    assert 0.07e-3 * c.rows >= tuning.HOST_MARGIN * 4e-3  # the host stays ahead
+    host = tuning.StageModel(4e-3, 0)
+    t = {r: tuning.predicted_time(models, host, 4096 * row, r * row) for r in range(16, 4097, 16)}
+    assert tuning.predicted_time(models, host, 4096 * row, c.rows * row) <= min(t.values()) * 1.02
+    assert c.rows > 341
+
+
+def test_choice_never_exceeds_device_memory_with_framework_memory():
+    models = {"h2d": tuning.StageModel(10e-6, 1 / 50e9), "compute": tuning.StageModel(1e-3, 1 / 5e9),
+              "d2h": tuning.StageModel(10e-6, 1 / 50e9)}
+    free = tuning.choose_chunk(models, total_bytes=8 << 30, row_bytes=4096, streams=3, host_s=1e-3,
+                               device_budget_bytes=4 << 30)
+    heavy = tuning.choose_chunk(models, total_bytes=8 << 30, row_bytes=4096, streams=3, host_s=1e-3,
+                                device_budget_bytes=4 << 30, device_bytes_per_byte=50.0)
+    assert heavy.nbytes * (2 + 50) * 6 <= 4 << 30 and heavy.nbytes < free.nbytes
+    assert "device memory" in heavy.reason
+
+
+def test_chunk_rows_strings_and_bytes():
+    assert tuning.parse_chunk("256 rows") == 256 and tuning.parse_chunk("1row") == 1
+    assert tuning.parse_chunk("64 MB") == f"{64 * 10**6}B"
+    with pytest.raises(ValueError, match="'256 rows'"):
+        tuning.parse_chunk("256 bananas")
+    with pytest.raises(ValueError, match=">= 1 row"):
+        tuning.parse_chunk("0 rows")
+
+
+def test_a_run_with_fewer_batches_than_streams_warns_and_says_int_is_rows(fake):
+    x = np.arange(100_000, dtype=np.uint32)
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk=400_000)  # meant as bytes, taken as rows
+    with pytest.warns(PipelineWarning, match="1 batch.*3 streams.*row count.*'400000B'"):
+        np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+    with pytest.warns(PipelineWarning, match="2 batch"):
+        pipe.run_batches([x[:10], x[10:20]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        StreamPipeline(FakeMix(), streams=3, chunk="40000B").run(x)  # 10 chunks of 10_000 rows: no warning
+    assert pipe.stats.batches == 2
+
+
+# --------------------------------------------------------------------------- pinned pool
+def test_pinned_input_output_comes_from_the_pool_and_is_reused(fake):
+    from fullpipe.cuda.pinned_pool import default_pinned_pool
+
+    pool = default_pinned_pool()
+    x = pool.empty(200_000, np.uint32)
+    x[:] = np.arange(200_000, dtype=np.uint32)
+    fake.pinned.add(x.ctypes.data)
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk=10_000)
+    y = pipe.run(x)
+    assert pipe.stats.pinned["allocations"] == 1 and pipe.stats.pinned["allocated_bytes"] >= x.nbytes
+    np.testing.assert_array_equal(y, reference(x, 2))
+    fake.pinned.add(y.ctypes.data)  # the driver knows pool memory is pinned; the fake is told
+    pipe.run(x, out=y)  # out=: nothing to pin
+    assert pipe.stats.pinned["allocated_bytes"] == 0
+    del y  # the previous output goes back to the pool
+    y = pipe.run(x)
+    assert pipe.stats.pinned["allocated_bytes"] == 0 and pipe.stats.pinned["reuses"] == 1
+    np.testing.assert_array_equal(y, reference(x, 2))
+
+
+def test_ring_slots_come_from_the_pool_and_a_new_pipeline_reuses_them(fake):
+    x = np.arange(200_000, dtype=np.uint32)
+    with StreamPipeline(FakeMix(), streams=2, chunk=10_000, slots=3) as pipe:
+        pipe.run(x)
+        assert pipe.stats.pinned["allocations"] == 6  # 3 slots each way
+        pipe.run(x)
+        assert pipe.stats.pinned["allocated_bytes"] == 0 and pipe.stats.pinned["reuses"] == 0
+    with StreamPipeline(FakeMix(), streams=2, chunk=10_000, slots=3) as again:
+        np.testing.assert_array_equal(again.run(x), reference(x, 2))
+        assert again.stats.pinned["allocated_bytes"] == 0 and again.stats.pinned["reuses"] == 6
+
+
+def test_pinned_pool_passed_in_is_used(fake):
+    from fullpipe.cuda.pinned_pool import PinnedPool
+
+    own = PinnedPool(64 * MiB)
+    x = np.arange(50_000, dtype=np.uint32)
+    with StreamPipeline(FakeMix(), streams=2, chunk=5000, pinned_pool=own) as pipe:
+        pipe.run(x)
+        assert own.stats.in_use_bytes > 0  # the ring holds its slots
+    assert own.stats.in_use_bytes == 0  # close() gave them back
+
+
+# --------------------------------------------------------------------------- torch CPU tensors
+def test_torch_cpu_tensors_in_and_out(fake):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(np.random.default_rng(3).integers(0, 2**32, 30_000, dtype=np.uint32))
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk=1000)
+    y = pipe.run(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == x.dtype and y.shape == x.shape
+    np.testing.assert_array_equal(y.numpy(), reference(x.numpy(), 2))
+    out = torch.zeros_like(x)
+    assert pipe.run(x, out=out) is out
+    np.testing.assert_array_equal(out.numpy(), reference(x.numpy(), 2))
+    parts = [x[:1000], x[1000:1500], x[1500:4000]]
+    ys = pipe.run_batches(parts)
+    assert all(isinstance(t, torch.Tensor) for t in ys)
+    np.testing.assert_array_equal(ys[2].numpy(), reference(parts[2].numpy(), 2))
+    _assert_clean(pipe)
+
+
+def test_run_batches_of_pinned_inputs_get_pinned_outputs_from_the_pool(fake):
+    from fullpipe.cuda.pinned_pool import default_pinned_pool
+
+    pool = default_pinned_pool()
+    xs = [pool.empty(n, np.uint32) for n in (1000, 2500, 700)]
+    for i, x in enumerate(xs):
+        x[:] = np.arange(len(x), dtype=np.uint32) * (i + 1)
+        fake.pinned.add(x.ctypes.data)
+    pipe = StreamPipeline(FakeMix(), streams=2)
+    ys = pipe.run_batches(xs)
+    assert pipe.stats.pinned["allocations"] == 3 and pipe.stats.staging["input"] == "direct"
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(y, reference(x, 2))

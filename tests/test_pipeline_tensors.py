@@ -1,0 +1,294 @@
+"""Tensor-function computes (y = f(x)) against the fake drivers: form detection, the
+output sized from the first y, D2H straight from y's memory, variable batch shapes,
+ring and pinned outputs, copy_streams, the issue order with prefetch, failures.
+
+The framework is a fake with PyTorch's semantics where they matter: a "current
+stream" that f enqueues its work on, tensors that are views of device memory (here
+host memory the fake streams work on), and outputs f allocates itself."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+import fullpipe.pipeline.executor as fexec
+from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline.tensors import TensorFormError, compute_form
+from tests.test_pipeline_fakecuda import _assert_clean, fake  # noqa: F401 - fixture
+from tests.test_pipeline_protocol import Recorder
+
+_current = threading.local()
+
+
+class FakeTensor:
+    """A device tensor of the fake framework: ``ptr``/``shape``/``dtype`` over memory
+    the fake streams read and write."""
+
+    def __init__(self, ptr, shape, dtype, owner=None):
+        self.ptr, self.shape, self.dtype, self.owner = int(ptr), tuple(shape), np.dtype(dtype), owner
+
+    @classmethod
+    def empty(cls, shape, dtype):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        mem = ctypes.create_string_buffer(max(n, 1))
+        return cls(ctypes.addressof(mem), shape, dtype, owner=mem)
+
+    def host(self):
+        n = int(np.prod(self.shape)) * self.dtype.itemsize
+        raw = (ctypes.c_byte * max(n, 1)).from_address(self.ptr)
+        return np.frombuffer(raw, np.uint8, count=n).view(self.dtype).reshape(self.shape)
+
+
+class FakeFramework:
+    name = "fake"
+
+    def __init__(self, device_index):
+        self.kept = []
+
+    def stream(self, fp_stream):
+        return fp_stream
+
+    @contextlib.contextmanager
+    def current(self, fs):
+        old = getattr(_current, "stream", None)
+        _current.stream = fs
+        try:
+            yield
+        finally:
+            _current.stream = old
+
+    def tensor(self, x, in_dtype):
+        return FakeTensor(x.ptr, x.shape, x.dtype, owner=x)
+
+    def host_dtype(self, dtype):
+        return np.dtype(dtype), None
+
+    def output(self, y, fs):
+        if not isinstance(y, FakeTensor):
+            raise TypeError(f"the compute returned {type(y).__name__}")
+        return y, y.shape, y.dtype, y.ptr
+
+    def keep_for(self, y, other_fs):
+        self.kept.append((y, other_fs))
+
+
+class RowStats:
+    """y[i] = (sum of row i, max of row i) as float64: another row shape and dtype.
+    Enqueued on the current stream, as a framework op would be. Keeps every output
+    alive (the fake has no stream-ordered caching allocator)."""
+
+    def __init__(self, fail_at=None, log=None):
+        self.outputs, self.calls, self.fail_at, self.log = [], 0, fail_at, log
+
+    def __call__(self, x):
+        if self.fail_at is not None and self.calls == self.fail_at:
+            self.calls += 1
+            raise RuntimeError("model failed on purpose")
+        self.calls += 1
+        s = _current.stream
+        if self.log is not None:
+            self.log.append(("compute", s))
+        y = FakeTensor.empty((x.shape[0], 2), np.float64)
+        self.outputs.append(y)
+
+        def op():
+            a = x.host().reshape(x.shape[0], -1).astype(np.float64)
+            y.host()[:, 0] = a.sum(axis=1)
+            y.host()[:, 1] = a.max(axis=1)
+
+        s.put(op)
+        return y
+
+
+def want(x):
+    a = np.asarray(x).reshape(len(x), -1).astype(np.float64)
+    return np.stack([a.sum(axis=1), a.max(axis=1)], axis=1)
+
+
+@pytest.fixture
+def fakefw(fake, monkeypatch):
+    made = []
+
+    def make(name, index):
+        fw = FakeFramework(index)
+        made.append(fw)
+        return fw
+
+    monkeypatch.setattr(fexec, "make_framework", make)
+    return made
+
+
+# --------------------------------------------------------------------------- form detection
+def test_compute_form_from_the_signature():
+    assert compute_form(lambda x: x) == "tensor"
+    assert compute_form(lambda s, x, y: None) == "stream"
+    assert compute_form(lambda x, scale=2.0: x) == "tensor"
+    assert compute_form(lambda s, x, y=None: None) == "stream"
+    assert compute_form(None) == "none"
+
+    class Stream3:
+        def __call__(self, stream, x, y):
+            pass
+
+    assert compute_form(Stream3()) == "stream"
+    assert compute_form(lambda *a: None, "torch") == "tensor"
+    assert compute_form(lambda x: x, "stream") == "stream"
+    for ambiguous in (lambda *args: None, lambda a, b: None, lambda a, b=None, c=None: None):
+        with pytest.raises(TensorFormError, match="form="):
+            compute_form(ambiguous)
+    with pytest.raises(ValueError, match="form must be one of"):
+        compute_form(lambda x: x, "jax")
+
+
+def test_torch_module_is_a_tensor_function():
+    torch = pytest.importorskip("torch")
+    assert compute_form(torch.nn.Linear(4, 4)) == "tensor"
+    assert compute_form(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())) == "tensor"
+
+
+# --------------------------------------------------------------------------- runs
+@pytest.mark.parametrize("pinned", [False, True])
+def test_output_is_sized_from_the_first_y(fake, fakefw, pinned):
+    x = np.random.default_rng(1).random((10_000, 3), dtype=np.float32)
+    if pinned:
+        fake.pinned.add(x.ctypes.data)
+    f = RowStats()
+    pipe = StreamPipeline(f, form="torch", streams=3, chunk=700)
+    y = pipe.run(x)
+    assert y.shape == (10_000, 2) and y.dtype == np.float64
+    np.testing.assert_allclose(y, want(x), rtol=1e-6)
+    assert pipe.stats.staging == {"input": "direct" if pinned else "ring", "output": "direct" if pinned else "ring"}
+    assert pipe.stats.bytes_out == y.nbytes
+    assert f.calls == pipe.stats.batches  # f ran once per batch: no extra discovery call
+    _assert_clean(pipe)
+
+
+def test_no_output_region_is_allocated_for_a_tensor_function(fake, fakefw, monkeypatch):
+    from tests.test_pipeline_fakecuda import FakePool
+
+    sizes = []
+    real = FakePool.allocate_ptr
+    monkeypatch.setattr(FakePool, "allocate_ptr", lambda self, n, s: sizes.append(n) or real(self, n, s))
+    x = np.ones((4000, 4), np.float32)
+    StreamPipeline(RowStats(), form="torch", streams=2, chunk=1000).run(x)
+    assert sizes == [1000 * 16] * 4  # the input only: y is the framework's, read in place
+
+
+def test_variable_batches_and_shapes(fake, fakefw):
+    rng = np.random.default_rng(2)
+    batches = [rng.random((int(rng.integers(1, 400)), int(rng.integers(1, 9))), dtype=np.float32)
+               for _ in range(60)]
+    pipe = StreamPipeline(RowStats(), form="torch", streams=3, slots=3)
+    ys = pipe.run_batches(batches)
+    for b, y in zip(batches, ys):
+        np.testing.assert_allclose(y, want(b), rtol=1e-6)
+    _assert_clean(pipe)
+
+
+def test_outputs_bigger_than_the_ring_slots_go_straight_to_the_output(fake, fakefw):
+    """Row shapes that grow the output faster than the input (the ring is sized from
+    the first batch): those batches' D2H goes straight into the output, still correct."""
+
+    def widen(x):  # y has 8 * x.shape[1] float64 columns: out/in grows with the width
+        s = _current.stream
+        y = FakeTensor.empty((x.shape[0], 8 * x.shape[1]), np.float64)
+        keep.append(y)
+        s.put(lambda: y.host().__setitem__(slice(None), np.repeat(x.host().astype(np.float64), 8, axis=1)))
+        return y
+
+    keep = []
+    batches = [np.full((100, 1), 1, np.float32), np.full((100, 64), 2, np.float32), np.full((100, 2), 3, np.float32)]
+    ys = StreamPipeline(widen, form="torch", streams=2).run_batches(batches)
+    for b, y in zip(batches, ys):
+        np.testing.assert_array_equal(y, np.repeat(b.astype(np.float64), 8, axis=1))
+
+
+def test_given_out_is_checked_against_y(fake, fakefw):
+    x = np.ones((100, 3), np.float32)
+    pipe = StreamPipeline(RowStats(), form="torch", streams=2, chunk=50)
+    out = np.zeros((100, 2), np.float64)
+    assert pipe.run(x, out=out) is out
+    np.testing.assert_allclose(out, want(x))
+    with pytest.raises(ValueError, match="out has shape"):
+        pipe.run(x, out=np.zeros((100, 5), np.float64))
+    _assert_clean(pipe)
+    with pytest.raises(ValueError, match="needs 100 rows"):
+        pipe.run(x, out=np.zeros((99, 2), np.float64))
+
+
+def test_y_with_wrong_rows_is_refused(fake, fakefw):
+    pipe = StreamPipeline(lambda x: FakeTensor.empty((1, 2), np.float64), form="torch", streams=2, chunk=50)
+    with pytest.raises(ValueError, match="one output row per input row") as info:
+        pipe.run(np.ones((100, 3), np.float32))
+    assert info.value.batch_index == 0
+    _assert_clean(pipe)
+
+
+@pytest.mark.parametrize("fail_at", [0, 7])
+def test_failure_in_f_drains_and_returns_everything(fake, fakefw, fail_at):
+    x = np.random.default_rng(4).random((3000, 4), dtype=np.float32)
+    pipe = StreamPipeline(RowStats(fail_at=fail_at), form="torch", streams=3, chunk=200)
+    with pytest.raises(RuntimeError, match="on purpose") as info:
+        pipe.run(x)
+    assert info.value.batch_index == fail_at
+    _assert_clean(pipe)
+    pipe.compute = RowStats()
+    pipe._tc = None  # a new compute object: the adapter is made again
+    np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+
+
+def test_copy_streams_tell_the_framework_that_the_d2h_stream_reads_y(fake, fakefw):
+    x = np.random.default_rng(5).random((2000, 4), dtype=np.float32)
+    fake.pinned.add(x.ctypes.data)
+    pipe = StreamPipeline(RowStats(), form="torch", streams=2, chunk=250, copy_streams=True)
+    np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+    fw = fakefw[0]
+    assert len(fw.kept) == 8 and all(other is pipe._all_streams[3] for _, other in fw.kept)
+    _assert_clean(pipe)
+
+
+def test_h2d_of_the_next_batches_is_in_flight_during_the_compute_call(fake, fakefw, monkeypatch):
+    rec = Recorder(monkeypatch, fake.driver)
+    x = np.random.default_rng(6).random((4000, 4), dtype=np.float32)
+    fake.pinned.add(x.ctypes.data)
+    pipe = StreamPipeline(RowStats(log=rec.raw), form="torch", streams=3, chunk=1000, timing=False)
+    np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+    calls = [c[:2] for c in rec.named(pipe) if c[0] in ("h2d", "compute")]
+    assert calls[:4] == [("h2d", "s0"), ("h2d", "s1"), ("h2d", "s2"), ("compute", "s0")]
+
+
+def test_torch_input_comes_back_as_torch(fake, fakefw):
+    torch = pytest.importorskip("torch")
+    x = torch.rand(500, 3)
+    y = StreamPipeline(RowStats(), streams=2, chunk=100).run(x)  # form="auto": a torch input -> torch
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64 and y.shape == (500, 2)
+    np.testing.assert_allclose(y.numpy(), want(x.numpy()), rtol=1e-6)
+
+
+def test_numpy_input_with_both_or_no_library_asks_for_form(fake, fakefw, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or object())
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or object())
+    pipe = StreamPipeline(RowStats(), streams=2, chunk=100)
+    with pytest.raises(TypeError, match="form='torch' or form='cupy'"):
+        pipe.run(np.ones((10, 2), np.float32))
+
+
+def test_auto_chunk_probes_a_tensor_function_and_reuses_the_choice(fake, fakefw):
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(7).random((48 * (1 << 20) // 64, 16), dtype=np.float32)  # 48 MiB
+    f = RowStats()
+    pipe = StreamPipeline(f, form="torch", streams=2)
+    y = pipe.run(x)
+    np.testing.assert_allclose(y, want(x), rtol=1e-5)
+    c = pipe.stats.chunk
+    assert c["source"] == "tuned" and c["probe_batches"] >= 4  # each probe size twice: frameworks tune per shape
+    assert pipe.stats.batches + c["probe_batches"] == f.calls
+    calls = f.calls
+    np.testing.assert_allclose(pipe.run(x[:1000]), want(x[:1000]), rtol=1e-5)
+    assert pipe.stats.chunk["source"] == "reused" and f.calls - calls == pipe.stats.batches
