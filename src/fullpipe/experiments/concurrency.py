@@ -149,7 +149,7 @@ def _sm_sharing(d: Data) -> Judged:
 
 
 @rule(NAME, "resident-grids", "at most 128 grids (the resident-grid limit) run at once")
-def _resident(d: Data) -> Judged:
+def _judge_resident(d: Data) -> Judged:
     res = d.m("resident")
     limit = int(d.p("limit_from_spec"))
     over = {int(g): v["ran_at_once"] for g, v in res.items() if int(g) > limit}
