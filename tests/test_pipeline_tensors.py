@@ -269,14 +269,31 @@ def test_torch_input_comes_back_as_torch(fake, fakefw):
     np.testing.assert_allclose(y.numpy(), want(x.numpy()), rtol=1e-6)
 
 
-def test_numpy_input_with_both_or_no_library_asks_for_form(fake, fakefw, monkeypatch):
+def test_numpy_input_with_no_library_asks_for_form(fake, fakefw, monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or object())
-    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or object())
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
     pipe = StreamPipeline(RowStats(), streams=2, chunk=100)
     with pytest.raises(TypeError, match="form='torch' or form='cupy'"):
         pipe.run(np.ones((10, 2), np.float32))
+
+
+def test_numpy_input_with_torch_and_cupy_imported_is_a_torch_function(monkeypatch):
+    """CuPy imported by some other library must not turn a PyTorch compute into an error
+    (seen on the H200: the GPU test suite imports CuPy before the PyTorch tests)."""
+    import sys
+
+    from fullpipe.cuda.interop import host_view
+    from fullpipe.pipeline.tensors import tensor_framework
+
+    _, kind = host_view(np.ones((4, 2), np.float32))
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or object())
+    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or object())
+    assert tensor_framework(lambda x: x, "auto", kind) == "torch"
+    assert tensor_framework(lambda x: x, "cupy", kind) == "cupy"
+    monkeypatch.delitem(sys.modules, "torch")
+    assert tensor_framework(lambda x: x, "auto", kind) == "cupy"
 
 
 def test_auto_chunk_probes_a_tensor_function_and_reuses_the_choice(fake, fakefw):

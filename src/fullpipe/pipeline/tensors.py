@@ -117,20 +117,22 @@ def compute_form(compute: Any, form: str = "auto") -> str:
 
 def tensor_framework(compute: Any, form: str, kind: HostKind) -> str:
     """"torch" or "cupy" for a tensor function, decided at the first run: the explicit
-    form; else torch for a torch.nn.Module or a torch input; else the one of the two
-    libraries that is imported. Never a guess between two imported libraries."""
+    form; else torch for a torch.nn.Module or a torch input; else PyTorch when it is
+    imported (a tensor function is a PyTorch function unless ``form="cupy"`` says
+    otherwise: CuPy being imported by some other library must not break a PyTorch
+    compute); else CuPy when only it is imported; else an error."""
     if form in ("torch", "cupy"):
         return form
     if _is_torch_module(compute) or kind.library == "torch":
         return "torch"
     import sys
 
-    have = [name for name in ("torch", "cupy") if name in sys.modules]
-    if len(have) == 1:
-        return have[0]
+    for name in ("torch", "cupy"):
+        if name in sys.modules:
+            return name
     raise TensorFormError(
-        "a tensor function on a NumPy input: cannot tell whether it takes PyTorch tensors or CuPy arrays "
-        f"({'both are' if have else 'neither is'} imported). Pass form='torch' or form='cupy'.")
+        "a tensor function on a NumPy input, and neither PyTorch nor CuPy is imported: "
+        "import the library the function uses, or pass form='torch' or form='cupy'.")
 
 
 # --------------------------------------------------------------------------- frameworks
