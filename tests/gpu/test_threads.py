@@ -213,7 +213,7 @@ def test_device_and_pool_made_in_a_thread_work_everywhere(device):
 def test_trace_capture_in_a_thread(device, backend):
     """Workload, capture and the capture's final wait all in a thread with no context."""
     from fullpipe import trace
-    from fullpipe.trace.workload import TracedPipeline
+    from fullpipe.pipeline.workload import TracedPipeline
 
     batches = 4
     box = {}
@@ -224,8 +224,7 @@ def test_trace_capture_in_a_thread(device, backend):
         try:
             with trace.capture(backend=backend) as tl:
                 wl.issue(2)  # no wait of its own: the capture's exit must wait for the GPU
-            box["out"] = np.array(wl.host_out)
-            wl.verify()
+            wl.verify()  # bit-exact against the reference, outputs poisoned: every batch had landed
         finally:
             wl.close()
         box["tl"] = tl
@@ -233,7 +232,6 @@ def test_trace_capture_in_a_thread(device, backend):
     run_threads(worker, n=1)
     tl = box["tl"]
     assert not any("could not wait for the GPU" in n for n in tl.notes), tl.notes
-    assert not np.isnan(box["out"]).any()  # every batch had landed when the capture ended
     kernels = [r for r in tl.records if r.kind == "kernel"]
     copies = [r for r in tl.records if r.kind == "memcpy"]
     if tl.backend == "events":

@@ -380,6 +380,8 @@ class TorchGraphs:
             except Exception as exc:  # noqa: BLE001
                 end_error = exc
         _leave_capture(fs)
+        if failure is not None or end_error is not None:
+            _reset_torch_generators(torch)
         if failure is not None:
             if isinstance(failure, Exception) and end_error is not None:
                 raise GraphCaptureError(_torch_capture_message(failure)) from failure
@@ -406,6 +408,21 @@ class TorchGraphs:
         return {"kind": "torch", "graphs": len(self._cache), "launches": self.launches, "captures": self.captures,
                 "capture_ms": self.capture_s * 1e3, "fallback_batches": self.fallbacks,
                 "max_graphs": self.max_graphs, "reason": reason}
+
+
+def _reset_torch_generators(torch: Any) -> None:
+    """After a failed capture, give each CUDA generator a fresh copy of its state.
+
+    capture_begin puts PyTorch's CUDA generators into capture mode and only a
+    successful capture_end takes them out; after an invalidated capture every later
+    random op of the process raised "Offset increment outside graph capture
+    encountered unexpectedly" (seen on the H200 GPU suite). clone_state() copies seed
+    and offset into a state that is not capturing. Best effort: older PyTorch lacks it."""
+    try:
+        for gen in torch.cuda.default_generators:
+            gen.graphsafe_set_state(gen.clone_state())
+    except Exception:  # noqa: BLE001 - the capture's own error is what the user sees
+        pass
 
 
 def _leave_capture(fs: Any) -> None:
