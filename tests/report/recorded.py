@@ -9,7 +9,7 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 # Later runs of experiments that results.json does not hold, in the order they are added.
-LATER = ("results-2026-11-23.json",)
+LATER = ("results-2026-11-23.json", "results-2026-11-23-workloads.json")
 
 
 def load_doc() -> dict:
