@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 import pytest
 
@@ -35,7 +36,42 @@ def cubin_cache(tmp_path_factory):
     path = tmp_path_factory.mktemp("cubin-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FULLPIPE_CACHE_DIR", str(path))
+        threading.Thread(target=_precompile, name="precompile", daemon=True).start()
         yield path
+
+
+def _precompile_jobs() -> list:
+    """Every kernel build the CPU tests compile for sm_90a, in the reverse of the order the
+    test files reach them."""
+    from fullpipe.cuda import compiler
+    from fullpipe.kernels import builds
+    from fullpipe.kernels import flash_attention as fa
+    from fullpipe.kernels import hopper_gemm as hg
+
+    arch = "sm_90a"
+    jobs = [lambda b=b: compiler.compile_package_kernel(b.source, arch=arch, defines=dict(b.defines))
+            for b in builds.shipped_builds()]
+    jobs += [lambda b=b: hg.module("persistent", arch, build=b) for b in hg.SWEEP_BUILDS]
+    jobs += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
+    jobs += [lambda t=t: compiler.compile_package_kernel(fa.SOURCE, arch=arch, defines=dict(fa.defines(t)))
+             for t in fa.candidate_builds()]
+    return jobs[::-1]
+
+
+def _precompile() -> None:
+    """Fill the run's cubin cache on a second thread while the tests run: NVRTC releases
+    the GIL, so CI's two cores compile at once (the suite is dominated by kernel
+    compiles). A test that needs a kernel first compiles it itself; the cache's writes
+    are atomic, so the two never see half a cubin. Failures are left for the tests."""
+    try:
+        jobs = _precompile_jobs()
+    except Exception:  # noqa: BLE001 - an import error shows up in the tests themselves
+        return
+    for job in jobs:
+        try:
+            job()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 @pytest.fixture

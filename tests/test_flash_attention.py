@@ -15,12 +15,7 @@ from fullpipe.kernels import flash_attention as fa
 
 ARCH = "sm_90a"
 
-# The default build plus every candidate tiling (for causal and non-causal kernels alike),
-# one module per (d64, d128) pair of candidates.
-BUILDS = [dict(fa.DEFAULT_TILINGS)] + [
-    {(64, c): t64 for c in (False, True)} | {(128, c): t128 for c in (False, True)}
-    for t64, t128 in zip(fa.CANDIDATE_TILINGS[64], fa.CANDIDATE_TILINGS[128])
-]
+BUILDS = fa.candidate_builds()  # the default build, then one per (d64, d128) candidate pair
 
 
 def _build_id(b):

@@ -269,8 +269,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- main
-QUICK_HELP = ("smaller sizes, the same claims and verdicts (on an H200 `fullpipe report --quick` "
-              "takes about 70 s, the full report 135-170 s)")
+QUICK_HELP = ("smaller sizes, the same claims and verdicts (on an H200 the full report takes about 4 min; "
+              "--quick took 70 s before the Hopper GEMM, attention and workloads experiments joined it)")
 
 
 def experiments_help() -> str:

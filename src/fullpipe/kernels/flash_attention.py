@@ -394,3 +394,13 @@ if __name__ == "__main__":
     import sys
 
     sys.exit(_selftest())
+
+
+def candidate_builds() -> list[dict]:
+    """The default tilings, then each candidate pair (entry i of CANDIDATE_TILINGS[64] and
+    [128], for causal and non-causal kernels alike): one module each, as the CPU tests and
+    the tiling sweep compile them."""
+    return [dict(DEFAULT_TILINGS)] + [
+        {(64, c): t64 for c in (False, True)} | {(128, c): t128 for c in (False, True)}
+        for t64, t128 in zip(CANDIDATE_TILINGS[64], CANDIDATE_TILINGS[128])
+    ]
