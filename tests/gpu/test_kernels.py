@@ -8,29 +8,9 @@ import pytest
 from fullpipe import kernels
 from fullpipe.kernels.gemm import WMMA_CANDIDATES, launch_plan, plan, wmma_config
 
+from ._torch import needs_torch, torch
 
-def _torch_or_none():
-    try:
-        import torch
-
-        return torch
-    except ImportError:
-        return None
-
-
-torch = _torch_or_none()
-
-
-@pytest.fixture(autouse=True)
-def _needs_torch(request):
-    """These tests build their inputs and references with PyTorch. Without it they skip,
-    except in a run that selected the GPU tests (-m gpu): there a missing PyTorch fails
-    loudly instead of turning the kernel tests into silent skips."""
-    if torch is None:
-        msg = "PyTorch is not installed: the GPU kernel tests need it for inputs and references"
-        if "gpu" in (request.config.getoption("-m") or ""):
-            pytest.fail(msg)
-        pytest.skip(msg)
+_needs_torch = pytest.fixture(autouse=True)(needs_torch)
 
 
 pytestmark = pytest.mark.gpu

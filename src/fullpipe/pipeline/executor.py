@@ -309,10 +309,7 @@ class StreamPipeline:
         """Free the pinned ring, the events, the copy threads and (if it made it) the pool."""
         if not self._started:
             return
-        ensure_current(self._dev_index)
-        for s in self._all_streams:
-            with drv.translated("cuStreamSynchronize"):
-                s.sync()
+        self._drain_streams()
         if self._tc is not None:
             self._tc.close()
             self._tc = None
@@ -333,6 +330,13 @@ class StreamPipeline:
             self.pool.close()
             self._pool = None
         self._started = False
+
+    def _drain_streams(self) -> None:
+        """Wait for everything enqueued on the pipeline's streams (from any thread)."""
+        ensure_current(self._dev_index)
+        for s in self._all_streams:
+            with drv.translated("cuStreamSynchronize"):
+                s.sync()
 
     def __enter__(self) -> "StreamPipeline":
         return self
@@ -371,10 +375,7 @@ class StreamPipeline:
         compute again (after changing something it reads when called)."""
         if not self._started:
             return
-        ensure_current(self._dev_index)
-        for s in self._all_streams:
-            with drv.translated("cuStreamSynchronize"):
-                s.sync()
+        self._drain_streams()
         if self._graphs is not None:
             self._graphs.clear()
         if self._tc is not None and self._tc.graphs is not None:
