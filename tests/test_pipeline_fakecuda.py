@@ -413,3 +413,51 @@ def test_synchronous_baseline_is_correct(fake):
     x = np.arange(5000, dtype=np.uint32)
     pipe = StreamPipeline(FakeMix(), streams=1, chunk=512, synchronous=True)
     np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+
+
+def test_a_second_run_while_one_is_in_progress_is_refused(fake):
+    """One pipeline runs one run at a time: a run started from inside the compute (or
+    another thread) gets a clear error instead of corrupting the ring and events."""
+    seen = []
+
+    def compute(stream, x, y):
+        if not seen:
+            with pytest.raises(RuntimeError, match="while a run is in progress"):
+                pipe.run(np.ones((4, 8), np.float32))
+            seen.append(True)
+
+    with StreamPipeline(compute, streams=2, chunk=64, output=None) as pipe:
+        pipe.run(np.ones((256, 8), np.float32))
+    assert seen == [True]
+
+
+def test_overlapping_runs_in_threads_restore_the_switch_interval():
+    """The GIL switch interval is process-wide: two runs whose staging overlaps must
+    leave it as they found it, whichever ends first."""
+    import sys
+    import threading
+
+    from fullpipe.pipeline.pageable import short_switch_interval
+
+    before = sys.getswitchinterval()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def run_a():
+        with short_switch_interval():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def run_b():
+        a_in.wait(5)
+        with short_switch_interval():
+            b_in.set()
+            a_out.wait(5)
+            assert sys.getswitchinterval() < before  # A has left, B still stages: still short
+
+    ta, tb = threading.Thread(target=run_a), threading.Thread(target=run_b)
+    for t in (ta, tb):
+        t.start()
+    for t in (ta, tb):
+        t.join()
+    assert sys.getswitchinterval() == before

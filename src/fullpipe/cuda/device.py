@@ -325,8 +325,7 @@ class Device:
     def ensure_current(self) -> None:
         """:func:`ensure_current` for this device: a thread-local check, a driver call
         only the first time in a thread."""
-        if thread_context.device != self.index:
-            _make_current(self.index)
+        ensure_current(self.index)
 
     def synchronize(self) -> None:
         """cudaDeviceSynchronize. Experiments use it on purpose; the pipeline never does."""

@@ -309,7 +309,17 @@ class StreamPipeline:
         """Free the pinned ring, the events, the copy threads and (if it made it) the pool."""
         if not self._started:
             return
-        self._drain_streams()
+        self._check_not_running("close")
+        try:
+            self._drain_streams()
+        except Exception:  # a sticky CUDA error: free what can still be freed, then report it
+            with contextlib.suppress(Exception):
+                self._free_everything()
+            self._started = False
+            raise
+        self._free_everything()
+
+    def _free_everything(self) -> None:
         if self._tc is not None:
             self._tc.close()
             self._tc = None
@@ -341,8 +351,19 @@ class StreamPipeline:
     def __enter__(self) -> "StreamPipeline":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # the run's own exception (batch index, note) is the one the user sees
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _check_not_running(self, what: str) -> None:
+        if self._running:
+            raise RuntimeError(f"StreamPipeline.{what}() while a run is in progress: a pipeline runs one run at a "
+                               "time (give each thread its own pipeline)")
 
     def __repr__(self) -> str:
         return (
@@ -391,6 +412,7 @@ class StreamPipeline:
         """Run one host array (NumPy, torch CPU tensor, buffer), cut into chunks along
         axis 0. Returns the output (``out`` if given; else a new one of the input's kind,
         pinned if ``x`` is pinned), or None with ``output=None``."""
+        self._check_not_running("run")
         x_np, kind = host_view(x, "input")
         x_np = P.as_host_array(x_np, "input")
         out_np = None
@@ -464,6 +486,7 @@ class StreamPipeline:
         """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU
         tensors, buffers). Returns their outputs (``outs`` if given, else new arrays of
         each batch's kind, pinned when every input is), or None with ``output=None``."""
+        self._check_not_running("run_batches")
         if isinstance(batches, np.ndarray) or _is_tensor(batches):
             raise TypeError("run_batches takes a sequence of arrays; for one array use run(x)")
         try:
@@ -534,6 +557,10 @@ class StreamPipeline:
     def _tensor_compute(self, kind: HostKind) -> TensorCompute:
         """The tensor-function adapter, made at the first run (its library may depend
         on the first input's kind)."""
+        if self._tc is not None and self._tc.fn is not self.compute:  # pipe.compute was reassigned
+            self._drain_streams()
+            self._tc.close()
+            self._tc = None
         if self._tc is None:
             name = tensor_framework(self.compute, self._form_option, kind)
             if self.graph and name != "torch":

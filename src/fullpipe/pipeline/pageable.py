@@ -207,16 +207,29 @@ class OutputDrainer(_Worker):
         self.raise_error()
 
 
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_saved = 0.0
+
+
 @contextlib.contextmanager
 def short_switch_interval(seconds: float = 2e-4) -> Iterator[None]:
     """Lower the interpreter's GIL switch interval while staging threads run.
 
     With the default 5 ms, a staging thread (or a Python host function) that wants
     the GIL back after a memmove can wait up to 5 ms behind the enqueueing thread:
-    far longer than one batch. Restored on exit."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(min(old, seconds))
+    far longer than one batch. The interval is process-wide: the first run to enter
+    lowers it, the last one to leave restores it (pipelines in several threads)."""
+    global _switch_users, _switch_saved
+    with _switch_lock:
+        if _switch_users == 0:
+            _switch_saved = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switch_saved, seconds))
+        _switch_users += 1
     try:
         yield
     finally:
-        sys.setswitchinterval(old)
+        with _switch_lock:
+            _switch_users -= 1
+            if _switch_users == 0:
+                sys.setswitchinterval(_switch_saved)
