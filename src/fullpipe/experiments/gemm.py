@@ -302,8 +302,8 @@ def run(ctx: Context) -> Result:
                      + (f", and {need:.1f} is above the no-load ceiling {ceil:.1f}: with this tile math no pipeline "
                         "can reach 1.3x, however well it hides the loads" if ceil and need > ceil else ""))
     notes.append(f"best stages at {big}: double_buffer {db_s}, warp_specialized {ws_s}, wmma fp16 {wm16_s} "
-                 f"(wmma tiling {wmma_default.name} with the stage count swept; scripts/gemm-sweep times every "
-                 "candidate tiling)")
+                 f"(wmma tiling {wmma_default.name} with the stage count swept; docs/notes/kernels-history.md has "
+                 "every candidate tiling's numbers)")
 
     # Equal occupancy: what double buffering does inside one block.
     f_tiled = metrics.get(f"forced1_tiled_{FORCED_SIZE}_tflops")

@@ -393,14 +393,16 @@ def gemm(
     out: Any = None,
     config: "str | WmmaConfig | None" = None,
 ) -> Any:
-    """``out = a @ b`` (float32), enqueued on ``stream``; returns ``out``. The Hopper
-    variants (``hopper_wgmma``, ``hopper_tma``, ``hopper_ws``, ``hopper_persistent``)
-    take bf16/fp16 operands and return the same dtype (see :mod:`.hopper_gemm`).
+    """``out = a @ b``, enqueued on ``stream`` (required); returns ``out``. The fp32
+    variants (tiled, double_buffer, warp_specialized) take float32, wmma takes fp16/bf16,
+    and all four write float32; the Hopper variants (``hopper_wgmma``, ``hopper_tma``,
+    ``hopper_ws``, ``hopper_persistent``) take bf16/fp16 and write the same dtype (see
+    :mod:`.hopper_gemm`).
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)
-    float32 C-contiguous device array; when None, one of the kind of ``a`` is
-    allocated. ``config``: wmma only, the tiling (a name in WMMA_CONFIGS or a
+    C-contiguous device array of the output dtype; when None, one of the kind of ``a``
+    is allocated. ``config``: wmma only, the tiling (a name in WMMA_CONFIGS or a
     WmmaConfig; default WMMA_DEFAULT); ``stages`` overrides its stage count.
     """
     if stream is None:
