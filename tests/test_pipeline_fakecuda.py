@@ -229,6 +229,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(fdevice, "Device", FakeDevice)
     monkeypatch.setattr(fpool, "DevicePool", FakePool)
     monkeypatch.setattr(fstreams, "create_stream", lambda dev, **kw: FakeStream(jitter["value"]))
+    monkeypatch.setattr(fstreams, "return_streams", lambda dev, streams, **kw: None)
     monkeypatch.setattr(fstreams, "long_lived_streams",
                         lambda dev, n, **kw: [FakeStream(jitter["value"]) for _ in range(n)])
     monkeypatch.setattr(fevents, "create_event", lambda dev, **kw: FakeEvent())

@@ -325,6 +325,7 @@ def gfake(fake, monkeypatch):
     d = GraphFakeDriver()
     monkeypatch.setattr(fdriver, "driver", lambda: d)
     monkeypatch.setattr(fpool, "DevicePool", GraphFakePool)
+    monkeypatch.setattr(fstreams, "return_streams", lambda dev, streams, **kw: None)
     monkeypatch.setattr(fstreams, "long_lived_streams",
                         lambda dev, n, **kw: [CapStream(fake.jitter["value"]) for _ in range(n)])
     return types.SimpleNamespace(driver=d, jitter=fake.jitter, pinned=fake.pinned)

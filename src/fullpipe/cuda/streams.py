@@ -98,24 +98,37 @@ def as_core_stream(stream: Any):
     )
 
 
-# Streams that live as long as the process, reused by every pipeline on a device.
+# Streams that live as long as the process, lent to one pipeline at a time.
 # Why not create and destroy streams per pipeline: caching allocators (CuPy's
 # memory pool, PyTorch's) remember the stream on which each block was used and
 # later record events on it or order reuse against it. A compute callable that
 # allocates through them on a pipeline stream would leave them holding the handle
 # of a destroyed stream, which the driver may hand out again for an unrelated one.
-# Long-lived streams cost nothing when idle.
-_stream_cache: dict[tuple[int, int | None], list] = {}
+# Why not share them between pipelines open at once: one pipeline's graph capture
+# would take in the other's work, and each would wait for the other's batches.
+# Idle streams cost nothing.
+_free_streams: dict[tuple[int, int | None], list] = {}
 _stream_cache_lock = threading.Lock()  # pipelines may start in several threads at once
 
 
+def _stream_key(device: Any, priority: int | None) -> tuple[int, int | None]:
+    return int(_as_core_device(device).device_id), priority
+
+
 def long_lived_streams(device: Any, count: int, *, priority: int | None = None) -> list:
-    """``count`` non-blocking streams on ``device`` that are never destroyed; repeated
-    calls return the same streams (the first ``count`` of them)."""
-    dev = _as_core_device(device)
-    key = (int(dev.device_id), priority)
+    """``count`` non-blocking streams on ``device`` that are never destroyed and that no
+    one else holds: streams given back with :func:`return_streams` first, new ones for
+    the rest."""
+    key = _stream_key(device, priority)
     with _stream_cache_lock:
-        cache = _stream_cache.setdefault(key, [])
-        while len(cache) < count:
-            cache.append(create_stream(device, priority=priority))
-        return cache[:count]
+        free = _free_streams.setdefault(key, [])
+        taken, free[:count] = free[:count], []
+    return taken + [create_stream(device, priority=priority) for _ in range(count - len(taken))]
+
+
+def return_streams(device: Any, streams: list, *, priority: int | None = None) -> None:
+    """Give streams from :func:`long_lived_streams` back once nothing of the caller's is
+    left on them; later callers get them again."""
+    key = _stream_key(device, priority)
+    with _stream_cache_lock:
+        _free_streams.setdefault(key, []).extend(streams)

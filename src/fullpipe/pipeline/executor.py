@@ -258,7 +258,7 @@ class StreamPipeline:
         if self._pool is None:
             self._pool = DevicePool(self.device, release_threshold="max")
         self.pool = self._pool
-        # Long-lived streams, shared with later pipelines: see streams.long_lived_streams.
+        # Long-lived streams, this pipeline's alone until close(): see streams.long_lived_streams.
         n_all = self.n_streams + (2 if self.copy_streams else 0)
         self._all_streams = long_lived_streams(self.device, n_all)
         self.streams = self._all_streams[:self.n_streams]  # compute (and, by default, copies)
@@ -318,6 +318,9 @@ class StreamPipeline:
             self._started = False
             raise
         self._free_everything()
+        from ..cuda.streams import return_streams
+
+        return_streams(self.device, self._all_streams)  # drained: the next pipeline may take them
 
     def _free_everything(self) -> None:
         if self._tc is not None:
