@@ -321,13 +321,21 @@ class PinnedPool:
     def _loan_collected(self, block: PinnedBlock) -> None:
         # Runs inside the garbage collector, maybe while this thread holds self._lock:
         # never take the lock here. The next take/give/trim/stats/close files it.
-        if self._closed:  # nobody will empty the queue any more: unpin now (best effort)
+        if not self._closed:
+            self._returned.append(block)
+            if not self._closed:
+                return
+            # close() ran between the check and the append: its drain may have missed
+            # the block. Take back whatever is still queued (popleft is atomic: a block
+            # that close() took is not taken twice).
             try:
-                self._free(block.ptr)
-            except Exception:
-                pass
-            return
-        self._returned.append(block)
+                block = self._returned.popleft()
+            except IndexError:
+                return
+        try:  # nobody will empty the queue any more: unpin now (best effort)
+            self._free(block.ptr)
+        except Exception:
+            pass
 
     # ------------------------------------------------------------------ trim / close
     def trim(self, keep_bytes: int = 0) -> int:
