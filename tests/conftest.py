@@ -30,14 +30,31 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def cubin_cache(tmp_path_factory):
+def cubin_cache(tmp_path_factory, request):
     """One cubin cache for the whole test run, empty at its start: every kernel compiles
-    once per run (honest), and only once (fast). Child processes (the CLI tests) inherit it."""
+    once per run (honest), and only once (fast). Child processes (the CLI tests) inherit it.
+    When the run holds the kernel compile tests, a second thread fills it ahead of them."""
     path = tmp_path_factory.mktemp("cubin-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FULLPIPE_CACHE_DIR", str(path))
-        threading.Thread(target=_precompile, name="precompile", daemon=True).start()
-        yield path
+        stop = threading.Event()
+        worker = threading.Thread(target=_precompile, args=(stop,), name="precompile")
+        if any(item.path.name in _COMPILE_TEST_FILES for item in request.session.items):
+            worker.start()
+        try:
+            yield path
+        finally:
+            # Never leave the thread inside NVRTC while the interpreter shuts down: that
+            # crashed the process at exit (segfault, "realloc(): invalid old size") after
+            # short runs had passed. It stops after the compile in progress.
+            stop.set()
+            if worker.is_alive():
+                worker.join()
+
+
+# The test files that compile the kernel builds _precompile_jobs() lists.
+_COMPILE_TEST_FILES = {"test_cli.py", "test_compiler.py", "test_flash_attention.py", "test_hopper_gemm.py",
+                       "test_kernels_api.py", "test_kernels_level2_extra.py", "test_kernels_sass.py"}
 
 
 def _precompile_jobs() -> list:
@@ -58,7 +75,7 @@ def _precompile_jobs() -> list:
     return jobs[::-1]
 
 
-def _precompile() -> None:
+def _precompile(stop: threading.Event) -> None:
     """Fill the run's cubin cache on a second thread while the tests run: NVRTC releases
     the GIL, so CI's two cores compile at once (the suite is dominated by kernel
     compiles). A test that needs a kernel first compiles it itself; the cache's writes
@@ -68,6 +85,8 @@ def _precompile() -> None:
     except Exception:  # noqa: BLE001 - an import error shows up in the tests themselves
         return
     for job in jobs:
+        if stop.is_set():
+            return
         try:
             job()
         except Exception:  # noqa: BLE001
