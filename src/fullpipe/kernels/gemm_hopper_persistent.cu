@@ -20,7 +20,7 @@
 //                 TMA A[128 x 64] (own rows) + multicast B chunks {2r, 2r+1}
 //   warpgroups    CONSUMERS wait full[s] -> wgmma x4 -> commit -> wait <= 1 ->
 //   1 and 2       arrive on empty[] of the slice before in *both* blocks (mapa +
-//                 remote arrive, fp_tma::arrive_remote): the peer's next multicast
+//                 remote arrive, fp_mbar::mbar_arrive_cluster): the peer's next multicast
 //                 writes into this slot too
 //
 // The slot a multicast fills in the peer must be free there as well, which is why
@@ -201,14 +201,14 @@ __device__ __forceinline__ void release(SharedStorage& smem, int slot, int rm, i
     } else {
         if constexpr (SHARE_B) {
 #pragma unroll
-            for (int i = 0; i < CLUSTER_M; ++i) fp_tma::arrive_remote(&smem.empty[slot], CLUSTER_M * rn + i);
+            for (int i = 0; i < CLUSTER_M; ++i) fp_mbar::mbar_arrive_cluster(&smem.empty[slot], CLUSTER_M * rn + i);
         } else {
             fp_mbar::mbar_arrive(&smem.empty[slot]);
         }
         if constexpr (SHARE_A) {
 #pragma unroll
             for (int j = 0; j < CLUSTER_N; ++j)
-                if (j != rn) fp_tma::arrive_remote(&smem.empty[slot], rm + CLUSTER_M * j);
+                if (j != rn) fp_mbar::mbar_arrive_cluster(&smem.empty[slot], rm + CLUSTER_M * j);
         }
     }
 }

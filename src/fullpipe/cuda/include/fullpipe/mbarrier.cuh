@@ -30,12 +30,16 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// Arrive on a barrier of another block of the cluster (`cta` is its rank).
+// Arrive on the barrier at the same shared offset in block `cta` of the cluster, with
+// the default (CTA-scope) release. A cluster-scope release would cost a MEMBAR.ALL.GPU
+// per arrival in SASS; a consumer that only read a slot through wgmma or TMA (retired
+// before it arrives) has nothing of its own to publish, which is what a multicast
+// ring's "slot free" signal needs.
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
     asm volatile(
         "{\n .reg .b32 remote;\n"
         " mapa.shared::cluster.u32 remote, %0, %1;\n"
-        " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
+        " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
         ::"r"(smem_addr(bar)), "r"(cta) : "memory");
 }
 

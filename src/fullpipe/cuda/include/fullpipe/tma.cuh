@@ -78,19 +78,6 @@ __device__ __forceinline__ unsigned cluster_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-// Arrive on the mbarrier at the same shared offset in block `cta` of the cluster, with
-// the default (CTA-scope) release. fp_mbar::mbar_arrive_cluster releases at cluster
-// scope, which costs a MEMBAR.ALL.GPU per arrival in SASS; a consumer that only read
-// the slot through wgmma (retired by wgmma.wait_group) has nothing to publish, so the
-// per-slice "slot free" signal of the multicast ring uses this one.
-__device__ __forceinline__ void arrive_remote(unsigned long long* bar, unsigned cta) {
-    asm volatile(
-        "{\n .reg .b32 remote;\n"
-        " mapa.shared::cluster.u32 remote, %0, %1;\n"
-        " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
-        ::"r"(smem_addr(bar)), "r"(cta) : "memory");
-}
-
 // Every thread of every block of the cluster arrives, then waits for all the others.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
