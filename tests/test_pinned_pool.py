@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from fullpipe.cuda import memory
 from fullpipe.cuda import pinned_pool as pp
 from fullpipe.cuda.pinned_pool import MIN_CLASS_BYTES, PinnedPool, PinnedPoolFull, size_class
 
@@ -254,7 +255,45 @@ def test_close_frees_idle_now_and_the_rest_when_it_comes_back(host):
     pool.give(busy)
     del arr
     gc.collect()
+    # the collector only queues the free (it may run inside a stream capture, where
+    # cuMemFreeHost would invalidate the capture); the next safe point unpins it
+    assert host.live_bytes == 3 * MiB
+    assert memory.free_collected() == 1
     assert host.live == {}  # everything unpinned
+
+
+def test_a_collected_pinned_buffer_is_unpinned_at_the_next_safe_point_not_inside_the_collector(monkeypatch):
+    calls: list[tuple[str, int]] = []
+    keep: dict[int, ctypes.Array] = {}
+
+    def fake_call(name, *args):
+        if name == "cuMemHostAlloc":
+            buf = ctypes.create_string_buffer(args[0])
+            keep[ctypes.addressof(buf)] = buf
+            calls.append((name, ctypes.addressof(buf)))
+            return ctypes.addressof(buf)
+        assert name == "cuMemFreeHost", name
+        calls.append((name, args[0]))
+        del keep[args[0]]
+
+    monkeypatch.setattr(memory.drv, "call", fake_call)
+    monkeypatch.setattr(memory, "ensure_current", lambda *a: None)
+    memory.free_collected()  # nothing queued by earlier tests
+    a = memory.pinned_empty(1000, np.float32)
+    a[:] = 1.5
+    ptr = calls[0][1]
+    cycle = [a]
+    cycle.append(cycle)  # only the cyclic collector frees it
+    del a, cycle
+    gc.collect()
+    assert calls == [("cuMemHostAlloc", ptr)]  # no CUDA call from inside the collector
+    b = memory.PinnedBuffer(64)  # the next allocation is a safe point: the queued free runs first
+    assert [c[0] for c in calls] == ["cuMemHostAlloc", "cuMemFreeHost", "cuMemHostAlloc"]
+    assert calls[1] == ("cuMemFreeHost", ptr)
+    b.free()  # an explicit free unpins at once
+    assert calls[-1] == ("cuMemFreeHost", calls[2][1]) and keep == {}
+    b.free()  # twice is harmless
+    assert len(calls) == 4
 
 
 def test_threads_never_share_a_block_and_the_books_balance(host):

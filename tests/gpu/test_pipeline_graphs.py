@@ -5,6 +5,8 @@ nothing left behind: pool usage, slots, graph memory."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -135,3 +137,30 @@ def test_a_compute_that_synchronizes_cannot_be_captured_and_nothing_leaks(device
         for x, y in zip(xs, ys):
             assert np.array_equal(y, reference(x, mix.rounds))
     assert _graph_mem(device) == graph_mem_before
+
+
+def test_pinned_memory_the_collector_frees_during_a_capture_does_not_break_it(device, mix, own_pool):
+    """The collector may run inside a capture (here: the compute calls it). Freeing pinned
+    memory there (cuMemFreeHost) would invalidate the capture; fullpipe defers such frees
+    to the next safe point. Before that, this failed at batch 0 with
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (and made the next test fail, at random, on the H200)."""
+
+    def collecting(stream, x, y):
+        gc.collect()  # in the first batches, inside their graph capture
+        mix(stream, x, y)
+
+    collecting.input_dtype = np.uint32
+    xs, ys = _batches(12, seed=11, pinned=False)
+    gc.disable()  # the garbage below must wait for the compute's own collect
+    try:
+        for _ in range(4):
+            junk = [pinned_empty(64 * 1024, np.uint8)]
+            junk.append(junk)  # a cycle: only the collector frees it
+        del junk
+        with StreamPipeline(collecting, streams=3, slots=3, pool=own_pool, device=device, graph=True) as pipe:
+            pipe.run_batches(xs, outs=ys)
+            assert pipe.stats.graph["captures"] > 0 and pipe.stats.graph["fallback_batches"] == 0
+    finally:
+        gc.enable()
+    for x, y in zip(xs, ys):
+        assert np.array_equal(y, reference(x, mix.rounds))

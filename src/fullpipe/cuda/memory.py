@@ -12,10 +12,11 @@ without copies.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import math
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -39,11 +40,14 @@ class PinnedBuffer:
             raise ValueError(f"pinned buffer size must be a positive int, got {nbytes!r}")
         self.nbytes = nbytes
         ensure_current(device)
+        free_collected()  # a safe point: frees what the collector found since the last one
         self.ptr = int(drv.call("cuMemHostAlloc", nbytes, CU_MEMHOSTALLOC_PORTABLE))
-        self._finalizer = weakref.finalize(self, _free_host, self.ptr)
+        self._finalizer = weakref.finalize(self, defer_free, _free_host, self.ptr)
 
     def free(self) -> None:
-        self._finalizer()
+        """Unpin now (the collector only queues the free: see :func:`defer_free`)."""
+        if self._finalizer.detach() is not None:
+            _free_host(self.ptr)
 
     @property
     def freed(self) -> bool:
@@ -64,11 +68,40 @@ class PinnedBuffer:
 
 
 def _free_host(ptr: int) -> None:
-    try:
-        ensure_current()  # the collector may run this in any thread
-        drv.call("cuMemFreeHost", ptr)
-    except Exception:  # interpreter shutdown or context gone: the OS reclaims it
-        pass
+    ensure_current()  # a buffer may be freed in any thread
+    drv.call("cuMemFreeHost", ptr)
+
+
+# --------------------------------------------------------------------------- frees found by the collector
+# The garbage collector runs inside whatever Python code is executing: also in a thread
+# that is between cuStreamBeginCapture and cuStreamEndCapture. There cuMemFreeHost is
+# refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and the refusal invalidates the
+# capture, so the graph fails later with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, far
+# from its cause (seen on the H200: a test's pinned arrays, freed by the collector while
+# the next test captured). A collected buffer's free therefore waits in this queue for a
+# safe point: the next pinned allocation, the end of a pipeline run, or free_collected().
+_collected: collections.deque = collections.deque()
+
+
+def defer_free(free: Callable[[int], None], ptr: int) -> None:
+    """Queue ``free(ptr)`` for the next :func:`free_collected` (no CUDA call here)."""
+    _collected.append((free, ptr))
+
+
+def free_collected() -> int:
+    """Run the frees the garbage collector queued; returns how many ran. Call it where
+    no stream capture of this thread can be in progress."""
+    done = 0
+    while True:
+        try:
+            free, ptr = _collected.popleft()
+        except IndexError:
+            return done
+        try:
+            free(ptr)
+            done += 1
+        except Exception:  # noqa: BLE001 - context gone (e.g. at exit): the OS reclaims it
+            pass
 
 
 def pinned_empty(shape: Any, dtype: Any = np.float32, *, device: Any = None) -> np.ndarray:

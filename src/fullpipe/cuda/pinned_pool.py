@@ -174,9 +174,10 @@ def _pinned_alloc(device: Any) -> Callable[[int], int]:
     def alloc(nbytes: int) -> int:
         from . import driver as drv
         from .device import ensure_current
-        from .memory import CU_MEMHOSTALLOC_PORTABLE
+        from .memory import CU_MEMHOSTALLOC_PORTABLE, free_collected
 
         ensure_current(device)
+        free_collected()  # a safe point: frees what the collector found since the last one
         return int(drv.call("cuMemHostAlloc", nbytes, CU_MEMHOSTALLOC_PORTABLE))
 
     return alloc
@@ -332,10 +333,11 @@ class PinnedPool:
                 block = self._returned.popleft()
             except IndexError:
                 return
-        try:  # nobody will empty the queue any more: unpin now (best effort)
-            self._free(block.ptr)
-        except Exception:
-            pass
+        # nobody will empty the queue any more: unpin at the next safe point (never inside
+        # the collector, which may run during a stream capture: cuda/memory.defer_free)
+        from .memory import defer_free
+
+        defer_free(self._free, block.ptr)
 
     # ------------------------------------------------------------------ trim / close
     def trim(self, keep_bytes: int = 0) -> int:

@@ -41,7 +41,7 @@ from ..cuda import driver as drv
 from ..cuda.device import ensure_current
 from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.interop import HostKind, host_view, like_input
-from ..cuda.memory import DeviceArray, is_pinned
+from ..cuda.memory import DeviceArray, free_collected, is_pinned
 from ..cuda.pinned_pool import PinnedPoolFull, PinnedUsage, default_pinned_pool
 from . import plan as P
 from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, short_switch_interval
@@ -318,6 +318,7 @@ class StreamPipeline:
             self._started = False
             raise
         self._free_everything()
+        free_collected()
         from ..cuda.streams import return_streams
 
         return_streams(self.device, self._all_streams)  # drained: the next pipeline may take them
@@ -762,6 +763,7 @@ class StreamPipeline:
         """Enqueue every batch (the host-driver pattern of the module docstring), wait
         once at the end, and return what the run did."""
         mode = self._run_mode() if mode is None else mode
+        free_collected()  # pinned frees the collector queued: here, before any graph capture of this run
         n, K, N = len(batches), self.slots, self.n_streams
         ring_in, ring_out, has_out = stage_in == "ring", stage_out == "ring", stage_out is not None
         stats = PipelineStats(
