@@ -31,6 +31,7 @@ import fullpipe.cuda.pinned_pool as fpinned
 import fullpipe.cuda.pool as fpool
 import fullpipe.cuda.streams as fstreams
 import fullpipe.pipeline.executor as fexec
+import fullpipe.pipeline.pageable as fpageable
 from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.workload import reference
 
@@ -219,6 +220,15 @@ class FakeDevice:
 
     def set_current(self):
         pass
+
+
+@pytest.fixture(params=["caller", "threads"], autouse=True)
+def host_copies(request, monkeypatch):
+    """Every test twice: the ring's memmoves done by the enqueueing thread (the default
+    for these small batches) and by staging threads (the default for large ones)."""
+    if request.param == "threads":
+        monkeypatch.setattr(fpageable, "INLINE_MAX_BYTES", 0)
+    return request.param
 
 
 @pytest.fixture
@@ -462,3 +472,18 @@ def test_overlapping_runs_in_threads_restore_the_switch_interval():
     for t in (ta, tb):
         t.join()
     assert sys.getswitchinterval() == before
+
+
+def test_small_batches_are_staged_by_the_caller_and_large_ones_by_threads(fake, host_copies, monkeypatch):
+    monkeypatch.setattr(fpageable, "INLINE_MAX_BYTES", 8000)  # between the two runs' batch sizes
+    pipe = StreamPipeline(FakeMix(2), streams=2, slots=3)
+    small = [np.arange(1000, dtype=np.uint32) + i for i in range(6)]  # 4000 bytes each way
+    outs = [np.zeros_like(x) for x in small]
+    pipe.run_batches(small, outs=outs)
+    assert pipe.stats.host_copies == {"input": "caller", "output": "caller"}
+    big = [np.arange(4000, dtype=np.uint32) + i for i in range(6)]  # 16000 bytes
+    got = pipe.run_batches(big)
+    assert pipe.stats.host_copies == {"input": "threads", "output": "threads"}
+    for x, y, z in zip(small + big, outs + got, small + big):
+        np.testing.assert_array_equal(y, reference(z, 2))
+    _assert_clean(pipe)

@@ -44,7 +44,9 @@ from ..cuda.interop import HostKind, host_view, like_input
 from ..cuda.memory import DeviceArray, free_collected, is_pinned
 from ..cuda.pinned_pool import PinnedPoolFull, PinnedUsage, default_pinned_pool
 from . import plan as P
-from .pageable import HostCopier, InputStager, OutputDrainer, default_copy_threads, short_switch_interval
+from . import pageable
+from .pageable import (HostCopier, InlineInputStager, InlineOutputDrainer, InputStager, OutputDrainer,
+                       default_copy_threads, short_switch_interval)
 from .graphs import BatchGraphs, GraphRun
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
@@ -791,8 +793,17 @@ class StreamPipeline:
 
         run = _Run(batches, stop=threading.Event())
         run.lazy_out = outputs is not None
+        # Who does the ring's memmoves: this thread for small batches, staging threads
+        # for the rest (pageable.py says why).
+        run.inline_in = ring_in and max(b.in_bytes for b in batches) <= pageable.INLINE_MAX_BYTES
+        out_bound = _largest_output(batches, outputs) if ring_out else None
+        run.inline_out = out_bound is not None and out_bound <= pageable.INLINE_MAX_BYTES
+        stats.host_copies = {side: ("caller" if inline else "threads")
+                             for side, used, inline in (("input", ring_in, run.inline_in),
+                                                        ("output", ring_out, run.inline_out)) if used}
         self._running = True
-        switch = short_switch_interval() if (ring_in or ring_out) else contextlib.nullcontext()
+        threads = (ring_in and not run.inline_in) or (ring_out and not run.inline_out)
+        switch = short_switch_interval() if threads else contextlib.nullcontext()
         drained = True
         pos, b = 0, batches[0]
         t_start = time.perf_counter()
@@ -950,8 +961,11 @@ class StreamPipeline:
             else:
                 free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
                 run.signals += free_in
-            run.stager = InputStager(self._ring_in, free_in, [bb.src for bb in run.batches], self._copier("in"),
-                                     run.stop, on_start=self._worker_setup)
+            sources = [bb.src for bb in run.batches]
+            run.stager = (InlineInputStager(self._ring_in, free_in, sources, self._copier("in"), run.stop)
+                          if run.inline_in else
+                          InputStager(self._ring_in, free_in, sources, self._copier("in"), run.stop,
+                                      on_start=self._worker_setup))
             run.stager.start()
         if ring_out:
             if gx is not None:
@@ -959,8 +973,11 @@ class StreamPipeline:
             else:
                 ready_out = [make_signal(self.recycle, self.device, initial=0) for _ in range(K)]
                 run.signals += ready_out
-            run.drainer = OutputDrainer(self._ring_out, ready_out, [threading.Semaphore(1) for _ in range(K)],
-                                        self._copier("out"), run.stop, on_start=self._worker_setup)
+            free_out = [threading.Semaphore(1) for _ in range(K)]
+            run.drainer = (InlineOutputDrainer(self._ring_out, ready_out, free_out, self._copier("out"), run.stop)
+                           if run.inline_out else
+                           OutputDrainer(self._ring_out, ready_out, free_out, self._copier("out"), run.stop,
+                                         on_start=self._worker_setup))
             run.drainer.start()
         # One start event that every stream waits for: a common time origin.
         d, handles, start_h = self._drv, self._handles, self._start_event.handle
@@ -1067,6 +1084,10 @@ class StreamPipeline:
             except Exception:  # the context may be broken (sticky CUDA error): nothing more to do
                 pass
         run.live.clear()
+        if freed:  # stream-ordered frees: done before the caller sees the exception (and the pool's stats)
+            for s in self._all_streams:
+                with contextlib.suppress(Exception):
+                    s.sync()
         for w in (run.stager, run.drainer):
             if w is not None:
                 w.join(timeout=10.0)
@@ -1101,8 +1122,9 @@ class _Run:
     def __init__(self, batches: list[P.Batch], stop: threading.Event):
         self.batches, self.stop = batches, stop
         self.signals: list[Any] = []  # made for this run: closed at its end
-        self.stager: InputStager | None = None
-        self.drainer: OutputDrainer | None = None
+        self.stager: InputStager | InlineInputStager | None = None
+        self.drainer: OutputDrainer | InlineOutputDrainer | None = None
+        self.inline_in = self.inline_out = False  # the ring's memmoves done by the enqueueing thread
         self.deferred: DeferredFree | None = None
         self.live: list[list] = []  # [device pointer, stream, done event] not yet freed
         self.pending: collections.deque = collections.deque()  # protocol.Pending: fronts without backs
@@ -1230,6 +1252,20 @@ class _Tuned:
     compute_bytes_per_byte: float  # device memory the compute itself holds per input byte
     budget_bytes: int  # device memory the chunks in flight may use
     fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
+
+
+def _largest_output(batches: list[P.Batch], outputs: "_Outputs | None") -> int | None:
+    """The largest batch's host output in bytes, or None when it is known only after
+    the compute ran (a tensor function's fresh outputs)."""
+    if outputs is None:
+        return max(b.out_bytes for b in batches)
+    if not outputs.given:
+        return None
+    if outputs.rows is not None:
+        a = outputs.array
+        return int(a.nbytes // max(a.shape[0], 1)) * max(b.in_shape[0] for b in batches)
+    sizes = [getattr(x, "nbytes", None) for x in outputs.items]
+    return None if any(n is None for n in sizes) or not sizes else int(max(sizes))
 
 
 def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool) -> dict[str, float]:

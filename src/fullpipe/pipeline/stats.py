@@ -78,6 +78,9 @@ class PipelineStats:
     copy_streams: bool = False  # True: + one H2D and one D2H stream (StreamPipeline(copy_streams=True))
     slots: int = 0
     staging: dict[str, str] = dataclasses.field(default_factory=dict)  # {"input": "ring"|"direct", ...}
+    # who does the ring's memmoves, per side through the ring: "caller" (the enqueueing
+    # thread, small batches) or "threads" (staging threads)
+    host_copies: dict[str, str] = dataclasses.field(default_factory=dict)
     recycle: str = ""
     pinned_ring_bytes: int = 0
     wall_ms: float = 0.0  # host wall clock of the run (end to end)
