@@ -326,80 +326,11 @@ def _dataloader(torch: Any, tdev: Any, f: Callable, xs: list, ys: list, stream: 
 
 
 # --------------------------------------------------------------------------- fullpipe
-# ADAPTER-BEGIN (issue 14, item 1): delete from here to ADAPTER-END, the probe's call in
-# run() and `api` (keep StreamPipeline(f, ...)) once StreamPipeline takes a plain tensor
-# function y = f(x) and torch CPU tensors in run(x, out=)/run_batches(batches, outs=).
-class _AdaptedPipeline:
-    """Today's executor behind the plain API: ``f`` wrapped into ``compute(stream, x, y)``
-    with the output declared (row shape, float32), torch tensors viewed as NumPy."""
-
-    def __init__(self, f: Callable, out_row_shape: tuple[int, ...], **kw: Any):
-        import numpy as np
-
-        self.f, self.index = f, kw["device"].index
-        self._pipe = StreamPipeline(self._compute, output=(out_row_shape, np.float32), **kw)
-        self.stats = None
-
-    def _compute(self, stream: Any, x: Any, y: Any) -> None:
-        import torch
-
-        from ..cuda.interop import as_torch, torch_stream
-        from ..cuda.memory import DeviceArray
-
-        x, y = (DeviceArray(a.ptr, a.shape, a.dtype, owner=a, device_index=self.index) for a in (x, y))
-        with torch.cuda.stream(torch_stream(stream, device=self.index)):
-            as_torch(y).copy_(self.f(as_torch(x)))
-
-    def run(self, x: Any, out: Any = None) -> Any:
-        from ..cuda.interop import host_view, like_input
-
-        xn, kind = host_view(x)
-        res = self._pipe.run(xn, out=None if out is None else host_view(out, "out")[0])
-        self.stats = self._pipe.stats
-        return out if out is not None else like_input(res, kind)
-
-    def run_batches(self, batches: list, outs: list | None = None) -> list:
-        import torch
-
-        from ..cuda.interop import host_view
-
-        res = self._pipe.run_batches([host_view(b)[0] for b in batches],
-                                     outs=None if outs is None else [host_view(o, "out")[0] for o in outs])
-        self.stats = self._pipe.stats
-        return outs if outs is not None else [torch.from_numpy(r) for r in res]
-
-    def close(self) -> None:
-        self._pipe.close()
-
-    def __enter__(self) -> "_AdaptedPipeline":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
-def _plain_api(torch: Any, pool: Any, dev: Any) -> bool:
-    """Whether this fullpipe's StreamPipeline takes ``y = f(x)`` and torch CPU tensors
-    (run with and without out=, run_batches with outs=)."""
-    x = torch.randn(64, 32)
-    o, os_ = torch.empty(64, 32), [torch.empty(24, 32), torch.empty(40, 32)]
-    try:
-        with StreamPipeline(lambda t: t * 2, streams=STREAMS, chunk="auto", pool=pool, device=dev) as p:
-            y = p.run(x)
-            p.run(x, out=o)
-            p.run_batches([x[:24].clone(), x[24:].clone()], outs=os_)
-        return (isinstance(y, torch.Tensor) and torch.equal(y, x * 2) and torch.equal(o, x * 2)
-                and torch.equal(torch.cat(os_), x * 2))
-    except Exception:  # noqa: BLE001 - today's executor: NumPy arrays and compute(stream, x, y)
-        return False
-# ADAPTER-END
-
-
-def _fullpipe(api: str, w: _Workload, pool: Any, dev: Any, chunk: str = "auto") -> Any:
+def _fullpipe(w: _Workload, pool: Any, dev: Any, chunk: str = "auto") -> Any:
     """fullpipe with its defaults: the plain tensor function, 3 streams, chunk='auto'."""
-    if api == "plain":
-        return StreamPipeline(w.f, streams=STREAMS, chunk=chunk, pool=pool, device=dev)
-    return _AdaptedPipeline(w.f, tuple(w.ys[0].shape[1:]), streams=STREAMS, chunk=chunk, pool=pool, device=dev)
+    return StreamPipeline(w.f, streams=STREAMS, chunk=chunk, pool=pool, device=dev)
 
 
 def _fp_call(pipe: Any, w: _Workload, out: Any) -> Any:
@@ -530,7 +461,6 @@ class _Env:
     dev: Any
     pool: Any
     stream: Any
-    api: str
     repeat: int
     sweep_repeat: int
     copy_gbps: float  # min(host memmove, pinned peak) each way with both directions at once
@@ -590,7 +520,7 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         peer_errors["DataLoader"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         notes.append(f"{w.name}: the DataLoader peer did not run: {peer_errors['DataLoader']}")
     progress("fullpipe: check (chunk='auto' tunes here)")
-    pipe = _fullpipe(env.api, w, env.pool, env.dev)
+    pipe = _fullpipe(w, env.pool, env.dev)
     with pipe:
         _poison(torch, w.outputs())
         _fp_call(pipe, w, w.outputs())
@@ -646,7 +576,7 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
     sweep_ms: dict[str, float] = {}
     for chunk in SWEEP.get(w.name, ()) if w.x is not None else ():
         progress(f"fullpipe, chunk {chunk}: check")
-        with _fullpipe(env.api, w, env.pool, env.dev, chunk=chunk) as p:
+        with _fullpipe(w, env.pool, env.dev, chunk=chunk) as p:
             _poison(torch, w.out)
             _fp_call(p, w, w.out)
             check(f"{FULLPIPE}, chunk {chunk}", w.out)
@@ -692,11 +622,9 @@ def _measure_all(ctx: Any, torch: Any, tv: Any, tv_missing: str | None, tdev: An
     ctx.progress(0.0, "bounds: pinned copy peak, host memmove")
     bounds = _bounds(torch, tdev, sizes["peak_bytes"], sizes["repeat"])
     copy_gbps = min(bounds["pinned_peak"]["both_each_way"], bounds["host_memmove"]["both_gbps_each_way"])
-    ctx.progress(0.04, "does StreamPipeline take y = f(x) and torch tensors?")
-    api = "plain" if _plain_api(torch, pool, dev) else "adapter"
-    env = _Env(torch, tdev, dev, pool, torch.cuda.Stream(tdev), api, sizes["repeat"], sizes["sweep_repeat"],
+    env = _Env(torch, tdev, dev, pool, torch.cuda.Stream(tdev), sizes["repeat"], sizes["sweep_repeat"],
                copy_gbps, ctx.progress)
-    params = {"quick": ctx.quick, "streams": STREAMS, "chunk": "auto", "fullpipe_api": api,
+    params = {"quick": ctx.quick, "streams": STREAMS, "chunk": "auto",
               "torch": torch.__version__, "torchvision": getattr(tv, "__version__", None), **sizes,
               "row_tolerance": ROW_TOLERANCE, "dataloader_workers": DATALOADER_WORKERS, "hand_slots": HAND_SLOTS,
               "sweep": {k: list(v) for k, v in SWEEP.items()}}
@@ -708,9 +636,6 @@ def _measure_all(ctx: Any, torch: Any, tv: Any, tv_missing: str | None, tdev: An
         f"({bounds['host_memmove']['threads']} threads per direction): {bounds['host_memmove']['in_gbps']:.1f} "
         f"GB/s one way, {bounds['host_memmove']['both_gbps_each_way']:.1f} GB/s each way at once.",
     ]
-    if api == "adapter":
-        notes.append("fullpipe ran through this experiment's adapter (f wrapped into compute(stream, x, y), "
-                     "declared float32 output): this StreamPipeline does not take y = f(x) and torch tensors yet.")
     plan = [("copy-heavy", 0.06, 0.32), ("compute-bound", 0.32, 0.78), ("variable-length", 0.78, 0.98)]
     for name, lo, hi in plan:
         if name == "compute-bound" and tv is None:
