@@ -104,6 +104,20 @@ def test_copy_heavy_is_judged_against_the_slower_of_memmove_and_pinned():
     assert headline(result(**{"copy-heavy": slow})) == "partly supported"
 
 
+def test_a_host_copy_faster_than_the_rings_threads_raises_the_copy_bound():
+    """The hand-written peer's torch copy_ moved the bytes faster than the ring's threads
+    (H200): the bound is then the faster method, and 0.93x of the ring-thread rate is
+    only 0.58x of what the host showed it can do."""
+    r = result()
+    assert verdicts(r)["workload-copy-heavy"] == "supported"
+    r["metrics"]["host_torch_copy"] = {"threads": 16, "each_way_gbps": 40.0}
+    row = next(c for c in derive(r, live=True) if c["key"] == "workload-copy-heavy")
+    assert row["ratio"] == pytest.approx(0.93 * 25 / 40)
+    assert row["verdict"] == "not supported" and "torch copy_ (16 threads)" in row["bound"]
+    r["metrics"]["host_torch_copy"] = {"threads": 16, "each_way_gbps": 20.0}  # slower: the ring's rate stays
+    assert verdicts(r)["workload-copy-heavy"] == "supported"
+
+
 def test_compute_bound_below_target_and_behind_a_peer():
     slow = _workload("compute-bound", 300.0 / 0.9, {"naive loop": 340.0, "hand-written pipeline": 318.0,
                                                     "DataLoader": 330.0}, 300.0, 616 << 20)

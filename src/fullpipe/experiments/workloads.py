@@ -450,7 +450,32 @@ def _bounds(torch: Any, tdev: Any, nbytes: int, repeat: int) -> dict[str, Any]:
     page_src = np.random.default_rng(5).integers(0, 256, nbytes, dtype=np.uint8)
     page_dst = np.ones(nbytes, np.uint8)  # touched: no first-touch faults inside the timing
     host = _host_memmove_bound(page_src, pin_a.numpy(), pin_b.numpy(), page_dst, nbytes, repeat)
-    return {"pinned_peak": peaks, "host_memmove": host, "bytes": nbytes}
+    # The same bytes the way the hand-written peer moves them: torch's copy_ (all its
+    # intra-op threads), pageable -> pinned, then pinned -> pageable. If this is faster
+    # than the ring's threads, the host can do more than fullpipe's staging, and the
+    # bound must say so (a peer beat the ring-thread bound on the H200).
+    t_src, t_dst = torch.from_numpy(page_src), torch.from_numpy(page_dst)
+    seq = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        pin_a.copy_(t_src)
+        t_dst.copy_(pin_b)
+        seq.append(time.perf_counter() - t0)
+    torch_copy = {"threads": torch.get_num_threads(), "each_way_gbps": nbytes / median(seq) / 1e9}
+    return {"pinned_peak": peaks, "host_memmove": host, "host_torch_copy": torch_copy, "bytes": nbytes}
+
+
+def host_copy_rate(host_memmove: dict, host_torch_copy: dict | None) -> tuple[float, str]:
+    """(GB/s each way, how) the host moved pageable <-> pinned bytes: the faster of the
+    ring's threads with both directions at once and torch's copy_ one direction after
+    the other."""
+    ring = float(host_memmove["both_gbps_each_way"])
+    text = f"ring's {host_memmove.get('threads', '?')} threads per direction, both at once {ring:.1f}"
+    if not host_torch_copy:
+        return ring, text
+    seq = float(host_torch_copy["each_way_gbps"])
+    text += f"; torch copy_ ({host_torch_copy.get('threads', '?')} threads), one way then the other {seq:.1f}"
+    return max(ring, seq), text
 
 
 # --------------------------------------------------------------------------- one workload
@@ -621,7 +646,8 @@ def _measure_all(ctx: Any, torch: Any, tv: Any, tv_missing: str | None, tdev: An
     gen = torch.Generator().manual_seed(1414)
     ctx.progress(0.0, "bounds: pinned copy peak, host memmove")
     bounds = _bounds(torch, tdev, sizes["peak_bytes"], sizes["repeat"])
-    copy_gbps = min(bounds["pinned_peak"]["both_each_way"], bounds["host_memmove"]["both_gbps_each_way"])
+    copy_gbps = min(bounds["pinned_peak"]["both_each_way"],
+                    host_copy_rate(bounds["host_memmove"], bounds["host_torch_copy"])[0])
     env = _Env(torch, tdev, dev, pool, torch.cuda.Stream(tdev), sizes["repeat"], sizes["sweep_repeat"],
                copy_gbps, ctx.progress)
     params = {"quick": ctx.quick, "streams": STREAMS, "chunk": "auto",
@@ -634,7 +660,9 @@ def _measure_all(ctx: Any, torch: Any, tv: Any, tv_missing: str | None, tdev: An
         f"Pinned copy peak: H2D {bounds['pinned_peak']['h2d']:.1f}, D2H {bounds['pinned_peak']['d2h']:.1f}, "
         f"both at once {bounds['pinned_peak']['both_each_way']:.1f} GB/s each way; host memmove pageable ↔ pinned "
         f"({bounds['host_memmove']['threads']} threads per direction): {bounds['host_memmove']['in_gbps']:.1f} "
-        f"GB/s one way, {bounds['host_memmove']['both_gbps_each_way']:.1f} GB/s each way at once.",
+        f"GB/s one way, {bounds['host_memmove']['both_gbps_each_way']:.1f} GB/s each way at once; torch copy_ "
+        f"({bounds['host_torch_copy']['threads']} threads), one way then the other: "
+        f"{bounds['host_torch_copy']['each_way_gbps']:.1f} GB/s each way.",
     ]
     plan = [("copy-heavy", 0.06, 0.32), ("compute-bound", 0.32, 0.78), ("variable-length", 0.78, 0.98)]
     for name, lo, hi in plan:
@@ -725,13 +753,14 @@ def _vs_compute_alone(w: dict[str, Any]) -> tuple[float, str, str]:
 def _copy_heavy_rule(d: Data) -> Judged:
     w = _workload(d, "copy-heavy")
     pin = d.m("pinned_peak", "both_each_way")
-    mem = d.m("host_memmove", "both_gbps_each_way")
+    mem, how = host_copy_rate(d.m("host_memmove"), d.m_or(None, "host_torch_copy"))
     rate = min(pin, mem)
     got = float(w["in_bytes"]) / (float(w["fullpipe_ms"]) * 1e6)
     ratio = got / rate
     return Judged(measured=f"{got:.1f} GB/s each way = {times(ratio)} the copy bound ({w['fullpipe_ms']:.1f} ms; "
                            f"compute alone {w['compute_alone_ms']:.1f} ms; peers: {_peers_text(w)})",
-                  bound=f"min(host memmove {mem:.1f}, pinned {pin:.1f}) GB/s each way, both directions at once",
+                  bound=f"min(host copies {mem:.1f}, pinned both at once {pin:.1f}) GB/s each way; host copies: "
+                        f"the faster of {how}",
                   ratio=ratio, verdict=at_least(ratio, 0.9, 0.7), target="supported ≥ 0.9×, partly ≥ 0.7×")
 
 
