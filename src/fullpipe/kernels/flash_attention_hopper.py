@@ -1,0 +1,222 @@
+"""Flash attention forward on Hopper (sm_90a): the FlashAttention-3 structure.
+
+The Hopper backend of :func:`fullpipe.kernels.attention` (same layouts, dtypes, head
+dims, causal mode, grouped K/V heads and packed variable-length batches as the mma.sync
+kernel; see flash_attention.py). Kernel: flash_attention_hopper.cu: a TMA producer
+warpgroup and two wgmma consumer warpgroups per block of 128 query rows, K/V tiles of
+128 keys in an mbarrier ring, the online softmax on the wgmma accumulators, P V with P
+from registers.
+
+Three schedules of the consumers (:data:`SCHEDULES`, the -D FA3_SCHEDULE of the
+kernel), each adding one idea: ``serial``; ``overlap`` (the next tile's Q K^T is issued
+with P V, and the softmax runs while P V does); ``pingpong`` (overlap, and the two
+consumer warpgroups take turns issuing their products, so one's softmax hides under the
+other's matrix products).
+
+Tensor maps: q as a row-major [tokens, Hq * D] matrix and k, v as [tokens, Hkv * D], read
+in boxes of 64 columns (128 bytes, the 128-byte swizzle) by 128 rows.
+
+    python -m fullpipe.kernels.flash_attention_hopper --selftest   # small checked runs
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..cuda import compiler
+from ..cuda import driver as drv
+from ..cuda.launch import set_max_dynamic_shared_memory
+from ..cuda.streams import as_core_stream
+from . import flash_attention as fa
+from . import hopper_gemm as hg
+
+SOURCE = "kernels/flash_attention_hopper.cu"
+ARCH = "sm_90a"  # wgmma and setmaxnreg exist on this exact target only
+SCHEDULES = {"serial": 0, "overlap": 1, "pingpong": 2}
+BLOCK_M = 128  # query rows per block (two consumer warpgroups of 64)
+BLOCK_N = 128  # keys per K/V tile
+BOX_COLS = 64  # 128 bytes: one swizzled chunk of a row
+THREADS = 384  # producer warpgroup + 2 consumer warpgroups
+MAX_BLOCK_SHARED = hg.MAX_BLOCK_SHARED
+
+
+def shared_mem_bytes(head_dim: int, stages: int) -> int:
+    """sizeof(SharedStorage) (the Q tile, `stages` K and V tiles, the mbarriers, rounded
+    to its 1024-byte alignment) + 1024 bytes to align the dynamic base."""
+    tiles = (BLOCK_M + 2 * stages * BLOCK_N) * head_dim * 2
+    barriers = 8 * (1 + 3 * stages)
+    return -(-(tiles + barriers) // 1024) * 1024 + 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """Compile-time options of flash_attention_hopper.cu: the consumers' schedule and the
+    depth of the K/V ring per head dim."""
+
+    schedule: str = "pingpong"
+    stages_d64: int = 4
+    stages_d128: int = 2
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        for d in fa.HEAD_DIMS:
+            if not 2 <= self.stages(d) or shared_mem_bytes(d, self.stages(d)) > MAX_BLOCK_SHARED:
+                raise ValueError(f"{self.stages(d)} stages at head dim {d} do not fit in shared memory "
+                                 f"({shared_mem_bytes(d, self.stages(d))} > {MAX_BLOCK_SHARED} bytes) or are < 2")
+
+    def stages(self, head_dim: int) -> int:
+        return self.stages_d64 if head_dim == 64 else self.stages_d128
+
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        return (("FA3_D128_STAGES", self.stages_d128), ("FA3_D64_STAGES", self.stages_d64),
+                ("FA3_SCHEDULE", SCHEDULES[self.schedule]))
+
+    @property
+    def label(self) -> str:
+        return f"{self.schedule}_s{self.stages_d64}_{self.stages_d128}"
+
+
+DEFAULT_BUILD = Build()
+# The builds the CPU tests compile and scripts/attention-hopper-check times: one per
+# schedule (the steps of the kernel), and a deeper d128 ring.
+SWEEP_BUILDS = (Build("serial"), Build("overlap"), DEFAULT_BUILD, Build(stages_d128=3))
+
+# (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
+# (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check): what attention(...,
+# backend="auto") picks on sm_90a. Everything else goes to the mma.sync kernel.
+FASTER_THAN_MMA_SYNC: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True)})
+
+
+def kernel_name(head_dim: int, dtype: str, causal: bool) -> str:
+    return f"flash_attention_hopper_d{head_dim}_{fa.DTYPES[dtype]}" + ("_causal" if causal else "")
+
+
+KERNELS = tuple(kernel_name(d, dt, c) for d in fa.HEAD_DIMS for dt in fa.DTYPES for c in (False, True))
+
+
+@dataclasses.dataclass(frozen=True)
+class HopperAttentionPlan:
+    """Everything about one launch except the pointers' contents: testable without a GPU."""
+
+    kernel: str
+    grid: tuple[int, int, int]  # (Hq, B, query tiles of BLOCK_M)
+    block: int
+    shared_mem: int
+    build: Build
+    maps: tuple[hg.TensorMapArgs, hg.TensorMapArgs, hg.TensorMapArgs]  # q, k, v
+    shape: fa.AttentionPlan  # the checked shapes and options (its tiling fields are the mma.sync kernel's)
+
+
+def plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtype: str, *,
+         causal: bool = False, varlen: bool = False, batch: int | None = None, max_seqlen: int | None = None,
+         scale: float | None = None, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0,
+         build: Build | None = None) -> HopperAttentionPlan:
+    """Check shapes and options as :func:`flash_attention.plan` does and choose the Hopper
+    launch: grid, shared memory and the three tensor maps' arguments."""
+    b = build or DEFAULT_BUILD
+    p = fa.plan(q_shape, k_shape, v_shape, dtype, causal=causal, varlen=varlen, batch=batch,
+                max_seqlen=max_seqlen, scale=scale)
+    d = p.head_dim
+    tiles = -(-p.max_seqlen // BLOCK_M)
+    maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, dtype, BLOCK_M, BOX_COLS),
+            hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, dtype, BLOCK_N, BOX_COLS),
+            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, dtype, BLOCK_N, BOX_COLS))
+    return HopperAttentionPlan(kernel_name(d, dtype, p.causal), (p.heads_q, p.batch, tiles), THREADS,
+                               shared_mem_bytes(d, b.stages(d)), b, maps, p)
+
+
+def supported(arch: str) -> bool:
+    """Whether this kernel runs on a device compiled for ``arch`` (Hopper, sm_90a)."""
+    return arch == ARCH
+
+
+def module(arch: str = ARCH, build: Build | None = None):
+    """The compiled module of a build (usable without a GPU)."""
+    return _module(arch, (build or DEFAULT_BUILD).defines())
+
+
+@functools.lru_cache(maxsize=None)
+def _module(arch: str, defines: tuple[tuple[str, int], ...]):
+    return compiler.compile_package_kernel(SOURCE, arch=arch, defines=dict(defines))
+
+
+def launch_plan(p: HopperAttentionPlan, o_ptr: int, cu_ptr: int, *, stream: Any, device_index: int = 0,
+                arch: str = ARCH) -> None:
+    """Enqueue ``p`` on ``stream`` (its maps name q, k and v)."""
+    from cuda.bindings import driver as d
+
+    kernel = module(arch, p.build).kernel(p.kernel)
+    set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
+    raw = [hg._encoded(m) for m in p.maps]
+    raw += [struct.pack("<Q", o_ptr), struct.pack("<Q", cu_ptr), struct.pack("<i", p.shape.seq_len),
+            struct.pack("<i", p.shape.heads_q), struct.pack("<i", p.shape.heads_kv),
+            struct.pack("<f", p.shape.scale_log2)]
+    # Each parameter in its own 64-byte aligned host buffer; the driver copies them.
+    bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
+    ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
+    for b, ptr, r in zip(bufs, ptrs, raw):
+        ctypes.memmove(ptr, r, len(r))
+    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    s = as_core_stream(stream)
+    cfg = hg._launch_config(1, p.block, p.shared_mem, d.CUstream(int(s.handle)), None)
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = p.grid
+    drv.call("cuLaunchKernelEx", cfg, kernel.handle, ctypes.addressof(params), 0)
+    del bufs  # the driver has copied the parameters by the time cuLaunchKernelEx returns
+
+
+# --------------------------------------------------------------------------- self-test
+def _selftest(argv: list[str] | None = None) -> int:
+    """Small checked runs of every kernel of every sweep build (for compute-sanitizer);
+    exit 1 on a wrong result."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.flash_attention_hopper")
+    ap.add_argument("--selftest", action="store_true", required=True)
+    ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS], default=None,
+                    help="one build only (default: every sweep build)")
+    args = ap.parse_args(argv)
+    import torch
+
+    bad = 0
+    builds = [b for b in SWEEP_BUILDS if args.build in (None, b.label)]
+    for build in builds:
+        for d in fa.HEAD_DIMS:
+            for dt in (torch.float16, torch.bfloat16):
+                for causal in (False, True):
+                    g = torch.Generator(device="cuda").manual_seed(d + causal)
+                    lens = [1, 200, 33]  # partial tiles, a 1-token sequence, 2 KV tiles
+                    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+                    T = sum(lens)
+                    q = torch.randn(T, 4, d, device="cuda", generator=g).to(dt)
+                    k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+                    v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+                    o = torch.full_like(q, float("nan"))
+                    fa.attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o,
+                                 backend="hopper", _hopper_build=build)
+                    torch.cuda.synchronize()
+                    errs = []
+                    for b, n in enumerate(lens):
+                        sl = slice(int(cu[b]), int(cu[b + 1]))
+                        ref = torch.nn.functional.scaled_dot_product_attention(
+                            q[sl].float().transpose(0, 1), k[sl].float().repeat_interleave(2, 1).transpose(0, 1),
+                            v[sl].float().repeat_interleave(2, 1).transpose(0, 1), is_causal=causal).transpose(0, 1)
+                        errs.append(float((o[sl].float() - ref).norm() / ref.norm()))
+                    err = max(errs)
+                    ok = err < 1e-2 and not torch.isnan(o).any()
+                    bad += not ok
+                    print(f"{'ok ' if ok else 'BAD'} {build.label} d{d} {dt} causal={causal} varlen {lens} "
+                          f"rel err {err:.2e}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_selftest())
