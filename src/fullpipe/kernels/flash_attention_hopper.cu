@@ -7,14 +7,16 @@
 // A block owns BM = 128 query rows of one head of one sequence, as 3 warpgroups:
 //
 //   warpgroup 0   PRODUCER (setmaxnreg.dec to 24): one thread issues every copy
-//                 Q tile once -> q_full;  for K/V tile t: wait empty[s] -> TMA K -> k_full[s],
-//                 TMA V -> v_full[s]        (s = t % STAGES: a ring of STAGES K and V tiles)
+//                 Q tile once -> q_full;  K tile t: wait k_empty[s] -> TMA -> k_full[s];
+//                 V tile t: wait v_empty[s] -> TMA -> v_full[s]   (s = t % STAGES: rings of
+//                 STAGES K and V tiles, loaded in the order the consumers use them)
 //   warpgroups    CONSUMERS (setmaxnreg.inc to 240), each owning 64 query rows:
 //   1 and 2         S = Q K^T     wgmma SS, Q and K both K-major from 128B-swizzled smem
 //                   online softmax on the fp32 accumulator fragment (fullpipe/online_softmax.cuh)
 //                   P -> 16-bit A fragments in registers (two n8 accumulator blocks = one k16 slice)
 //                   O += P V      wgmma RS, V [keys, D] as the MN-major (transposed) B operand
-//                   release slot s (arrive empty[s]) once the wgmma that read V has retired
+//                   release K slot s (k_empty[s]) once Q K^T has retired, V slot s
+//                   (v_empty[s]) once P V has: the next K tile loads during softmax and P V
 //                 epilogue: O / l -> 16-bit -> the warpgroup's rows of the Q tile -> 16-byte
 //                 stores of the rows that exist in the sequence
 //
@@ -28,8 +30,8 @@
 //                the other's products occupy the tensor cores.
 //
 // Ring phases as in gemm_hopper_ws.cu: tile t is slot s's u = t / STAGES-th use; consumers
-// wait k_full/v_full[s] on parity u & 1, the producer waits empty[s] on (u & 1) ^ 1.
-// empty[s] expects one arrival per consumer warpgroup.
+// wait k_full/v_full[s] on parity u & 1, the producer waits k_empty/v_empty[s] on
+// (u & 1) ^ 1. The empty barriers expect one arrival per consumer warpgroup.
 //
 // Shared-memory tiles are 64-column (128-byte) swizzled chunks, exactly what TMA writes for
 // a box of 64 columns x rows with CU_TENSOR_MAP_SWIZZLE_128B (fullpipe/wgmma.cuh): a Q tile
@@ -97,7 +99,8 @@ struct SharedStorage {
     unsigned long long q_full;
     unsigned long long k_full[G::STAGES];  // producer -> consumers (transaction bytes)
     unsigned long long v_full[G::STAGES];
-    unsigned long long empty[G::STAGES];   // consumers -> producer: K and V of the slot read
+    unsigned long long k_empty[G::STAGES];  // consumers -> producer: K of the slot read
+    unsigned long long v_empty[G::STAGES];  // consumers -> producer: V of the slot read
 };
 
 struct Sequence {
@@ -112,7 +115,7 @@ __device__ __forceinline__ Sequence sequence_of(int b, const int* cu_seqlens, in
 }
 
 // ------------------------------------------------------------------ producer
-template <class G>
+template <class G, int SCHEDULE>
 __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap* map_q, const TensorMap* map_k,
                                          const TensorMap* map_v, int q_row, int kv_row0, int q_col, int kv_col,
                                          int kv_tiles) {
@@ -120,19 +123,33 @@ __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap
 #pragma unroll
     for (int c = 0; c < G::CHUNKS; ++c)
         fp_tma::load_2d(smem.q + c * G::Q_CHUNK_BYTES, map_q, &smem.q_full, q_col + 64 * c, q_row);
-    for (int t = 0; t < kv_tiles; ++t) {
+    // One tile of K or V into its ring slot, once the consumers have released the slot.
+    auto load = [&](unsigned char (*tiles)[G::KV_BYTES], unsigned long long* full, unsigned long long* empty,
+                    const TensorMap* map, int t) {
         const int slot = t % G::STAGES;
         const unsigned use = t / G::STAGES;
-        fp_mbar::mbar_wait(&smem.empty[slot], (use & 1) ^ 1);
-        const int row = kv_row0 + t * G::BN;
-        fp_mbar::mbar_arrive_expect_tx(&smem.k_full[slot], G::KV_BYTES);
+        fp_mbar::mbar_wait(&empty[slot], (use & 1) ^ 1);
+        fp_mbar::mbar_arrive_expect_tx(&full[slot], G::KV_BYTES);
 #pragma unroll
         for (int c = 0; c < G::CHUNKS; ++c)
-            fp_tma::load_2d(smem.k[slot] + c * G::KV_CHUNK_BYTES, map_k, &smem.k_full[slot], kv_col + 64 * c, row);
-        fp_mbar::mbar_arrive_expect_tx(&smem.v_full[slot], G::KV_BYTES);
-#pragma unroll
-        for (int c = 0; c < G::CHUNKS; ++c)
-            fp_tma::load_2d(smem.v[slot] + c * G::KV_CHUNK_BYTES, map_v, &smem.v_full[slot], kv_col + 64 * c, row);
+            fp_tma::load_2d(tiles[slot] + c * G::KV_CHUNK_BYTES, map, &full[slot], kv_col + 64 * c,
+                            kv_row0 + t * G::BN);
+    };
+    auto load_k = [&](int t) { load(smem.k, smem.k_full, smem.k_empty, map_k, t); };
+    auto load_v = [&](int t) { load(smem.v, smem.v_full, smem.v_empty, map_v, t); };
+    // In the order the consumers use them: serial K_t, V_t; overlapped K_t, V_{t-1}.
+    if (SCHEDULE == SERIAL) {
+        for (int t = 0; t < kv_tiles; ++t) {
+            load_k(t);
+            load_v(t);
+        }
+    } else {
+        load_k(0);
+        for (int t = 1; t < kv_tiles; ++t) {
+            load_k(t);
+            load_v(t - 1);
+        }
+        load_v(kv_tiles - 1);
     }
 }
 
@@ -233,9 +250,12 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
     const int t = threadIdx.x % 128;
     const int wg_row0 = q0 + wg * G::WG_ROWS;            // sequence position of the warpgroup's first row
     const int row0 = wg_row0 + (t / 32) * 16 + (t % 32) / 4;  // this thread's first row
-    const bool signals = t == 0;                         // one arrival per warpgroup on empty[]
-    auto release = [&](int slot) {
-        if (signals) fp_mbar::mbar_arrive(&smem.empty[slot]);
+    const bool signals = t == 0;                         // one arrival per warpgroup on *_empty[]
+    auto release_k = [&](int slot) {
+        if (signals) fp_mbar::mbar_arrive(&smem.k_empty[slot]);
+    };
+    auto release_v = [&](int slot) {
+        if (signals) fp_mbar::mbar_arrive(&smem.v_empty[slot]);
     };
     // Ping-pong turns: warpgroup 0 issues first; each turn ends by letting the other go.
     // Every warpgroup takes kv_tiles + 1 turns; the syncs and arrivals on each barrier balance.
@@ -268,6 +288,7 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
             fp_wgmma::commit();
             fp_wgmma::wait<0>();
             fp_wgmma::fence_operands(s);
+            release_k(slot);
             mask_scores<G, CAUSAL>(s, kt * G::BN, row0, wg_row0, seq_len);
             softmax.update(s, scale_log2, alpha);
             rescale<G>(o, alpha);
@@ -279,7 +300,7 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
             fp_wgmma::wait<0>();
             fp_wgmma::fence_operands(o);
             fp_wgmma::fence_operands(p);
-            release(slot);
+            release_v(slot);
         }
     } else {
         // Tile 0: S_0 alone (O is zero: nothing to rescale).
@@ -291,6 +312,7 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
         end_turn(0);
         fp_wgmma::wait<0>();
         fp_wgmma::fence_operands(s);
+        release_k(0);
         mask_scores<G, CAUSAL>(s, 0, row0, wg_row0, seq_len);
         softmax.update(s, scale_log2, alpha);
         to_a_fragments<BF16, G>(p, s);
@@ -309,12 +331,13 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
             // The softmax of S_t while P V still runs.
             fp_wgmma::wait<1>();
             fp_wgmma::fence_operands(s);
+            release_k(slot);
             mask_scores<G, CAUSAL>(s, kt * G::BN, row0, wg_row0, seq_len);
             softmax.update(s, scale_log2, alpha);
             fp_wgmma::wait<0>();
             fp_wgmma::fence_operands(o);
             fp_wgmma::fence_operands(p);
-            release(prev);
+            release_v(prev);
             rescale<G>(o, alpha);
             to_a_fragments<BF16, G>(p, s);
         }
@@ -328,7 +351,7 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
         fp_wgmma::wait<0>();
         fp_wgmma::fence_operands(o);
         fp_wgmma::fence_operands(p);
-        release(last);
+        release_v(last);
     }
 
     float inv_l[2];
@@ -362,7 +385,8 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
         for (int s = 0; s < G::STAGES; ++s) {
             fp_mbar::mbar_init(&smem.k_full[s], 1);
             fp_mbar::mbar_init(&smem.v_full[s], 1);
-            fp_mbar::mbar_init(&smem.empty[s], 2);
+            fp_mbar::mbar_init(&smem.k_empty[s], 2);
+            fp_mbar::mbar_init(&smem.v_empty[s], 2);
         }
         fp_mbar::fence_barrier_init();
     }
@@ -372,7 +396,7 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
     if (wg == 0) {
         fp_wgmma::release_registers<PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            producer(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
+            producer<G, FA3_SCHEDULE>(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
     } else {
         fp_wgmma::claim_registers<CONSUMER_REGS>();
         const long long stride = static_cast<long long>(heads_q) * G::D;
