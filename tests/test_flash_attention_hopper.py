@@ -56,7 +56,7 @@ def test_sass_shows_the_technique(build):
         assert re.search(r"USETMAXREG\.DEALLOC", text) and re.search(r"USETMAXREG\.TRY_ALLOC", text), name
         assert "LDGSTS" not in text and "HMMA" not in text.replace("HGMMA", ""), f"{name}: mma.sync path"
         # The ping-pong hand-off: bar.arrive on the other warpgroup's barrier.
-        assert ("BAR.ARV" in text) == (build.schedule == "pingpong"), name
+        assert ("BAR.ARV" in text) == (build.schedule(d) == "pingpong"), name
 
 
 def test_schedules_issue_the_next_scores_with_the_products():
@@ -65,7 +65,7 @@ def test_schedules_issue_the_next_scores_with_the_products():
     for build in fah.SWEEP_BUILDS:
         for name, text in _per_kernel(build).items():
             waits = set(re.findall(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+)", text))
-            if build.schedule == "serial":
+            if build.schedule(64 if "_d64_" in name else 128) == "serial":
                 assert waits == {"0x0"}, (build.label, name, waits)
             else:
                 assert "0x1" in waits, (build.label, name, waits)
@@ -96,7 +96,8 @@ def test_varlen_plan_and_shared_memory():
     with pytest.raises(ValueError, match="do not fit"):
         fah.Build(stages_d128=4)
     with pytest.raises(ValueError, match="schedule"):
-        fah.Build(schedule="triple")
+        fah.Build(schedule_d128="triple")
+    assert len({b.label for b in fah.SWEEP_BUILDS}) == len(fah.SWEEP_BUILDS)
 
 
 def test_plan_checks_like_the_mma_sync_front():

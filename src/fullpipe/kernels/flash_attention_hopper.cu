@@ -20,7 +20,8 @@
 //                 epilogue: O / l -> 16-bit -> the warpgroup's rows of the Q tile -> 16-byte
 //                 stores of the rows that exist in the sequence
 //
-// Three schedules of the consumers' loop (-D FA3_SCHEDULE), each adding one idea:
+// Three schedules of the consumers' loop (-D FA3_D64_SCHEDULE / FA3_D128_SCHEDULE), each
+// adding one idea:
 //   0 serial     per tile: S = Q K^T, wait; softmax; O += P V, wait.
 //   1 overlap    (intra-warpgroup pipelining) per tile t: issue S_t = Q K_t^T and
 //                O += P_{t-1} V_{t-1} back to back, wait for S_t only, and run the softmax of
@@ -50,8 +51,11 @@
 #include <fullpipe/tma.cuh>
 #include <fullpipe/wgmma.cuh>
 
-#ifndef FA3_SCHEDULE
-#define FA3_SCHEDULE 2
+#ifndef FA3_D64_SCHEDULE
+#define FA3_D64_SCHEDULE 0
+#endif
+#ifndef FA3_D128_SCHEDULE
+#define FA3_D128_SCHEDULE 2
 #endif
 #ifndef FA3_D64_STAGES
 #define FA3_D64_STAGES 4
@@ -72,10 +76,11 @@ constexpr int THREADS = 384;
 // 3 + w: consumer w's own rows of the Q tile are free for the output.
 constexpr unsigned TURN_BARRIER = 1, EPILOGUE_BARRIER = 3;
 
-template <int D_, int STAGES_>
+template <int D_, int STAGES_, int SCHEDULE_>
 struct Geometry {
     static constexpr int D = D_;
     static constexpr int STAGES = STAGES_;
+    static constexpr int SCHEDULE = SCHEDULE_;    // SERIAL, OVERLAP or PINGPONG
     static constexpr int BM = 128;                // query rows per block
     static constexpr int BN = 128;                // keys per K/V tile
     static constexpr int WG_ROWS = 64;            // query rows per consumer warpgroup
@@ -115,7 +120,7 @@ __device__ __forceinline__ Sequence sequence_of(int b, const int* cu_seqlens, in
 }
 
 // ------------------------------------------------------------------ producer
-template <class G, int SCHEDULE>
+template <class G>
 __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap* map_q, const TensorMap* map_k,
                                          const TensorMap* map_v, int q_row, int kv_row0, int q_col, int kv_col,
                                          int kv_tiles) {
@@ -138,7 +143,7 @@ __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap
     auto load_k = [&](int t) { load(smem.k, smem.k_full, smem.k_empty, map_k, t); };
     auto load_v = [&](int t) { load(smem.v, smem.v_full, smem.v_empty, map_v, t); };
     // In the order the consumers use them: serial K_t, V_t; overlapped K_t, V_{t-1}.
-    if (SCHEDULE == SERIAL) {
+    if (G::SCHEDULE == SERIAL) {
         for (int t = 0; t < kv_tiles; ++t) {
             load_k(t);
             load_v(t);
@@ -246,7 +251,7 @@ __device__ __forceinline__ void store_output(unsigned short* o_dst, long long st
 template <bool BF16, class G, bool CAUSAL, int SCHEDULE>
 __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0, int seq_len, int kv_tiles,
                                          float scale_log2, unsigned short* o_dst, long long o_stride) {
-    static_assert(SCHEDULE == SERIAL || SCHEDULE == OVERLAP || SCHEDULE == PINGPONG, "FA3_SCHEDULE 0, 1 or 2");
+    static_assert(SCHEDULE == SERIAL || SCHEDULE == OVERLAP || SCHEDULE == PINGPONG, "schedule 0, 1 or 2");
     const int t = threadIdx.x % 128;
     const int wg_row0 = q0 + wg * G::WG_ROWS;            // sequence position of the warpgroup's first row
     const int row0 = wg_row0 + (t / 32) * 16 + (t % 32) / 4;  // this thread's first row
@@ -396,19 +401,19 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
     if (wg == 0) {
         fp_wgmma::release_registers<PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            producer<G, FA3_SCHEDULE>(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
+            producer<G>(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
     } else {
         fp_wgmma::claim_registers<CONSUMER_REGS>();
         const long long stride = static_cast<long long>(heads_q) * G::D;
         unsigned short* o_dst = o + (static_cast<long long>(seq.start) + q0) * stride + head * G::D;
-        consumer<BF16, G, CAUSAL, FA3_SCHEDULE>(smem, wg - 1, q0, seq.len, kv_tiles, scale_log2, o_dst, stride);
+        consumer<BF16, G, CAUSAL, G::SCHEDULE>(smem, wg - 1, q0, seq.len, kv_tiles, scale_log2, o_dst, stride);
     }
 }
 
 }  // namespace
 
-using G64 = Geometry<64, FA3_D64_STAGES>;
-using G128 = Geometry<128, FA3_D128_STAGES>;
+using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE>;
+using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE>;
 
 #define ATTENTION_HOPPER_KERNEL(NAME, BF16, G, CAUSAL)                                                              \
     extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                       \

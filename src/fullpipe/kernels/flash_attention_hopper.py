@@ -7,8 +7,8 @@ warpgroup and two wgmma consumer warpgroups per block of 128 query rows, K/V til
 128 keys in an mbarrier ring, the online softmax on the wgmma accumulators, P V with P
 from registers.
 
-Three schedules of the consumers (:data:`SCHEDULES`, the -D FA3_SCHEDULE of the
-kernel), each adding one idea: ``serial``; ``overlap`` (the next tile's Q K^T is issued
+Three schedules of the consumers (:data:`SCHEDULES`, -D FA3_D64_SCHEDULE /
+FA3_D128_SCHEDULE of the kernel), each adding one idea: ``serial``; ``overlap`` (the next tile's Q K^T is issued
 with P V, and the softmax runs while P V does); ``pingpong`` (overlap, and the two
 consumer warpgroups take turns issuing their products, so one's softmax hides under the
 other's matrix products).
@@ -56,38 +56,51 @@ def shared_mem_bytes(head_dim: int, stages: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Build:
-    """Compile-time options of flash_attention_hopper.cu: the consumers' schedule and the
-    depth of the K/V ring per head dim."""
+    """Compile-time options of flash_attention_hopper.cu per head dim: the consumers'
+    schedule (:data:`SCHEDULES`) and the depth of the K/V ring."""
 
-    schedule: str = "pingpong"
+    schedule_d64: str = "serial"
+    schedule_d128: str = "pingpong"
     stages_d64: int = 4
     stages_d128: int = 2
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         for d in fa.HEAD_DIMS:
+            if self.schedule(d) not in SCHEDULES:
+                raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule(d)!r}")
             if not 2 <= self.stages(d) or shared_mem_bytes(d, self.stages(d)) > MAX_BLOCK_SHARED:
                 raise ValueError(f"{self.stages(d)} stages at head dim {d} do not fit in shared memory "
                                  f"({shared_mem_bytes(d, self.stages(d))} > {MAX_BLOCK_SHARED} bytes) or are < 2")
+
+    @classmethod
+    def uniform(cls, schedule: str, stages_d128: int = 2) -> Build:
+        """One schedule at both head dims."""
+        return cls(schedule, schedule, 4, stages_d128)
+
+    def schedule(self, head_dim: int) -> str:
+        return self.schedule_d64 if head_dim == 64 else self.schedule_d128
 
     def stages(self, head_dim: int) -> int:
         return self.stages_d64 if head_dim == 64 else self.stages_d128
 
     def defines(self) -> tuple[tuple[str, int], ...]:
-        return (("FA3_D128_STAGES", self.stages_d128), ("FA3_D64_STAGES", self.stages_d64),
-                ("FA3_SCHEDULE", SCHEDULES[self.schedule]))
+        return (("FA3_D128_SCHEDULE", SCHEDULES[self.schedule_d128]), ("FA3_D128_STAGES", self.stages_d128),
+                ("FA3_D64_SCHEDULE", SCHEDULES[self.schedule_d64]), ("FA3_D64_STAGES", self.stages_d64))
 
     @property
     def label(self) -> str:
-        return f"{self.schedule}_s{self.stages_d64}_{self.stages_d128}"
+        if self.schedule_d64 == self.schedule_d128:
+            return f"{self.schedule_d64}_s{self.stages_d64}_{self.stages_d128}"
+        return f"d64{self.schedule_d64}_s{self.stages_d64}_d128{self.schedule_d128}_s{self.stages_d128}"
 
 
-DEFAULT_BUILD = Build(stages_d128=3)
-# The builds the CPU tests compile and scripts/attention-hopper-check times: each
-# schedule (the steps of the kernel) with a 2- and a 3-deep d128 ring.
-SWEEP_BUILDS = (Build("serial"), Build("overlap"), Build(), Build("serial", stages_d128=3),
-                Build("overlap", stages_d128=3), DEFAULT_BUILD)
+# The default: the fastest measured per head dim (fp16, B=4, S=4096, H200, causal and not;
+# docs/notes/2026-11-23-fa3-hopper.md): d64 serial (390.8 vs ping-pong 373.4 TFLOP/s), d128
+# ping-pong with a 2-deep ring (554.8; overlap 557.0, ping-pong 3-deep 546.8, serial 521.8).
+DEFAULT_BUILD = Build()
+# The builds the CPU tests compile and scripts/attention-hopper-check times: each schedule
+# (the steps of the kernel) at both head dims, with a 2- and a 3-deep d128 ring, and the default.
+SWEEP_BUILDS = tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + (DEFAULT_BUILD,)
 
 # (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
 # (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check): what attention(...,
@@ -180,13 +193,14 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.flash_attention_hopper")
     ap.add_argument("--selftest", action="store_true", required=True)
-    ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS], default=None,
+    ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS] + ["default"], default=None,
                     help="one build only (default: every sweep build)")
     args = ap.parse_args(argv)
     import torch
 
     bad = 0
-    builds = [b for b in SWEEP_BUILDS if args.build in (None, b.label)]
+    want = DEFAULT_BUILD.label if args.build == "default" else args.build
+    builds = [b for b in SWEEP_BUILDS if want in (None, b.label)]
     for build in builds:
         for d in fa.HEAD_DIMS:
             for dt in (torch.float16, torch.bfloat16):
