@@ -33,7 +33,6 @@ from ..cuda import compiler
 from ..cuda import driver as drv
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
-from . import flash_attention as fa
 from . import hopper_gemm as hg
 
 SOURCE = "kernels/flash_attention_hopper.cu"
@@ -44,6 +43,8 @@ BLOCK_N = 128  # keys per K/V tile
 BOX_COLS = 64  # 128 bytes: one swizzled chunk of a row
 THREADS = 384  # producer warpgroup + 2 consumer warpgroups
 MAX_BLOCK_SHARED = hg.MAX_BLOCK_SHARED
+HEAD_DIMS = (64, 128)  # as flash_attention.HEAD_DIMS (that module imports this one, not the reverse)
+DTYPE_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def shared_mem_bytes(head_dim: int, stages: int) -> int:
@@ -65,7 +66,7 @@ class Build:
     stages_d128: int = 2
 
     def __post_init__(self) -> None:
-        for d in fa.HEAD_DIMS:
+        for d in HEAD_DIMS:
             if self.schedule(d) not in SCHEDULES:
                 raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule(d)!r}")
             if not 2 <= self.stages(d) or shared_mem_bytes(d, self.stages(d)) > MAX_BLOCK_SHARED:
@@ -110,10 +111,10 @@ FASTER_THAN_MMA_SYNC: frozenset[tuple[int, bool]] = frozenset({(64, False), (64,
 
 
 def kernel_name(head_dim: int, dtype: str, causal: bool) -> str:
-    return f"flash_attention_hopper_d{head_dim}_{fa.DTYPES[dtype]}" + ("_causal" if causal else "")
+    return f"flash_attention_hopper_d{head_dim}_{DTYPE_SUFFIX[dtype]}" + ("_causal" if causal else "")
 
 
-KERNELS = tuple(kernel_name(d, dt, c) for d in fa.HEAD_DIMS for dt in fa.DTYPES for c in (False, True))
+KERNELS = tuple(kernel_name(d, dt, c) for d in HEAD_DIMS for dt in DTYPE_SUFFIX for c in (False, True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,24 +127,22 @@ class HopperAttentionPlan:
     shared_mem: int
     build: Build
     maps: tuple[hg.TensorMapArgs, hg.TensorMapArgs, hg.TensorMapArgs]  # q, k, v
-    shape: fa.AttentionPlan  # the checked shapes and options (its tiling fields are the mma.sync kernel's)
+    shape: Any  # flash_attention.AttentionPlan: the checked shapes and options (its tiling fields are the mma.sync kernel's)
 
 
-def plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], dtype: str, *,
-         causal: bool = False, varlen: bool = False, batch: int | None = None, max_seqlen: int | None = None,
-         scale: float | None = None, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0,
-         build: Build | None = None) -> HopperAttentionPlan:
-    """Check shapes and options as :func:`flash_attention.plan` does and choose the Hopper
-    launch: grid, shared memory and the three tensor maps' arguments."""
+def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: Build | None = None,
+         ) -> HopperAttentionPlan:
+    """The Hopper launch for ``shape``, a flash_attention.AttentionPlan (shapes and options
+    already checked by flash_attention.plan): grid, shared memory and the three tensor
+    maps' arguments (ValueError names what TMA cannot take, e.g. an unaligned pointer)."""
     b = build or DEFAULT_BUILD
-    p = fa.plan(q_shape, k_shape, v_shape, dtype, causal=causal, varlen=varlen, batch=batch,
-                max_seqlen=max_seqlen, scale=scale)
+    p = shape
     d = p.head_dim
     tiles = -(-p.max_seqlen // BLOCK_M)
-    maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, dtype, BLOCK_M, BOX_COLS),
-            hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, dtype, BLOCK_N, BOX_COLS),
-            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, dtype, BLOCK_N, BOX_COLS))
-    return HopperAttentionPlan(kernel_name(d, dtype, p.causal), (p.heads_q, p.batch, tiles), THREADS,
+    maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, BLOCK_M, BOX_COLS),
+            hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS),
+            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS))
+    return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), (p.heads_q, p.batch, tiles), THREADS,
                                shared_mem_bytes(d, b.stages(d)), b, maps, p)
 
 
@@ -197,13 +196,17 @@ def _selftest(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS] + ["default"], default=None,
                     help="one build only (default: every sweep build)")
     args = ap.parse_args(argv)
+    import importlib
+
     import torch
 
+    # The public front (it imports this module; loaded by name to keep the import graph acyclic).
+    attention = importlib.import_module("fullpipe.kernels.flash_attention").attention
     bad = 0
     want = DEFAULT_BUILD.label if args.build == "default" else args.build
     builds = [b for b in SWEEP_BUILDS if want in (None, b.label)]
     for build in builds:
-        for d in fa.HEAD_DIMS:
+        for d in HEAD_DIMS:
             for dt in (torch.float16, torch.bfloat16):
                 for causal in (False, True):
                     g = torch.Generator(device="cuda").manual_seed(d + causal)
@@ -214,7 +217,7 @@ def _selftest(argv: list[str] | None = None) -> int:
                     k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
                     v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
                     o = torch.full_like(q, float("nan"))
-                    fa.attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o,
+                    attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o,
                                  backend="hopper", _hopper_build=build)
                     torch.cuda.synchronize()
                     errs = []
