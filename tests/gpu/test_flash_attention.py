@@ -6,6 +6,7 @@ and grouped K/V heads; inputs scaled x30; the options and the error checks."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -15,6 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fullpipe.kernels import flash_attention as fa  # noqa: E402
+
+# This file checks the mma.sync kernel; on sm_90a "auto" would pick the Hopper kernel
+# (tests/gpu/test_flash_attention_hopper.py checks that one).
+attention = functools.partial(fa.attention, backend="mma_sync")
 
 pytestmark = pytest.mark.gpu
 
@@ -60,7 +65,7 @@ def test_dense_matches_fp32_reference(shape, d, dtype, causal):
     b, s, hq, hkv = shape
     q, k, v = _inputs((b, s), hq, hkv, d, dtype, seed=hash((shape, d, dtype, causal)) % 2**31)
     out = torch.full_like(q, float("nan"))
-    res = fa.attention(q, k, v, causal=causal, out=out)
+    res = attention(q, k, v, causal=causal, out=out)
     assert res is out
     torch.cuda.synchronize()
     assert not torch.isnan(out).any(), "some output elements were never written"
@@ -83,7 +88,7 @@ def test_varlen_matches_fp32_reference_per_sequence(lens, hq, hkv, d, dtype, cau
     q, k, v = _inputs((total,), hq, hkv, d, dtype, seed=total + d + causal)
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
-    fa.attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=out)
+    attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=out)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any()
     for b, n in enumerate(lens):
@@ -96,21 +101,21 @@ def test_varlen_reads_max_seqlen_from_the_offsets_when_not_given():
     lens = [33, 200, 5]
     q, k, v = _inputs((sum(lens),), 4, 2, 64, "float16", seed=3)
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
-    out = fa.attention(q, k, v, causal=True, cu_seqlens=cu)
+    out = attention(q, k, v, causal=True, cu_seqlens=cu)
     torch.cuda.synchronize()
     for b in range(3):
         sl = slice(int(cu[b]), int(cu[b + 1]))
         assert _rel(out[sl], _reference(q[sl], k[sl], v[sl], True)) <= TOL
     bad = torch.tensor([0, 33, 20, sum(lens)], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="never decrease"):
-        fa.attention(q, k, v, cu_seqlens=bad)
+        attention(q, k, v, cu_seqlens=bad)
 
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
 @pytest.mark.parametrize("causal", (False, True))
 def test_inputs_scaled_x30_stay_finite_and_correct(d, causal):
     q, k, v = _inputs((2, 160), 4, 4, d, "bfloat16", seed=30 + d, magnitude=30.0)
-    out = fa.attention(q, k, v, causal=causal)
+    out = attention(q, k, v, causal=causal)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all()
     for i in range(2):
@@ -131,7 +136,7 @@ def test_custom_scale_stream_and_every_tiling():
             for causal in (False, True):
                 out = torch.full_like(qd, float("nan"))
                 torch.cuda.synchronize()
-                fa.attention(qd, kd, vd, causal=causal, scale=0.05, out=out, stream=s, _tiling=tiling)
+                attention(qd, kd, vd, causal=causal, scale=0.05, out=out, stream=s, _tiling=tiling)
                 s.sync()
                 for i in range(2):
                     err = _rel(out[i], _reference(qd[i], kd[i], vd[i], causal, scale=0.05))
@@ -154,7 +159,7 @@ def test_every_candidate_tiling_matches_fp32_reference(d, tiling):
             where = f"{tiling.name} d{d} {dtype} causal={causal}"
             q, k, v = _inputs((2, 601), 8, 2, d, dtype, seed=hash((tiling, d, dtype, causal, 1)) % 2**31)
             out = torch.full_like(q, float("nan"))
-            fa.attention(q, k, v, causal=causal, out=out, _tiling=tiling)
+            attention(q, k, v, causal=causal, out=out, _tiling=tiling)
             torch.cuda.synchronize()
             assert not torch.isnan(out).any(), f"{where}: some output elements were never written"
             for i in range(2):
@@ -162,7 +167,7 @@ def test_every_candidate_tiling_matches_fp32_reference(d, tiling):
                 assert err <= TOL, f"{where} dense S=601 batch {i}: relative error {err:.3e}"
             q, k, v = _inputs((sum(lens),), 6, 3, d, dtype, seed=hash((tiling, d, dtype, causal, 2)) % 2**31)
             out = torch.full_like(q, float("nan"))
-            fa.attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=out, _tiling=tiling)
+            attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=out, _tiling=tiling)
             torch.cuda.synchronize()
             assert not torch.isnan(out).any(), f"{where} varlen: some output elements were never written"
             for b, n in enumerate(lens):
@@ -176,7 +181,7 @@ def test_cupy_inputs_give_cupy_output():
     q, k, v = _inputs((1, 90), 2, 2, 64, "float16", seed=11)
     torch.cuda.synchronize()
     qc, kc, vc = (cupy.asarray(x) for x in (q, k, v))
-    out = fa.attention(qc, kc, vc, causal=True)
+    out = attention(qc, kc, vc, causal=True)
     cupy.cuda.get_current_stream().synchronize()
     assert isinstance(out, cupy.ndarray) and out.shape == qc.shape
     assert _rel(torch.as_tensor(out, device="cuda")[0], _reference(q[0], k[0], v[0], True)) <= TOL
@@ -185,16 +190,16 @@ def test_cupy_inputs_give_cupy_output():
 def test_errors_name_the_problem():
     q, k, v = _inputs((2, 64), 4, 4, 64, "float16", seed=1)
     with pytest.raises(ValueError, match="contiguous"):
-        fa.attention(q.transpose(1, 2), k, v)
+        attention(q.transpose(1, 2), k, v)
     with pytest.raises(ValueError, match="multiple of key/value heads"):
-        fa.attention(q, k[:, :, :3].contiguous(), v[:, :, :3].contiguous())
+        attention(q, k[:, :, :3].contiguous(), v[:, :, :3].contiguous())
     with pytest.raises(TypeError, match="same dtype"):
-        fa.attention(q, k.bfloat16(), v)
+        attention(q, k.bfloat16(), v)
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        fa.attention(q.float(), k.float(), v.float())
+        attention(q.float(), k.float(), v.float())
     with pytest.raises(ValueError, match="head dim 32"):
-        fa.attention(q[..., :32].contiguous(), k[..., :32].contiguous(), v[..., :32].contiguous())
+        attention(q[..., :32].contiguous(), k[..., :32].contiguous(), v[..., :32].contiguous())
     with pytest.raises(TypeError, match="int32"):
-        fa.attention(q[0], k[0], v[0], cu_seqlens=torch.tensor([0, 64], device="cuda"), max_seqlen=64)
+        attention(q[0], k[0], v[0], cu_seqlens=torch.tensor([0, 64], device="cuda"), max_seqlen=64)
     with pytest.raises(ValueError, match="out must be"):
-        fa.attention(q, k, v, out=torch.empty(2, 64, 4, 128, dtype=torch.float16, device="cuda"))
+        attention(q, k, v, out=torch.empty(2, 64, 4, 128, dtype=torch.float16, device="cuda"))

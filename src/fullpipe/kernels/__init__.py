@@ -16,6 +16,8 @@ to see it in the code and what it measured.
 - gemm_hopper_ws.cu         Hopper rung 3: TMA producer warpgroup, two wgmma consumers, setmaxnreg
 - gemm_hopper_persistent.cu Hopper rung 4: persistent, clusters of 2 with TMA multicast, TMA store
 - flash_attention.cu        FlashAttention-2 forward on mma.sync: cp.async K/V rings, ldmatrix, online softmax
+- flash_attention_hopper.cu FlashAttention-3 structure: TMA producer warpgroup, two wgmma consumers (P V from
+                            registers), intra-warpgroup overlap and ping-pong; attention(backend=...) picks it
 
 Shared device headers (``fullpipe/cuda/include/fullpipe/``), one concept each:
 fp32_tile.cuh (the fp32 tile math), fp32_slice_copier.cuh (its async copier),

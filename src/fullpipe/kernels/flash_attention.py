@@ -31,9 +31,11 @@ decrease, end at ``total_tokens``, and ``max_seqlen`` must be >= the longest seq
 (tokens of longer sequences would get no output). Without ``max_seqlen`` the offsets
 are copied to the host once (a synchronization), checked, and the maximum taken.
 
-Kernel: flash_attention.cu (the FlashAttention-2 structure on mma.sync; the
+Kernels: flash_attention.cu (the FlashAttention-2 structure on mma.sync; the
 online softmax is fullpipe/online_softmax.cuh, mirrored in NumPy by
-:func:`online_softmax_reference`).
+:func:`online_softmax_reference`) and, on Hopper (sm_90a), flash_attention_hopper.cu
+(TMA + wgmma, warp-specialized: flash_attention_hopper.py); ``backend=`` picks one
+(:func:`choose_backend`).
 
     python -m fullpipe.kernels.flash_attention --selftest   # small checked runs (sanitizers)
 """
@@ -302,11 +304,38 @@ def _read_offsets(cu: Any, C: Operand) -> np.ndarray:
     raise TypeError("max_seqlen is required when cu_seqlens is not a torch/cupy array")
 
 
+BACKENDS = ("auto", "hopper", "mma_sync")
+
+
+def choose_backend(arch: str, head_dim: int, causal: bool, backend: str = "auto") -> str:
+    """Which kernel runs: ``"hopper"`` (flash_attention_hopper.cu: TMA + wgmma, warp-
+    specialized; sm_90a only) or ``"mma_sync"`` (flash_attention.cu, any sm_80+ GPU).
+    ``"auto"`` picks the Hopper kernel on sm_90a for the (head dim, causal) cases where
+    it was measured faster (flash_attention_hopper.FASTER_THAN_MMA_SYNC)."""
+    from . import flash_attention_hopper as fah
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "hopper" and not fah.supported(arch):
+        raise ValueError(f"the Hopper attention kernel needs an sm_90a GPU (H100/H200); this one is {arch}: "
+                         "use backend='mma_sync' or 'auto'")
+    if backend == "auto":
+        fast = fah.supported(arch) and (head_dim, bool(causal)) in fah.FASTER_THAN_MMA_SYNC
+        return "hopper" if fast else "mma_sync"
+    return backend
+
+
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any = None, max_seqlen: int | None = None,
-              scale: float | None = None, out: Any = None, stream: Any = None, _tiling: Tiling | None = None) -> Any:
+              scale: float | None = None, out: Any = None, stream: Any = None, backend: str = "auto",
+              _tiling: Tiling | None = None, _hopper_build: Any = None) -> Any:
     """Flash attention forward; returns ``out`` (see the module docstring for layouts).
 
-    ``_tiling`` (benchmarks only) builds the kernel with another :class:`Tiling`."""
+    ``backend``: ``"auto"`` (default; :func:`choose_backend`), ``"hopper"`` or
+    ``"mma_sync"`` to force one kernel. ``_tiling`` / ``_hopper_build`` (benchmarks
+    only) build the mma.sync kernel with another :class:`Tiling` / the Hopper kernel with
+    another flash_attention_hopper.Build."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     Q, K, V = operand(q, "q"), operand(k, "k"), operand(v, "v")
     if not (Q.dtype == K.dtype == V.dtype):
         raise TypeError(f"q, k and v must have the same dtype, got {Q.dtype}, {K.dtype} and {V.dtype}")
@@ -343,6 +372,14 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any =
         raise ValueError("q, k, v and out must be 16-byte aligned (a sliced view may not be): copy them")
 
     arch, _ = arch_and_sm_count(Q.device_index)
+    if _tiling is not None and backend == "auto":
+        backend = "mma_sync"  # a tiling is an option of the mma.sync kernel
+    if choose_backend(arch, p.head_dim, p.causal, backend) == "hopper":
+        from . import flash_attention_hopper as fah
+
+        hp = fah.plan(p, q_ptr=Q.ptr, k_ptr=K.ptr, v_ptr=V.ptr, build=_hopper_build)
+        fah.launch_plan(hp, O.ptr, C.ptr if C is not None else 0, stream=s, device_index=Q.device_index, arch=arch)
+        return out
     kernel = module_for(p, arch).kernel(p.kernel)
     launch(s, kernel, p.grid, p.block, np.uint64(Q.ptr), np.uint64(K.ptr), np.uint64(V.ptr), np.uint64(O.ptr),
            np.uint64(C.ptr if C is not None else 0), np.int32(p.seq_len), np.int32(p.heads_q), np.int32(p.heads_kv),

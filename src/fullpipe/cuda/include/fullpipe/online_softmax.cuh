@@ -58,11 +58,22 @@ struct OnlineSoftmax {
     // into the state. On return `s` holds P (fp32) and alpha[h] the factor by which the
     // caller must rescale its output rows.
     __device__ __forceinline__ void update(FragC (&s)[N_FRAGS], float scale_log2, float (&alpha)[2]) {
+        update_with(scale_log2, alpha, [&](int j, int e) -> float& { return s[j].r[e]; });
+    }
+
+    // The same on a wgmma m64nNk16 accumulator (N = 8 * N_FRAGS), whose 8-column block j
+    // holds in each lane the same rows and columns as FragC j: d[4j + e] is FragC j's r[e].
+    __device__ __forceinline__ void update(float (&d)[4 * N_FRAGS], float scale_log2, float (&alpha)[2]) {
+        update_with(scale_log2, alpha, [&](int j, int e) -> float& { return d[4 * j + e]; });
+    }
+
+    template <class At>  // at(j, e): element e of 8-column block j (e = 2h + column % 2)
+    __device__ __forceinline__ void update_with(float scale_log2, float (&alpha)[2], At at) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float tile_max = neg_inf();
 #pragma unroll
-            for (int j = 0; j < N_FRAGS; ++j) tile_max = fmaxf(tile_max, fmaxf(s[j].r[2 * h], s[j].r[2 * h + 1]));
+            for (int j = 0; j < N_FRAGS; ++j) tile_max = fmaxf(tile_max, fmaxf(at(j, 2 * h), at(j, 2 * h + 1)));
             const float m_new = fmaxf(m[h], quad_max(tile_max) * scale_log2);
             // A row whose keys have all been masked so far has m_new = -inf: subtract 0
             // instead, so that P = exp2(-inf) = 0 and alpha = 0 rather than NaN.
@@ -73,8 +84,8 @@ struct OnlineSoftmax {
             for (int j = 0; j < N_FRAGS; ++j) {
 #pragma unroll
                 for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                    s[j].r[e] = fast_exp2(fmaf(s[j].r[e], scale_log2, -m_sub));
-                    row_sum += s[j].r[e];
+                    at(j, e) = fast_exp2(fmaf(at(j, e), scale_log2, -m_sub));
+                    row_sum += at(j, e);
                 }
             }
             l[h] = alpha[h] * l[h] + row_sum;

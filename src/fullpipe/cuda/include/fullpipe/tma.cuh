@@ -89,5 +89,10 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.arrive: count this warp's threads towards barrier `id` without waiting (the
+// signalling half of a producer/consumer hand-off; the waiter calls named_barrier_sync).
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace fp_tma

@@ -139,4 +139,112 @@ __device__ __forceinline__ void mma_m64n256k16(float (&d)[128], unsigned long lo
     }
 }
 
+
+// ------------------------------------------------------------------ narrower MMAs (flash attention)
+// The same accumulator layout for N = 64 and 128 (d has N / 2 floats): d[4j + 2h + e] is
+// row 16w + l/4 + 8h, column 8j + 2(l%4) + e, j < N / 8. For 16-bit inputs the
+// accumulators of two adjacent 8-column blocks j = 2s, 2s + 1 are, packed in pairs, the
+// A fragment of one 16-wide K step s of a register-A (RS) wgmma:
+//   a[0] = (d[8s], d[8s+1])   a[1] = (d[8s+2], d[8s+3])   rows l/4 and l/4 + 8,
+//   a[2] = (d[8s+4], d[8s+5]) a[3] = (d[8s+6], d[8s+7])   columns 2(l%4) and 8 + 2(l%4)
+// (the mma.m16n8k16 A layout, per warp on its 16 rows).
+#define FP_WGMMA_D32_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define FP_WGMMA_D32_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FP_WGMMA_D64_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FP_WGMMA_D64_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// SS, both operands K-major (imm-trans-a 0, imm-trans-b 0): D[64 x 128] += A[64 x 16] * B[128 x 16]^T.
+#define FP_WGMMA_SS_M64N128K16(TYPE)                                                \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_D64_REGS "},\n"                                               \
+        " %64, %65, p, 1, 1, 0, 0;\n"                                              \
+        "}\n"                                                                      \
+        : FP_WGMMA_D64_OPERANDS                                                     \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n128k16_ss_kk(float (&d)[64], unsigned long long desc_a,
+                                                     unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        FP_WGMMA_SS_M64N128K16("bf16");
+    } else {
+        FP_WGMMA_SS_M64N128K16("f16");
+    }
+}
+
+// RS: A (64 x 16) from registers in the fragment layout above, B MN-major from shared
+// memory (imm-trans-b 1: a K x N tile stored with N contiguous, e.g. V [keys, dims]).
+#define FP_WGMMA_RS(SHAPE, TYPE, REGS, OPERANDS, A_REGS, DESC, SCALE)                 \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
+        "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE "\n"            \
+        "{" REGS "},\n"                                                            \
+        " {" A_REGS "}, %" DESC ", p, 1, 1, 1;\n"                                \
+        "}\n"                                                                      \
+        : OPERANDS                                                                  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n64k16_rs_mn(float (&d)[32], const unsigned (&a)[4],
+                                                    unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        FP_WGMMA_RS("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "%32, %33, %34, %35", "36", "37");
+    } else {
+        FP_WGMMA_RS("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "%32, %33, %34, %35", "36", "37");
+    }
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n128k16_rs_mn(float (&d)[64], const unsigned (&a)[4],
+                                                     unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        FP_WGMMA_RS("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "%64, %65, %66, %67", "68", "69");
+    } else {
+        FP_WGMMA_RS("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "%64, %65, %66, %67", "68", "69");
+    }
+}
+
+// D = A * B^T with N = 64 or 128 by the accumulator count; B of the RS form by its width.
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a)[4], unsigned long long desc_b,
+                                          int scale_d) {
+    static_assert(N_REGS == 32 || N_REGS == 64, "m64n64 or m64n128");
+    if constexpr (N_REGS == 32) {
+        mma_m64n64k16_rs_mn<BF16>(d, a, desc_b, scale_d);
+    } else {
+        mma_m64n128k16_rs_mn<BF16>(d, a, desc_b, scale_d);
+    }
+}
+
+// Keeps registers an asynchronous MMA reads or writes (accumulators, register A
+// operands) live and unmoved across it: call after wait<> on everything it used.
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_operands(unsigned (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
 }  // namespace fp_wgmma

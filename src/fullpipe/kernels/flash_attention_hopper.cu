@@ -1,0 +1,434 @@
+// fullpipe-requires: sm_90a (wgmma, setmaxnreg, TMA)
+// Flash attention forward on Hopper (the FlashAttention-3 structure): the same function
+// and layouts as flash_attention.cu (O = softmax(scale * Q K^T [+ causal mask]) V, token-
+// major [tokens, heads, D], dense or packed variable-length, grouped K/V heads), with the
+// tiles moved by TMA and the products run by wgmma in warp-specialized roles.
+//
+// A block owns BM = 128 query rows of one head of one sequence, as 3 warpgroups:
+//
+//   warpgroup 0   PRODUCER (setmaxnreg.dec to 24): one thread issues every copy
+//                 Q tile once -> q_full;  K tile t: wait k_empty[s] -> TMA -> k_full[s];
+//                 V tile t: wait v_empty[s] -> TMA -> v_full[s]   (s = t % STAGES: rings of
+//                 STAGES K and V tiles, loaded in the order the consumers use them)
+//   warpgroups    CONSUMERS (setmaxnreg.inc to 240), each owning 64 query rows:
+//   1 and 2         S = Q K^T     wgmma SS, Q and K both K-major from 128B-swizzled smem
+//                   online softmax on the fp32 accumulator fragment (fullpipe/online_softmax.cuh)
+//                   P -> 16-bit A fragments in registers (two n8 accumulator blocks = one k16 slice)
+//                   O += P V      wgmma RS, V [keys, D] as the MN-major (transposed) B operand
+//                   release K slot s (k_empty[s]) once Q K^T has retired, V slot s
+//                   (v_empty[s]) once P V has: the next K tile loads during softmax and P V
+//                 epilogue: O / l -> 16-bit -> the warpgroup's rows of the Q tile -> 16-byte
+//                 stores of the rows that exist in the sequence
+//
+// Three schedules of the consumers' loop (-D FA3_D64_SCHEDULE / FA3_D128_SCHEDULE), each
+// adding one idea:
+//   0 serial     per tile: S = Q K^T, wait; softmax; O += P V, wait.
+//   1 overlap    (intra-warpgroup pipelining) per tile t: issue S_t = Q K_t^T and
+//                O += P_{t-1} V_{t-1} back to back, wait for S_t only, and run the softmax of
+//                S_t while P V still runs on the tensor cores.
+//   2 pingpong   1, and the two consumer warpgroups take turns issuing their MMAs (named
+//                barriers 1 and 2, bar.sync / bar.arrive): one warpgroup's softmax runs while
+//                the other's products occupy the tensor cores.
+//
+// Ring phases as in gemm_hopper_ws.cu: tile t is slot s's u = t / STAGES-th use; consumers
+// wait k_full/v_full[s] on parity u & 1, the producer waits k_empty/v_empty[s] on
+// (u & 1) ^ 1. The empty barriers expect one arrival per consumer warpgroup.
+//
+// Shared-memory tiles are 64-column (128-byte) swizzled chunks, exactly what TMA writes for
+// a box of 64 columns x rows with CU_TENSOR_MAP_SWIZZLE_128B (fullpipe/wgmma.cuh): a Q tile
+// [BM, D] is D / 64 chunks of BM rows, a K or V tile [BN, D] D / 64 chunks of BN rows.
+// Tensor maps (flash_attention_hopper.py): q as a [tokens, Hq * D] matrix, k and v as
+// [tokens, Hkv * D]; boxes (64, BM) and (64, BN). Rows past a sequence's end are loaded
+// (the next sequence's, or zeros past the tensor) but masked (keys) or never stored (queries).
+//
+// Grid (Hq, B, ceil(max_seqlen / BM)), 384 threads, dynamic shared memory
+// sizeof(SharedStorage) + 1024 (alignment of the swizzled tiles).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <fullpipe/gemm_hopper_tile.cuh>
+#include <fullpipe/mbarrier.cuh>
+#include <fullpipe/online_softmax.cuh>
+#include <fullpipe/tma.cuh>
+#include <fullpipe/wgmma.cuh>
+
+#ifndef FA3_D64_SCHEDULE
+#define FA3_D64_SCHEDULE 0
+#endif
+#ifndef FA3_D128_SCHEDULE
+#define FA3_D128_SCHEDULE 2
+#endif
+#ifndef FA3_D64_STAGES
+#define FA3_D64_STAGES 4
+#endif
+#ifndef FA3_D128_STAGES
+#define FA3_D128_STAGES 2
+#endif
+
+namespace {
+
+using fp_tma::TensorMap;
+
+constexpr int SERIAL = 0, OVERLAP = 1, PINGPONG = 2;
+constexpr int PRODUCER_REGS = 24;
+constexpr int CONSUMER_REGS = 240;  // 24 * 128 + 2 * 240 * 128 <= 64K registers
+constexpr int THREADS = 384;
+// Named barriers: 0 is __syncthreads; 1 + w: "consumer w may issue its MMAs" (ping-pong);
+// 3 + w: consumer w's own rows of the Q tile are free for the output.
+constexpr unsigned TURN_BARRIER = 1, EPILOGUE_BARRIER = 3;
+
+template <int D_, int STAGES_, int SCHEDULE_>
+struct Geometry {
+    static constexpr int D = D_;
+    static constexpr int STAGES = STAGES_;
+    static constexpr int SCHEDULE = SCHEDULE_;    // SERIAL, OVERLAP or PINGPONG
+    static constexpr int BM = 128;                // query rows per block
+    static constexpr int BN = 128;                // keys per K/V tile
+    static constexpr int WG_ROWS = 64;            // query rows per consumer warpgroup
+    static constexpr int CHUNKS = D / 64;         // 64-column swizzled chunks per row
+    static constexpr int Q_CHUNK_BYTES = BM * 128;
+    static constexpr int KV_CHUNK_BYTES = BN * 128;
+    static constexpr int Q_BYTES = BM * D * 2;
+    static constexpr int KV_BYTES = BN * D * 2;
+    static constexpr int D_STEPS = D / 16;        // k16 steps of Q K^T
+    static constexpr int KEY_STEPS = BN / 16;     // k16 steps of P V
+    static constexpr int S_REGS = BN / 2;         // m64nBN accumulator floats per thread
+    static constexpr int O_REGS = D / 2;          // m64nD accumulator floats per thread
+    static_assert(D == 64 || D == 128, "head dim 64 or 128");
+};
+
+template <class G>
+struct SharedStorage {
+    alignas(1024) unsigned char q[G::Q_BYTES];           // reused to stage the output
+    alignas(1024) unsigned char k[G::STAGES][G::KV_BYTES];
+    alignas(1024) unsigned char v[G::STAGES][G::KV_BYTES];
+    unsigned long long q_full;
+    unsigned long long k_full[G::STAGES];  // producer -> consumers (transaction bytes)
+    unsigned long long v_full[G::STAGES];
+    unsigned long long k_empty[G::STAGES];  // consumers -> producer: K of the slot read
+    unsigned long long v_empty[G::STAGES];  // consumers -> producer: V of the slot read
+};
+
+struct Sequence {
+    int start;  // first token (token counts < 2^31, checked on the host)
+    int len;
+};
+
+__device__ __forceinline__ Sequence sequence_of(int b, const int* cu_seqlens, int seq_len) {
+    if (cu_seqlens == nullptr) return {b * seq_len, seq_len};
+    const int begin = cu_seqlens[b];
+    return {begin, cu_seqlens[b + 1] - begin};
+}
+
+// ------------------------------------------------------------------ producer
+template <class G>
+__device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap* map_q, const TensorMap* map_k,
+                                         const TensorMap* map_v, int q_row, int kv_row0, int q_col, int kv_col,
+                                         int kv_tiles) {
+    fp_mbar::mbar_arrive_expect_tx(&smem.q_full, G::Q_BYTES);
+#pragma unroll
+    for (int c = 0; c < G::CHUNKS; ++c)
+        fp_tma::load_2d(smem.q + c * G::Q_CHUNK_BYTES, map_q, &smem.q_full, q_col + 64 * c, q_row);
+    // One tile of K or V into its ring slot, once the consumers have released the slot.
+    auto load = [&](unsigned char (*tiles)[G::KV_BYTES], unsigned long long* full, unsigned long long* empty,
+                    const TensorMap* map, int t) {
+        const int slot = t % G::STAGES;
+        const unsigned use = t / G::STAGES;
+        fp_mbar::mbar_wait(&empty[slot], (use & 1) ^ 1);
+        fp_mbar::mbar_arrive_expect_tx(&full[slot], G::KV_BYTES);
+#pragma unroll
+        for (int c = 0; c < G::CHUNKS; ++c)
+            fp_tma::load_2d(tiles[slot] + c * G::KV_CHUNK_BYTES, map, &full[slot], kv_col + 64 * c,
+                            kv_row0 + t * G::BN);
+    };
+    auto load_k = [&](int t) { load(smem.k, smem.k_full, smem.k_empty, map_k, t); };
+    auto load_v = [&](int t) { load(smem.v, smem.v_full, smem.v_empty, map_v, t); };
+    // In the order the consumers use them: serial K_t, V_t; overlapped K_t, V_{t-1}.
+    if (G::SCHEDULE == SERIAL) {
+        for (int t = 0; t < kv_tiles; ++t) {
+            load_k(t);
+            load_v(t);
+        }
+    } else {
+        load_k(0);
+        for (int t = 1; t < kv_tiles; ++t) {
+            load_k(t);
+            load_v(t - 1);
+        }
+        load_v(kv_tiles - 1);
+    }
+}
+
+// ------------------------------------------------------------------ consumer pieces
+// S (64 x BN) = Q K^T for warpgroup wg's rows: D / 16 wgmma, the first overwriting S.
+template <bool BF16, class G>
+__device__ __forceinline__ void issue_qk(float (&s)[G::S_REGS], const SharedStorage<G>& smem, int wg, int slot) {
+#pragma unroll
+    for (int kk = 0; kk < G::D_STEPS; ++kk) {
+        const int chunk = kk / 4, within = (kk % 4) * 32;  // 16 elements = 32 bytes along the row
+        const auto da = fp_wgmma::desc_k_major(smem.q + chunk * G::Q_CHUNK_BYTES + wg * G::WG_ROWS * 128 + within);
+        const auto db = fp_wgmma::desc_k_major(smem.k[slot] + chunk * G::KV_CHUNK_BYTES + within);
+        fp_wgmma::mma_m64n128k16_ss_kk<BF16>(s, da, db, kk > 0);
+    }
+}
+
+// O (64 x D) += P V: BN / 16 wgmma with P from registers, V MN-major (D / 64 chunks of
+// 128 bytes per key row; a k16 step is 16 key rows = 2048 bytes further).
+template <bool BF16, class G>
+__device__ __forceinline__ void issue_pv(float (&o)[G::O_REGS], const unsigned (&p)[G::KEY_STEPS][4],
+                                         const SharedStorage<G>& smem, int slot) {
+#pragma unroll
+    for (int ks = 0; ks < G::KEY_STEPS; ++ks) {
+        const auto db = fp_wgmma::desc_mn_major(smem.v[slot] + ks * 16 * 128, G::KV_CHUNK_BYTES);
+        fp_wgmma::mma_rs_mn<BF16>(o, p[ks], db, 1);
+    }
+}
+
+// Scores of keys past the sequence's end, or (causal) after the query, become -inf.
+// row0: the sequence position of this thread's first row (the second is row0 + 8).
+template <class G, bool CAUSAL>
+__device__ __forceinline__ void mask_scores(float (&s)[G::S_REGS], int key0, int row0, int wg_row0, int seq_len) {
+    if (!(key0 + G::BN > seq_len || (CAUSAL && key0 + G::BN - 1 > wg_row0))) return;
+    const int quad = threadIdx.x % 4;
+#pragma unroll
+    for (int j = 0; j < G::BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * j + 2 * quad + (e & 1);
+            const int row = row0 + 8 * (e >> 1);
+            if (key >= seq_len || (CAUSAL && key > row)) s[4 * j + e] = fullpipe::neg_inf();
+        }
+    }
+}
+
+// P (fp32 accumulator layout) -> the A fragments of P V (fullpipe/wgmma.cuh).
+template <bool BF16, class G>
+__device__ __forceinline__ void to_a_fragments(unsigned (&p)[G::KEY_STEPS][4], const float (&s)[G::S_REGS]) {
+#pragma unroll
+    for (int ks = 0; ks < G::KEY_STEPS; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p[ks][i] = fp_hopper::pack2<BF16>(s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
+}
+
+template <class G>
+__device__ __forceinline__ void rescale(float (&o)[G::O_REGS], const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < G::O_REGS; ++i) o[i] *= alpha[(i / 2) % 2];
+}
+
+// O / l -> 16-bit -> the warpgroup's rows of the Q tile (swizzled like it) -> 16-byte
+// stores of the rows that exist.
+template <bool BF16, class G>
+__device__ __forceinline__ void store_output(unsigned short* o_dst, long long stride, int valid_rows,
+                                             const float (&o)[G::O_REGS], const float (&inv_l)[2],
+                                             SharedStorage<G>& smem, int wg) {
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    // Every warp of the warpgroup is past its last wgmma (which read these Q rows).
+    fp_tma::named_barrier_sync(EPILOGUE_BARRIER + wg, 128);
+#pragma unroll
+    for (int j = 0; j < G::D / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = wg * G::WG_ROWS + warp * 16 + lane / 4 + 8 * h;
+            unsigned char* at = smem.q + (j / 8) * G::Q_CHUNK_BYTES + fp_hopper::swizzled_offset(row, j % 8) +
+                                (lane % 4) * 4;
+            *reinterpret_cast<unsigned*>(at) =
+                fp_hopper::pack2<BF16>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
+        }
+    }
+    __syncwarp();
+    constexpr int CPR = G::D / 8;  // 16-byte chunks per row
+#pragma unroll
+    for (int it = 0; it < 16 * CPR / 32; ++it) {  // the warp's 16 rows
+        const int i = lane + 32 * it;
+        const int row = wg * G::WG_ROWS + warp * 16 + i / CPR, c = i % CPR;
+        if (row < valid_rows)
+            *reinterpret_cast<uint4*>(o_dst + row * stride + c * 8) = *reinterpret_cast<const uint4*>(
+                smem.q + (c / 8) * G::Q_CHUNK_BYTES + fp_hopper::swizzled_offset(row, c % 8));
+    }
+}
+
+// ------------------------------------------------------------------ consumer
+template <bool BF16, class G, bool CAUSAL, int SCHEDULE>
+__device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0, int seq_len, int kv_tiles,
+                                         float scale_log2, unsigned short* o_dst, long long o_stride) {
+    static_assert(SCHEDULE == SERIAL || SCHEDULE == OVERLAP || SCHEDULE == PINGPONG, "schedule 0, 1 or 2");
+    const int t = threadIdx.x % 128;
+    const int wg_row0 = q0 + wg * G::WG_ROWS;            // sequence position of the warpgroup's first row
+    const int row0 = wg_row0 + (t / 32) * 16 + (t % 32) / 4;  // this thread's first row
+    const bool signals = t == 0;                         // one arrival per warpgroup on *_empty[]
+    auto release_k = [&](int slot) {
+        if (signals) fp_mbar::mbar_arrive(&smem.k_empty[slot]);
+    };
+    auto release_v = [&](int slot) {
+        if (signals) fp_mbar::mbar_arrive(&smem.v_empty[slot]);
+    };
+    // Ping-pong turns: warpgroup 0 issues first; each turn ends by letting the other go.
+    // Every warpgroup takes kv_tiles + 1 turns; the syncs and arrivals on each barrier balance.
+    const int turns = kv_tiles + 1;
+    auto begin_turn = [&](int turn) {
+        if (SCHEDULE == PINGPONG && !(wg == 0 && turn == 0)) fp_tma::named_barrier_sync(TURN_BARRIER + wg, 256);
+    };
+    auto end_turn = [&](int turn) {
+        if (SCHEDULE == PINGPONG && !(wg == 1 && turn == turns - 1))
+            fp_tma::named_barrier_arrive(TURN_BARRIER + (wg ^ 1), 256);
+    };
+
+    float o[G::O_REGS];
+#pragma unroll
+    for (int i = 0; i < G::O_REGS; ++i) o[i] = 0.0f;
+    float s[G::S_REGS];
+    unsigned p[G::KEY_STEPS][4];
+    fullpipe::OnlineSoftmax<G::BN / 8> softmax;
+    float alpha[2];
+
+    fp_mbar::mbar_wait(&smem.q_full, 0);
+
+    if constexpr (SCHEDULE == SERIAL) {
+        for (int kt = 0; kt < kv_tiles; ++kt) {
+            const int slot = kt % G::STAGES;
+            const unsigned parity = (kt / G::STAGES) & 1;
+            fp_mbar::mbar_wait(&smem.k_full[slot], parity);
+            fp_wgmma::fence();
+            issue_qk<BF16>(s, smem, wg, slot);
+            fp_wgmma::commit();
+            fp_wgmma::wait<0>();
+            fp_wgmma::fence_operands(s);
+            release_k(slot);
+            mask_scores<G, CAUSAL>(s, kt * G::BN, row0, wg_row0, seq_len);
+            softmax.update(s, scale_log2, alpha);
+            rescale<G>(o, alpha);
+            to_a_fragments<BF16, G>(p, s);
+            fp_mbar::mbar_wait(&smem.v_full[slot], parity);
+            fp_wgmma::fence();
+            issue_pv<BF16>(o, p, smem, slot);
+            fp_wgmma::commit();
+            fp_wgmma::wait<0>();
+            fp_wgmma::fence_operands(o);
+            fp_wgmma::fence_operands(p);
+            release_v(slot);
+        }
+    } else {
+        // Tile 0: S_0 alone (O is zero: nothing to rescale).
+        fp_mbar::mbar_wait(&smem.k_full[0], 0);
+        begin_turn(0);
+        fp_wgmma::fence();
+        issue_qk<BF16>(s, smem, wg, 0);
+        fp_wgmma::commit();
+        end_turn(0);
+        fp_wgmma::wait<0>();
+        fp_wgmma::fence_operands(s);
+        release_k(0);
+        mask_scores<G, CAUSAL>(s, 0, row0, wg_row0, seq_len);
+        softmax.update(s, scale_log2, alpha);
+        to_a_fragments<BF16, G>(p, s);
+        for (int kt = 1; kt < kv_tiles; ++kt) {
+            const int slot = kt % G::STAGES, prev = (kt - 1) % G::STAGES;
+            fp_mbar::mbar_wait(&smem.k_full[slot], (kt / G::STAGES) & 1);
+            fp_mbar::mbar_wait(&smem.v_full[prev], ((kt - 1) / G::STAGES) & 1);
+            // Issue S_t = Q K_t^T, then O += P_{t-1} V_{t-1}: two groups, back to back.
+            begin_turn(kt);
+            fp_wgmma::fence();
+            issue_qk<BF16>(s, smem, wg, slot);
+            fp_wgmma::commit();
+            issue_pv<BF16>(o, p, smem, prev);
+            fp_wgmma::commit();
+            end_turn(kt);
+            // The softmax of S_t while P V still runs.
+            fp_wgmma::wait<1>();
+            fp_wgmma::fence_operands(s);
+            release_k(slot);
+            mask_scores<G, CAUSAL>(s, kt * G::BN, row0, wg_row0, seq_len);
+            softmax.update(s, scale_log2, alpha);
+            fp_wgmma::wait<0>();
+            fp_wgmma::fence_operands(o);
+            fp_wgmma::fence_operands(p);
+            release_v(prev);
+            rescale<G>(o, alpha);
+            to_a_fragments<BF16, G>(p, s);
+        }
+        const int last = (kv_tiles - 1) % G::STAGES;
+        fp_mbar::mbar_wait(&smem.v_full[last], ((kv_tiles - 1) / G::STAGES) & 1);
+        begin_turn(turns - 1);
+        fp_wgmma::fence();
+        issue_pv<BF16>(o, p, smem, last);
+        fp_wgmma::commit();
+        end_turn(turns - 1);
+        fp_wgmma::wait<0>();
+        fp_wgmma::fence_operands(o);
+        fp_wgmma::fence_operands(p);
+        release_v(last);
+    }
+
+    float inv_l[2];
+    softmax.inverse_sums(inv_l);
+    store_output<BF16, G>(o_dst, o_stride, seq_len - q0, o, inv_l, smem, wg);
+}
+
+// ------------------------------------------------------------------ the kernel body
+template <bool BF16, class G, bool CAUSAL>
+__device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const TensorMap* map_k,
+                                                 const TensorMap* map_v, unsigned short* o,
+                                                 const int* cu_seqlens, int seq_len, int heads_q, int heads_kv,
+                                                 float scale_log2) {
+    extern __shared__ unsigned char smem_raw[];
+    SharedStorage<G>& smem = *reinterpret_cast<SharedStorage<G>*>(
+        (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+
+    const int head = blockIdx.x;
+    const Sequence seq = sequence_of(blockIdx.y, cu_seqlens, seq_len);
+    const int q0 = (gridDim.z - 1 - blockIdx.z) * G::BM;  // longest causal tiles first
+    if (q0 >= seq.len) return;                            // a shorter sequence of a varlen batch
+    const int kv_end = CAUSAL ? min(seq.len, q0 + G::BM) : seq.len;
+    const int kv_tiles = (kv_end + G::BN - 1) / G::BN;
+    const int kv_head = head / (heads_q / heads_kv);
+
+    if (threadIdx.x == 0) {
+        fp_tma::prefetch_map(map_q);
+        fp_tma::prefetch_map(map_k);
+        fp_tma::prefetch_map(map_v);
+        fp_mbar::mbar_init(&smem.q_full, 1);
+        for (int s = 0; s < G::STAGES; ++s) {
+            fp_mbar::mbar_init(&smem.k_full[s], 1);
+            fp_mbar::mbar_init(&smem.v_full[s], 1);
+            fp_mbar::mbar_init(&smem.k_empty[s], 2);
+            fp_mbar::mbar_init(&smem.v_empty[s], 2);
+        }
+        fp_mbar::fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        fp_wgmma::release_registers<PRODUCER_REGS>();
+        if (threadIdx.x == 0)
+            producer<G>(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
+    } else {
+        fp_wgmma::claim_registers<CONSUMER_REGS>();
+        const long long stride = static_cast<long long>(heads_q) * G::D;
+        unsigned short* o_dst = o + (static_cast<long long>(seq.start) + q0) * stride + head * G::D;
+        consumer<BF16, G, CAUSAL, G::SCHEDULE>(smem, wg - 1, q0, seq.len, kv_tiles, scale_log2, o_dst, stride);
+    }
+}
+
+}  // namespace
+
+using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE>;
+using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE>;
+
+#define ATTENTION_HOPPER_KERNEL(NAME, BF16, G, CAUSAL)                                                              \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                       \
+        NAME(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,                     \
+             const __grid_constant__ TensorMap map_v, unsigned short* o, const int* __restrict__ cu_seqlens,     \
+             int seq_len, int heads_q, int heads_kv, float scale_log2) {                                          \
+        attention_hopper<BF16, G, CAUSAL>(&map_q, &map_k, &map_v, o, cu_seqlens, seq_len, heads_q, heads_kv,     \
+                                          scale_log2);                                                             \
+    }
+
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d64_f16, false, G64, false)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d64_f16_causal, false, G64, true)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d64_bf16, true, G64, false)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d64_bf16_causal, true, G64, true)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d128_f16, false, G128, false)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d128_f16_causal, false, G128, true)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d128_bf16, true, G128, false)
+ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d128_bf16_causal, true, G128, true)

@@ -1,0 +1,241 @@
+"""Flash attention forward on Hopper (sm_90a): the FlashAttention-3 structure.
+
+The Hopper backend of :func:`fullpipe.kernels.attention` (same layouts, dtypes, head
+dims, causal mode, grouped K/V heads and packed variable-length batches as the mma.sync
+kernel; see flash_attention.py). Kernel: flash_attention_hopper.cu: a TMA producer
+warpgroup and two wgmma consumer warpgroups per block of 128 query rows, K/V tiles of
+128 keys in an mbarrier ring, the online softmax on the wgmma accumulators, P V with P
+from registers.
+
+Three schedules of the consumers (:data:`SCHEDULES`, -D FA3_D64_SCHEDULE /
+FA3_D128_SCHEDULE of the kernel), each adding one idea: ``serial``; ``overlap`` (the next tile's Q K^T is issued
+with P V, and the softmax runs while P V does); ``pingpong`` (overlap, and the two
+consumer warpgroups take turns issuing their products, so one's softmax hides under the
+other's matrix products).
+
+Tensor maps: q as a row-major [tokens, Hq * D] matrix and k, v as [tokens, Hkv * D], read
+in boxes of 64 columns (128 bytes, the 128-byte swizzle) by 128 rows.
+
+    python -m fullpipe.kernels.flash_attention_hopper --selftest   # small checked runs
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..cuda import compiler
+from ..cuda import driver as drv
+from ..cuda.launch import set_max_dynamic_shared_memory
+from ..cuda.streams import as_core_stream
+from . import hopper_gemm as hg
+
+SOURCE = "kernels/flash_attention_hopper.cu"
+ARCH = "sm_90a"  # wgmma and setmaxnreg exist on this exact target only
+SCHEDULES = {"serial": 0, "overlap": 1, "pingpong": 2}
+BLOCK_M = 128  # query rows per block (two consumer warpgroups of 64)
+BLOCK_N = 128  # keys per K/V tile
+BOX_COLS = 64  # 128 bytes: one swizzled chunk of a row
+THREADS = 384  # producer warpgroup + 2 consumer warpgroups
+MAX_BLOCK_SHARED = hg.MAX_BLOCK_SHARED
+HEAD_DIMS = (64, 128)  # as flash_attention.HEAD_DIMS (that module imports this one, not the reverse)
+DTYPE_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def shared_mem_bytes(head_dim: int, stages: int) -> int:
+    """sizeof(SharedStorage) (the Q tile, `stages` K and V tiles, the mbarriers, rounded
+    to its 1024-byte alignment) + 1024 bytes to align the dynamic base."""
+    tiles = (BLOCK_M + 2 * stages * BLOCK_N) * head_dim * 2
+    barriers = 8 * (1 + 4 * stages)
+    return -(-(tiles + barriers) // 1024) * 1024 + 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """Compile-time options of flash_attention_hopper.cu per head dim: the consumers'
+    schedule (:data:`SCHEDULES`) and the depth of the K/V ring."""
+
+    schedule_d64: str = "serial"
+    schedule_d128: str = "pingpong"
+    stages_d64: int = 4
+    stages_d128: int = 2
+
+    def __post_init__(self) -> None:
+        for d in HEAD_DIMS:
+            if self.schedule(d) not in SCHEDULES:
+                raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule(d)!r}")
+            if not 2 <= self.stages(d) or shared_mem_bytes(d, self.stages(d)) > MAX_BLOCK_SHARED:
+                raise ValueError(f"{self.stages(d)} stages at head dim {d} do not fit in shared memory "
+                                 f"({shared_mem_bytes(d, self.stages(d))} > {MAX_BLOCK_SHARED} bytes) or are < 2")
+
+    @classmethod
+    def uniform(cls, schedule: str, stages_d128: int = 2) -> Build:
+        """One schedule at both head dims."""
+        return cls(schedule, schedule, 4, stages_d128)
+
+    def schedule(self, head_dim: int) -> str:
+        return self.schedule_d64 if head_dim == 64 else self.schedule_d128
+
+    def stages(self, head_dim: int) -> int:
+        return self.stages_d64 if head_dim == 64 else self.stages_d128
+
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        return (("FA3_D128_SCHEDULE", SCHEDULES[self.schedule_d128]), ("FA3_D128_STAGES", self.stages_d128),
+                ("FA3_D64_SCHEDULE", SCHEDULES[self.schedule_d64]), ("FA3_D64_STAGES", self.stages_d64))
+
+    @property
+    def label(self) -> str:
+        if self.schedule_d64 == self.schedule_d128:
+            return f"{self.schedule_d64}_s{self.stages_d64}_{self.stages_d128}"
+        return f"d64{self.schedule_d64}_s{self.stages_d64}_d128{self.schedule_d128}_s{self.stages_d128}"
+
+
+# The default: the fastest measured per head dim (fp16, B=4, S=4096, H200, causal and not;
+# docs/notes/2026-11-23-fa3-hopper.md): d64 serial (390.8 vs ping-pong 373.4 TFLOP/s), d128
+# ping-pong with a 2-deep ring (554.8; overlap 557.0, ping-pong 3-deep 546.8, serial 521.8).
+DEFAULT_BUILD = Build()
+# The builds the CPU tests compile and scripts/attention-hopper-check times: each schedule
+# (the steps of the kernel) at both head dims, with a 2- and a 3-deep d128 ring, and the default.
+SWEEP_BUILDS = tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + (DEFAULT_BUILD,)
+
+# (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
+# (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check: 1.38-1.99x in every case,
+# docs/notes/2026-11-23-fa3-hopper.md): what attention(..., backend="auto") picks on
+# sm_90a. Everything else goes to the mma.sync kernel.
+FASTER_THAN_MMA_SYNC: frozenset[tuple[int, bool]] = frozenset({(64, False), (64, True), (128, False), (128, True)})
+
+
+def kernel_name(head_dim: int, dtype: str, causal: bool) -> str:
+    return f"flash_attention_hopper_d{head_dim}_{DTYPE_SUFFIX[dtype]}" + ("_causal" if causal else "")
+
+
+KERNELS = tuple(kernel_name(d, dt, c) for d in HEAD_DIMS for dt in DTYPE_SUFFIX for c in (False, True))
+
+
+@dataclasses.dataclass(frozen=True)
+class HopperAttentionPlan:
+    """Everything about one launch except the pointers' contents: testable without a GPU."""
+
+    kernel: str
+    grid: tuple[int, int, int]  # (Hq, B, query tiles of BLOCK_M)
+    block: int
+    shared_mem: int
+    build: Build
+    maps: tuple[hg.TensorMapArgs, hg.TensorMapArgs, hg.TensorMapArgs]  # q, k, v
+    shape: Any  # flash_attention.AttentionPlan: the checked shapes and options (its tiling fields are the mma.sync kernel's)
+
+
+def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: Build | None = None,
+         ) -> HopperAttentionPlan:
+    """The Hopper launch for ``shape``, a flash_attention.AttentionPlan (shapes and options
+    already checked by flash_attention.plan): grid, shared memory and the three tensor
+    maps' arguments (ValueError names what TMA cannot take, e.g. an unaligned pointer)."""
+    b = build or DEFAULT_BUILD
+    p = shape
+    d = p.head_dim
+    tiles = -(-p.max_seqlen // BLOCK_M)
+    maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, BLOCK_M, BOX_COLS),
+            hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS),
+            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS))
+    return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), (p.heads_q, p.batch, tiles), THREADS,
+                               shared_mem_bytes(d, b.stages(d)), b, maps, p)
+
+
+def supported(arch: str) -> bool:
+    """Whether this kernel runs on a device compiled for ``arch`` (Hopper, sm_90a)."""
+    return arch == ARCH
+
+
+def module(arch: str = ARCH, build: Build | None = None):
+    """The compiled module of a build (usable without a GPU)."""
+    return _module(arch, (build or DEFAULT_BUILD).defines())
+
+
+@functools.lru_cache(maxsize=None)
+def _module(arch: str, defines: tuple[tuple[str, int], ...]):
+    return compiler.compile_package_kernel(SOURCE, arch=arch, defines=dict(defines))
+
+
+def launch_plan(p: HopperAttentionPlan, o_ptr: int, cu_ptr: int, *, stream: Any, device_index: int = 0,
+                arch: str = ARCH) -> None:
+    """Enqueue ``p`` on ``stream`` (its maps name q, k and v)."""
+    from cuda.bindings import driver as d
+
+    kernel = module(arch, p.build).kernel(p.kernel)
+    set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
+    raw = [hg._encoded(m) for m in p.maps]
+    raw += [struct.pack("<Q", o_ptr), struct.pack("<Q", cu_ptr), struct.pack("<i", p.shape.seq_len),
+            struct.pack("<i", p.shape.heads_q), struct.pack("<i", p.shape.heads_kv),
+            struct.pack("<f", p.shape.scale_log2)]
+    # Each parameter in its own 64-byte aligned host buffer; the driver copies them.
+    bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
+    ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
+    for b, ptr, r in zip(bufs, ptrs, raw):
+        ctypes.memmove(ptr, r, len(r))
+    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    s = as_core_stream(stream)
+    cfg = hg._launch_config(1, p.block, p.shared_mem, d.CUstream(int(s.handle)), None)
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = p.grid
+    drv.call("cuLaunchKernelEx", cfg, kernel.handle, ctypes.addressof(params), 0)
+    del bufs  # the driver has copied the parameters by the time cuLaunchKernelEx returns
+
+
+# --------------------------------------------------------------------------- self-test
+def _selftest(argv: list[str] | None = None) -> int:
+    """Small checked runs of every kernel of every sweep build (for compute-sanitizer);
+    exit 1 on a wrong result."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.flash_attention_hopper")
+    ap.add_argument("--selftest", action="store_true", required=True)
+    ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS] + ["default"], default=None,
+                    help="one build only (default: every sweep build)")
+    args = ap.parse_args(argv)
+    import importlib
+
+    import torch
+
+    # The public front (it imports this module; loaded by name to keep the import graph acyclic).
+    attention = importlib.import_module("fullpipe.kernels.flash_attention").attention
+    bad = 0
+    want = DEFAULT_BUILD.label if args.build == "default" else args.build
+    builds = [b for b in SWEEP_BUILDS if want in (None, b.label)]
+    for build in builds:
+        for d in HEAD_DIMS:
+            for dt in (torch.float16, torch.bfloat16):
+                for causal in (False, True):
+                    g = torch.Generator(device="cuda").manual_seed(d + causal)
+                    lens = [1, 200, 33]  # partial tiles, a 1-token sequence, 2 KV tiles
+                    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+                    T = sum(lens)
+                    q = torch.randn(T, 4, d, device="cuda", generator=g).to(dt)
+                    k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+                    v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+                    o = torch.full_like(q, float("nan"))
+                    attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o,
+                                 backend="hopper", _hopper_build=build)
+                    torch.cuda.synchronize()
+                    errs = []
+                    for b, n in enumerate(lens):
+                        sl = slice(int(cu[b]), int(cu[b + 1]))
+                        ref = torch.nn.functional.scaled_dot_product_attention(
+                            q[sl].float().transpose(0, 1), k[sl].float().repeat_interleave(2, 1).transpose(0, 1),
+                            v[sl].float().repeat_interleave(2, 1).transpose(0, 1), is_causal=causal).transpose(0, 1)
+                        errs.append(float((o[sl].float() - ref).norm() / ref.norm()))
+                    err = max(errs)
+                    ok = err < 1e-2 and not torch.isnan(o).any()
+                    bad += not ok
+                    print(f"{'ok ' if ok else 'BAD'} {build.label} d{d} {dt} causal={causal} varlen {lens} "
+                          f"rel err {err:.2e}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_selftest())

@@ -1,0 +1,123 @@
+"""CPU tests of the Hopper flash attention kernel: every build compiles through NVRTC to
+an sm_90a cubin without spills or local memory, with register reallocation honoured;
+its SASS holds the technique (HGMMA of the right shapes, from registers for P V, TMA
+loads, USETMAXREG both ways, mbarrier waits, the ping-pong named barriers only in the
+ping-pong build); the plan's tensor maps, grid and shared memory; backend choice."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fullpipe.cuda import sass
+from fullpipe.kernels import flash_attention as fa
+from fullpipe.kernels import flash_attention_hopper as fah
+
+ARCH = "sm_90a"
+
+
+def _per_kernel(build) -> dict[str, str]:
+    parts = re.split(r"\.section\s+\.text\.", sass.disassemble(fah.module(ARCH, build).cubin))
+    return {part.split(",", 1)[0].split()[0].strip(): part for part in parts[1:]}
+
+
+@pytest.mark.parametrize("build", fah.SWEEP_BUILDS, ids=lambda b: b.label)
+def test_every_build_compiles_without_spills(build):
+    mod = fah.module(ARCH, build)
+    assert mod.cubin[:4] == b"\x7fELF"
+    assert set(mod.resources) == set(fah.KERNELS)
+    assert "C7508" not in mod.log, mod.log  # setmaxnreg ignored
+    assert "serialized" not in mod.log.lower(), mod.log  # wgmma serialized by ptxas
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0, f"{build.label} {r.name} spills or uses local memory: {r}"
+        assert r.registers <= 168, r  # 384 threads x 168 = the register file at entry
+
+
+@pytest.mark.parametrize("build", fah.SWEEP_BUILDS, ids=lambda b: b.label)
+def test_sass_shows_the_technique(build):
+    kernels = _per_kernel(build)
+    assert set(kernels) == set(fah.KERNELS)
+    for name, text in kernels.items():
+        d = 64 if "_d64_" in name else 128
+        hgmma = re.findall(r"HGMMA\.(\d+x\d+x\d+)\.F32(\.BF16)?\S*\s+([^;]*);", text)
+        shapes = {s for s, _, _ in hgmma}
+        # Q K^T: 64 x 128 (BN keys) x 16; P V: 64 x D x 16.
+        assert shapes == {"64x128x16", f"64x{d}x16"}, (name, shapes)
+        assert all(bool(bf) == ("_bf16" in name) for _, bf, _ in hgmma), f"{name}: input type"
+        # Q K^T reads both operands from shared memory (A: a descriptor); P V takes A from
+        # registers and B (V) transposed, MN-major: "R.., R.., gdesc[..].tnspB".
+        ss = re.findall(r"HGMMA\.64x128x16\.F32\S*\s+R\d+,\s*gdesc\[", text)
+        rs = re.findall(rf"HGMMA\.64x{d}x16\.F32\S*\s+R\d+,\s*R\d+,\s*gdesc\[UR\d+\]\.tnspB", text)
+        assert len(ss) + len(rs) == len(hgmma), (name, len(ss), len(rs), len(hgmma))
+        assert ss and len(ss) % (d // 16) == 0 and rs and len(rs) % (fah.BLOCK_N // 16) == 0, (name, len(ss), len(rs))
+        for op in ("UTMALDG", "USETMAXREG", "SYNCS"):
+            assert op in text, f"{name}: no {op}"
+        assert re.search(r"USETMAXREG\.DEALLOC", text) and re.search(r"USETMAXREG\.TRY_ALLOC", text), name
+        assert "LDGSTS" not in text and "HMMA" not in text.replace("HGMMA", ""), f"{name}: mma.sync path"
+        # The ping-pong hand-off: bar.arrive on the other warpgroup's barrier.
+        assert ("BAR.ARV" in text) == (build.schedule(d) == "pingpong"), name
+
+
+def test_schedules_issue_the_next_scores_with_the_products():
+    """serial waits for every wgmma group (DEPBAR.LE 0 only); overlap and ping-pong keep
+    one group (P V) running while the softmax works (a wait on <= 1)."""
+    for build in fah.SWEEP_BUILDS:
+        for name, text in _per_kernel(build).items():
+            waits = set(re.findall(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+)", text))
+            if build.schedule(64 if "_d64_" in name else 128) == "serial":
+                assert waits == {"0x0"}, (build.label, name, waits)
+            else:
+                assert "0x1" in waits, (build.label, name, waits)
+
+
+def test_plan_maps_match_the_kernels_boxes():
+    shape = fa.plan((4, 4096, 16, 128), (4, 4096, 4, 128), (4, 4096, 4, 128), "float16", causal=True)
+    p = fah.plan(shape, q_ptr=1 << 20, k_ptr=2 << 20, v_ptr=3 << 20)
+    mq, mk, mv = p.maps
+    assert p.kernel == "flash_attention_hopper_d128_f16_causal"
+    assert p.grid == (16, 4, 4096 // fah.BLOCK_M) and p.block == 384
+    assert mq.global_dims == (16 * 128, 4 * 4096) and mq.box_dims == (64, fah.BLOCK_M)
+    assert mk.global_dims == (4 * 128, 4 * 4096) and mk.box_dims == (64, fah.BLOCK_N)
+    assert mv.global_dims == mk.global_dims and mv.global_address == 3 << 20
+    assert mq.global_strides == (16 * 128 * 2,) and mq.swizzle == "128B" and mq.oob_fill == "zero"
+    # The transaction bytes the kernel arms per tile are the boxes that fill it.
+    assert (128 // 64) * mk.box_bytes == fah.BLOCK_N * 128 * 2
+    assert p.shared_mem <= fah.MAX_BLOCK_SHARED
+
+
+def test_varlen_plan_and_shared_memory():
+    p = fah.plan(fa.plan((1000, 8, 64), (1000, 2, 64), (1000, 2, 64), "bfloat16", varlen=True, batch=3,
+                         max_seqlen=517))
+    assert p.grid == (8, 3, 5) and p.shape.seq_len == 0
+    assert p.maps[0].global_dims == (8 * 64, 1000)
+    for build in fah.SWEEP_BUILDS:
+        for d in fa.HEAD_DIMS:
+            assert fah.shared_mem_bytes(d, build.stages(d)) <= fah.MAX_BLOCK_SHARED
+    with pytest.raises(ValueError, match="do not fit"):
+        fah.Build(stages_d128=4)
+    with pytest.raises(ValueError, match="schedule"):
+        fah.Build(schedule_d128="triple")
+    assert len({b.label for b in fah.SWEEP_BUILDS}) == len(fah.SWEEP_BUILDS)
+
+
+def test_plan_rejects_what_tma_cannot_take():
+    shape = fa.plan((1, 64, 4, 64), (1, 64, 4, 64), (1, 64, 4, 64), "float16")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        fah.plan(shape, k_ptr=8)
+    assert fah.HEAD_DIMS == fa.HEAD_DIMS and set(fah.DTYPE_SUFFIX.items()) == set(fa.DTYPES.items())
+
+
+def test_backend_choice():
+    assert fa.choose_backend("sm_80", 128, False) == "mma_sync"
+    assert fa.choose_backend("sm_90", 128, False) == "mma_sync"  # no wgmma without the a target
+    for d in fa.HEAD_DIMS:
+        for causal in (False, True):
+            want = "hopper" if (d, causal) in fah.FASTER_THAN_MMA_SYNC else "mma_sync"
+            assert fa.choose_backend("sm_90a", d, causal) == want
+            assert fa.choose_backend("sm_90a", d, causal, "mma_sync") == "mma_sync"
+            assert fa.choose_backend("sm_90a", d, causal, "hopper") == "hopper"
+    with pytest.raises(ValueError, match="sm_90a"):
+        fa.choose_backend("sm_89", 64, False, "hopper")
+    with pytest.raises(ValueError, match="backend must be"):
+        fa.choose_backend("sm_90a", 64, False, "cudnn")
