@@ -80,16 +80,16 @@ using namespace fullpipe;
 // fullpipe/kernels/flash_attention.py (DEFAULT_TILINGS) always sets all four; these
 // fallbacks serve builds without it (`fullpipe compile`).
 #ifndef ATTN_D64_TILING
-#define ATTN_D64_TILING 4, 128, 16, false, false, false, 2
+#define ATTN_D64_TILING 4, 64, 32, false, false, true, 1
 #endif
 #ifndef ATTN_D64_CAUSAL_TILING
-#define ATTN_D64_CAUSAL_TILING 4, 64, 16, false, false, false, 2
+#define ATTN_D64_CAUSAL_TILING 4, 64, 32, false, false, false, 1
 #endif
 #ifndef ATTN_D128_TILING
-#define ATTN_D128_TILING 4, 64, 16, false, false, false, 2
+#define ATTN_D128_TILING 4, 32, 32, true, true, true, 2
 #endif
 #ifndef ATTN_D128_CAUSAL_TILING
-#define ATTN_D128_CAUSAL_TILING 4, 64, 16, false, false, false, 2
+#define ATTN_D128_CAUSAL_TILING 4, 32, 32, true, true, false, 2
 #endif
 
 namespace {

@@ -118,10 +118,10 @@ class Tiling:
 # (fp16) measured so far; scripts/attention-sweep prints the line to change when one of
 # the candidates below beats them.
 DEFAULT_TILINGS: dict[tuple[int, bool], Tiling] = {
-    (64, False): Tiling(4, 128),
-    (64, True): Tiling(4, 64),
-    (128, False): Tiling(4, 64),
-    (128, True): Tiling(4, 64),
+    (64, False): Tiling(4, 64, 32, group_by_head=True, kv_stages=1),
+    (64, True): Tiling(4, 64, 32, kv_stages=1),
+    (128, False): Tiling(4, 32, 32, q_in_smem=True, one_barrier=True, group_by_head=True),
+    (128, True): Tiling(4, 32, 32, q_in_smem=True, one_barrier=True),
 }
 # The candidates scripts/attention-sweep and scripts/attention-check time against each
 # other, causal and not. Entry i of both lists is built together (one module per i).
