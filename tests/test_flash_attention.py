@@ -65,11 +65,59 @@ def test_every_instance_compiles_without_spills_and_uses_the_technique(tilings):
         assert counts["MUFU"] > 0, name  # exp2
 
 
+def _ops(text: str, keep=("BAR", "LDGSTS", "HMMA")) -> list[str]:
+    """The kernel's BAR / LDGSTS / HMMA instructions in program order, runs collapsed."""
+    ops = [o.split(".")[0] for o in re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)", text, re.M)]
+    runs = []
+    for o in ops:
+        if o in keep and (not runs or runs[-1] != o):
+            runs.append(o)
+    return runs
+
+
+@pytest.mark.parametrize("d", fa.HEAD_DIMS)
+def test_one_buffer_schedule_refills_each_buffer_right_after_the_barrier_that_frees_it(d):
+    """kv_stages=1: each of the tile's two barriers is followed by the copy into the buffer
+    it freed (V after the first, K after the second) before the next mma; with two buffers
+    the copies are issued before the barriers."""
+    one = fa.Tiling(4, 64, kv_stages=1)
+    two = fa.Tiling(4, 64)
+    found = {}
+    for t in (one, two):
+        mod = compiler.compile_package_kernel(fa.SOURCE, arch=ARCH, defines=dict(fa.defines({(d, False): t})))
+        runs = _ops(_per_kernel_sass(mod.cubin)[fa.kernel_name(d, "float16", False)])
+        found[t] = sum(runs[i:i + 3] == ["BAR", "LDGSTS", "HMMA"] for i in range(len(runs)))
+        assert not mod.resources[fa.kernel_name(d, "float16", False)].spills
+    assert found[one] >= 2 and found[one] % 2 == 0, found  # both barriers of every tile body
+    assert found[two] == 0, found
+    assert one.shared_mem(d) == (64 + 2 * 64) * d * 2 < two.shared_mem(d)
+    with pytest.raises(ValueError, match="kv_stages"):
+        fa.Tiling(4, 64, one_barrier=True, kv_stages=1)
+
+
+def test_group_by_head_launches_the_query_tiles_of_one_head_side_by_side():
+    shapes = ((4, 4096, 16, 128), (4, 4096, 4, 128), (4, 4096, 4, 128))
+    t = fa.Tiling(4, 64, group_by_head=True)
+    assert fa.plan(*shapes, "float16", tiling=t).grid == (4096 // 64, 4, 16)
+    assert fa.plan(*shapes, "float16", tiling=fa.Tiling(4, 64)).grid == (16, 4, 4096 // 64)
+    # the grid's y and z are limited to 65535: query tiles may exceed that only in x
+    long = ((1, 64 * 70000, 1, 64),) * 3
+    assert fa.plan(*long, "float16", tiling=fa.Tiling(4, 64, 16, group_by_head=True)).grid == (70000, 1, 1)
+    with pytest.raises(ValueError, match="grid limit"):
+        fa.plan(*long, "float16", tiling=fa.Tiling(4, 64, 16))
+    many_heads = ((1, 64, 70000, 64),) * 3
+    with pytest.raises(ValueError, match="query heads 70000 exceed the grid limit"):
+        fa.plan(*many_heads, "float16", tiling=t)
+
+
 def test_tilings_name_template_arguments_and_shared_memory():
     t = fa.Tiling(4, 64, 32, q_in_smem=True, one_barrier=True)
     assert (t.block_m, t.threads, t.name) == (128, 128, "w4_n64_r32_qs_1b")
     assert fa.Tiling(4, 64).name == "w4_n64"  # the names results were recorded under
-    assert dict(fa.defines({(128, False): t}))["ATTN_D128_TILING"] == "4,64,32,true,true"
+    assert fa.Tiling(4, 64, group_by_head=True, kv_stages=1).name == "w4_n64_gh_s1"
+    assert dict(fa.defines({(128, False): t}))["ATTN_D128_TILING"] == "4,64,32,true,true,false,2"
+    assert dict(fa.defines({(64, True): fa.Tiling(4, 128, group_by_head=True, kv_stages=1)}))[
+        "ATTN_D64_CAUSAL_TILING"] == "4,128,16,false,false,true,1"
     assert t.shared_mem(128) == (128 + 4 * 64) * 128 * 2
     # every candidate fits the 227 KB a block may use, and entry i exists for both head dims
     assert len(fa.CANDIDATE_TILINGS[64]) == len(fa.CANDIDATE_TILINGS[128])
@@ -133,13 +181,14 @@ def test_plan_dense_and_varlen_launch_shapes():
     p = fa.plan((4, 4096, 16, 128), (4, 4096, 4, 128), (4, 4096, 4, 128), "float16", causal=True)
     t = fa.DEFAULT_TILINGS[128, True]
     assert p.kernel == "flash_attention_d128_f16_causal"
-    assert p.grid == (16, 4, 4096 // t.block_m) and p.block == t.threads
+    assert p.grid == t.grid(16, 4, 4096 // t.block_m) and p.block == t.threads
     assert p.shared_mem == t.shared_mem(128) <= 227 * 1024
     assert (p.batch, p.seq_len, p.tokens, p.heads_q, p.heads_kv) == (4, 4096, 4 * 4096, 16, 4)
     assert p.scale == pytest.approx(128 ** -0.5)
     v = fa.plan((1000, 8, 64), (1000, 8, 64), (1000, 8, 64), "bfloat16", varlen=True, batch=3, max_seqlen=700)
     assert v.kernel == "flash_attention_d64_bf16" and v.seq_len == 0
-    assert v.grid == (8, 3, -(-700 // fa.DEFAULT_TILINGS[64, False].block_m))
+    t64 = fa.DEFAULT_TILINGS[64, False]
+    assert v.grid == t64.grid(8, 3, -(-700 // t64.block_m))
     assert fa.flops(v, [700, 200, 100]) == 4.0 * (700**2 + 200**2 + 100**2) * 64 * 8
 
 

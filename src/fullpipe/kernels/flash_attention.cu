@@ -11,7 +11,8 @@
 // either stay in registers (loaded once) or, where two row blocks' worth would not fit
 // beside the accumulators, are re-read from the Q tile with ldmatrix at every k-step
 // (Q_IN_SMEM; FlashAttention-2's choice at head dim 128). K and V tiles come through two
-// 2-stage cp.async rings in XOR-swizzled shared memory (fullpipe/mma_sync.cuh),
+// cp.async rings of STAGES (2, or 1: one buffer each) in XOR-swizzled shared memory
+// (fullpipe/mma_sync.cuh),
 // ldmatrix turns them into fragments, mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate)
 // computes Q K^T and P V, and the online softmax (fullpipe/online_softmax.cuh) folds
 // each score tile into a running max and sum, so the output is divided once, at the end.
@@ -30,11 +31,24 @@
 // wait_group 1 too (only K[t+1]), or 0 on the last tile. The barrier after each wait
 // also tells every warp that the buffer about to be refilled next is free: K[t+1] goes
 // to the buffer K[t-1] used, which every warp finished before barrier 2 of tile t.
+// With one buffer each (STAGES = 1, split schedule only; FlashAttention-2's schedule and
+// the fewest registers: the ring stage is no longer a runtime offset), a buffer may be
+// refilled only after a barrier that follows every warp's last read of it:
+//   1. wait for K[t], barrier (every warp is done with V[t-1]); start copying V[t]
+//   2. S = Q K[t]^T; mask; online softmax -> P, alpha
+//   3. wait for V[t], barrier (every warp is done with K[t]); start copying K[t+1]
+//   4. O = alpha * O + P V[t]
 // One barrier per tile, each copy a whole tile ahead:
 //   1. wait for K[t] and V[t], barrier           (also: every warp is done with tile t-1)
 //   2. start copying K[t+1] and V[t+1]           (into tile t-1's buffers; they land
 //                                                 while all of tile t runs)
 //   3. S = Q K[t]^T; mask; online softmax; O = alpha * O + P V[t]
+//
+// Block order (GROUP_BY_HEAD): the grid is (Hq, B, query tiles), so that blocks launched
+// side by side are other heads and sequences of the same query tile, or (query tiles, B,
+// Hq), so that they are the query tiles of one head and sequence and read the same K/V
+// tiles at about the same time: one read from memory, the others from L2
+// (FlashAttention-2's order).
 //
 // Causal: tiles entirely above the diagonal are never loaded (the walk ends at the
 // block's last query row); only tiles that cross the diagonal (or the end of the
@@ -47,8 +61,9 @@
 // sequence has seq_len tokens (dense [B, S, H, D]). Grouped K/V heads: query head h
 // reads K/V head h / (Hq / Hkv). Self-attention only: keys are the query's own sequence.
 //
-// Grid: (Hq, B, ceil(max_seqlen / BM)), block 32 * WARPS, dynamic shared memory
-// sizeof(SharedStorage) = (BM + 4 * BN) * D * 2 bytes.
+// Grid: (Hq, B, ceil(max_seqlen / BM)), or (ceil(max_seqlen / BM), B, Hq) with
+// GROUP_BY_HEAD; block 32 * WARPS, dynamic shared memory
+// sizeof(SharedStorage) = (BM + 2 * STAGES * BN) * D * 2 bytes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <fullpipe/cp_async.cuh>
@@ -60,25 +75,27 @@ using namespace fullpipe;
 // ------------------------------------------------------------------ tiling (-D macros)
 // One tiling per head dim, for the non-causal and the causal kernels, as the template
 // arguments of Geometry after the head dim: warps, keys per K/V tile, query rows per warp
-// (16 or 32), Q fragments re-read from shared memory, one barrier per tile.
+// (16 or 32), Q fragments re-read from shared memory, one barrier per tile, block order,
+// buffers per K/V ring (1 or 2).
 // fullpipe/kernels/flash_attention.py (DEFAULT_TILINGS) always sets all four; these
 // fallbacks serve builds without it (`fullpipe compile`).
 #ifndef ATTN_D64_TILING
-#define ATTN_D64_TILING 4, 128, 16, false, false
+#define ATTN_D64_TILING 4, 64, 32, false, false, true, 1
 #endif
 #ifndef ATTN_D64_CAUSAL_TILING
-#define ATTN_D64_CAUSAL_TILING 4, 64, 16, false, false
+#define ATTN_D64_CAUSAL_TILING 4, 64, 32, false, false, false, 1
 #endif
 #ifndef ATTN_D128_TILING
-#define ATTN_D128_TILING 4, 64, 16, false, false
+#define ATTN_D128_TILING 4, 32, 32, true, true, true, 2
 #endif
 #ifndef ATTN_D128_CAUSAL_TILING
-#define ATTN_D128_CAUSAL_TILING 4, 64, 16, false, false
+#define ATTN_D128_CAUSAL_TILING 4, 32, 32, true, true, false, 2
 #endif
 
 namespace {
 
-template <int D_, int WARPS_, int BN_, int WARP_ROWS_, bool Q_IN_SMEM_, bool ONE_BARRIER_>
+template <int D_, int WARPS_, int BN_, int WARP_ROWS_, bool Q_IN_SMEM_, bool ONE_BARRIER_, bool GROUP_BY_HEAD_,
+          int STAGES_>
 struct Geometry {
     static constexpr int D = D_;                     // head dim
     static constexpr int WARPS = WARPS_;
@@ -89,7 +106,8 @@ struct Geometry {
     static constexpr int BN = BN_;                   // keys per K/V tile
     static constexpr bool Q_IN_SMEM = Q_IN_SMEM_;    // Q fragments re-read per k-step, not held in registers
     static constexpr bool ONE_BARRIER = ONE_BARRIER_;  // copy schedule: one barrier per tile, or split
-    static constexpr int STAGES = 2;                 // depth of the K ring and of the V ring
+    static constexpr bool GROUP_BY_HEAD = GROUP_BY_HEAD_;  // grid x = query tiles (blocks sharing K/V adjacent)
+    static constexpr int STAGES = STAGES_;           // depth of the K ring and of the V ring
     static constexpr int D_STEPS = D / 16;           // k-steps of Q K^T (over the head dim)
     static constexpr int KEY_STEPS = BN / 16;        // k-steps of P V (over the keys)
     static constexpr int S_FRAGS = BN / 8;           // 16x8 score fragments per row block and tile
@@ -98,6 +116,7 @@ struct Geometry {
     using KVTile = SwizzledTile<BN, D>;
     static_assert(D % 64 == 0 && BN % 16 == 0, "head dim a multiple of 64, key tile of 16");
     static_assert(WARP_ROWS == 16 || WARP_ROWS == 32, "one or two 16-row blocks per warp");
+    static_assert(STAGES == 2 || (STAGES == 1 && !ONE_BARRIER), "one barrier per tile needs two buffers");
 };
 
 template <typename T, class G>
@@ -369,9 +388,10 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
     auto& smem = *reinterpret_cast<SharedStorage<T, G>*>(smem_raw);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int head = blockIdx.x;
+    const int head = G::GROUP_BY_HEAD ? blockIdx.z : blockIdx.x;
     const Sequence seq = sequence_of(blockIdx.y, cu_seqlens, seq_len);
-    const int q0 = (gridDim.z - 1 - blockIdx.z) * G::BM;  // longest causal tiles first
+    const int tiles = G::GROUP_BY_HEAD ? gridDim.x : gridDim.z, tile = G::GROUP_BY_HEAD ? blockIdx.x : blockIdx.z;
+    const int q0 = (tiles - 1 - tile) * G::BM;  // longest causal tiles first
     if (q0 >= seq.len) return;                            // a shorter sequence of a varlen batch
 
     const long long q_stride = static_cast<long long>(heads_q) * G::D;
@@ -414,7 +434,7 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
     FragC acc[G::M_BLOCKS][G::O_FRAGS] = {};  // O, zero
 
     for (int t = 0; t < kv_tiles; ++t) {
-        const int stage = t % G::STAGES;
+        const int stage = G::STAGES == 1 ? 0 : t % G::STAGES;
         const int key0 = t * G::BN;
         const bool warp_has_keys = !CAUSAL || key0 <= warp_row0 + G::WARP_ROWS - 1;
         const auto k_tile = k_stage0.shifted(stage * G::KVTile::BYTES);
@@ -435,7 +455,7 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
                 probabilities<G, T, CAUSAL>(p, acc, softmax, qf, k_tile, scale_log2, key0, warp_row0, seq.len, lane);
                 accumulate_pv<G, T>(acc, p, v_tile);
             }
-        } else {
+        } else if constexpr (G::STAGES == 2) {
             // 1. V[t] starts landing while the scores are computed.
             load_v(stage, key0);
             cp_async_commit();
@@ -454,6 +474,26 @@ __device__ __forceinline__ void flash_attention_forward(const T* __restrict__ q,
             }
             // 4. V[t] has landed for every thread: O = alpha * O + P V.
             __syncthreads();
+            if (warp_has_keys) accumulate_pv<G, T>(acc, p, v_tile);
+        } else {
+            // 1. K[t] has landed for every thread and every warp is done with V[t-1]:
+            //    V[t] starts landing (into the one V buffer) while the scores are computed.
+            cp_async_wait<0>();
+            __syncthreads();
+            load_v(0, key0);
+            cp_async_commit();
+            // 2. S = Q K^T, mask, online softmax.
+            if (warp_has_keys)
+                probabilities<G, T, CAUSAL>(p, acc, softmax, qf, k_tile, scale_log2, key0, warp_row0, seq.len, lane);
+            // 3. V[t] has landed for every thread and every warp is done with K[t]: K[t+1]
+            //    starts landing (into the one K buffer) while P V runs.
+            cp_async_wait<0>();
+            __syncthreads();
+            if (t + 1 < kv_tiles) {
+                load_k(0, key0 + G::BN);
+                cp_async_commit();
+            }
+            // 4. O = alpha * O + P V.
             if (warp_has_keys) accumulate_pv<G, T>(acc, p, v_tile);
         }
     }

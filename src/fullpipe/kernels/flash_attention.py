@@ -67,13 +67,24 @@ class Tiling:
     fragment load; block tile ``warp_rows * warps`` rows), K/V tiles of ``block_n`` keys;
     ``q_in_smem``: Q fragments re-read from shared memory at every k-step instead of held
     in registers; ``one_barrier``: the copy schedule with one barrier per K/V tile (both
-    copies a whole tile ahead) instead of two (V behind Q K^T, the next K behind P V)."""
+    copies a whole tile ahead) instead of two (V behind Q K^T, the next K behind P V);
+    ``group_by_head``: the grid is (query tiles, B, Hq) instead of (Hq, B, query tiles), so
+    that blocks launched together are the query tiles of one head and sequence and share
+    its K/V tiles in L2 (FlashAttention-2's order); ``kv_stages``: buffers per K and V ring,
+    2, or 1 (split schedule only: FlashAttention-2's, which frees the registers that
+    address the ring stage)."""
 
     warps: int = 4
     block_n: int = 64
     warp_rows: int = 16
     q_in_smem: bool = False
     one_barrier: bool = False
+    group_by_head: bool = False
+    kv_stages: int = 2
+
+    def __post_init__(self):
+        if self.kv_stages not in (1, 2) or (self.kv_stages == 1 and self.one_barrier):
+            raise ValueError(f"kv_stages must be 2, or 1 with the split schedule (one_barrier=False), got {self}")
 
     @property
     def block_m(self) -> int:
@@ -84,19 +95,24 @@ class Tiling:
         return 32 * self.warps
 
     def shared_mem(self, head_dim: int) -> int:
-        """sizeof(SharedStorage): the Q tile plus a 2-stage ring of K tiles and one of V."""
-        return (self.block_m + 4 * self.block_n) * head_dim * 2
+        """sizeof(SharedStorage): the Q tile plus a ring of kv_stages K tiles and one of V."""
+        return (self.block_m + 2 * self.kv_stages * self.block_n) * head_dim * 2
 
     @property
     def name(self) -> str:
         return (f"w{self.warps}_n{self.block_n}" + (f"_r{self.warp_rows}" if self.warp_rows != 16 else "")
-                + ("_qs" if self.q_in_smem else "") + ("_1b" if self.one_barrier else ""))
+                + ("_qs" if self.q_in_smem else "") + ("_1b" if self.one_barrier else "")
+                + ("_gh" if self.group_by_head else "") + ("_s1" if self.kv_stages == 1 else ""))
 
     @property
     def template_args(self) -> str:
         """The Geometry template arguments after the head dim (the -D macro's value)."""
         b = lambda x: "true" if x else "false"
-        return f"{self.warps},{self.block_n},{self.warp_rows},{b(self.q_in_smem)},{b(self.one_barrier)}"
+        return (f"{self.warps},{self.block_n},{self.warp_rows},{b(self.q_in_smem)},{b(self.one_barrier)},"
+                f"{b(self.group_by_head)},{self.kv_stages}")
+
+    def grid(self, heads_q: int, batch: int, tiles: int) -> tuple[int, int, int]:
+        return (tiles, batch, heads_q) if self.group_by_head else (heads_q, batch, tiles)
 
 
 # THE table of defaults: the tiling each (head dim, causal) kernel is built with (the
@@ -104,22 +120,25 @@ class Tiling:
 # (fp16) measured so far; scripts/attention-sweep prints the line to change when one of
 # the candidates below beats them.
 DEFAULT_TILINGS: dict[tuple[int, bool], Tiling] = {
-    (64, False): Tiling(4, 128),
-    (64, True): Tiling(4, 64),
-    (128, False): Tiling(4, 64),
-    (128, True): Tiling(4, 64),
+    (64, False): Tiling(4, 64, 32, group_by_head=True, kv_stages=1),
+    (64, True): Tiling(4, 64, 32, kv_stages=1),
+    (128, False): Tiling(4, 32, 32, q_in_smem=True, one_barrier=True, group_by_head=True),
+    (128, True): Tiling(4, 32, 32, q_in_smem=True, one_barrier=True),
 }
 # The candidates scripts/attention-sweep and scripts/attention-check time against each
 # other, causal and not. Entry i of both lists is built together (one module per i).
-# 32-row warps at head dim 128 must re-read Q (its fragments would not fit in registers
-# beside 2 x 64 accumulator registers); FlashAttention-2 tiles d128 as 128 x 64 over 4
-# warps and d64 as 128 x 128 (w4_n64_r32_qs and w4_n128_r32_qs here).
+# FlashAttention-2 tiles d128 as 128 x 64 over 4 warps (Q re-read from shared memory,
+# one K and one V buffer) and d64 as 128 x 128; here those exact tiles would spill a few
+# bytes (255 registers), so the 32-row-warp candidates are their nearest neighbours
+# without spills: 128 x 32 at d128, 128 x 64 at d64.
 CANDIDATE_TILINGS: dict[int, tuple[Tiling, ...]] = {
-    64: (Tiling(4, 64), Tiling(4, 128), Tiling(4, 128, one_barrier=True), Tiling(4, 64, 32),
-         Tiling(4, 64, 32, one_barrier=True), Tiling(4, 64, one_barrier=True), Tiling(8, 64, 32, one_barrier=True)),
-    128: (Tiling(4, 64), Tiling(4, 64, one_barrier=True), Tiling(4, 32, 32, q_in_smem=True),
-          Tiling(8, 32, 32, q_in_smem=True), Tiling(4, 64, q_in_smem=True, one_barrier=True),
-          Tiling(8, 128, q_in_smem=True, one_barrier=True), Tiling(4, 64, q_in_smem=True)),
+    64: (Tiling(4, 128), Tiling(4, 64), Tiling(4, 128, group_by_head=True), Tiling(4, 64, group_by_head=True),
+         Tiling(4, 128, group_by_head=True, kv_stages=1), Tiling(4, 64, 32, group_by_head=True, kv_stages=1),
+         Tiling(4, 128, one_barrier=True, group_by_head=True), Tiling(4, 64, 32, kv_stages=1)),
+    128: (Tiling(4, 64), Tiling(4, 64, one_barrier=True), Tiling(4, 64, group_by_head=True),
+          Tiling(4, 64, group_by_head=True, kv_stages=1), Tiling(4, 64, kv_stages=1),
+          Tiling(4, 32, 32, q_in_smem=True, one_barrier=True, group_by_head=True),
+          Tiling(4, 64, one_barrier=True, group_by_head=True), Tiling(4, 32, 32, q_in_smem=True, one_barrier=True)),
 }
 
 
@@ -142,7 +161,7 @@ class AttentionPlan:
     """Everything about one launch except the pointers: testable without a GPU."""
 
     kernel: str
-    grid: tuple[int, int, int]  # (Hq, B, query tiles)
+    grid: tuple[int, int, int]  # (Hq, B, query tiles), or (query tiles, B, Hq) with Tiling.group_by_head
     block: int
     shared_mem: int
     defines: tuple[tuple[str, str], ...]
@@ -218,10 +237,12 @@ def plan(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int,
         raise ValueError(f"{tokens} tokens do not fit the kernel's 32-bit token offsets")
     t = tiling or DEFAULT_TILINGS[head_dim, bool(causal)]
     tiles = -(-max_len // t.block_m)
-    if batch > MAX_GRID_YZ or tiles > MAX_GRID_YZ:
-        raise ValueError(f"batch {batch} or query tiles {tiles} exceed the grid limit {MAX_GRID_YZ}")
+    grid = t.grid(heads_q, batch, tiles)
+    if max(grid[1:]) > MAX_GRID_YZ:
+        what = "query heads" if t.group_by_head else "query tiles"
+        raise ValueError(f"batch {batch} or {what} {grid[2]} exceed the grid limit {MAX_GRID_YZ}")
     tilings = {(head_dim, bool(causal)): t}
-    return AttentionPlan(kernel_name(head_dim, dtype, bool(causal)), (heads_q, batch, tiles), t.threads,
+    return AttentionPlan(kernel_name(head_dim, dtype, bool(causal)), grid, t.threads,
                          t.shared_mem(head_dim), defines(tilings), batch, seq_len, max_len, tokens, heads_q,
                          heads_kv, head_dim, dtype, bool(causal), float(scale))
 
@@ -389,42 +410,51 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any =
 
 # --------------------------------------------------------------------------- self-test
 def _selftest(argv: list[str] | None = None) -> int:
-    """Small checked runs of every kernel (for compute-sanitizer); exit 1 on a wrong result."""
+    """Small checked runs of every kernel (for compute-sanitizer); exit 1 on a wrong result.
+    ``--candidate I`` (repeatable): also with entry I of CANDIDATE_TILINGS."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.flash_attention")
     ap.add_argument("--selftest", action="store_true", required=True)
-    ap.parse_args(argv)
+    ap.add_argument("--candidate", type=int, action="append", default=[])
+    args = ap.parse_args(argv)
+    bad = 0
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            for tiling in [None] + [CANDIDATE_TILINGS[d][i] for i in args.candidate]:
+                bad += _selftest_one(d, causal, tiling)
+    return 1 if bad else 0
+
+
+def _selftest_one(d: int, causal: bool, tiling: Tiling | None) -> int:
     import torch
 
     bad = 0
-    for d in HEAD_DIMS:
-        for dt in (torch.float16, torch.bfloat16):
-            for causal in (False, True):
-                g = torch.Generator(device="cuda").manual_seed(d + causal)
-                # varlen: lengths 1, 70, 33 (partial tiles, a 1-token sequence), 4 query heads over 2 K/V heads
-                lens = [1, 70, 33]
-                cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
-                T = sum(lens)
-                q = torch.randn(T, 4, d, device="cuda", generator=g).to(dt)
-                k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
-                v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
-                o = torch.full_like(q, float("nan"))
-                attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o)
-                torch.cuda.synchronize()
-                errs = []
-                for b, n in enumerate(lens):
-                    sl = slice(int(cu[b]), int(cu[b + 1]))
-                    ref = torch.nn.functional.scaled_dot_product_attention(
-                        q[sl].float().transpose(0, 1), k[sl].float().repeat_interleave(2, 1).transpose(0, 1),
-                        v[sl].float().repeat_interleave(2, 1).transpose(0, 1), is_causal=causal).transpose(0, 1)
-                    errs.append(float((o[sl].float() - ref).norm() / ref.norm()))
-                err = max(errs)
-                ok = err < 1e-2 and not torch.isnan(o).any()
-                bad += not ok
-                print(f"{'ok ' if ok else 'BAD'} d{d} {dt} causal={causal} varlen {lens} rel err {err:.2e}",
-                      flush=True)
-    return 1 if bad else 0
+    for dt in (torch.float16, torch.bfloat16):
+        g = torch.Generator(device="cuda").manual_seed(d + causal)
+        # varlen: lengths 1, 70, 33 (partial tiles, a 1-token sequence), 4 query heads over 2 K/V heads
+        lens = [1, 70, 33]
+        cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+        T = sum(lens)
+        q = torch.randn(T, 4, d, device="cuda", generator=g).to(dt)
+        k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+        v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
+        o = torch.full_like(q, float("nan"))
+        attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o, _tiling=tiling)
+        torch.cuda.synchronize()
+        errs = []
+        for b, n in enumerate(lens):
+            sl = slice(int(cu[b]), int(cu[b + 1]))
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                q[sl].float().transpose(0, 1), k[sl].float().repeat_interleave(2, 1).transpose(0, 1),
+                v[sl].float().repeat_interleave(2, 1).transpose(0, 1), is_causal=causal).transpose(0, 1)
+            errs.append(float((o[sl].float() - ref).norm() / ref.norm()))
+        err = max(errs)
+        ok = err < 1e-2 and not torch.isnan(o).any()
+        bad += not ok
+        name = (tiling or DEFAULT_TILINGS[d, causal]).name
+        print(f"{'ok ' if ok else 'BAD'} d{d} {dt} causal={causal} {name} varlen {lens} rel err {err:.2e}", flush=True)
+    return bad
 
 
 if __name__ == "__main__":
