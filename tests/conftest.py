@@ -19,7 +19,16 @@ def gpu_unavailable_reason() -> str | None:
         return f"no usable GPU: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
 
 
+# Tests that compile every package source in a child process: run last, when the run's
+# cache already holds those builds (the precompile thread and the other tests made them),
+# so that CI's two cores do not compile them a second time on the critical path.
+_RUN_LAST = ("test_compile_all_kernels_reports_resources_and_caches",)
+
+
 def pytest_collection_modifyitems(config, items):
+    last = [item for item in items if item.name in _RUN_LAST]
+    if last:
+        items[:] = [item for item in items if item.name not in _RUN_LAST] + last
     reason = None
     for item in items:
         if "gpu" in item.keywords:
@@ -53,7 +62,8 @@ def cubin_cache(tmp_path_factory, request):
 
 
 # The test files that compile the kernel builds _precompile_jobs() lists.
-_COMPILE_TEST_FILES = {"test_cli.py", "test_compiler.py", "test_flash_attention.py", "test_hopper_gemm.py",
+_COMPILE_TEST_FILES = {"test_cli.py", "test_compiler.py", "test_flash_attention.py", "test_flash_attention_hopper.py",
+                       "test_hopper_gemm.py",
                        "test_kernels_api.py", "test_kernels_level2_extra.py", "test_kernels_sass.py"}
 
 
@@ -63,6 +73,7 @@ def _precompile_jobs() -> list:
     from fullpipe.cuda import compiler
     from fullpipe.kernels import builds
     from fullpipe.kernels import flash_attention as fa
+    from fullpipe.kernels import flash_attention_hopper as fah
     from fullpipe.kernels import hopper_gemm as hg
 
     arch = "sm_90a"
@@ -72,6 +83,9 @@ def _precompile_jobs() -> list:
     jobs += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
     jobs += [lambda t=t: compiler.compile_package_kernel(fa.SOURCE, arch=arch, defines=dict(fa.defines(t)))
              for t in fa.candidate_builds()]
+    jobs += [lambda b=b: fah.module(arch, b) for b in fah.SWEEP_BUILDS]
+    # `fullpipe compile`'s builds (each source, its own defaults): its test runs last
+    jobs = [lambda p=p: compiler.compile_file(p, arch=arch) for p in compiler.package_sources()] + jobs
     return jobs[::-1]
 
 

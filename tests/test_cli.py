@@ -65,9 +65,10 @@ def test_compile_without_gpu_asks_for_arch():
 
 # --------------------------------------------------------------------------- compile
 def test_compile_all_kernels_reports_resources_and_caches():
-    """Every shipped source compiles for sm_90a in a fresh process, and a second process
-    finds all of it in the cache. The cache is the test run's one cache (conftest), so
-    the kernels compiled here are not compiled again by the other tests."""
+    """Every shipped source compiles for sm_90a, and a second process finds all of it in
+    the cache. The cache is the test run's one cache (conftest), empty at the run's start;
+    this test runs last, so most builds were compiled earlier in the run (by the precompile
+    thread or other tests) and are not compiled twice."""
     first = run_cli("compile", "--arch", "sm_90a", "--json")
     assert first.returncode == 0, first.stderr
     second = run_cli("compile", "--arch", "sm_90a", "--json")
