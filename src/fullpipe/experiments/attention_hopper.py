@@ -1,6 +1,6 @@
 """fullpipe bench attention-hopper: does warp specialization with TMA keep the tensor
 cores busy? fullpipe's Hopper flash attention kernel (kernels/flash_attention_hopper:
-a TMA producer warp, two wgmma consumer warpgroups, setmaxnreg) against the fastest
+a TMA producer warpgroup, two wgmma consumer warpgroups, setmaxnreg) against the fastest
 SDPA backend PyTorch offers and against fullpipe's own mma.sync kernel
 (kernels/flash_attention, FlashAttention-2 structure), in the same run.
 
@@ -47,8 +47,8 @@ CLAIM = (
     "(B=4, S=4096, fp16)"
 )
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
-    "FlashAttention-3's structure on Hopper: in each block a producer warp loads the K and V tiles with the "
-    "Tensor Memory Accelerator (one thread issues a bulk copy of a whole tile, its arrival counted on an "
+    "FlashAttention-3's structure on Hopper: in each block a producer warpgroup loads the K and V tiles with "
+    "the Tensor Memory Accelerator (one thread issues a bulk copy of a whole tile, its arrival counted on an "
     "mbarrier) into a ring in shared memory, while two consumer warpgroups multiply with asynchronous "
     "warpgroup MMAs (wgmma: Q Kᵀ from shared memory, P V from registers) and keep the online softmax in "
     "registers; setmaxnreg moves registers from the producer to the consumers. At head dim 128 the two "
