@@ -10,6 +10,11 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 # Later runs of experiments that results.json does not hold, in the order they are added.
 LATER = ("results-2026-11-23.json", "results-2026-11-23-workloads.json")
+# Experiments registered before their first recorded run (their rules and figure are tested
+# on hand-made results in tests/test_<name>_experiment.py). The tests that need every
+# experiment's recorded numbers leave these out; when a run's results file joins LATER, the
+# name goes from here (tests/report/test_claims.py fails while a name is in both).
+AWAITING_RECORD = ("attention-hopper",)
 
 
 def load_doc() -> dict:

@@ -18,7 +18,7 @@ from fullpipe import experiments
 from fullpipe.experiments.claims import CANONICAL, NOT_MEASURED, STATUSES, claims_table
 from fullpipe.report.figures import add_figures
 from fullpipe.report.runner import write_html
-from tests.report.recorded import DATA, load_doc
+from tests.report.recorded import AWAITING_RECORD, DATA, load_doc
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -138,6 +138,8 @@ def test_page_is_self_contained_with_every_figure(report):
         assert not r.get("figure_notes"), (r["experiment"], r.get("figure_notes"))
     # every experiment has its purpose-made figure; the CUPTI timeline is kept beside overlap's
     for name in experiments.names():
+        if name in AWAITING_RECORD:
+            continue
         r = next(x for x in doc["results"] if x["experiment"] == name)
         assert any(Path(v).name == f"{name}.png" for v in r["figures"].values()), (name, r["figures"])
     overlap = next(x for x in doc["results"] if x["experiment"] == "overlap")

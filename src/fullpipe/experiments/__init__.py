@@ -40,6 +40,8 @@ _MODULES: dict[str, str] = {
     "gemm-hopper": "gemm_hopper",
     # level 2: attention (issue 16)
     "attention": "attention",
+    # level 2 on Hopper: warp-specialized flash attention with TMA and wgmma (issue 17)
+    "attention-hopper": "attention_hopper",
     # level 1 on real PyTorch workloads, against the peers a user would write (issue 14)
     "workloads": "workloads",
 }
