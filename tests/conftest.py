@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
-import threading
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,69 +44,35 @@ def pytest_collection_modifyitems(config, items):
 def cubin_cache(tmp_path_factory, request):
     """One cubin cache for the whole test run, empty at its start: every kernel compiles
     once per run (honest), and only once (fast). Child processes (the CLI tests) inherit it.
-    When the run holds the kernel compile tests, a second thread fills it ahead of them."""
+    When the run holds the kernel compile tests, a child process (tests/_precompile.py)
+    fills it ahead of them."""
     path = tmp_path_factory.mktemp("cubin-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FULLPIPE_CACHE_DIR", str(path))
-        stop = threading.Event()
-        worker = threading.Thread(target=_precompile, args=(stop,), name="precompile")
+        worker = None
         if any(item.path.name in _COMPILE_TEST_FILES for item in request.session.items):
-            worker.start()
+            # A process, not a thread: two NVRTC compiles at once in one process gave a
+            # wrong ptxas result once (gemm_double_buffer_s2 with 128 registers and a spill,
+            # 123 and none alone), and a thread left inside NVRTC at exit crashed the run.
+            root = Path(__file__).resolve().parents[1]
+            worker = subprocess.Popen([sys.executable, "-m", "tests._precompile"], cwd=root,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             yield path
         finally:
-            # Never leave the thread inside NVRTC while the interpreter shuts down: that
-            # crashed the process at exit (segfault, "realloc(): invalid old size") after
-            # short runs had passed. It stops after the compile in progress.
-            stop.set()
-            if worker.is_alive():
-                worker.join()
+            if worker is not None:
+                worker.terminate()  # cache writes are atomic: a half-done compile leaves nothing
+                try:
+                    worker.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
 
 
-# The test files that compile the kernel builds _precompile_jobs() lists.
+# The test files that compile the kernel builds tests/_precompile.py lists.
 _COMPILE_TEST_FILES = {"test_cli.py", "test_compiler.py", "test_flash_attention.py", "test_flash_attention_hopper.py",
                        "test_hopper_gemm.py",
                        "test_kernels_api.py", "test_kernels_level2_extra.py", "test_kernels_sass.py"}
-
-
-def _precompile_jobs() -> list:
-    """Every kernel build the CPU tests compile for sm_90a, in the reverse of the order the
-    test files reach them."""
-    from fullpipe.cuda import compiler
-    from fullpipe.kernels import builds
-    from fullpipe.kernels import flash_attention as fa
-    from fullpipe.kernels import flash_attention_hopper as fah
-    from fullpipe.kernels import hopper_gemm as hg
-
-    arch = "sm_90a"
-    jobs = [lambda b=b: compiler.compile_package_kernel(b.source, arch=arch, defines=dict(b.defines))
-            for b in builds.shipped_builds()]
-    jobs += [lambda b=b: hg.module("persistent", arch, build=b) for b in hg.SWEEP_BUILDS]
-    jobs += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
-    jobs += [lambda t=t: compiler.compile_package_kernel(fa.SOURCE, arch=arch, defines=dict(fa.defines(t)))
-             for t in fa.candidate_builds()]
-    jobs += [lambda b=b: fah.module(arch, b) for b in fah.SWEEP_BUILDS]
-    # `fullpipe compile`'s builds (each source, its own defaults): its test runs last
-    jobs = [lambda p=p: compiler.compile_file(p, arch=arch) for p in compiler.package_sources()] + jobs
-    return jobs[::-1]
-
-
-def _precompile(stop: threading.Event) -> None:
-    """Fill the run's cubin cache on a second thread while the tests run: NVRTC releases
-    the GIL, so CI's two cores compile at once (the suite is dominated by kernel
-    compiles). A test that needs a kernel first compiles it itself; the cache's writes
-    are atomic, so the two never see half a cubin. Failures are left for the tests."""
-    try:
-        jobs = _precompile_jobs()
-    except Exception:  # noqa: BLE001 - an import error shows up in the tests themselves
-        return
-    for job in jobs:
-        if stop.is_set():
-            return
-        try:
-            job()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 @pytest.fixture
