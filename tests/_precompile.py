@@ -21,10 +21,8 @@ def jobs() -> list:
     arch = "sm_90a"
     # In the order the test files reach them, after test_compiler (which compiles every
     # source with its defaults itself, first thing): this process stays ahead of them.
-    fa_builds = [dict(fa.defines(t)) for t in fa.candidate_builds()]
-    fa_builds += [dict(fa.defines({(d, False): t})) for d in fa.HEAD_DIMS  # test_one_buffer_schedule_...
-                  for t in (fa.Tiling(4, 64, kv_stages=1), fa.Tiling(4, 64))]
-    out = [lambda d=d: compiler.compile_package_kernel(fa.SOURCE, arch=arch, defines=d) for d in fa_builds]
+    out = [lambda t=t: compiler.compile_package_kernel(fa.SOURCE, arch=arch, defines=dict(fa.defines(t)))
+           for t in fa.candidate_builds()]
     out += [lambda b=b: fah.module(arch, b) for b in fah.SWEEP_BUILDS]
     out += [lambda b=b: hg.module("persistent", arch, build=b) for b in hg.SWEEP_BUILDS]
     out += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
