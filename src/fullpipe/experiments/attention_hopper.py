@@ -35,6 +35,7 @@ from . import Bound, Context, Result
 from ..cuda.device import device_info
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
 from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
+from .attention import queued_ms
 from .gemm_hopper import tensor_pipe_metric
 from .ncu import find_ncu, parse_ncu_csv
 
@@ -73,7 +74,6 @@ REL_TOL = 1e-2  # relative error against SDPA flash's output above which a kerne
 ROUNDS, LAUNCHES = 7, 10  # samples per kernel (one per round) and launches per sample
 QUICK_ROUNDS, QUICK_LAUNCHES = 3, 5
 WARMUP = 3
-SLEEP_CYCLES = 10_000_000  # ~5 ms of GPU sleep before each sample: the launches are queued by then
 
 # Targets (issue 17): the Hopper kernel / the fastest SDPA backend per configuration,
 # / the mma.sync kernel at head dim 128, and its tensor-pipe utilization / the mma.sync kernel's.
@@ -101,21 +101,6 @@ def _fa():
     import importlib
 
     return importlib.import_module("..kernels.flash_attention", __package__)
-
-
-def _sample_ms(fn, launches: int) -> float:
-    """Milliseconds per launch of ``launches`` calls of ``fn`` queued behind a GPU sleep,
-    between two CUDA events on torch's current stream."""
-    import torch
-
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(SLEEP_CYCLES)
-    e0.record()
-    for _ in range(launches):
-        fn()
-    e1.record()
-    e1.synchronize()
-    return e0.elapsed_time(e1) / launches
 
 
 def _rel(out: Any, ref: Any) -> float:
@@ -194,7 +179,7 @@ def measure_config(dim: int, heads: int, causal: bool, *, rounds: int, launches:
     samples: dict[str, list[float]] = {n: [] for n in checked}
     for _ in range(rounds):
         for n in checked:
-            samples[n].append(_sample_ms(runners[n], launches))
+            samples[n].append(queued_ms(runners[n], launches))
     tf: dict[str, float] = {}
     for n in checked:
         ms = statistics.median(samples[n])
