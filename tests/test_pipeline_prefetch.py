@@ -267,3 +267,22 @@ def test_run_batches_of_pinned_inputs_get_pinned_outputs_from_the_pool(fake):
     assert pipe.stats.pinned["allocations"] == 3 and pipe.stats.staging["input"] == "direct"
     for x, y in zip(xs, ys):
         np.testing.assert_array_equal(y, reference(x, 2))
+
+
+def test_a_full_pinned_pool_makes_the_output_pageable_and_says_so(fake):
+    """A pinned input gets a pinned output from the pool; when the pool cannot hold it the
+    output is pageable (the D2H into it is synchronous): a PipelineWarning says so, and
+    the stats record it. The result is still right."""
+    from fullpipe.cuda.pinned_pool import PinnedPool
+
+    from fullpipe.pipeline import PipelineWarning
+
+    x = np.arange(1_000_000, dtype=np.uint32)
+    fake.pinned.add(x.ctypes.data)
+    small = PinnedPool(2 * MiB)  # room for the ring's slots, not for the 4 MB output
+    with StreamPipeline(FakeMix(), streams=2, chunk=50_000, pinned_pool=small) as pipe:
+        with pytest.warns(PipelineWarning, match="pinned pool full") as caught:
+            y = pipe.run(x)
+        assert caught[0].filename == __file__  # pointed at the caller's line
+        assert "pinned pool full" in pipe.stats.pinned["fallback"]
+    np.testing.assert_array_equal(y, reference(x, 2))

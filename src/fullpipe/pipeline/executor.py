@@ -593,6 +593,11 @@ class StreamPipeline:
         d["ring_bytes"] = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
         if notes:
             d["fallback"] = "; ".join(notes)
+            # Said, not only recorded: a pageable output the D2H writes straight into makes
+            # that copy synchronous (the host waits for it), a slowdown with no other sign.
+            warnings.warn(f"fullpipe.StreamPipeline: {d['fallback']}. Raise the pinned pool's cap "
+                          "(fullpipe.cuda.default_pinned_pool().cap_bytes = ...) or pass out= arrays you pinned.",
+                          PipelineWarning, stacklevel=3)  # the caller of run() / run_batches()
         return d
 
     def _warn_few_batches(self, n_batches: int, rows: int | None, row_bytes: int) -> None:
