@@ -37,7 +37,7 @@ from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, tim
 from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
 from .attention import queued_ms
 from .gemm_hopper import tensor_pipe_metric
-from .ncu import find_ncu, parse_ncu_csv
+from .ncu import find_ncu, ncu_turned_off, parse_ncu_csv
 
 NAME = "attention-hopper"
 TITLE = "Hopper flash attention (TMA, wgmma, warp specialization) vs SDPA and the mma.sync kernel"
@@ -294,7 +294,7 @@ def run(ctx: Context) -> Result:
         torch.cuda.synchronize(tdev)
     torch.cuda.empty_cache()
     ctx.progress(done / steps, "ncu")
-    ncu = {"skipped": "FULLPIPE_NO_NCU=1"} if os.environ.get("FULLPIPE_NO_NCU") == "1" else ncu_measure()
+    ncu = {"skipped": "FULLPIPE_NO_NCU=1"} if ncu_turned_off() else ncu_measure()
     nrows = ncu_rows(ncu) if "kernels" in ncu else []
     metrics.update({"ncu": nrows, "ncu_config": config_name(NCU_CONFIG[0], NCU_CONFIG[1], NCU_CONFIG[2]),
                     "ncu_tensor_pipe_metric": ncu.get("tensor_pipe_metric"), "ncu_skipped": ncu.get("skipped")})

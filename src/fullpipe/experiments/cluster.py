@@ -31,7 +31,7 @@ from typing import Any
 from . import Bound, Context, Result
 from .gemm import device_info, rel_error, tflops, torch_on, true_fp32
 from ..cuda.timing import median, spread, time_on_stream
-from .ncu import find_ncu, parse_ncu_csv
+from .ncu import find_ncu, ncu_turned_off, parse_ncu_csv
 from .claims import UNJUDGED, Data, Judged, is_num, rule, times, with_claims
 from .figures import BOUND, GREY, PINNED, WIDE, label_bars, need, pyplot, save
 
@@ -336,7 +336,7 @@ def run(ctx: Context) -> Result:
 
     # ---- ncu: measured global loads -------------------------------------------------
     ncu_res = None
-    if os.environ.get("FULLPIPE_NO_NCU") == "1":
+    if ncu_turned_off():
         notes.append("ncu skipped (FULLPIPE_NO_NCU=1): global loads by construction only")
     else:
         ctx.progress(0.75, "ncu")

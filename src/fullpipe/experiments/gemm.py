@@ -37,7 +37,7 @@ from typing import Any
 from . import Bound, Context, Result
 from ..cuda.device import device_info
 from ..cuda.timing import median, spread, time_on_stream
-from .ncu import find_ncu, parse_ncu_csv  # noqa: F401 (parse_ncu_csv is part of this module's API)
+from .ncu import find_ncu, ncu_turned_off, parse_ncu_csv  # noqa: F401 (parse_ncu_csv is part of this module's API)
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
 from .figures import label_bars, need, pyplot, save
 
@@ -320,7 +320,7 @@ def run(ctx: Context) -> Result:
 
     # ncu evidence (optional, bounded).
     ncu_res: dict[str, Any] | None = None
-    if os.environ.get("FULLPIPE_NO_NCU") == "1":
+    if ncu_turned_off():
         notes.append("ncu skipped (FULLPIPE_NO_NCU=1)")
     else:
         ctx.progress(min(done / steps, 0.97), "ncu")

@@ -9,7 +9,7 @@ both dtypes next to cuBLAS (torch.matmul, same dtype, same stream, same run: mea
 before and after the ladder, the faster of the two is the bound). Every timed output
 is checked against a float64 product first; a wrong rung makes the run "failed".
 
-When Nsight Compute is installed (and FULLPIPE_NO_NCU is unset) a child run profiles
+When Nsight Compute is installed (and FULLPIPE_NO_NCU is not 1) a child run profiles
 each rung once at 4096^3 bf16: tensor-pipe utilization, and the L2 -> SM read traffic
 of the persistent kernel with and without B multicast, beside what the construction
 predicts (B read once per 2-block cluster instead of once per block).
@@ -30,7 +30,7 @@ from . import Bound, Context, Result
 from ..cuda.device import device_info
 from .claims import UNJUDGED, Data, Judged, Missing, both, is_num, rule, times, with_claims
 from .figures import BOUND, GREY, PINNED, RING, WIDE, label_bars, need, pyplot, save
-from .ncu import find_ncu, parse_ncu_csv
+from .ncu import find_ncu, ncu_turned_off, parse_ncu_csv
 
 NAME = "gemm-hopper"
 TITLE = "Hopper GEMM ladder (wgmma, TMA, warp specialization, persistent clusters) vs cuBLAS"
@@ -257,7 +257,7 @@ def run(ctx: Context) -> Result:
                       notes=[f"the Hopper ladder needs sm_90a (TMA, wgmma, setmaxnreg); this GPU is {dev.facts.arch}"])
     sizes = (4096,) if ctx.quick else (4096, 8192)
     rows = measure(sizes, DTYPES, repeat=REPEAT, progress=ctx.progress)
-    ncu = {"skipped": "FULLPIPE_NO_NCU is set"} if os.environ.get("FULLPIPE_NO_NCU") else ncu_measure()
+    ncu = {"skipped": "FULLPIPE_NO_NCU=1"} if ncu_turned_off() else ncu_measure()
     nrows = ncu_rows(ncu) if "kernels" in ncu else []
 
     notes = []

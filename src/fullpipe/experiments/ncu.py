@@ -1,8 +1,8 @@
 """Nsight Compute from the experiments: find ``ncu`` and read its ``--csv`` output.
 
-The gemm and cluster experiments profile a small child run of their kernels (when
-ncu is installed and FULLPIPE_NO_NCU is not set) and report counters beside the
-timings: async-load share, tensor-pipe use, global loads saved.
+The gemm, cluster, gemm-hopper and attention-hopper experiments profile a small child
+run of their kernels (when ncu is installed and ``FULLPIPE_NO_NCU`` is not ``1``) and
+report counters beside the timings: async-load share, tensor-pipe use, global loads saved.
 """
 
 from __future__ import annotations
@@ -11,6 +11,11 @@ import csv
 import io
 import os
 import shutil
+
+
+def ncu_turned_off() -> bool:
+    """``FULLPIPE_NO_NCU=1`` (what ``report --quick`` sets; ``=0`` keeps ncu)."""
+    return os.environ.get("FULLPIPE_NO_NCU") == "1"
 
 
 def find_ncu() -> str | None:
