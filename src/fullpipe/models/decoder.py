@@ -119,8 +119,10 @@ class DecoderStack:
         """Check the requests (host arrays of token ids; the refused ones come back in
         ``errors``), pack the valid ones and run the stack on them, enqueued on
         ``stream`` (a torch.cuda.Stream, a cuda.core Stream or anything with
-        ``__cuda_stream__``; default torch's current stream). Returns without waiting
-        for the GPU: the logits are ready when ``stream`` has reached this point."""
+        ``__cuda_stream__``; default torch's current stream). The logits are ready when
+        ``stream`` has reached this point. The host waits once, for the stream's earlier
+        work: PyTorch copies the small index arrays (token ids, positions, offsets) from
+        pageable memory synchronously; everything after is enqueued without waiting."""
         batch, errors = check_and_pack(requests, self.config)
         logits, plan = self.prefill_packed(batch, stream=stream)
         return PrefillResult(logits, batch.indices, errors, plan)
