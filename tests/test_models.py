@@ -232,3 +232,40 @@ def test_stack_refuses_what_it_cannot_run():
     batch, _ = check_and_pack([_good(3)], TINY)
     with pytest.raises(ValueError, match="out must be"):
         stack.prefill_packed(batch, out=torch.empty(2, TINY.vocab, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("config", [
+    StackConfig(layers=2, width=512, heads=4, kv_heads=2, head_dim=128, ffn_width=1536, vocab=4096, max_context=256),
+    StackConfig(),
+], ids=["gpu-test-config", "default"])
+def test_the_stacks_launches_pass_the_kernels_own_checks(config):
+    """Every fullpipe kernel launch of a prefill (shapes, dtypes, GQA, varlen, pointers
+    at the scratch plan's offsets) is accepted by the kernels' pure planners: the
+    attention kernel (mma.sync plan, and the Hopper plan's tensor maps) and the Hopper
+    GEMM for every projection, including the LM head at M = requests."""
+    from fullpipe.kernels import flash_attention as fa
+    from fullpipe.kernels import flash_attention_hopper as fah
+    from fullpipe.kernels import hopper_gemm as hg
+
+    lengths = [1, 37, 128, 200, 63, 129]
+    T, R = sum(lengths), len(lengths)
+    plan = scratch_plan(config, T, R)
+    base = 1 << 30
+    ptr = {r.name: base + r.offset for r in plan.regions}
+    hq, hkv, d = config.heads, config.kv_heads, config.head_dim
+    p = fa.plan((T, hq, d), (T, hkv, d), (T, hkv, d), config.dtype, causal=True, varlen=True, batch=R,
+                max_seqlen=max(lengths))
+    assert p.tokens == T and p.heads_q == hq and p.heads_kv == hkv and p.max_seqlen == 200
+    fah.plan(p, q_ptr=ptr["q"], k_ptr=ptr["k"], v_ptr=ptr["v"])
+    weights = config.weight_shapes()
+    launches = {
+        "wqkv": (T, ("h", "qkv")), "wo": (T, ("attn", "proj")), "w_gate_up": (T, ("h", "gate_up")),
+        "w_down": (T, ("act", "proj")), "lm_head": (R, ("last_hidden", None)),
+    }
+    for name, (m, (a, c)) in launches.items():
+        k, n = weights[name if name == "lm_head" else f"layers.0.{name}"]
+        assert choose_matmul("fullpipe", "sm_90a", config.dtype, k, n).backend == "hopper"
+        assert plan.region(a).shape[0] == m and int(np.prod(plan.region(a).shape[1:])) == k
+        if c is not None:
+            assert plan.region(c).shape == (m, n)
+        hg.plan("persistent", m, n, k, config.dtype, ptr[a], base + (1 << 29), ptr[c] if c else base)
