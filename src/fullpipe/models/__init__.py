@@ -1,0 +1,25 @@
+"""The two levels together: a decoder-only transformer stack (LLM-style) built from
+fullpipe's kernels, serving variable-length requests.
+
+- config.py      :class:`StackConfig`, its checks and derived sizes
+- requests.py    checking a batch of requests before any GPU work; packing the valid ones
+- memory.py      the prefill scratch plan and the KV-cache plan (pure functions)
+- weights.py     random weights from a seed (PyTorch tensors)
+- elementwise.py RMSNorm, RoPE, SwiGLU in PyTorch (fullpipe has no kernels for them)
+- decoder.py     :class:`DecoderStack`: prefill on fullpipe's attention and Hopper GEMM
+- reference.py   :func:`reference_prefill`: the same stack in plain PyTorch, per request
+
+PyTorch is needed for weights, the stack and the reference, not to import this package.
+"""
+
+from .config import StackConfig
+from .decoder import DecoderStack, MatmulChoice, PrefillResult, choose_matmul
+from .memory import KVCachePlan, ScratchPlan, kv_cache_plan, packed_scratch_bytes, padded_scratch_bytes, scratch_plan
+from .reference import reference_prefill
+from .requests import NoValidRequests, PackedBatch, RequestError, check_and_pack, check_requests, pack
+from .weights import init_weights
+
+__all__ = ["DecoderStack", "KVCachePlan", "MatmulChoice", "NoValidRequests", "PackedBatch", "PrefillResult",
+           "RequestError", "ScratchPlan", "StackConfig", "check_and_pack", "check_requests", "choose_matmul",
+           "init_weights", "kv_cache_plan", "pack", "packed_scratch_bytes", "padded_scratch_bytes",
+           "reference_prefill", "scratch_plan"]
