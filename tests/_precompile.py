@@ -26,8 +26,11 @@ def jobs() -> list:
     out += [lambda b=b: fah.module(arch, b) for b in fah.SWEEP_BUILDS]
     out += [lambda b=b: hg.module("persistent", arch, build=b) for b in hg.SWEEP_BUILDS]
     out += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
+    # the shipped builds (test_kernels_level2_extra, test_kernels_sass, the last compile
+    # tests) back to front: the tests may reach them first and go front to back, so the
+    # two meet in the middle instead of compiling the same build at the same time
     out += [lambda b=b: compiler.compile_package_kernel(b.source, arch=arch, defines=dict(b.defines))
-            for b in builds.shipped_builds()]
+            for b in builds.shipped_builds()][::-1]
     # each source with its defaults, for `fullpipe compile`'s test (last): hits by then, as a rule
     out += [lambda p=p: compiler.compile_file(p, arch=arch) for p in compiler.package_sources()]
     return out
