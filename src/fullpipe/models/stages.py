@@ -160,6 +160,7 @@ class StagedStack:
         """Each packed micro-batch through every stage, enqueued in fill-drain order; the
         logits of each, on the last stage's GPU, ordered on its stream."""
         from ..cuda import events
+        from ..cuda.device import ensure_current
 
         S, M = len(self.stages), len(batches)
         if M == 0:
@@ -177,6 +178,7 @@ class StagedStack:
                     outputs[step.microbatch] = run.logits
                     stage.stack.release(run)
                 else:
+                    ensure_current(stage.device, force=True)  # the event belongs to the stream's device
                     in_flight[(step.stage, step.microbatch)] = (run, events.record(run.stream))
         except BaseException:
             for (s, _), (run, _) in in_flight.items():
@@ -188,18 +190,21 @@ class StagedStack:
         """The ``receive`` of stage ``stage_index`` for one micro-batch: the boundary moves
         the previous stage's residual stream into this stage's scratch."""
         from ..cuda import events
+        from ..cuda.device import ensure_current
 
         run, ready = produced
         boundary = self.boundaries[stage_index - 1]
-        producer = self.stages[stage_index - 1]
+        producer, consumer = self.stages[stage_index - 1], self.stages[stage_index]
 
         def receive(x: Any, stream: Any) -> None:
+            ensure_current(consumer.device, force=True)
             allocated = events.record(stream)  # this stage's scratch exists from here on
             src = run.arena.data_ptr() + run.plan.region("x").offset
             done = boundary.send(src, x.data_ptr(), x.numel() * x.element_size(), after=[ready, allocated],
                                  stream=stream)
             events.wait(stream, done)
             producer.stack.release(run, boundary.stream)
+            ensure_current(consumer.device, force=True)  # the rest of this stage runs on its GPU
 
         return receive
 
