@@ -244,8 +244,7 @@ class StageRunner:
     ``stage_fn(microbatch_index, tensor) -> tensor`` runs on ``device`` (CUDA with NCCL, the
     CPU with gloo); on a GPU it runs with the runner's own stage stream current, so its
     kernels go there. ``window``: sends in flight before the host waits for the oldest.
-    ``timeout``: seconds any wait may take before
-    :class:`BoundaryError`.
+    ``timeout``: seconds any wait may take before :class:`BoundaryError`.
     """
 
     def __init__(self, stage_fn: Callable[[int, torch.Tensor], torch.Tensor], *, device: Any = None,
@@ -363,7 +362,8 @@ class StageRunner:
         if self.cuda and outputs:
             caller.wait_stream(self.stream)
             for y in outputs:
-                y.record_stream(caller)
+                if y.numel():
+                    y.record_stream(caller)
         return outputs
 
     # -- pieces of a run
@@ -474,7 +474,7 @@ class StageRunner:
             work = dist.irecv(x, src) if x.numel() else None
         if work is not None:
             work.wait()  # with NCCL a stream wait: the current (stage) stream waits, the host does not
-        x.record_stream(self.stream)
+            x.record_stream(self.stream)  # allocated on the receive stream, used on the stage stream
         return x
 
     def _payload_kw(self) -> dict:
@@ -697,6 +697,7 @@ def _stage_main(rank: int, spec: _Spec, reports: Any) -> None:
     os.environ.update(NVLINK_MULTICAST_OFF)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec.port), RANK=str(rank),
                       WORLD_SIZE=str(spec.world_size))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one host: gloo talks over loopback
     device = torch.device("cuda", spec.devices[rank]) if spec.backend == "nccl" else torch.device("cpu")
     reported = False
 
