@@ -102,9 +102,11 @@ def test_two_ranks_variable_shapes_equal_one_process():
         assert min(s.compute_s) >= 0 and min(s.recv_wait_s) >= 0
 
 
-def test_three_ranks_dtype_and_shape_change_with_a_window_of_one():
+def test_three_ranks_dtype_and_shape_change_with_a_window_of_one_and_prefetch():
+    """The smallest send window and receives posted two ahead: the order of waits must
+    not deadlock, and the outputs do not change."""
     mbs = token_batches([4, 9, 1, 0, 6, 2, 7], seed=1)
-    result = pd.spawn_stages(3, mixing_stage, mbs, window=1, timeout=30)
+    result = pd.spawn_stages(3, mixing_stage, mbs, window=1, prefetch=2, timeout=30)
     want = pd.run_single_process(3, mixing_stage, mbs)
     assert want[0].shape == (4, WIDTH + 1)  # the last stage widened it: shapes follow the data
     assert_same_outputs(result.outputs, want)
@@ -155,3 +157,16 @@ def test_one_rank_in_process_runs_checks_and_names_the_microbatch(one_rank_group
     assert info.value.microbatch == 1
     with pytest.raises(pd.StageError, match="micro-batch 0 is not a tensor or host array"):
         runner.run([object()])
+
+
+def test_stage_process_refuses_bad_options_before_joining():
+    with pytest.raises(ValueError, match="nccl_high_priority is for backend='nccl'"):
+        with pd.stage_process(0, 1, backend="gloo", nccl_high_priority=True, master_addr="127.0.0.1", master_port=1):
+            pass
+    with pytest.raises(ValueError, match="both master_addr and master_port"):
+        with pd.stage_process(0, 1, master_addr="127.0.0.1"):
+            pass
+    with pytest.raises(ValueError, match="needs the CUDA device"):
+        with pd.stage_process(0, 1, backend="nccl", master_addr="127.0.0.1", master_port=1):
+            pass
+    assert not dist.is_initialized()

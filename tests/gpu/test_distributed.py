@@ -56,6 +56,13 @@ def bf16_matmul_stage(rank, world_size, device):
     return lambda m, x: x @ w
 
 
+def bf16_matmul_stage_sm_carveout(rank, world_size, device):
+    """The same stage with cuBLASLt told to leave 16 SMs free (for NCCL's kernels): a
+    diagnostic, reported beside the plain stage."""
+    torch._C._set_sm_carveout_experimental(16)
+    return bf16_matmul_stage(rank, world_size, device)
+
+
 def identity_stage(rank, world_size, device):
     return lambda m, x: x
 
@@ -124,16 +131,29 @@ def test_nccl_boundary_overlaps_compute():
     peer_copy_ms = (time.perf_counter() - t) / 20 * 1e3
     del dst
 
-    copy_only = spawn_stages(2, identity_stage, timing_inputs, backend="nccl", timeout=60, return_outputs=False)
-    both = spawn_stages(2, bf16_matmul_stage, timing_inputs, backend="nccl", timeout=60, return_outputs=False)
-    transfer_ms = copy_only.stats[1].period_s * 1e3
-    pipelined_ms = both.stats[1].period_s * 1e3
+    def pace_ms(factory, **kw):
+        r = spawn_stages(2, factory, timing_inputs, backend="nccl", timeout=60, return_outputs=False, **kw)
+        return r.stats[1].period_s * 1e3, r
+
+    transfer_ms, _ = pace_ms(identity_stage)
+    pipelined_ms, both = pace_ms(bf16_matmul_stage)  # default: the next receive posted before the stage runs
+    # Diagnostics beside it: each receive posted only when needed (behind the stage's
+    # kernels), NCCL's streams at high priority, and the stage leaving SMs free for NCCL.
+    diagnostics = {}
+    for name, factory, kw in (("pipelined_no_prefetch_ms", bf16_matmul_stage, {"prefetch": 0}),
+                              ("pipelined_nccl_high_priority_ms", bf16_matmul_stage, {"nccl_high_priority": True}),
+                              ("pipelined_sm_carveout16_ms", bf16_matmul_stage_sm_carveout, {})):
+        try:
+            diagnostics[name] = pace_ms(factory, **kw)[0]
+        except Exception as exc:  # a diagnostic that cannot run is recorded, not fatal
+            diagnostics[name] = None
+            diagnostics[name.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:300]}"
     nbytes = x.numel() * x.element_size()
     measured = {
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": str(torch.cuda.nccl.version()),
         "tokens": T_TOKENS, "width": T_WIDTH, "microbatches": T_COUNT, "boundary_bytes": nbytes,
         "compute_alone_ms": compute_ms, "peer_copy_ms": peer_copy_ms, "nccl_transfer_ms": transfer_ms,
-        "pipelined_ms": pipelined_ms,
+        "pipelined_ms": pipelined_ms, **diagnostics,
         "rank0_compute_in_pipeline_ms": statistics.median(both.stats[0].compute_s) * 1e3,
         "rank1_compute_in_pipeline_ms": statistics.median(both.stats[1].compute_s) * 1e3,
         "rank1_recv_wait_ms": statistics.median(both.stats[1].recv_wait_s) * 1e3,

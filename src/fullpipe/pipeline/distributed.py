@@ -25,13 +25,16 @@ How a micro-batch crosses (rank r to r + 1):
   is on the wire. Up to ``window`` sends are in flight; each sent tensor is kept until
   its send is seen complete (the host blocks only when the window is full).
 - the receiver posts the payload ``irecv`` with its receive stream current, an empty
-  stream, so NCCL starts receiving at once instead of after the compute already queued
-  on the stage stream; only the stage stream waits for it (``work.wait()`` is a stream
-  wait with NCCL), just before the stage function runs.
+  stream, so NCCL's receive waits for nothing on this GPU; only the stage stream waits
+  for it (``work.wait()`` is a stream wait with NCCL), just before the stage function
+  runs. On a GPU the receive of m + 1 is posted before the stage's kernels for m are
+  enqueued (``prefetch``): NCCL's kernels need SMs on both GPUs, and a receive queued
+  behind a stage that fills every SM cannot start before that stage ends.
 
 So in steady state the GPU of stage r computes micro-batch m + 1 while m moves to r + 1
 and m + 2 arrives from r - 1, with no host synchronization per micro-batch: the host
-waits only for headers and when the send window is full.
+waits only for headers and when the send window is full. What two H200s measured:
+``docs/notes/multi-gpu-distributed.md``.
 
 Failures: a stage function that raises on rank r at micro-batch m makes rank r raise
 :class:`StageError` (rank r, micro-batch m) and send an error header downstream, so the
@@ -202,12 +205,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextlib.contextmanager
 def stage_process(rank: int, world_size: int, *, backend: str = "gloo", device: Any = None,
-                  timeout: float = 60.0, master_addr: str | None = None, master_port: int | None = None):
+                  timeout: float = 60.0, master_addr: str | None = None, master_port: int | None = None,
+                  nccl_high_priority: bool = False):
     """Join the default process group as ``rank`` of ``world_size`` and destroy it on the way
     out. Rendezvous at ``master_addr:master_port`` when given, else through the MASTER_ADDR
     and MASTER_PORT variables (as torchrun sets them). With ``backend="nccl"`` the CUDA
     ``device`` becomes current first. ``timeout`` (seconds) is the group's timeout for
-    every operation."""
+    every operation. ``nccl_high_priority``: NCCL's streams get high priority, so its
+    kernels take SMs ahead of the stage's pending blocks."""
     init_method = None
     if master_addr is not None or master_port is not None:
         if master_addr is None or master_port is None:
@@ -217,8 +222,14 @@ def stage_process(rank: int, world_size: int, *, backend: str = "gloo", device: 
         if device is None:
             raise ValueError("backend='nccl' needs the CUDA device of this rank (device=...)")
         torch.cuda.set_device(_cuda_device(device))
+    options = None
+    if nccl_high_priority:
+        if backend != "nccl":
+            raise ValueError("nccl_high_priority is for backend='nccl'")
+        options = dist.ProcessGroupNCCL.Options()
+        options.is_high_priority_stream = True
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
+                            timeout=datetime.timedelta(seconds=timeout), pg_options=options)
     try:
         yield
     finally:
@@ -244,18 +255,21 @@ class StageRunner:
     ``stage_fn(microbatch_index, tensor) -> tensor`` runs on ``device`` (CUDA with NCCL, the
     CPU with gloo); on a GPU it runs with the runner's own stage stream current, so its
     kernels go there. ``window``: sends in flight before the host waits for the oldest.
+    ``prefetch``: receives posted ahead of the micro-batch being computed (default 1 on a
+    GPU, so the next transfer is queued before this stage's kernels; 0 on the CPU, where
+    it would only make a rank wait for the next header before computing).
     ``timeout``: seconds any wait may take before :class:`BoundaryError`.
     """
 
     def __init__(self, stage_fn: Callable[[int, torch.Tensor], torch.Tensor], *, device: Any = None,
-                 window: int = 4, timeout: float = 60.0):
+                 window: int = 4, prefetch: int | None = None, timeout: float = 60.0):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("StageRunner needs an initialized default process group "
                                "(use stage_process(...) or torch.distributed.init_process_group)")
         if not callable(stage_fn):
             raise TypeError(f"stage_fn must be callable, got {type(stage_fn).__name__}")
-        if window < 1 or timeout <= 0:
-            raise ValueError(f"need window >= 1 and timeout > 0 (got {window}, {timeout})")
+        if window < 1 or timeout <= 0 or (prefetch is not None and prefetch < 0):
+            raise ValueError(f"need window >= 1, prefetch >= 0 and timeout > 0 (got {window}, {prefetch}, {timeout})")
         self.stage_fn, self.window, self.timeout = stage_fn, window, float(timeout)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.backend = str(dist.get_backend())
@@ -267,6 +281,7 @@ class StageRunner:
             if self.device.type != "cpu":
                 raise ValueError(f"backend {self.backend!r} moves CPU tensors; use backend='nccl' for {self.device}")
         self.cuda = self.device.type == "cuda"
+        self.prefetch = (1 if self.cuda else 0) if prefetch is None else prefetch
         # Headers go through gloo (host memory on both ends); with a gloo world the world does.
         self._header_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout)) \
             if self.nccl else None
@@ -316,6 +331,8 @@ class StageRunner:
             raise ValueError("rank 0 takes the micro-batches and the other ranks take none "
                              f"(rank {self.rank} got {'none' if microbatches is None else 'some'})")
         self._in_flight: collections.deque[_Sent] = collections.deque()
+        self._posted: collections.deque = collections.deque()  # (micro-batch, work | None, tensor)
+        self._next_recv, self._terminal = 0, None
         self._header_wait = self._send_wait = 0.0
         marks: list[tuple[Any, Any, Any]] = []
         outputs: list[torch.Tensor] | None = [] if last else None
@@ -439,43 +456,64 @@ class StageRunner:
     def _receive(self, m: int) -> torch.Tensor | None:
         """Micro-batch m from rank - 1, ready on the stage stream; None after the last.
 
-        The host waits for m's header (gloo), then posts the payload receive; with NCCL only
-        the stage stream waits for the payload. The host runs ahead of its GPU, so the
-        receive of m is posted while the GPU still computes m - 1 or earlier."""
-        src = self.rank - 1
+        Before returning m (so before the stage function is enqueued), the receives of the
+        next ``prefetch`` micro-batches are posted: on a GPU, NCCL's receive kernel for m + 1
+        is then queued ahead of the stage's kernels for m instead of behind them, where a
+        stage that fills every SM would keep it from starting until it ends."""
+        while self._terminal is None and len(self._posted) < 1 + self.prefetch:
+            self._post_next()
+        if not self._posted:
+            kind, *info = self._terminal
+            if kind == END:
+                if info[0] != m:
+                    raise BoundaryError(self.rank, m, f"rank {self.rank - 1} announced {info[0]} micro-batches "
+                                                      f"after sending {m}")
+                return None
+            origin, mb, message = info
+            raise UpstreamError(origin, mb, message)
+        mb, work, x = self._posted.popleft()
+        if work is not None:
+            if self.nccl:
+                work.wait()  # a stream wait: the current (stage) stream waits, the host does not
+                x.record_stream(self.stream)  # allocated on the receive stream, used on the stage stream
+            else:
+                self._wait_host(work, f"micro-batch {m} from rank {self.rank - 1}", m, nccl=False)
+        return x
+
+    def _post_next(self) -> None:
+        """Wait for the next header from rank - 1 (host data, gloo) and post the receive of
+        the payload it announces, or note the end or the upstream error it reports."""
+        src, j = self.rank - 1, self._next_recv
         header = torch.empty(_HEADER_LEN, dtype=torch.int64)
         t = time.perf_counter()
         self._wait_host(dist.irecv(header, src, group=self._header_group, tag=_TAG_HEADER),
-                        f"the header of micro-batch {m} from rank {src}", m, nccl=False)
+                        f"the header of micro-batch {j} from rank {src}", j, nccl=False)
         self._header_wait += time.perf_counter() - t
         h = decode_header(header)
         if h.kind == END:
-            if h.microbatch != m:
-                raise BoundaryError(self.rank, m, f"rank {src} announced {h.microbatch} micro-batches after sending {m}")
-            return None
+            self._terminal = (END, h.microbatch)
+            return
         if h.kind == ERROR:
             msg = torch.empty(h.message_len, dtype=torch.uint8)
             if h.message_len:
                 self._wait_host(dist.irecv(msg, src, group=self._header_group, tag=_TAG_MESSAGE),
-                                f"the error report of rank {h.origin_rank}", m, nccl=False)
-            raise UpstreamError(h.origin_rank, None if h.microbatch < 0 else h.microbatch,
-                                bytes(msg.tolist()).decode("utf-8", "replace"))
-        if h.microbatch != m:
-            raise BoundaryError(self.rank, m, f"rank {src} sent micro-batch {h.microbatch} where {m} was due")
-        if not self.cuda:
+                                f"the error report of rank {h.origin_rank}", j, nccl=False)
+            self._terminal = (ERROR, h.origin_rank, None if h.microbatch < 0 else h.microbatch,
+                              bytes(msg.tolist()).decode("utf-8", "replace"))
+            return
+        if h.microbatch != j:
+            raise BoundaryError(self.rank, j, f"rank {src} sent micro-batch {h.microbatch} where {j} was due")
+        if self.cuda:
+            # Posted with the (empty) receive stream current: NCCL's stream then waits for
+            # nothing and receives while the stage stream computes.
+            with torch.cuda.stream(self._recv_stream):
+                x = torch.empty(h.shape, dtype=h.dtype, device=self.device)
+                work = dist.irecv(x, src) if x.numel() else None
+        else:
             x = torch.empty(h.shape, dtype=h.dtype)
-            if x.numel():
-                self._wait_host(dist.irecv(x, src, tag=_TAG_PAYLOAD), f"micro-batch {m} from rank {src}", m, nccl=False)
-            return x
-        # Posted with the (empty) receive stream current, NCCL's stream waits for nothing and
-        # receives while the stage stream computes; the stage stream alone waits for it.
-        with torch.cuda.stream(self._recv_stream):
-            x = torch.empty(h.shape, dtype=h.dtype, device=self.device)
-            work = dist.irecv(x, src) if x.numel() else None
-        if work is not None:
-            work.wait()  # with NCCL a stream wait: the current (stage) stream waits, the host does not
-            x.record_stream(self.stream)  # allocated on the receive stream, used on the stage stream
-        return x
+            work = dist.irecv(x, src, tag=_TAG_PAYLOAD) if x.numel() else None
+        self._posted.append((j, work, x))
+        self._next_recv += 1
 
     def _payload_kw(self) -> dict:
         return {} if self.nccl else {"tag": _TAG_PAYLOAD}
@@ -583,15 +621,17 @@ class _Spec:
     stage_factory: Callable
     microbatches: Any  # a sequence, or a callable(device) -> iterable, for rank 0
     window: int
+    prefetch: int | None
     timeout: float
+    nccl_high_priority: bool
     return_outputs: bool
 
 
 def spawn_stages(world_size: int, stage_factory: Callable[[int, int, torch.device], Callable],
                  microbatches: Sequence[Any] | Callable[[torch.device], Iterable[Any]], *,
                  backend: str = "gloo", devices: Sequence[int] | None = None, window: int = 4,
-                 timeout: float = 60.0, grace: float = 2.0,
-                 return_outputs: bool = True) -> SpawnResult:
+                 prefetch: int | None = None, timeout: float = 60.0, grace: float = 2.0,
+                 return_outputs: bool = True, nccl_high_priority: bool = False) -> SpawnResult:
     """Run a ``world_size``-stage pipeline on this host, one spawned process per stage
     (rendezvous on 127.0.0.1 and a free port). ``stage_factory(rank, world_size, device)``
     returns rank's ``stage_fn``; it and ``microbatches`` (a sequence, or a callable that
@@ -612,8 +652,9 @@ def spawn_stages(world_size: int, stage_factory: Callable[[int, int, torch.devic
             raise ValueError(f"{len(devices)} devices for {world_size} ranks")
     elif devices is not None:
         raise ValueError("devices are for backend='nccl' (gloo stages run on the CPU)")
-    spec = _Spec(world_size, free_port(), backend, devices, stage_factory, microbatches, window,
-                 float(timeout), return_outputs)
+    spec = _Spec(world_size=world_size, port=free_port(), backend=backend, devices=devices,
+                 stage_factory=stage_factory, microbatches=microbatches, window=window, prefetch=prefetch,
+                 timeout=float(timeout), nccl_high_priority=nccl_high_priority, return_outputs=return_outputs)
     ctx = torch.multiprocessing.get_context("spawn")
     reports = ctx.Queue()
     procs = [ctx.Process(target=_stage_main, args=(rank, spec, reports), name=f"fullpipe-stage-{rank}")
@@ -715,10 +756,10 @@ def _stage_main(rank: int, spec: _Spec, reports: Any) -> None:
 
     try:
         with stage_process(rank, spec.world_size, backend=spec.backend, device=device, timeout=spec.timeout,
-                           master_addr="127.0.0.1", master_port=spec.port):
+                           master_addr="127.0.0.1", master_port=spec.port, nccl_high_priority=spec.nccl_high_priority):
             try:
                 stage_fn = spec.stage_factory(rank, spec.world_size, device)
-                with StageRunner(stage_fn, device=device, window=spec.window,
+                with StageRunner(stage_fn, device=device, window=spec.window, prefetch=spec.prefetch,
                                  timeout=spec.timeout) as runner:
                     items = None
                     if rank == 0:
