@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import driver as drv
-from .device import ensure_current_for_stream
+from .device import ensure_current, ensure_current_for_stream
 
 DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024
 _opted_in: dict[tuple[int, int], int] = {}  # (kernel handle, device) -> bytes allowed
@@ -51,7 +51,7 @@ def launch(
     shared_mem: int = 0,
     cluster: int | Sequence[int] | None = None,
     cooperative: bool = False,
-    device_index: int = 0,
+    device_index: int | None = None,
 ) -> None:
     """Launch ``kernel<<<grid, block, shared_mem, stream>>>(*args)``.
 
@@ -65,12 +65,17 @@ def launch(
     grid3 = _dims(grid, "grid")
     block3 = _dims(block, "block")
     # A kernel from a context-independent library (cuLibraryLoadData) runs in the
-    # context current in this thread: a thread without one gets the stream's device's.
-    ensure_current_for_stream(stream)
+    # context current in this thread, which must be the stream's: ``device_index`` names
+    # it (a thread that drives several GPUs must say which); without it, a thread with
+    # no context gets the stream's device's.
+    if device_index is None:
+        ensure_current_for_stream(stream)
+    else:
+        ensure_current(device_index)
     if not isinstance(shared_mem, int) or shared_mem < 0:
         raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
     if shared_mem > DEFAULT_DYNAMIC_SMEM_LIMIT:
-        set_max_dynamic_shared_memory(kernel, shared_mem, device_index)
+        set_max_dynamic_shared_memory(kernel, shared_mem, device_index or 0)
     config: dict[str, Any] = {"block": block3, "shmem_size": shared_mem}
     if cluster is not None:
         cluster3 = _dims(cluster, "cluster")

@@ -32,10 +32,18 @@ class PeerAccessError(RuntimeError):
     """Two GPUs cannot reach each other's memory (no link, or the driver refused)."""
 
 
+_primary: dict[int, Any] = {}
+
+
 def _ctx(index: int) -> Any:
-    """The primary context of device ``index`` (retained once; the same handle each time)."""
-    ensure_current(index)
-    return drv.call("cuCtxGetCurrent")
+    """The primary context of device ``index``, retained once. Asked of the device, not
+    of the thread: a thread that drives several GPUs (and PyTorch switching devices
+    under it) cannot make this the wrong one."""
+    ctx = _primary.get(index)
+    if ctx is None:
+        drv.call("cuInit", 0)
+        ctx = _primary[index] = drv.call("cuDevicePrimaryCtxRetain", drv.call("cuDeviceGet", index))
+    return ctx
 
 
 def device_count() -> int:
@@ -73,7 +81,7 @@ def enable_peer_access(device: Any, peer: Any) -> None:
         raise PeerAccessError(f"GPU {a} cannot access GPU {b}'s memory (cuDeviceCanAccessPeer says no: "
                               "no NVLink or PCIe peer path between them); copy through the host instead")
     peer_ctx = _ctx(b)
-    ensure_current(a)
+    ensure_current(a, force=True)
     try:
         drv.call("cuCtxEnablePeerAccess", peer_ctx, 0)
     except CudaError as exc:
@@ -127,7 +135,7 @@ def grant_pool_access(pool: Any, device: Any, access: str = "readwrite") -> None
     desc = driver.CUmemAccessDesc()
     desc.location = _location(peer)
     desc.flags = flags
-    ensure_current(owner)
+    ensure_current(owner, force=True)
     drv.call("cuMemPoolSetAccess", pool.handle, [desc], 1)
 
 
@@ -136,7 +144,7 @@ def pool_access(pool: Any, device: Any) -> str:
     from cuda.bindings import driver
 
     index = device_index(device)
-    ensure_current(device_index(pool.device))
+    ensure_current(device_index(pool.device), force=True)
     flags = drv.call("cuMemPoolGetAccess", pool.handle, _location(index))
     return {int(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE): "none",
             int(driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ): "read",

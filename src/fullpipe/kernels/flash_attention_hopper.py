@@ -31,6 +31,7 @@ import numpy as np
 
 from ..cuda import compiler
 from ..cuda import driver as drv
+from ..cuda.device import ensure_current
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
 from . import hopper_gemm as hg
@@ -167,6 +168,7 @@ def launch_plan(p: HopperAttentionPlan, o_ptr: int, cu_ptr: int, *, stream: Any,
     from cuda.bindings import driver as d
 
     kernel = module(arch, p.build).kernel(p.kernel)
+    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     raw = [hg._encoded(m) for m in p.maps]
     raw += [struct.pack("<Q", o_ptr), struct.pack("<Q", cu_ptr), struct.pack("<i", p.shape.seq_len),

@@ -46,6 +46,7 @@ from typing import Any
 
 from ..cuda import compiler
 from ..cuda import driver as drv
+from ..cuda.device import ensure_current
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
 from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
@@ -380,6 +381,7 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
     if arch is None:
         arch, _ = arch_and_sm_count(device_index)
     kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
+    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
         raw = [struct.pack("<Q", a_ptr), struct.pack("<Q", b_ptr)]

@@ -6,20 +6,23 @@ fullpipe's kernels, serving variable-length requests.
 - memory.py      the prefill scratch plan and the KV-cache plan (pure functions)
 - weights.py     random weights from a seed (PyTorch tensors)
 - elementwise.py RMSNorm, RoPE, SwiGLU in PyTorch (fullpipe has no kernels for them)
-- decoder.py     :class:`DecoderStack`: prefill on fullpipe's attention and Hopper GEMM
+- decoder.py     :class:`DecoderStack`: prefill on fullpipe's attention and Hopper GEMM (or a slice of its layers)
+- stages.py      :class:`StagedStack`: the stack split over the GPUs of one host, fill-drain micro-batches
 - reference.py   :func:`reference_prefill`: the same stack in plain PyTorch, per request
 
 PyTorch is needed for weights, the stack and the reference, not to import this package.
 """
 
 from .config import StackConfig
-from .decoder import DecoderStack, MatmulChoice, PrefillResult, choose_matmul
+from .decoder import DecoderStack, MatmulChoice, PrefillResult, SliceRun, choose_matmul, slice_weight_names
 from .memory import KVCachePlan, ScratchPlan, kv_cache_plan, packed_scratch_bytes, padded_scratch_bytes, scratch_plan
 from .reference import reference_prefill
 from .requests import NoValidRequests, PackedBatch, RequestError, check_and_pack, check_requests, pack
+from .stages import StagedResult, StagedStack, plan_microbatches, stage_split
 from .weights import init_weights
 
 __all__ = ["DecoderStack", "KVCachePlan", "MatmulChoice", "NoValidRequests", "PackedBatch", "PrefillResult",
            "RequestError", "ScratchPlan", "StackConfig", "check_and_pack", "check_requests", "choose_matmul",
            "init_weights", "kv_cache_plan", "pack", "packed_scratch_bytes", "padded_scratch_bytes",
-           "reference_prefill", "scratch_plan"]
+           "plan_microbatches", "reference_prefill", "scratch_plan", "slice_weight_names", "stage_split",
+           "SliceRun", "StagedResult", "StagedStack"]

@@ -77,19 +77,64 @@ class PrefillResult:
     scratch: ScratchPlan  # the device scratch this batch took
 
 
+def slice_weight_names(config: StackConfig, layers: range) -> list[str]:
+    """The weights a slice of the stack needs: its layers', the embedding if it starts at
+    layer 0, the final norm and the LM head if it ends at the last layer."""
+    names = []
+    for name in config.weight_shapes():
+        if name.startswith("layers."):
+            keep = int(name.split(".")[1]) in layers
+        elif name == "embedding":
+            keep = layers.start == 0
+        else:  # final_norm, lm_head
+            keep = layers.stop == config.layers
+        if keep:
+            names.append(name)
+    return names
+
+
+@dataclasses.dataclass
+class SliceRun:
+    """One packed batch enqueued on a slice of the stack (:meth:`DecoderStack.run_slice`).
+    Its scratch stays reserved until :meth:`DecoderStack.release`."""
+
+    plan: ScratchPlan
+    arena: Any  # torch uint8 tensor over the scratch
+    buffer: Any  # the pool's buffer behind ``arena``; None when PyTorch's allocator holds it
+    logits: Any  # [batch.requests, vocab] from the slice holding the LM head, else None
+    stream: Any  # the cuda.core stream it was enqueued on (None on the CPU)
+
+    def view(self, name: str, dtype: Any) -> Any:
+        r = self.plan.region(name)
+        return self.arena[r.offset:r.offset + r.nbytes].view(dtype).view(r.shape)
+
+
 class DecoderStack:
     def __init__(self, config: StackConfig, weights: dict[str, Any], *, kernels: str = "fullpipe",
-                 pool: Any = None):
+                 pool: Any = None, layers: range | None = None):
+        """``layers``: the slice of the stack this object runs (default: all of it). A
+        slice that starts at layer 0 holds the embedding; one that ends at the last layer
+        holds the final norm and the LM head; ``weights`` need only the slice's tensors
+        (the pipeline-parallel stages of :mod:`.stages` are such slices)."""
         import torch
 
         if kernels not in KERNELS:
             raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
-        shapes = config.weight_shapes()
+        layers = range(config.layers) if layers is None else layers
+        if not isinstance(layers, range) or layers.step != 1 or not layers or layers.start < 0 \
+                or layers.stop > config.layers:
+            raise ValueError(f"layers must be a non-empty range(a, b) with 0 <= a < b <= {config.layers}, "
+                             f"got {layers!r}")
+        self.layers = layers
+        self.holds_embedding = layers.start == 0
+        self.holds_head = layers.stop == config.layers
+        needed = set(slice_weight_names(config, layers))
+        shapes = {name: shape for name, shape in config.weight_shapes().items() if name in needed}
         missing = sorted(set(shapes) - set(weights))
         if missing:
             raise ValueError(f"weights lack {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
         dtype = getattr(torch, config.dtype)
-        device = weights["embedding"].device
+        device = weights[next(iter(shapes))].device
         for name, shape in shapes.items():
             w = weights[name]
             if tuple(w.shape) != shape or w.dtype != dtype or w.device != device or not w.is_contiguous():
@@ -98,13 +143,16 @@ class DecoderStack:
         if device.type != "cuda" and (kernels == "fullpipe" or pool is not None):
             raise ValueError(f"weights are on {device}: kernels='fullpipe' and a pool need them on a GPU "
                              "(kernels='torch', pool=None runs on the CPU)")
-        self.config, self.weights, self.kernels, self.pool = config, weights, kernels, pool
+        self.config, self.kernels, self.pool = config, kernels, pool
+        self.weights = {name: weights[name] for name in shapes}
         self.device = device
         self.arch = self._arch() if device.type == "cuda" else None
         self.matmul_choices: dict[str, MatmulChoice] = {}
         for name in PROJECTIONS:
-            k, n = shapes[name if name == "lm_head" else f"layers.0.{name}"]
-            self.matmul_choices[name] = choose_matmul(kernels, self.arch, config.dtype, k, n)
+            key = name if name == "lm_head" else f"layers.{layers.start}.{name}"
+            if key in shapes:
+                k, n = shapes[key]
+                self.matmul_choices[name] = choose_matmul(kernels, self.arch, config.dtype, k, n)
         self.attention_backend = "fullpipe.kernels.attention(backend='auto')" if kernels == "fullpipe" \
             else "torch scaled_dot_product_attention per request"
 
@@ -120,22 +168,43 @@ class DecoderStack:
         ``errors``), pack the valid ones and run the stack on them, enqueued on
         ``stream`` (a torch.cuda.Stream, a cuda.core Stream or anything with
         ``__cuda_stream__``; default torch's current stream). The logits are ready when
-        ``stream`` has reached this point. The host waits once, for the stream's earlier
-        work: PyTorch copies the small index arrays (token ids, positions, offsets) from
-        pageable memory synchronously; everything after is enqueued without waiting."""
+        ``stream`` has reached this point. The host never waits for the GPU: the small
+        index arrays (token ids, positions, offsets) go up from pinned memory on
+        ``stream``."""
         batch, errors = check_and_pack(requests, self.config)
         logits, plan = self.prefill_packed(batch, stream=stream)
         return PrefillResult(logits, batch.indices, errors, plan)
 
     def prefill_packed(self, batch: PackedBatch, *, stream: Any = None, out: Any = None) -> tuple[Any, ScratchPlan]:
-        """(logits, scratch plan) of an already checked and packed batch. ``out``: the
+        """(logits, scratch plan) of an already checked and packed batch, through every
+        layer (a stack built on a slice of the layers refuses). ``out``: the
         logits tensor to write (``[batch.requests, vocab]``, the stack's dtype, on its
         device); a new one from PyTorch's allocator when None."""
+        if not (self.holds_embedding and self.holds_head):
+            raise ValueError(f"this stack runs layers {self.layers.start}..{self.layers.stop - 1} of "
+                             f"{self.config.layers}: a prefill needs all of them (stages use run_slice)")
+        run = self.run_slice(batch, stream=stream, out=out)
+        self.release(run)
+        return run.logits, run.plan
+
+    def run_slice(self, batch: PackedBatch, *, stream: Any = None, receive: Any = None, out: Any = None) -> SliceRun:
+        """Enqueue this slice's layers on ``batch`` (on ``stream``, as :meth:`prefill`) and
+        return its :class:`SliceRun`, whose scratch stays reserved until :meth:`release`.
+
+        A slice that holds the embedding starts from the token ids. Any other slice gets
+        its input activations from ``receive(x, stream)``: called on the host after the
+        scratch exists and before the first layer is enqueued, with ``x`` (the scratch's
+        ``[tokens, width]`` residual stream, a torch tensor) and the cuda.core stream; it
+        must enqueue on that stream whatever fills ``x`` (e.g. a wait for a peer copy)."""
         import contextlib
 
         import torch
 
+        if not self.holds_embedding and receive is None:
+            raise ValueError(f"this stack starts at layer {self.layers.start}: give receive= to fill its input")
         if out is not None:
+            if not self.holds_head:
+                raise ValueError("out= is for the slice that holds the LM head")
             want = (batch.requests, self.config.vocab)
             if tuple(out.shape) != want or out.dtype != getattr(torch, self.config.dtype) \
                     or out.device != self.device or not out.is_contiguous():
@@ -144,24 +213,48 @@ class DecoderStack:
         plan = scratch_plan(self.config, batch.total_tokens, batch.requests)
         if self.device.type != "cuda":
             arena = torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device)
-            return self._run(batch, plan, arena, None, out), plan
-        torch_s, core_s = self._streams(stream)
-        with torch.cuda.stream(torch_s) if torch_s is not None else contextlib.nullcontext():
-            if self.pool is None:
-                arena = torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device)
-                return self._run(batch, plan, arena, core_s, out), plan
-            from ..cuda.interop import as_torch
-            from ..cuda.memory import DeviceArray
+            run = SliceRun(plan, arena, None, None, None)
+            run.logits = self._run(batch, run, receive, out)
+            return run
+        from ..cuda.device import ensure_current
 
-            buf = self.pool.allocate(plan.nbytes, core_s)
-            try:
+        torch_s, core_s = self._streams(stream)
+        with torch.cuda.device(self.device), torch.cuda.stream(torch_s):
+            # PyTorch may have switched this thread's device; fullpipe's launches ask
+            # for the device they need, so its record must be true.
+            ensure_current(self.device.index or 0, force=True)
+            if self.pool is None:
+                run = SliceRun(plan, torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device), None, None,
+                               core_s)
+            else:
+                from ..cuda.interop import as_torch
+                from ..cuda.memory import DeviceArray
+
+                buf = self.pool.allocate(plan.nbytes, core_s)
                 arena = as_torch(DeviceArray(int(buf.handle), (plan.nbytes,), np.uint8, owner=buf,
                                              device_index=self.device.index or 0))
-                logits = self._run(batch, plan, arena, core_s, out)
-            finally:
-                # Every use of the scratch was enqueued on core_s, so the free follows it there.
-                self.pool.free(buf, core_s)
-            return logits, plan
+                run = SliceRun(plan, arena, buf, None, core_s)
+            try:
+                run.logits = self._run(batch, run, receive, out)
+            except BaseException:
+                self.release(run)
+                raise
+        return run
+
+    def release(self, run: SliceRun, stream: Any = None) -> None:
+        """Give ``run``'s scratch back, in stream order on ``stream`` (default: the stream
+        it ran on; give the stream of its last use when another stream read it after)."""
+        if run.buffer is not None:
+            from ..cuda.streams import as_core_stream
+
+            self.pool.free(run.buffer, run.stream if stream is None else as_core_stream(stream))
+            run.buffer = None
+        elif stream is not None and run.stream is not None:
+            from ..cuda.interop import torch_stream
+            from ..cuda.streams import as_core_stream
+
+            # PyTorch's allocator: keep the block from reuse until that stream's work is done.
+            run.arena.record_stream(torch_stream(as_core_stream(stream), self.device.index or 0))
 
     def _streams(self, stream: Any) -> tuple[Any, Any]:
         """(torch stream, cuda.core stream) for ``stream``."""
@@ -178,33 +271,32 @@ class DecoderStack:
         core = as_core_stream(stream)
         return torch_stream(core, self.device.index or 0), core
 
-    def _run(self, batch: PackedBatch, plan: ScratchPlan, arena: Any, core_s: Any, out: Any) -> Any:
+    def _run(self, batch: PackedBatch, run: SliceRun, receive: Any, out: Any) -> Any:
         import torch
 
-        c, W = self.config, self.weights
+        c, W, core_s = self.config, self.weights, run.stream
         T, R = batch.total_tokens, batch.requests
         hq, hkv, d = c.heads, c.kv_heads, c.head_dim
         dtype = getattr(torch, c.dtype)
 
         def view(name: str) -> Any:
-            r = plan.region(name)
-            dt = {"int32": torch.int32, "int64": torch.int64}.get(r.dtype, dtype)
-            return arena[r.offset:r.offset + r.nbytes].view(dt).view(r.shape)
+            return run.view(name, {"int32": torch.int32, "int64": torch.int64}.get(run.plan.region(name).dtype, dtype))
 
-        tokens, positions, cu, last = view("tokens"), view("positions"), view("cu_seqlens"), view("last_token")
-        # Small pageable host arrays: PyTorch copies them synchronously with the host
-        # (the next slice stages requests through StreamPipeline's pinned ring instead).
-        tokens.copy_(torch.from_numpy(batch.tokens))
-        positions.copy_(torch.from_numpy(batch.positions))
-        cu.copy_(torch.from_numpy(batch.cu_seqlens))
-        last.copy_(torch.from_numpy(batch.last_token))
+        positions, cu = view("positions"), view("cu_seqlens")
+        _upload(positions, batch.positions)
+        _upload(cu, batch.cu_seqlens)
         x, h, qkv, proj = view("x"), view("h"), view("qkv"), view("proj")
         q, k, v, attn = view("q"), view("k"), view("v"), view("attn")
         gate_up, act = view("gate_up"), view("act")
 
-        torch.index_select(W["embedding"], 0, tokens, out=x)
+        if self.holds_embedding:
+            tokens = view("tokens")
+            _upload(tokens, batch.tokens)
+            torch.index_select(W["embedding"], 0, tokens, out=x)
+        else:
+            receive(x, core_s)
         cos, sin = rope_tables(positions, d, c.rope_base)
-        for i in range(c.layers):
+        for i in self.layers:
             p = f"layers.{i}."
             rms_norm(x, W[p + "attn_norm"], c.norm_eps, out=h)
             self._matmul("wqkv", h, W[p + "wqkv"], qkv, core_s)
@@ -219,6 +311,10 @@ class DecoderStack:
             swiglu(gate_up, out=act)
             self._matmul("w_down", act, W[p + "w_down"], proj, core_s)
             x.add_(proj)
+        if not self.holds_head:
+            return None
+        last = view("last_token")
+        _upload(last, batch.last_token)
         last_hidden = view("last_hidden")
         rms_norm(torch.index_select(x, 0, last), W["final_norm"], c.norm_eps, out=last_hidden)
         logits = out if out is not None else torch.empty((R, c.vocab), dtype=dtype, device=self.device)
@@ -250,3 +346,16 @@ class DecoderStack:
                 q[lo:hi].transpose(0, 1), k[lo:hi].repeat_interleave(rep, dim=1).transpose(0, 1),
                 v[lo:hi].repeat_interleave(rep, dim=1).transpose(0, 1), is_causal=True)
             out[lo:hi].copy_(o.transpose(0, 1))
+
+
+def _upload(dst: Any, host: np.ndarray) -> None:
+    """Copy a small host index array into the scratch without making the host wait: from
+    pinned memory (PyTorch's pinned block is not reused before this copy has run), on
+    the current stream. On the CPU, a plain copy."""
+    import torch
+
+    src = torch.from_numpy(np.ascontiguousarray(host))
+    if dst.is_cuda:
+        dst.copy_(src.pin_memory(), non_blocking=True)
+    else:
+        dst.copy_(src)
