@@ -247,7 +247,9 @@ def _smi_index(ordinal: int, smi_bus_ids: dict[int, str]) -> tuple[int, str]:
 
         drv.call("cuInit", 0)
         dev = drv.call("cuDeviceGet", ordinal)
-        bus = normalize_bus_id(drv.call("cuDeviceGetPCIBusId", 32, dev).split(b"\x00")[0].decode())
+        raw = drv.call("cuDeviceGetPCIBusId", 32, dev)
+        raw = raw.decode(errors="replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+        bus = normalize_bus_id(raw.split("\x00")[0])
     except Exception:  # no driver (CPU machine) or no such device: nvidia-smi's numbering as is
         return ordinal, "CUDA ordinal taken as nvidia-smi index"
     for index, b in smi_bus_ids.items():

@@ -239,9 +239,9 @@ class Clock:
             if c.runs_on.stream is not lead.stream and all(c.runs_on.stream is not o.stream for o in others):
                 others.append(c.runs_on)
         while True:
-            start = create_event(lead.index, timing=True)
-            end = create_event(lead.index, timing=True)
-            joins = [create_event(o.index) for o in others]
+            start = create_event(lead.device, timing=True)
+            end = create_event(lead.device, timing=True)
+            joins = [create_event(o.device) for o in others]
             ensure_current(lead.index)
             peer_copy.hold(lead.stream, self.hold_ns, device=lead.index)
             record(lead.stream, start)
