@@ -124,3 +124,32 @@ def test_one_gpu_is_skipped_with_the_reason(monkeypatch):
     assert r.verdict == "skipped" and "needs two GPUs" in r.notes[0]
     rows = {c["key"]: c for c in derive(r.as_dict())}
     assert rows["peer-copy-link-bound"]["verdict"] == "skipped" and "two GPUs" in rows["peer-copy-link-bound"]["measured"]
+
+
+def test_the_tracer_keeps_peer_copies(monkeypatch):
+    """CUPTI delivers copies between GPUs as MEMCPY2 records (CUpti_ActivityMemcpyPtoP): the
+    tracer turns them into p2p copies with their devices (the overlap section counts them)."""
+    import enum
+
+    from fullpipe.trace import activity
+
+    class K(enum.IntEnum):
+        MEMCPY, MEMSET, KERNEL, DRIVER, CONCURRENT_KERNEL = 1, 2, 3, 4, 10
+        EXTERNAL_CORRELATION, SYNCHRONIZATION, MEMCPY2, MEMORY2, MEMORY_POOL = 36, 38, 22, 49, 50
+
+    class CopyKind(enum.IntEnum):
+        UNKNOWN, HTOD, DTOD, PTOP = 0, 1, 8, 10
+
+    class MemKind(enum.IntEnum):
+        UNKNOWN, DEVICE = 0, 3
+
+    fake = types.SimpleNamespace(ActivityKind=K, ActivityMemcpyKind=CopyKind, ActivityMemoryKind=MemKind)
+    monkeypatch.setattr(activity, "load_cupti", lambda: fake)
+    s = activity.CuptiSession(tags=False)
+    rec = types.SimpleNamespace(kind=int(K.MEMCPY2), start=1_000, end=3_000, copy_kind=int(CopyKind.PTOP),
+                                src_kind=int(MemKind.DEVICE), dst_kind=int(MemKind.DEVICE), bytes=64 << 20,
+                                stream_id=7, correlation_id=5, src_device_id=0, dst_device_id=1)
+    s.consume([rec])
+    (r,) = s.records
+    assert (r.kind, r.direction, r.engine, r.bytes) == ("memcpy", "p2p", "p2p", 64 << 20)
+    assert r.info["src_device"] == 0 and r.info["dst_device"] == 1

@@ -151,6 +151,7 @@ def _selftest(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.peer_copy")
     ap.add_argument("--selftest", action="store_true")
     ap.parse_args(argv)
+    drv.call("cuInit", 0)
     count = int(drv.call("cuDeviceGetCount"))
     pairs = [(0, 0)]
     if count >= 2:
