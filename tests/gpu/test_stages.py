@@ -32,8 +32,8 @@ def _rel(a, b):
     return float(((a - b).norm(dim=1) / b.norm(dim=1)).max())
 
 
-@pytest.mark.parametrize("mode", ["copy", "pull"])
-def test_two_stages_give_the_logits_of_one_gpu_and_return_every_byte(two_gpus, mode):
+@pytest.mark.parametrize("mode, threads", [("copy", False), ("copy", True), ("pull", False)])
+def test_two_stages_give_the_logits_of_one_gpu_and_return_every_byte(two_gpus, mode, threads):
     import torch
 
     from fullpipe.models import StackConfig, StagedStack, init_weights
@@ -43,7 +43,7 @@ def test_two_stages_give_the_logits_of_one_gpu_and_return_every_byte(two_gpus, m
     reqs = _requests(c, 14)
     reqs.insert(3, np.array([c.vocab + 5]))  # refused, the others go on
     one = StagedStack(c, w, devices=[0])
-    two = StagedStack(c, w, devices=[0, 1], mode=mode, split=[range(0, 1), range(1, 4)])  # uneven on purpose
+    two = StagedStack(c, w, devices=[0, 1], mode=mode, threads=threads, split=[range(0, 1), range(1, 4)])  # uneven
     r1 = one.prefill(reqs, microbatch_tokens=600)
     r2 = two.prefill(reqs, microbatch_tokens=600)
     one.synchronize()
@@ -59,12 +59,13 @@ def test_two_stages_give_the_logits_of_one_gpu_and_return_every_byte(two_gpus, m
         assert st.pool.stats().used_bytes == 0
 
 
-def test_a_failure_in_the_second_stage_returns_all_scratch(two_gpus):
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_failure_in_the_second_stage_returns_all_scratch(two_gpus, threads):
     from fullpipe.models import StackConfig, StagedStack, init_weights
 
     c = StackConfig(**SMALL)
     w = init_weights(c, seed=5, device="cuda:0")
-    two = StagedStack(c, w, devices=[0, 1])
+    two = StagedStack(c, w, devices=[0, 1], threads=threads)
     calls = {"n": 0}
     real = two.stages[1].stack._matmul
 

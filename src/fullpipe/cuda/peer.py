@@ -25,7 +25,9 @@ from ..errors import CudaError
 from . import driver as drv
 from .device import device_index, ensure_current
 
-ACCESS = ("none", "read", "readwrite")
+# Pools take no read-only grant: cuMemPoolSetAccess answers CUDA_ERROR_NOT_SUPPORTED to
+# CU_MEM_ACCESS_FLAGS_PROT_READ (seen on H200s, driver 580.159).
+ACCESS = ("none", "readwrite")
 
 
 class PeerAccessError(RuntimeError):
@@ -119,7 +121,7 @@ def _location(index: int) -> Any:
 
 def grant_pool_access(pool: Any, device: Any, access: str = "readwrite") -> None:
     """Let kernels and copies on ``device`` use memory from ``pool`` (a fullpipe DevicePool
-    of another GPU): ``"readwrite"``, ``"read"`` or ``"none"`` (cuMemPoolSetAccess).
+    of another GPU): ``"readwrite"`` or ``"none"`` (cuMemPoolSetAccess).
     Applies to the pool's present and future allocations."""
     from cuda.bindings import driver
 
@@ -130,7 +132,6 @@ def grant_pool_access(pool: Any, device: Any, access: str = "readwrite") -> None
     if access != "none" and not drv.call("cuDeviceCanAccessPeer", peer, owner):
         raise PeerAccessError(f"GPU {peer} cannot access GPU {owner}'s memory, so it cannot use that GPU's pool")
     flags = {"none": driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE,
-             "read": driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ,
              "readwrite": driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE}[access]
     desc = driver.CUmemAccessDesc()
     desc.location = _location(peer)

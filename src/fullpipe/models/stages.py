@@ -16,8 +16,9 @@ micro-batch's residual stream (``[tokens, width]``, the only activation that cro
 the producer records an event when its last layer is enqueued; the boundary waits for it
 and for the consumer's scratch allocation, copies GPU to GPU, and the consumer's stream
 waits for the copy. The producer's scratch goes back to its pool once the copy is done.
-One host thread enqueues everything and never waits for a GPU; each stage uploads its
-micro-batch's small index arrays (positions, offsets) itself, from pinned memory.
+One host thread enqueues everything and never waits for a GPU (or, ``threads=True``, one
+host thread per stage); each stage uploads its micro-batch's small index arrays
+(positions, offsets) itself, from pinned memory.
 
 With one device it is the plain stack over the same micro-batches: the baseline the
 pipeline is measured against.
@@ -92,11 +93,13 @@ class StagedResult:
 class StagedStack:
     def __init__(self, config: StackConfig, weights: dict[str, Any], *, devices: Sequence[Any] = (0, 1),
                  kernels: str = "fullpipe", split: Sequence[range] | None = None, mode: str = "copy",
-                 release_threshold: int | str = "max"):
+                 threads: bool = False, handoff_depth: int = 2, release_threshold: int | str = "max"):
         """``weights``: the whole stack's tensors, on any device (each stage copies its own
         to its GPU). ``split``: the layers of each stage (default :func:`stage_split`).
         ``mode``: how activations cross a boundary, ``"copy"`` (copy engines) or
-        ``"pull"`` (the next GPU's SMs read them over the link)."""
+        ``"pull"`` (the next GPU's SMs read them over the link). ``threads``: one host
+        thread per stage enqueues it (when one thread cannot keep every GPU fed);
+        ``handoff_depth``: micro-batches that may wait between two stages' threads."""
         import torch
 
         from ..cuda.device import Device, device_index
@@ -114,7 +117,10 @@ class StagedStack:
         if len(split) != len(self.devices) or [i for r in split for i in r] != list(range(config.layers)):
             raise ValueError(f"split must cut layers 0..{config.layers - 1} into {len(self.devices)} consecutive "
                              f"ranges in order, got {split}")
+        if isinstance(handoff_depth, bool) or not isinstance(handoff_depth, int) or handoff_depth < 1:
+            raise ValueError(f"handoff_depth must be an int >= 1, got {handoff_depth!r}")
         self.config, self.split, self.mode = config, split, mode
+        self.threads, self.handoff_depth = threads, handoff_depth
         self.stages: list[Stage] = []
         for dev, layers in zip(self.devices, split):
             pool = DevicePool(Device(dev), release_threshold)
@@ -126,7 +132,7 @@ class StagedStack:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"GPU {s.device}: layers {s.layers.start}..{s.layers.stop - 1}" for s in self.stages)
-        return f"StagedStack({parts}; boundaries by {self.mode})"
+        return f"StagedStack({parts}; boundaries by {self.mode}; {'a thread per stage' if self.threads else 'one thread'})"
 
     @property
     def stage_costs(self) -> list[float]:
@@ -157,49 +163,136 @@ class StagedStack:
                             sum(b.total_tokens for b in batches))
 
     def prefill_microbatches(self, batches: Sequence[PackedBatch]) -> list[Any]:
-        """Each packed micro-batch through every stage, enqueued in fill-drain order; the
-        logits of each, on the last stage's GPU, ordered on its stream."""
-        from ..cuda import events
-
-        S, M = len(self.stages), len(batches)
-        if M == 0:
+        """Each packed micro-batch through every stage; the logits of each, on the last
+        stage's GPU, ordered on its stream. One host thread enqueues in fill-drain order,
+        or (``threads=True``) one host thread per stage, each enqueueing its own stage's
+        micro-batches in order."""
+        if not batches:
             raise ValueError("no micro-batches")
+        if self.threads and len(self.stages) > 1:
+            return self._enqueue_threaded(list(batches))
+        return self._enqueue_one_thread(list(batches))
+
+    def _step(self, s: int, batch: PackedBatch, produced: Any) -> tuple[SliceRun, Any]:
+        """Enqueue stage ``s`` on ``batch``, fed by ``produced`` (the previous stage's run and
+        its ready event; None for stage 0). Returns (run, ready event) — the ready event is
+        None for the last stage, whose scratch is already released. Raises with the
+        producer's scratch released."""
+        from ..cuda import events
+        from ..cuda.device import ensure_current
+
+        stage = self.stages[s]
+        try:
+            receive = self._receiver(s, produced) if s > 0 else None
+            run = stage.stack.run_slice(batch, stream=stage.stream, receive=receive)
+        except BaseException:
+            if produced is not None:
+                self.stages[s - 1].stack.release(produced[0])  # no-op if receive already did
+            raise
+        if s == len(self.stages) - 1:
+            stage.stack.release(run)
+            return run, None
+        ensure_current(stage.device, force=True)  # the event belongs to the stream's device
+        return run, events.record(run.stream)
+
+    def _enqueue_one_thread(self, batches: list[PackedBatch]) -> list[Any]:
+        S, M = len(self.stages), len(batches)
         in_flight: dict[tuple[int, int], tuple[SliceRun, Any]] = {}  # (stage, micro-batch) -> (run, ready)
         outputs: list[Any] = [None] * M
         try:
             for step in enqueue_order(S, M):
-                stage, batch = self.stages[step.stage], batches[step.microbatch]
-                receive = None
-                if step.stage > 0:
-                    receive = self._receiver(step.stage, in_flight.pop((step.stage - 1, step.microbatch)))
-                run = stage.stack.run_slice(batch, stream=stage.stream, receive=receive)
-                if step.stage == S - 1:
+                produced = in_flight.pop((step.stage - 1, step.microbatch)) if step.stage else None
+                run, ready = self._step(step.stage, batches[step.microbatch], produced)
+                if ready is None:
                     outputs[step.microbatch] = run.logits
-                    stage.stack.release(run)
                 else:
-                    in_flight[(step.stage, step.microbatch)] = (run, events.record(run.stream))
+                    in_flight[(step.stage, step.microbatch)] = (run, ready)
         except BaseException:
             for (s, _), (run, _) in in_flight.items():
                 self.stages[s].stack.release(run)
             raise
         return outputs
 
+    def _enqueue_threaded(self, batches: list[PackedBatch]) -> list[Any]:
+        """One host thread per stage. A stage hands each micro-batch's (run, ready event)
+        to the next stage's thread as soon as it is enqueued (the GPU work may not have
+        started); at most ``handoff_depth`` wait between two stages, so a fast stage does
+        not hold the scratch of many micro-batches. PyTorch and cuda.bindings release the
+        GIL inside their calls, so the stages' host work overlaps in part."""
+        import queue
+        import threading
+
+        S, M = len(self.stages), len(batches)
+        handoff = [queue.Queue(maxsize=self.handoff_depth) for _ in range(S - 1)]
+        stop = threading.Event()
+        outputs: list[Any] = [None] * M
+        failures: list[BaseException] = []
+
+        def put(q: Any, item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def get(q: Any) -> Any:
+            while not stop.is_set():
+                try:
+                    return q.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+            return None
+
+        def worker(s: int) -> None:
+            try:
+                for m in range(M):
+                    produced = get(handoff[s - 1]) if s else None
+                    if s and produced is None:
+                        return  # another stage failed
+                    run, ready = self._step(s, batches[m], produced)
+                    if ready is None:
+                        outputs[m] = run.logits
+                    elif not put(handoff[s], (run, ready)):
+                        self.stages[s].stack.release(run)
+                        return
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                failures.append(exc)
+                stop.set()
+
+        threads = [threading.Thread(target=worker, args=(s,), name=f"fullpipe-stage-{s}") for s in range(S)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s, q in enumerate(handoff):  # what a stopped consumer never took
+            while not q.empty():
+                run, _ = q.get_nowait()
+                self.stages[s].stack.release(run)
+        if failures:
+            raise failures[0]
+        return outputs
+
     def _receiver(self, stage_index: int, produced: tuple[SliceRun, Any]) -> Any:
         """The ``receive`` of stage ``stage_index`` for one micro-batch: the boundary moves
         the previous stage's residual stream into this stage's scratch."""
         from ..cuda import events
+        from ..cuda.device import ensure_current
 
         run, ready = produced
         boundary = self.boundaries[stage_index - 1]
-        producer = self.stages[stage_index - 1]
+        producer, consumer = self.stages[stage_index - 1], self.stages[stage_index]
 
         def receive(x: Any, stream: Any) -> None:
+            ensure_current(consumer.device, force=True)
             allocated = events.record(stream)  # this stage's scratch exists from here on
             src = run.arena.data_ptr() + run.plan.region("x").offset
             done = boundary.send(src, x.data_ptr(), x.numel() * x.element_size(), after=[ready, allocated],
                                  stream=stream)
             events.wait(stream, done)
             producer.stack.release(run, boundary.stream)
+            ensure_current(consumer.device, force=True)  # the rest of this stage runs on its GPU
 
         return receive
 

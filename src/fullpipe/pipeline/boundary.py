@@ -49,7 +49,7 @@ class PeerBoundary:
             # dst's SMs read src's memory.
             enable_peer_access(self.dst, self.src)
             if src_pool is not None:
-                grant_pool_access(src_pool, self.dst, "read")
+                grant_pool_access(src_pool, self.dst)  # pools have no read-only grant (CUDA_ERROR_NOT_SUPPORTED)
         # A stream on src that reaches each send's point once the move is done: "copy"
         # runs the copies there; with "pull" it only waits for them. Free the source on it.
         ensure_current(self.src, force=True)  # a stream belongs to the current context
@@ -64,9 +64,12 @@ class PeerBoundary:
         ``src_ptr`` may be freed or reused (on :attr:`stream`, which follows the move).
         ``stream``: the consumer's stream, needed by ``"pull"`` (the copy runs there);
         ``"copy"`` uses the boundary's own stream."""
+        # Events and copies belong to the current context: make it the stream's device's
+        # (forced: PyTorch may have switched this thread's device behind fullpipe's record).
         if self.mode == "copy":
             from ..cuda.peer import copy_peer
 
+            ensure_current(self.src, force=True)
             for e in after:
                 events.wait(self.stream, e)
             copy_peer(dst_ptr, self.dst, src_ptr, self.src, nbytes, self.stream)
@@ -76,6 +79,7 @@ class PeerBoundary:
                 raise ValueError("mode='pull' runs on the consumer's stream: pass stream=")
             from ..kernels.peer_copy import copy_sm
 
+            ensure_current(self.dst, force=True)
             for e in after:
                 events.wait(stream, e)
             copy_sm(dst_ptr, src_ptr, nbytes, stream, device=self.dst)
