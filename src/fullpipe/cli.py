@@ -58,14 +58,25 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
+def _peer_links(index: int) -> dict:
+    """{other GPU: fullpipe.cuda.topology.Link} for every other GPU of this host."""
+    from .cuda import driver as drv
+    from .cuda.topology import link_between
+
+    n = int(drv.call("cuDeviceGetCount"))
+    return {j: link_between(index, j) for j in range(n) if j != index}
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     dev = _open_device(args.device)
     if dev is None:
         return EXIT_NO_GPU
     facts = dev.facts
+    links = _peer_links(facts.index)
     if args.json:
         d = facts.as_dict()
         d["implications"] = facts.implications()
+        d["links"] = {str(j): link.as_dict() for j, link in links.items()}
         print(json.dumps(d, indent=2))
         return 0
     from rich.table import Table
@@ -93,6 +104,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("PCIe link", f"gen {facts.pcie_generation} x{facts.pcie_width}" if facts.pcie_generation else "unknown (NVML unavailable)"),
         ("driver / runtime / NVRTC", f"{facts.driver_version} / {facts.runtime_version} / {facts.nvrtc_version}"),
     ]
+    rows += [(f"link to GPU {j} (nvidia-smi)", link.describe()) for j, link in links.items()]
     for k, v in rows:
         t.add_row(k, v)
     con = _console()

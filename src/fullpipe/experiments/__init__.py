@@ -44,6 +44,8 @@ _MODULES: dict[str, str] = {
     "attention-hopper": "attention_hopper",
     # level 1 on real PyTorch workloads, against the peers a user would write (issue 14)
     "workloads": "workloads",
+    # level 1 across GPUs: peer copies vs the link, beside H2D, D2H and compute (issue 19)
+    "multi-gpu": "multi_gpu",
 }
 
 

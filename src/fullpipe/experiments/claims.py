@@ -83,6 +83,13 @@ CANONICAL: tuple[Canonical, ...] = (
     Canonical("clusters-remove-duplicate-loads", "clusters remove duplicate loads", "cluster"),
     Canonical("clusters-remove-duplicate-loads-hopper", "clusters remove duplicate loads (Hopper: TMA multicast)",
               "gemm-hopper"),
+    # Beyond one GPU (issue 19): peer copies against the link, and beside the other engines.
+    # (multi-gpu-stack-scaling joins here once multi-gpu measures it: the page lists only
+    # canonical claims that a recorded run judged.)
+    Canonical("peer-copy-link-bound", "peer copies between two GPUs reach ≥ 0.9× the link's rate each way",
+              "multi-gpu"),
+    Canonical("peer-copy-overlap", "peer copies overlap H2D, D2H and compute (copy engines busy at once)",
+              "multi-gpu"),
 )
 CANONICAL_KEYS = {c.key: c for c in CANONICAL}
 

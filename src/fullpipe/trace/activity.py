@@ -9,7 +9,7 @@ How CUPTI's activity API works, and what this module does at each step:
 2. ``activity_enable(kind)`` for each kind we want: kernels (CONCURRENT_KERNEL, which
    does not serialize kernels the way KERNEL does), MEMCPY, MEMSET, SYNCHRONIZATION,
    MEMORY2 (allocations, with the pool they came from), MEMORY_POOL (pool created /
-   trimmed), and DRIVER + EXTERNAL_CORRELATION to carry fullpipe's batch tags over
+   trimmed), MEMCPY2 (copies between GPUs), and DRIVER + EXTERNAL_CORRELATION to carry fullpipe's batch tags over
    to the records (``activity_push_external_correlation_id``).
 3. At the end: wait for the GPU, ``activity_flush_all(1)`` (forced: incomplete
    buffers too) so every record has been delivered, then ``activity_disable``.
@@ -93,6 +93,11 @@ class CuptiSession:
             int(K.MEMORY_POOL): self._pool,
             int(K.EXTERNAL_CORRELATION): self._external,
         }
+        # Copies between two GPUs come as MEMCPY2 (CUpti_ActivityMemcpyPtoP), not MEMCPY:
+        # the same fields, plus the source and destination devices.
+        self._peer_kind = getattr(K, "MEMCPY2", None)
+        if self._peer_kind is not None:
+            self._handlers[int(self._peer_kind)] = self._memcpy
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -103,6 +108,8 @@ class CuptiSession:
         K = c.ActivityKind
         required = [K.CONCURRENT_KERNEL, K.MEMCPY]
         optional = [K.MEMSET, K.SYNCHRONIZATION, K.MEMORY2, K.MEMORY_POOL]
+        if self._peer_kind is not None:
+            optional.append(self._peer_kind)
         if self.tags:
             optional += [K.EXTERNAL_CORRELATION, K.DRIVER]
         with _lock:
@@ -233,9 +240,12 @@ class CuptiSession:
         dst = _enum_name(c.ActivityMemoryKind, int(a.dst_kind))
         host_side = src if direction == "h2d" else dst if direction == "d2h" else None
         pinned = {"PINNED": True, "PAGEABLE": False}.get(host_side) if host_side else None
+        info = {"src": src.lower(), "dst": dst.lower(), "correlation": int(a.correlation_id)}
+        for key in ("src_device_id", "dst_device_id"):  # peer copies (MEMCPY2) only
+            if hasattr(a, key):
+                info[key.replace("_id", "")] = int(getattr(a, key))
         return Record(kind="memcpy", name=f"copy {direction.upper()}", start_ns=iv[0], end_ns=iv[1],
-                      stream=int(a.stream_id), direction=direction, bytes=int(a.bytes), pinned=pinned,
-                      info={"src": src.lower(), "dst": dst.lower(), "correlation": int(a.correlation_id)})
+                      stream=int(a.stream_id), direction=direction, bytes=int(a.bytes), pinned=pinned, info=info)
 
     def _memset(self, a) -> Record | None:
         iv = self._interval(a)
