@@ -42,6 +42,7 @@ c. The layer stack on 1 vs 2 GPUs: :func:`_stack_scaling`, not measured yet.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,7 +74,7 @@ TECHNIQUE = (
 )
 # The claims whose verdicts make this experiment's verdict (claims.summary): its canonical claims.
 # STACK_SCALING_KEY joins them (with a rule and a claims.CANONICAL entry) once _stack_scaling measures.
-VERDICT_FROM = ("peer-copy-link-bound", "peer-copy-overlap")
+VERDICT_FROM = ("peer-copy-link-bound", "peer-copy-overlap", "multi-gpu-stack-scaling")
 STACK_SCALING_KEY = "multi-gpu-stack-scaling"
 STACK_SCALING_CLAIM = "the layer stack on N GPUs reaches ≥ 0.85 × N × one GPU's throughput (enough micro-batches)"
 
@@ -447,16 +448,105 @@ def _traced(ctx: Context, dev: Any, t: Any, ops: dict, moved: dict, alone: dict)
 
 
 # --------------------------------------------------------------------------- c. the layer stack
-def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
-    """PLACEHOLDER, filled in by the lead after merging (issue 19): the layer stack
-    (fullpipe.models.stages) on 1 vs 2 GPUs, throughput vs linear at enough micro-batches,
-    and the stage boundary's cost per micro-batch. Returns (metrics, table rows, notes).
+# The issue's stack (12 layers, width 2048, 16 heads of 128, bf16) prefilling requests of
+# random lengths, cut into micro-batches: all layers on one GPU vs half the layers on each.
+STACK_REQUESTS, QUICK_STACK_REQUESTS = 128, 48
+STACK_MICROBATCH_TOKENS, QUICK_STACK_MICROBATCH_TOKENS = 8192, 4096
+STACK_REPEAT, QUICK_STACK_REPEAT = 3, 2
+STACK_TARGET, STACK_PARTLY = 0.85, 0.7
+STACK_MAX_REL_ERR = 1e-3  # the same kernels on the same inputs: two GPUs must give one GPU's logits
 
-    Measures nothing yet, and so has no claim yet: with its numbers come a rule
-    ``@rule(NAME, STACK_SCALING_KEY)`` judging STACK_SCALING_CLAIM, the key in VERDICT_FROM
-    and a ``Canonical(STACK_SCALING_KEY, STACK_SCALING_CLAIM, NAME)`` in claims.CANONICAL
-    (the report's tests want every canonical claim judged on the recorded run)."""
-    return {}, [], []
+
+def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """The layer stack (fullpipe.models.StagedStack) on one GPU and split over two, the same
+    micro-batches in the same run: throughput, its ratio to linear and to the fill-drain
+    ideal, and what the stage boundary costs per micro-batch. Returns (metrics, rows, notes)."""
+    try:
+        import torch
+    except ImportError:
+        return {"stack_skipped": "PyTorch is not installed (the stack's elementwise pieces are PyTorch)"}, [], []
+    from ..models import StackConfig, StagedStack, init_weights
+    from ..pipeline.schedule import bubble_fraction, ideal_speedup
+
+    config = StackConfig()
+    n_requests = QUICK_STACK_REQUESTS if ctx.quick else STACK_REQUESTS
+    mb_tokens = QUICK_STACK_MICROBATCH_TOKENS if ctx.quick else STACK_MICROBATCH_TOKENS
+    repeat = QUICK_STACK_REPEAT if ctx.quick else STACK_REPEAT
+    rng = np.random.default_rng(18)
+    requests = [rng.integers(0, config.vocab, int(n)) for n in rng.integers(64, 2048, n_requests)]
+    ctx.progress(0.7, "layer stack: weights")
+    weights = init_weights(config, seed=0, device=f"cuda:{a.index}")
+    forms = {"1 GPU": dict(devices=[a.index]),
+             "2 GPUs, peer copy": dict(devices=[a.index, b.index], mode="copy"),
+             "2 GPUs, SM pull": dict(devices=[a.index, b.index], mode="pull")}
+    wall: dict[str, float] = {}
+    logits: dict[str, Any] = {}
+    split, microbatches, tokens = None, 0, 0
+    for i, (name, kw) in enumerate(forms.items()):
+        ctx.progress(0.7 + 0.25 * i / len(forms), f"layer stack: {name}")
+        with StagedStack(config, weights, **kw) as pipe:
+            first = pipe.prefill(requests, microbatch_tokens=mb_tokens)  # also the warm-up
+            pipe.synchronize()
+            logits[name] = first.logits.float().cpu()
+            microbatches, tokens = first.microbatches, first.tokens
+            if len(kw["devices"]) == 2:
+                split = [[r.start, r.stop] for r in pipe.split]
+            samples = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                pipe.prefill(requests, microbatch_tokens=mb_tokens)
+                pipe.synchronize()
+                samples.append(time.perf_counter() - t0)
+            wall[name] = median(samples)
+    del weights
+    torch.cuda.empty_cache()
+    ref = logits["1 GPU"]
+    errors = {k: float(((v - ref).norm(dim=1) / ref.norm(dim=1)).max()) for k, v in logits.items() if k != "1 GPU"}
+    tps = {k: tokens / t for k, t in wall.items()}
+    best = max((k for k in tps if k != "1 GPU"), key=lambda k: tps[k])
+    boundary_bytes = mb_tokens * config.width * config.element_bytes
+    boundary_ms = _peer_copy_ms(a, b, boundary_bytes)
+    stage_ms = wall["1 GPU"] * 1e3 / microbatches / 2
+    metrics = {
+        "stack_config": {"layers": config.layers, "width": config.width, "heads": config.heads,
+                         "head_dim": config.head_dim, "ffn_width": config.ffn_width, "dtype": config.dtype},
+        "stack_requests": n_requests, "stack_tokens": tokens, "stack_microbatches": microbatches,
+        "stack_microbatch_tokens": mb_tokens, "stack_split": split, "stack_gpus": 2,
+        "stack_wall_s": wall, "stack_tokens_per_s": tps, "stack_best": best,
+        "stack_speedup": tps[best] / tps["1 GPU"],
+        "stack_ideal_speedup": ideal_speedup(2, microbatches), "stack_bubble": bubble_fraction(2, microbatches),
+        "stack_max_rel_err_vs_1gpu": errors,
+        "stack_boundary_bytes": boundary_bytes, "stack_boundary_ms": boundary_ms, "stack_stage_ms": stage_ms,
+    }
+    rows = [{"section": "layer stack", "form": k, "tokens/s": tps[k], "x one GPU": tps[k] / tps["1 GPU"],
+             "of linear": tps[k] / tps["1 GPU"] / (1 if k == "1 GPU" else 2),
+             "max rel err vs 1 GPU": errors.get(k, 0.0)} for k in tps]
+    notes = [f"layer stack: {n_requests} requests of 64..2047 tokens ({tokens} tokens) in {microbatches} micro-batches "
+             f"of <= {mb_tokens} tokens; layers {split} on GPUs {a.index}, {b.index}; wall time of a whole prefill "
+             f"(median of {repeat}, after a warm-up that also checked the logits against one GPU's)",
+             f"stage boundary: the residual stream of a full micro-batch ({boundary_bytes / MiB:.0f} MiB) crosses in "
+             f"{boundary_ms:.3f} ms by peer copy, on the copy engines, beside {stage_ms:.1f} ms of each stage's compute"]
+    bad = {k: e for k, e in errors.items() if e > STACK_MAX_REL_ERR}
+    if bad:
+        metrics["stack_wrong"] = bad
+        notes.append(f"WRONG: the split stack's logits differ from one GPU's: {bad}")
+    return metrics, rows, notes
+
+
+def _peer_copy_ms(a: Side, b: Side, nbytes: int, reps: int = 10) -> float:
+    """One peer copy of ``nbytes`` from a's buffer to b's, by the copy engine (median of ``reps``)."""
+    from ..cuda.peer import copy_peer
+
+    ensure_current(a.index, force=True)
+    stream = create_stream(a.device)
+    times_ms = []
+    for _ in range(reps):
+        t0 = record(stream, timing=True)
+        copy_peer(b.dst, b.index, a.src, a.index, nbytes, stream)
+        t1 = record(stream, timing=True)
+        stream.sync()
+        times_ms.append(elapsed_ms(t0, t1))
+    return median(times_ms)
 
 
 # --------------------------------------------------------------------------- the run
@@ -599,6 +689,30 @@ def _overlap_rule(d: Data) -> Judged:
                            f"together {1 / ratio4:.2f}× the longest alone (events); GB/s alone→together: {rates}",
                   bound=f"the peer copy's busy time; longest alone = {max(alone.values()):.2f} ms", ratio=f,
                   verdict=at_least(f, OVERLAP_TARGET, OVERLAP_PARTLY), target=target)
+
+
+@rule(NAME, STACK_SCALING_KEY)
+def _stack_scaling_rule(d: Data) -> Judged:
+    target = (f"supported: N GPUs ≥ {STACK_TARGET} × N × one GPU's tokens/s (same run, same micro-batches), "
+              f"partly ≥ {STACK_PARTLY}")
+    skipped = d.m_or(None, "stack_skipped")
+    if skipped:
+        return Judged(measured=f"not measured: {skipped}", bound="", ratio=None, verdict="skipped", target=target)
+    n, tps, best = d.m("stack_gpus"), d.m("stack_tokens_per_s"), d.m("stack_best")
+    one = tps["1 GPU"]
+    r = tps[best] / one / n
+    others = ", ".join(f"{k} {v / one:.2f}×" for k, v in tps.items() if k not in ("1 GPU", best))
+    wrong = d.m_or(None, "stack_wrong")
+    measured = (f"{best}: {tps[best]:.0f} tokens/s = {tps[best] / one:.2f}× one GPU = {r:.2f} of linear"
+                f"{'; ' + others if others else ''}; fill-drain ideal {d.m('stack_ideal_speedup'):.2f}× at "
+                f"{d.m('stack_microbatches')} micro-batches of ≤ {d.m('stack_microbatch_tokens')} tokens; boundary "
+                f"{d.m('stack_boundary_ms'):.3f} ms per micro-batch (peer copy) beside {d.m('stack_stage_ms'):.1f} ms "
+                f"of stage compute; 4 and 8 GPUs not measured (2 GPUs here)")
+    if wrong:
+        return Judged(measured=f"wrong logits on two GPUs ({wrong}); {measured}", bound="", ratio=r,
+                      verdict="not supported", target=target)
+    return Judged(measured=measured, bound=f"{n} × one GPU's {one:.0f} tokens/s (same run)", ratio=r,
+                  verdict=at_least(r, STACK_TARGET, STACK_PARTLY), target=target)
 
 
 # --------------------------------------------------------------------------- figure

@@ -301,3 +301,15 @@ class StagedStack:
             s.stream.synchronize()
         for b in self.boundaries:
             b.stream.sync()
+
+    def close(self) -> None:
+        """Wait for everything enqueued, then give every stage's pool memory back."""
+        self.synchronize()
+        for s in self.stages:
+            s.pool.close()
+
+    def __enter__(self) -> "StagedStack":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
