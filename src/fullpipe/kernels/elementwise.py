@@ -74,6 +74,7 @@ def kernel_names() -> list[str]:
 
 # --------------------------------------------------------------------------- arguments
 _TORCH: dict[Any, str] = {}  # torch dtype -> "bfloat16" / "float16" / "int32" (filled on first use)
+_tensor_type: Any = None  # torch.Tensor once one was seen (torch is optional: never imported here)
 
 
 def _torch_dtypes() -> dict[Any, str]:
@@ -88,11 +89,13 @@ def _array(x: Any, name: str) -> tuple[int, tuple[int, ...], str, int]:
     """(pointer, shape, dtype name, device index; -1 on the CPU) of an array argument.
     PyTorch tensors are read directly (the cheap path); CuPy and fullpipe arrays through
     kernels._operands."""
-    if type(x).__module__.startswith("torch") and hasattr(x, "get_device"):  # torch.Tensor / Parameter
+    global _tensor_type
+    if type(x) is _tensor_type or (type(x).__module__.startswith("torch") and hasattr(x, "get_device")):
         if not x.is_contiguous():
             raise ValueError(f"{name} is not contiguous (row-major): pass a contiguous tensor")
         dtype = _TORCH.get(x.dtype) or _torch_dtypes().get(x.dtype) or str(x.dtype).replace("torch.", "")
-        return x.data_ptr(), tuple(x.shape), dtype, x.get_device()
+        _tensor_type = type(x)  # the next call's check is one identity test
+        return x.data_ptr(), x.shape, dtype, x.get_device()  # torch.Size compares equal to a tuple
     from ._operands import operand
 
     op = operand(x, name)
@@ -107,7 +110,7 @@ def _check_aligned(name: str, ptr: int) -> None:
 def _check_same(name: str, info: tuple, shape: tuple[int, ...], dtype: str, dev: int) -> None:
     _, s, dt, d = info
     if s != shape or dt != dtype:
-        raise ValueError(f"{name} must be a {shape} {dtype} array, got {s} {dt}")
+        raise ValueError(f"{name} must be a {shape} {dtype} array, got {tuple(s)} {dt}")
     if d != dev:
         raise ValueError(f"{name} is on device {d}, the other arrays on device {dev}: put them on one GPU")
     _check_aligned(name, info[0])
@@ -203,7 +206,7 @@ def _norm_args(x: Any, weight: Any) -> tuple[tuple, int, int, int, str, int]:
     xi = _array(x, "x")
     ptr, shape, dtype, dev = xi
     if len(shape) != 2:
-        raise ValueError(f"x must be 2-D [rows, width], got shape {shape}")
+        raise ValueError(f"x must be 2-D [rows, width], got shape {tuple(shape)}")
     _check_dtype("x", dtype)
     rows, width = shape
     if width % VEC or not 0 < width <= MAX_NORM_WIDTH:
@@ -262,12 +265,13 @@ def rope_qkv(qkv: Any, positions: Any, q_out: Any, k_out: Any, v_out: Any, heads
     _check_dtype("qkv", dtype)
     cols = (heads + 2 * kv_heads) * head_dim
     if len(shape) != 2 or shape[1] != cols:
-        raise ValueError(f"qkv must be [tokens, (heads + 2 kv_heads) * head_dim] = [tokens, {cols}], got {shape}")
+        raise ValueError(f"qkv must be [tokens, (heads + 2 kv_heads) * head_dim] = [tokens, {cols}], "
+                         f"got {tuple(shape)}")
     _check_aligned("qkv", ptr)
     tokens = shape[0]
     pos = _array(positions, "positions")
     if pos[1] != (tokens,) or pos[2] != "int32":
-        raise ValueError(f"positions must be a ({tokens},) int32 array, got {pos[1]} {pos[2]}")
+        raise ValueError(f"positions must be a ({tokens},) int32 array, got {tuple(pos[1])} {pos[2]}")
     if pos[3] != dev:
         raise ValueError(f"positions is on device {pos[3]}, qkv on device {dev}: put them on one GPU")
     qi, ki, vi = _array(q_out, "q_out"), _array(k_out, "k_out"), _array(v_out, "v_out")
@@ -289,7 +293,7 @@ def swiglu(gate_up: Any, out: Any, stream: Any = None) -> Any:
     ptr, shape, dtype, dev = _array(gate_up, "gate_up")
     _check_dtype("gate_up", dtype)
     if len(shape) != 2 or shape[1] % (2 * VEC) or not shape[1]:
-        raise ValueError(f"gate_up must be [tokens, 2 F] with F a positive multiple of {VEC}, got shape {shape}")
+        raise ValueError(f"gate_up must be [tokens, 2 F] with F a positive multiple of {VEC}, got shape {tuple(shape)}")
     _check_aligned("gate_up", ptr)
     tokens, ffn = shape[0], shape[1] // 2
     oi = _array(out, "out")
