@@ -295,28 +295,57 @@ class DecoderStack:
             torch.index_select(W["embedding"], 0, tokens, out=x)
         else:
             receive(x, core_s)
-        cos, sin = rope_tables(positions, d, c.rope_base)
-        for i in self.layers:
-            p = f"layers.{i}."
-            rms_norm(x, W[p + "attn_norm"], c.norm_eps, out=h)
-            self._matmul("wqkv", h, W[p + "wqkv"], qkv, core_s)
-            apply_rope(qkv[:, :hq * d].view(T, hq, d), cos, sin, out=q)
-            apply_rope(qkv[:, hq * d:(hq + hkv) * d].view(T, hkv, d), cos, sin, out=k)
-            v.copy_(qkv[:, (hq + hkv) * d:].view(T, hkv, d))
-            self._attention(q, k, v, attn.view(T, hq, d), batch, cu, core_s)
-            self._matmul("wo", attn, W[p + "wo"], proj, core_s)
-            x.add_(proj)
-            rms_norm(x, W[p + "ffn_norm"], c.norm_eps, out=h)
-            self._matmul("w_gate_up", h, W[p + "w_gate_up"], gate_up, core_s)
-            swiglu(gate_up, out=act)
-            self._matmul("w_down", act, W[p + "w_down"], proj, core_s)
-            x.add_(proj)
+        if self.kernels == "fullpipe":
+            # The fused kernels of kernels/elementwise.py, one launch each; each residual
+            # add is fused with the norm that reads its result (the next layer's
+            # attn_norm too, so that norm is not launched again at the top of the layer).
+            from ..kernels import elementwise as fused
+
+            eps = c.norm_eps
+            for i in self.layers:
+                p = f"layers.{i}."
+                if i == self.layers.start:
+                    fused.rms_norm(x, W[p + "attn_norm"], eps, h, core_s)
+                self._matmul("wqkv", h, W[p + "wqkv"], qkv, core_s)
+                fused.rope_qkv(qkv, positions, q, k, v, hq, hkv, d, c.rope_base, core_s)
+                self._attention(q, k, v, attn.view(T, hq, d), batch, cu, core_s)
+                self._matmul("wo", attn, W[p + "wo"], proj, core_s)
+                fused.residual_rms_norm(x, proj, W[p + "ffn_norm"], eps, h, core_s)
+                self._matmul("w_gate_up", h, W[p + "w_gate_up"], gate_up, core_s)
+                fused.swiglu(gate_up, act, core_s)
+                self._matmul("w_down", act, W[p + "w_down"], proj, core_s)
+                if i + 1 < self.layers.stop:
+                    fused.residual_rms_norm(x, proj, W[f"layers.{i + 1}.attn_norm"], eps, h, core_s)
+                else:
+                    x.add_(proj)
+        else:
+            cos, sin = rope_tables(positions, d, c.rope_base)
+            for i in self.layers:
+                p = f"layers.{i}."
+                rms_norm(x, W[p + "attn_norm"], c.norm_eps, out=h)
+                self._matmul("wqkv", h, W[p + "wqkv"], qkv, core_s)
+                apply_rope(qkv[:, :hq * d].view(T, hq, d), cos, sin, out=q)
+                apply_rope(qkv[:, hq * d:(hq + hkv) * d].view(T, hkv, d), cos, sin, out=k)
+                v.copy_(qkv[:, (hq + hkv) * d:].view(T, hkv, d))
+                self._attention(q, k, v, attn.view(T, hq, d), batch, cu, core_s)
+                self._matmul("wo", attn, W[p + "wo"], proj, core_s)
+                x.add_(proj)
+                rms_norm(x, W[p + "ffn_norm"], c.norm_eps, out=h)
+                self._matmul("w_gate_up", h, W[p + "w_gate_up"], gate_up, core_s)
+                swiglu(gate_up, out=act)
+                self._matmul("w_down", act, W[p + "w_down"], proj, core_s)
+                x.add_(proj)
         if not self.holds_head:
             return None
         last = view("last_token")
         _upload(last, batch.last_token)
         last_hidden = view("last_hidden")
-        rms_norm(torch.index_select(x, 0, last), W["final_norm"], c.norm_eps, out=last_hidden)
+        if self.kernels == "fullpipe":
+            from ..kernels.elementwise import rms_norm as fused_rms_norm
+
+            fused_rms_norm(torch.index_select(x, 0, last), W["final_norm"], c.norm_eps, last_hidden, core_s)
+        else:
+            rms_norm(torch.index_select(x, 0, last), W["final_norm"], c.norm_eps, out=last_hidden)
         logits = out if out is not None else torch.empty((R, c.vocab), dtype=dtype, device=self.device)
         self._matmul("lm_head", last_hidden, W["lm_head"], logits, core_s)
         return logits
