@@ -21,8 +21,23 @@ NOMINAL = 18 * 26.562
 PEER = {M.CE: 385.0, M.SM_PUSH: 400.0, M.SM_PULL: 370.0}
 
 
+def stack(two: float = 1.88, pull: float = 1.80, wrong: dict | None = None, skipped: str | None = None) -> dict:
+    """Stack metrics shaped like session 7's first measurement (19 micro-batches of 8192 tokens)."""
+    if skipped:
+        return {"stack_skipped": skipped}
+    one = 222_000.0
+    tps = {"1 GPU": one, "2 GPUs, peer copy": two * one, "2 GPUs, SM pull": pull * one}
+    best = max(("2 GPUs, peer copy", "2 GPUs, SM pull"), key=lambda k: tps[k])
+    m = {"stack_gpus": 2, "stack_tokens_per_s": tps, "stack_best": best, "stack_speedup": tps[best] / one,
+         "stack_ideal_speedup": 2 * 18 / 19, "stack_microbatches": 19, "stack_microbatch_tokens": 8192,
+         "stack_boundary_ms": 0.09, "stack_stage_ms": 16.3}
+    if wrong:
+        m["stack_wrong"] = wrong
+    return m
+
+
 def result(peer: dict | None = None, both: dict | None = None, nominal: float | None = NOMINAL,
-           fraction: float | None = 0.95, trace_error: str | None = None) -> dict:
+           fraction: float | None = 0.95, trace_error: str | None = None, stack_metrics: dict | None = None) -> dict:
     peer = {**PEER, **(peer or {})}
     both = both or {k: 1.95 * v for k, v in peer.items()}
     table = []
@@ -49,6 +64,7 @@ def result(peer: dict | None = None, both: dict | None = None, nominal: float | 
         "overlap_alone_ms": alone,
         "overlap_ratio": {"peer + H2D + D2H + compute": 4.9 / 5.1, "peer + H2D": 0.99},
         "overlap_bytes": {"peer": 1 << 31, "H2D": 1 << 28, "D2H": 1 << 28},
+        **(stack() if stack_metrics is None else stack_metrics),
     }
     if trace_error:
         metrics["overlap_trace_error"] = trace_error
@@ -64,7 +80,8 @@ def claims(r: dict) -> dict[str, dict]:
 
 
 def test_the_claims_and_their_order():
-    assert list(claims(result())) == ["peer-copy-link-bound", "peer-copy-both-ways", "peer-copy-overlap"]
+    assert list(claims(result())) == ["peer-copy-link-bound", "peer-copy-both-ways", "peer-copy-overlap",
+                                      "multi-gpu-stack-scaling"]
 
 
 def test_link_bound_takes_the_best_method_of_the_slower_direction():
@@ -97,12 +114,27 @@ def test_overlap_from_cupti_and_from_events_without_it():
     assert "no CUPTI trace" in c["measured"] and c["ratio"] == pytest.approx(4.9 / 5.1)
 
 
-def test_the_headline_is_the_peer_claims_until_the_stack_is_measured():
-    assert M._stack_scaling(None, None, None) == ({}, [], [])  # the lead's part: nothing measured yet
+def test_stack_scaling_against_n_times_one_gpu():
+    c = claims(result())["multi-gpu-stack-scaling"]
+    assert c["ratio"] == pytest.approx(0.94) and c["verdict"] == "supported"
+    assert "2 GPUs, peer copy" in c["measured"] and "2 × one GPU's 222000 tokens/s" in c["bound"]
+    assert "4 and 8 GPUs not measured" in c["measured"]
+    pull_wins = claims(result(stack_metrics=stack(two=1.5, pull=1.6)))["multi-gpu-stack-scaling"]
+    assert pull_wins["ratio"] == pytest.approx(0.8) and pull_wins["verdict"] == "partly supported"
+    assert "SM pull" in pull_wins["measured"].split(":")[0]
+    assert claims(result(stack_metrics=stack(two=1.2, pull=1.1)))["multi-gpu-stack-scaling"]["verdict"] \
+        == "not supported"
+    wrong = claims(result(stack_metrics=stack(wrong={"2 GPUs, SM pull": 0.3})))["multi-gpu-stack-scaling"]
+    assert wrong["verdict"] == "not supported" and "wrong logits" in wrong["measured"]
+    none = claims(result(stack_metrics=stack(skipped="PyTorch is not installed")))["multi-gpu-stack-scaling"]
+    assert none["verdict"] == "skipped" and "PyTorch" in none["measured"]
+
+
+def test_the_headline_needs_the_peer_claims_and_the_stack():
     res = with_claims(Result.from_dict(copy.deepcopy(result(peer={k: 460.0 for k in PEER}))), M.VERDICT_FROM)
     assert res.verdict == "supported"
     res = with_claims(Result.from_dict(copy.deepcopy(result())), M.VERDICT_FROM)
-    assert res.verdict == "partly supported"  # the link claim partly, overlap supported
+    assert res.verdict == "partly supported"  # the link claim partly, overlap and the stack supported
 
 
 def test_figure_draws_from_the_json(tmp_path):

@@ -83,12 +83,14 @@ CANONICAL: tuple[Canonical, ...] = (
     Canonical("clusters-remove-duplicate-loads", "clusters remove duplicate loads", "cluster"),
     Canonical("clusters-remove-duplicate-loads-hopper", "clusters remove duplicate loads (Hopper: TMA multicast)",
               "gemm-hopper"),
-    # Beyond one GPU (issue 19): peer copies against the link, and beside the other engines.
-    # (multi-gpu-stack-scaling joins here once multi-gpu measures it: the page lists only
-    # canonical claims that a recorded run judged.)
+    # Beyond one GPU (issue 19): peer copies against the link, and beside the other engines;
+    # the layer stack split over the GPUs of one host.
     Canonical("peer-copy-link-bound", "peer copies between two GPUs reach ≥ 0.9× the link's rate each way",
               "multi-gpu"),
     Canonical("peer-copy-overlap", "peer copies overlap H2D, D2H and compute (copy engines busy at once)",
+              "multi-gpu"),
+    Canonical("multi-gpu-stack-scaling",
+              "the layer stack on N GPUs reaches ≥ 0.85 × N × one GPU's throughput (enough micro-batches)",
               "multi-gpu"),
 )
 CANONICAL_KEYS = {c.key: c for c in CANONICAL}

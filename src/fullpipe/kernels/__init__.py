@@ -18,6 +18,9 @@ to see it in the code and what it measured.
 - flash_attention.cu        FlashAttention-2 forward on mma.sync: cp.async K/V rings, ldmatrix, online softmax
 - flash_attention_hopper.cu FlashAttention-3 structure: TMA producer warpgroup, two wgmma consumers (P V from
                             registers), intra-warpgroup overlap and ping-pong; attention(backend=...) picks it
+- elementwise.cu            the decoder stack's fused elementwise pieces: RMSNorm (with the residual add),
+                            RoPE of Q and K from the fused projection, SwiGLU; one launch each, fp32 inside
+- peer_copy.cu              a copy by the SMs between two GPUs' memory over the link (push or pull)
 
 Shared device headers (``fullpipe/cuda/include/fullpipe/``), one concept each:
 fp32_tile.cuh (the fp32 tile math), fp32_slice_copier.cuh (its async copier),
@@ -27,7 +30,7 @@ tma.cuh / wgmma.cuh / gemm_hopper_tile.cuh (Hopper), mma_sync.cuh / online_softm
 
 Python fronts: :func:`gemm` (tiled / double_buffer / warp_specialized / wmma and the
 hopper_* rungs), :func:`gemm_hopper`, :func:`attention`, :func:`cluster_gemm`,
-:func:`small_tiles_gemm`, :func:`normalize`.
+:func:`small_tiles_gemm`, :func:`normalize`; :mod:`.elementwise` and :mod:`.peer_copy` by module.
 """
 
 from .cluster import cluster_gemm

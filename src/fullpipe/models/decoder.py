@@ -19,8 +19,11 @@ What runs where (``kernels=``):
 - ``"torch"``: ``torch.matmul`` everywhere and PyTorch's SDPA per request over the
   packed batch (the "level 1 only" row of the experiment; also runs on the CPU).
 
-RMSNorm, RoPE, SwiGLU, the residual adds and the embedding lookup are PyTorch
-(:mod:`.elementwise`), on the same stream.
+With ``kernels="fullpipe"``, RMSNorm (fused with the residual add before it), RoPE of Q and
+K (with V's copy, from the fused projection) and SwiGLU are fullpipe's fused kernels
+(:mod:`fullpipe.kernels.elementwise`, one launch each); with ``kernels="torch"`` they are
+the PyTorch functions of :mod:`.elementwise` (also the reference's). The embedding lookup
+is PyTorch in both, on the same stream.
 
 Memory: every buffer of the batch (:mod:`.memory`, sized by the batch's real token
 count) is ONE allocation, from the fullpipe :class:`~fullpipe.cuda.pool.DevicePool`
