@@ -111,6 +111,13 @@ def test_hopper_and_attention_claims_carry_their_recorded_numbers(report):
     assert rows["attention-hopper-d128-full"]["verdict"] == "partly supported"
     assert rows["attention-hopper-vs-mma-sync-d128-full"]["verdict"] == "supported"
     assert rows["attention-hopper-tensor-pipe"]["ratio"] == pytest.approx(1.337, abs=1e-3)
+    # multi-gpu: session 7's run on two H200s (results-2026-11-23-multi-gpu.json)
+    assert rows["peer-copy-link-bound"]["verdict"] == "partly supported"
+    assert rows["peer-copy-link-bound"]["ratio"] == pytest.approx(0.821, abs=1e-3)
+    assert rows["peer-copy-overlap"]["verdict"] == "supported"
+    stack = rows["multi-gpu-stack-scaling"]
+    assert stack["verdict"] == "supported" and stack["ratio"] == pytest.approx(0.916, abs=1e-3)
+    assert "1.83× one GPU" in stack["measured"] and "2 × one GPU's 404676 tokens/s" in stack["bound"]
 
 
 def test_hopper_multicast_without_ncu_is_not_measured_or_skipped():
