@@ -79,3 +79,25 @@ def test_slices_chained_by_hand_equal_the_whole_stack():
         first.prefill_packed(batch)
     with pytest.raises(ValueError, match="layers must be"):
         DecoderStack(TINY, w, kernels="torch", layers=range(2, 5))
+
+
+def test_the_stack_split_over_processes_equals_one_process():
+    """Two processes (gloo, on the CPU, kernels='torch'), each building its slice from the
+    seed, the residual stream crossing through torch.distributed: the logits of the whole
+    stack in one process, micro-batch by micro-batch."""
+    torch = pytest.importorskip("torch")
+    from fullpipe.models import init_weights
+    from fullpipe.models.stages import StackStageFactory
+    from fullpipe.pipeline.distributed import spawn_stages
+
+    rng = np.random.default_rng(4)
+    batches = [check_and_pack([rng.integers(0, TINY.vocab, n) for n in lens], TINY)[0]
+               for lens in ((5, 9), (1,), (30, 2, 7))]
+    factory = StackStageFactory(TINY, seed=3, batches=batches, split=[range(0, 1), range(1, 3)], kernels="torch")
+    result = spawn_stages(2, factory, factory.inputs(), backend="gloo", timeout=60)
+    whole = DecoderStack(TINY, init_weights(TINY, seed=3), kernels="torch")
+    for b, got in zip(batches, result.outputs):
+        want, _ = whole.prefill_packed(b)
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="consecutive"):
+        StackStageFactory(TINY, seed=3, batches=batches, split=[range(0, 2)])

@@ -502,6 +502,8 @@ def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list
             wall[name] = median(samples)
     del weights
     torch.cuda.empty_cache()
+    ctx.progress(0.95, "layer stack: a process per GPU (NCCL)")
+    processes = _stack_in_processes(config, requests, mb_tokens, [a.index, b.index])
     ref = logits["1 GPU"]
     errors = {k: float(((v - ref).norm(dim=1) / ref.norm(dim=1)).max()) for k, v in logits.items() if k != "1 GPU"}
     tps = {k: tokens / t for k, t in wall.items()}
@@ -519,6 +521,7 @@ def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list
         "stack_ideal_speedup": ideal_speedup(2, microbatches), "stack_bubble": bubble_fraction(2, microbatches),
         "stack_max_rel_err_vs_1gpu": errors,
         "stack_boundary_bytes": boundary_bytes, "stack_boundary_ms": boundary_ms, "stack_stage_ms": stage_ms,
+        "stack_processes": processes,
     }
     rows = [{"section": "layer stack", "form": k, "tokens/s": tps[k], "x one GPU": tps[k] / tps["1 GPU"],
              "of linear": tps[k] / tps["1 GPU"] / (1 if k == "1 GPU" else 2),
@@ -528,11 +531,55 @@ def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list
              f"(median of {repeat}, after a warm-up that also checked the logits against one GPU's)",
              f"stage boundary: the residual stream of a full micro-batch ({boundary_bytes / MiB:.0f} MiB) crosses in "
              f"{boundary_ms:.3f} ms by peer copy, on the copy engines, beside {stage_ms:.1f} ms of each stage's compute"]
+    if "tokens_per_s" in processes:
+        rows.append({"section": "layer stack", "form": "2 GPUs, a process per stage (NCCL), steady pace",
+                     "tokens/s": processes["tokens_per_s"], "x one GPU": processes["tokens_per_s"] / tps["1 GPU"],
+                     "of linear": processes["tokens_per_s"] / tps["1 GPU"] / 2,
+                     "max rel err vs 1 GPU": processes["max_rel_err_vs_1gpu"]})
+        notes.append("a process per stage (fullpipe.pipeline.distributed, NCCL send/recv of the residual stream): "
+                     "the micro-batches twice over, tokens/s from the last rank's second pass (a steady pace without "
+                     "fill or drain, so not the claim's number); its logits checked against one GPU's")
+    else:
+        notes.append(f"a process per stage (NCCL): not measured: {processes.get('error')}")
     bad = {k: e for k, e in errors.items() if e > STACK_MAX_REL_ERR}
     if bad:
         metrics["stack_wrong"] = bad
         notes.append(f"WRONG: the split stack's logits differ from one GPU's: {bad}")
     return metrics, rows, notes
+
+
+def _stack_in_processes(config: Any, requests: list, mb_tokens: int, gpus: list[int]) -> dict[str, Any]:
+    """The same stack and micro-batches with one process per GPU, the boundary through
+    torch.distributed (NCCL). Runs the micro-batches twice; the second pass on the last
+    rank gives a steady pace. Returns its tokens/s and its logits' error vs one GPU, or
+    why it could not run."""
+    import torch
+
+    from ..models import StackStageFactory, pack_microbatches, stage_split
+    from ..models.decoder import DecoderStack
+    from ..models.weights import init_weights
+    from ..pipeline.distributed import spawn_stages
+
+    batches, _ = pack_microbatches(requests, config, mb_tokens)
+    factory = StackStageFactory(config, seed=0, batches=batches + batches, split=stage_split(config, len(gpus)))
+    try:
+        res = spawn_stages(len(gpus), factory, factory.inputs(), backend="nccl", devices=gpus, timeout=120)
+    except Exception as exc:  # no NCCL, a rank failed: say why, the in-process rows stand
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    M = len(batches)
+    last = res.stats[-1]
+    second = sum(b.total_tokens for b in batches)
+    pace_s = last.done_s[2 * M - 1] - last.done_s[M - 1]
+    stack = DecoderStack(config, init_weights(config, seed=0, device=f"cuda:{gpus[0]}"))
+    worst = 0.0
+    for b, got in zip(batches, res.outputs[M:]):
+        want, _ = stack.prefill_packed(b)
+        want = want.float().cpu()
+        worst = max(worst, float(((got.float() - want).norm(dim=1) / want.norm(dim=1)).max()))
+    del stack
+    torch.cuda.empty_cache()
+    return {"tokens_per_s": second / pace_s, "pace_s": pace_s, "microbatches": M, "max_rel_err_vs_1gpu": worst,
+            "wall_s_with_startup": res.wall_s, "rank_idle_fraction": [s.idle_fraction for s in res.stats]}
 
 
 def _peer_copy_ms(a: Side, b: Side, nbytes: int, reps: int = 10) -> float:

@@ -18,11 +18,12 @@ from .decoder import DecoderStack, MatmulChoice, PrefillResult, SliceRun, choose
 from .memory import KVCachePlan, ScratchPlan, kv_cache_plan, packed_scratch_bytes, padded_scratch_bytes, scratch_plan
 from .reference import reference_prefill
 from .requests import NoValidRequests, PackedBatch, RequestError, check_and_pack, check_requests, pack
-from .stages import StagedResult, StagedStack, plan_microbatches, stage_split
+from .stages import (StackStageFactory, StagedResult, StagedStack, pack_microbatches, plan_microbatches,
+                     stage_split)
 from .weights import init_weights
 
 __all__ = ["DecoderStack", "KVCachePlan", "MatmulChoice", "NoValidRequests", "PackedBatch", "PrefillResult",
            "RequestError", "ScratchPlan", "StackConfig", "check_and_pack", "check_requests", "choose_matmul",
            "init_weights", "kv_cache_plan", "pack", "packed_scratch_bytes", "padded_scratch_bytes",
-           "plan_microbatches", "reference_prefill", "scratch_plan", "slice_weight_names", "stage_split",
-           "SliceRun", "StagedResult", "StagedStack"]
+           "pack_microbatches", "plan_microbatches", "reference_prefill", "scratch_plan", "slice_weight_names", "stage_split",
+           "SliceRun", "StackStageFactory", "StagedResult", "StagedStack"]

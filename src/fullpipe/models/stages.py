@@ -54,6 +54,15 @@ def plan_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]
     return groups
 
 
+def pack_microbatches(requests: Sequence[Any], config: StackConfig,
+                      max_tokens: int) -> tuple[list[PackedBatch], list[RequestError]]:
+    """Check the requests, then pack the valid ones, in order, into micro-batches of at
+    most ``max_tokens`` tokens (the refused ones come back as errors)."""
+    valid, errors = check_requests(requests, config)
+    groups = plan_microbatches([len(r.tokens) for r in valid], max_tokens)
+    return [pack([valid[i] for i in g]) for g in groups], errors
+
+
 def layer_flops(config: StackConfig, tokens: int, mean_length: float) -> float:
     """FLOPs of one layer's prefill over ``tokens`` packed tokens (projections, and causal
     attention over requests of ``mean_length`` tokens on average)."""
@@ -152,9 +161,7 @@ class StagedStack:
         are ready after :meth:`synchronize` (or when the last stage's stream gets there)."""
         import torch
 
-        valid, errors = check_requests(requests, self.config)
-        groups = plan_microbatches([len(r.tokens) for r in valid], microbatch_tokens)
-        batches = [pack([valid[i] for i in g]) for g in groups]
+        batches, errors = pack_microbatches(requests, self.config, microbatch_tokens)
         logits = self.prefill_microbatches(batches)
         last = self.stages[-1]
         with torch.cuda.device(last.device), torch.cuda.stream(last.stream):
@@ -313,3 +320,59 @@ class StagedStack:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class StackStageFactory:
+    """The stack's stages for one process per GPU (:mod:`fullpipe.pipeline.distributed`):
+    ``factory(rank, world_size, device)`` builds rank's slice of the stack (its weights from
+    the same seed as every other rank's, its own pool on a GPU) and returns its
+    ``stage_fn(m, x)`` for micro-batch ``batches[m]``: rank 0 ignores ``x`` (send the token
+    ids, e.g. :meth:`inputs`) and starts from the embedding; the others take the residual
+    stream ``[tokens, width]`` the previous rank sent; the last returns the logits.
+
+        factory = StackStageFactory(config, seed=0, batches=batches, split=stage_split(config, 2))
+        result = spawn_stages(2, factory, factory.inputs(), backend="nccl")
+
+    Picklable (spawned processes rebuild everything from the config, the seed and the
+    packed batches, which are host arrays)."""
+
+    def __init__(self, config: StackConfig, *, seed: int, batches: Sequence[PackedBatch], split: Sequence[range],
+                 kernels: str = "fullpipe"):
+        if [i for r in split for i in r] != list(range(config.layers)):
+            raise ValueError(f"split must cut layers 0..{config.layers - 1} into consecutive ranges, got {split}")
+        self.config, self.seed, self.kernels = config, seed, kernels
+        self.batches, self.split = list(batches), list(split)
+
+    def inputs(self) -> list[Any]:
+        """Rank 0's micro-batches: each one's token ids (host arrays; the shape travels)."""
+        return [b.tokens for b in self.batches]
+
+    def __call__(self, rank: int, world_size: int, device: Any) -> Any:
+        import torch
+
+        from .decoder import DecoderStack, slice_weight_names
+        from .weights import init_weights
+
+        if world_size != len(self.split):
+            raise ValueError(f"{world_size} ranks for a split into {len(self.split)} stages")
+        layers = self.split[rank]
+        everything = init_weights(self.config, seed=self.seed, device=device)  # the same on every rank
+        mine = {k: everything[k] for k in slice_weight_names(self.config, layers)}
+        del everything
+        pool = None
+        if torch.device(device).type == "cuda":
+            from ..cuda.device import Device
+            from ..cuda.pool import DevicePool
+
+            pool = DevicePool(Device(torch.device(device).index or 0))
+        stack = DecoderStack(self.config, mine, kernels=self.kernels, pool=pool, layers=layers)
+        batches, dtype = self.batches, getattr(torch, self.config.dtype)
+
+        def stage_fn(m: int, x: Any) -> Any:
+            receive = None if stack.holds_embedding else (lambda xv, _stream: xv.copy_(x))
+            run = stack.run_slice(batches[m], receive=receive)  # on the runner's stage stream
+            y = run.logits if stack.holds_head else run.view("x", dtype).clone()
+            stack.release(run)
+            return y
+
+        return stage_fn
