@@ -133,6 +133,13 @@ class StagedStack:
         self.stages: list[Stage] = []
         for dev, layers in zip(self.devices, split):
             pool = DevicePool(Device(dev), release_threshold)
+            if len(self.devices) > 1:
+                # A stage's scratch is freed on the boundary's stream once the next stage has
+                # its copy. Left to itself, the driver would hand that block to the stage's
+                # next allocation with a wait on the boundary's stream, tying the stage to the
+                # next one's progress; without internal dependencies it reuses a block only
+                # once its free has run, and takes fresh memory otherwise.
+                pool.set_reuse_policies(internal_dependencies=False)
             mine = {k: weights[k].to(f"cuda:{dev}").contiguous() for k in slice_weight_names(config, layers)}
             stack = DecoderStack(config, mine, kernels=kernels, pool=pool, layers=layers)
             self.stages.append(Stage(dev, layers, stack, pool, torch.cuda.Stream(device=dev)))
