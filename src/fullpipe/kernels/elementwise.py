@@ -21,7 +21,7 @@ is a ctypes cuLaunchKernel with argument storage packed once per thread
 ``__cuda_stream__`` or an int handle; None: PyTorch's current stream. The kernel runs in
 the context of the arrays' device (made current in this thread if it is not).
 
-    python -m fullpipe.kernels.elementwise --selftest   # small checked runs (sanitizers)
+    python -m fullpipe.models.elementwise --selftest    # small checked runs vs PyTorch (sanitizers)
 """
 
 from __future__ import annotations
@@ -308,62 +308,6 @@ def swiglu(gate_up: Any, out: Any, stream: Any = None) -> Any:
     return out
 
 
-# --------------------------------------------------------------------------- self-test
-def _selftest(argv: list[str] | None = None) -> int:
-    """Small checked runs of every kernel against models/elementwise.py (for
-    compute-sanitizer): ragged sizes, outputs poisoned; exit 1 on a mismatch."""
-    import argparse
-
-    import torch
-
-    from ..models import elementwise as ref
-
-    ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.elementwise")
-    ap.add_argument("--selftest", action="store_true", required=True)
-    ap.parse_args(argv)
-    bad = 0
-    g = torch.Generator(device="cuda").manual_seed(0)
-
-    def report(what: str, got: Any, want: Any) -> None:
-        nonlocal bad
-        ok = bool(torch.isfinite(got).all()) and within_one_ulp(got, want)
-        bad += not ok
-        print(f"{'ok  ' if ok else 'BAD '} {what}", flush=True)
-
-    for dt in (torch.bfloat16, torch.float16):
-        for t in (1, 37):
-            for width in (8, 520, 2048, 4096):
-                x = torch.randn(t, width, device="cuda", generator=g).to(dt)
-                w = torch.randn(width, device="cuda", generator=g).to(dt)
-                out = torch.full_like(x, float("nan"))
-                rms_norm(x, w, 1e-5, out)
-                report(f"rms_norm {dt} {t}x{width}", out, ref.rms_norm(x, w, 1e-5))
-                p = torch.randn(t, width, device="cuda", generator=g).to(dt)
-                want_x = x + p
-                residual_rms_norm(x, p, w, 1e-5, out)
-                report(f"residual_rms_norm {dt} {t}x{width}", out, ref.rms_norm(want_x, w, 1e-5))
-            for hq, hkv, d in ((4, 2, 64), (3, 1, 128), (2, 2, 16)):
-                qkv = torch.randn(t, (hq + 2 * hkv) * d, device="cuda", generator=g).to(dt)
-                pos = torch.randint(0, 4096, (t,), device="cuda", generator=g, dtype=torch.int32)
-                q = torch.full((t, hq, d), float("nan"), device="cuda", dtype=dt)
-                k, v = torch.full((t, hkv, d), float("nan"), device="cuda", dtype=dt), torch.full(
-                    (t, hkv, d), float("nan"), device="cuda", dtype=dt)
-                rope_qkv(qkv, pos, q, k, v, hq, hkv, d, 10000.0)
-                cos, sin = ref.rope_tables(pos, d, 10000.0)
-                report(f"rope_qkv {dt} {t} tokens {hq}/{hkv} heads of {d} (q)", q,
-                       ref.apply_rope(qkv[:, :hq * d].view(t, hq, d), cos, sin))
-                report(f"rope_qkv {dt} {t} tokens {hq}/{hkv} heads of {d} (k)", k,
-                       ref.apply_rope(qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d), cos, sin))
-                report(f"rope_qkv {dt} (v)", v, qkv[:, (hq + hkv) * d:].view(t, hkv, d))
-            for ffn in (8, 1000):
-                gu = torch.randn(t, 2 * ffn, device="cuda", generator=g).to(dt)
-                out = torch.full((t, ffn), float("nan"), device="cuda", dtype=dt)
-                swiglu(gu, out)
-                report(f"swiglu {dt} {t}x{ffn}", out, ref.swiglu(gu))
-    torch.cuda.synchronize()
-    return 1 if bad else 0
-
-
 def ulp(x: Any) -> Any:
     """One unit in the last place of each element of ``x`` (a bf16/fp16 torch tensor),
     as float32: the gap between two neighbouring values of its dtype at its magnitude."""
@@ -380,8 +324,3 @@ def within_one_ulp(got: Any, want: Any) -> bool:
     what rounding the same float32 math, done in another order, to bf16/fp16 can give."""
     return bool(((got.float() - want.float()).abs() <= ulp(want)).all())
 
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(_selftest())
