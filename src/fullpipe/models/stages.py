@@ -14,8 +14,10 @@ on micro-batch m while stage s+1 works on m-1.
 Between two stages, a :class:`~fullpipe.pipeline.boundary.PeerBoundary` moves the
 micro-batch's residual stream (``[tokens, width]``, the only activation that crosses):
 the producer records an event when its last layer is enqueued; the boundary waits for it
-and for the consumer's scratch allocation, copies GPU to GPU, and the consumer's stream
-waits for the copy. The producer's scratch goes back to its pool once the copy is done.
+and for the consumer's scratch allocation, then moves it GPU to GPU (``mode="copy"``: a
+peer copy by the copy engines; ``"pull"``: the next GPU's SMs read it over the link), and
+the consumer's stream waits for the move. The producer's scratch goes back to its pool
+once the move is done.
 One host thread enqueues everything and never waits for a GPU (or, ``threads=True``, one
 host thread per stage); each stage uploads its micro-batch's small index arrays
 (positions, offsets) itself, from pinned memory.
@@ -29,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ..pipeline.schedule import bubble_fraction, enqueue_order, split_layers, stage_costs
+from ..pipeline.schedule import enqueue_order, split_layers
 from .config import StackConfig
 from .decoder import DecoderStack, SliceRun, slice_weight_names
 from .requests import PackedBatch, RequestError, check_requests, pack
@@ -114,8 +116,10 @@ class StagedStack:
         from ..cuda.device import Device, device_index
         from ..cuda.peer import device_count
         from ..cuda.pool import DevicePool
-        from ..pipeline.boundary import PeerBoundary
+        from ..pipeline.boundary import MODES, PeerBoundary
 
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.devices = [device_index(d) for d in devices]
         if not self.devices or len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct GPUs, got {list(devices)}")
@@ -149,17 +153,6 @@ class StagedStack:
     def __repr__(self) -> str:
         parts = ", ".join(f"GPU {s.device}: layers {s.layers.start}..{s.layers.stop - 1}" for s in self.stages)
         return f"StagedStack({parts}; boundaries by {self.mode}; {'a thread per stage' if self.threads else 'one thread'})"
-
-    @property
-    def stage_costs(self) -> list[float]:
-        """Each stage's share of the stack's work by the split's cost model (the slowest sets the pace)."""
-        layer = layer_flops(self.config, 8192, 1024)
-        head = 2.0 * 8 * self.config.width * self.config.vocab
-        costs = stage_costs([1.0] * self.config.layers, self.split, last_extra=head / layer)
-        return [c / sum(costs) for c in costs]
-
-    def bubble_fraction(self, microbatches: int) -> float:
-        return bubble_fraction(len(self.stages), microbatches)
 
     # ------------------------------------------------------------------ prefill
     def prefill(self, requests: Sequence[Any], *, microbatch_tokens: int = 8192) -> StagedResult:
