@@ -199,7 +199,6 @@ class DecoderStack:
         scratch exists and before the first layer is enqueued, with ``x`` (the scratch's
         ``[tokens, width]`` residual stream, a torch tensor) and the cuda.core stream; it
         must enqueue on that stream whatever fills ``x`` (e.g. a wait for a peer copy)."""
-
         import torch
 
         if not self.holds_embedding and receive is None:
