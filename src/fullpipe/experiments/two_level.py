@@ -164,6 +164,17 @@ def child_main(args_path: str) -> int:
     before torch was imported here. Reads its job from ``args_path`` (JSON), writes the
     logits of the warm-up (float32 .npy) and the timings (JSON)."""
     job = json.loads(Path(args_path).read_text())
+    try:
+        return _child(job)
+    except BaseException as exc:  # the reason, without formatting source lines (which can fail too)
+        import traceback
+
+        frames = [f"{f.f_code.co_filename}:{line} {f.f_code.co_name}" for f, line in traceback.walk_tb(exc.__traceback__)]
+        Path(job["out"]).write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}", "frames": frames[-8:]}))
+        return 1
+
+
+def _child(job: dict[str, Any]) -> int:
     import torch
 
     from ..models import StackConfig, init_weights, reference_prefill
@@ -194,9 +205,10 @@ def child_main(args_path: str) -> int:
 
 
 def run_async_peer(config: Any, seed: int, requests: list[np.ndarray], device: str, repeat: int,
-                   timeout_s: float = CHILD_TIMEOUT_S) -> tuple[dict[str, Any] | None, np.ndarray | None, str | None]:
+                   timeout_s: float = CHILD_TIMEOUT_S, log: Path | None = None
+                   ) -> tuple[dict[str, Any] | None, np.ndarray | None, str | None]:
     """(timings, logits, None) from the eager peer under cudaMallocAsync in a child process,
-    or (None, None, why it could not run)."""
+    or (None, None, why it could not run). ``log``: where the child's stderr goes when it fails."""
     import dataclasses
 
     with tempfile.TemporaryDirectory(prefix="fullpipe-two-level-") as tmp:
@@ -215,8 +227,15 @@ def run_async_peer(config: Any, seed: int, requests: list[np.ndarray], device: s
         except subprocess.TimeoutExpired:
             return None, None, f"the child process did not finish in {timeout_s:.0f} s"
         if p.returncode != 0:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            return None, None, f"the child process failed (exit {p.returncode}): {' | '.join(tail)[:400]}"
+            if log is not None:
+                Path(log).parent.mkdir(parents=True, exist_ok=True)
+                Path(log).write_text(f"exit {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+            try:
+                err = json.loads((t / "out.json").read_text())
+                said = f"{err['error']} (at {' <- '.join(reversed(err['frames'][-3:]))})"
+            except (OSError, ValueError, KeyError):
+                said = " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
+            return None, None, f"the child process failed (exit {p.returncode}): {said[:500]}"
         out = json.loads((t / "out.json").read_text())
         if device.startswith("cuda") and out["backend"] != "cudaMallocAsync":
             return None, None, f"PyTorch in the child reports allocator backend {out['backend']!r}, not cudaMallocAsync"
@@ -343,7 +362,8 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
     # 4. the eager peer under cudaMallocAsync, in its own process (after the others: its GPU is idle)
     if async_peer:
         progress(0.8, "PyTorch eager under cudaMallocAsync (child process)")
-        out, child_logits, why = run_async_peer(config, seed, requests, f"cuda:{device_index}", repeat)
+        out, child_logits, why = run_async_peer(config, seed, requests, f"cuda:{device_index}", repeat,
+                                                log=None if out_dir is None else Path(out_dir) / f"{NAME}-child.log")
         if why is None:
             err = max(rel_err_rows(torch.from_numpy(child_logits), ref.cpu()))
             metrics["max_rel_err_vs_eager"][EAGER_ASYNC] = err
