@@ -101,7 +101,6 @@ CANONICAL: tuple[Canonical, ...] = (
               "exact-size scratch from the stream-ordered pool holds ≤ 0.6× the memory of preallocating for the "
               "longest request", "two-level"),
     Canonical("two-level-no-malloc", "no cudaMalloc in steady state (the pool's memory is reused)", "two-level"),
-    Canonical("two-level-decode", "decode at batch ≤ 8 reaches ≥ 1.5× PyTorch eager's tokens/s", "two-level"),
 )
 CANONICAL_KEYS = {c.key: c for c in CANONICAL}
 
