@@ -46,6 +46,8 @@ _MODULES: dict[str, str] = {
     "workloads": "workloads",
     # level 1 across GPUs: peer copies vs the link, beside H2D, D2H and compute (issue 19)
     "multi-gpu": "multi_gpu",
+    # both levels together: an LLM-style layer stack prefilling variable-length requests (issue 18)
+    "two-level": "two_level",
 }
 
 

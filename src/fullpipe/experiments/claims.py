@@ -92,6 +92,15 @@ CANONICAL: tuple[Canonical, ...] = (
     Canonical("multi-gpu-stack-scaling",
               "the layer stack on N GPUs reaches ≥ 0.85 × N × one GPU's throughput (enough micro-batches)",
               "multi-gpu"),
+    # Both levels together (issue 18): the layer stack prefilling variable-length requests.
+    Canonical("two-level-prefill",
+              "two levels of pipelining (streams + pool + pipelined kernels) prefill variable-length requests at "
+              "≥ 1.3× PyTorch eager's tokens/s", "two-level"),
+    Canonical("two-level-sm-busy", "with both levels the SMs are busy ≥ 90 % of a prefill's span", "two-level"),
+    Canonical("two-level-memory",
+              "exact-size scratch from the stream-ordered pool holds ≤ 0.6× the memory of preallocating for the "
+              "longest request", "two-level"),
+    Canonical("two-level-no-malloc", "no cudaMalloc in steady state (the pool's memory is reused)", "two-level"),
 )
 CANONICAL_KEYS = {c.key: c for c in CANONICAL}
 
