@@ -34,7 +34,6 @@ from typing import Any, Sequence
 from ..pipeline.schedule import enqueue_order, split_layers
 from .config import StackConfig
 from .decoder import DecoderStack, SliceRun, slice_weight_names
-from .memory import scratch_plan
 from .requests import PackedBatch, RequestError, check_requests, pack
 
 
@@ -91,7 +90,6 @@ class Stage:
     stack: DecoderStack
     pool: Any  # fullpipe DevicePool on ``device``
     stream: Any  # torch.cuda.Stream on ``device``
-    reserved_for: int = 0  # the largest scratch its pool was made to hold in one block (bytes)
 
 
 @dataclasses.dataclass
@@ -178,30 +176,9 @@ class StagedStack:
         micro-batches in order."""
         if not batches:
             raise ValueError("no micro-batches")
-        self._reserve(batches)
         if self.threads and len(self.stages) > 1:
             return self._enqueue_threaded(list(batches))
         return self._enqueue_one_thread(list(batches))
-
-    def _reserve(self, batches: Sequence[PackedBatch]) -> None:
-        """Before the first micro-batch: make each stage's pool hold one block as large as
-        the largest scratch of these micro-batches. A pool that first grew for a smaller
-        micro-batch would otherwise reserve a second block for a larger one and keep both
-        (``release_threshold="max"``); later, smaller scratches fit in the one block. Costs
-        a wait for the stage's stream only when the largest scratch grows."""
-        from ..cuda.device import ensure_current
-        from ..cuda.streams import as_core_stream
-
-        need = max(scratch_plan(self.config, b.total_tokens, b.requests).nbytes for b in batches)
-        for st in self.stages:
-            if need <= st.reserved_for:
-                continue
-            ensure_current(st.device, force=True)
-            st.stream.synchronize()
-            st.pool.trim(0)  # what is free goes back, so the new block replaces it
-            stream = as_core_stream(st.stream)
-            st.pool.free(st.pool.allocate(need, stream), stream)
-            st.reserved_for = need
 
     def _step(self, s: int, batch: PackedBatch, produced: Any) -> tuple[SliceRun, Any]:
         """Enqueue stage ``s`` on ``batch``, fed by ``produced`` (the previous stage's run and
