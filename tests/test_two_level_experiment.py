@@ -165,7 +165,7 @@ def test_figure_draws_from_the_json(tmp_path):
 def test_the_eager_peer_in_a_child_process_on_the_cpu():
     """The child's machinery (job file, requests, weights from the seed, logits back) with a
     tiny stack on the CPU: its logits equal the parent's eager logits."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     from fullpipe.models import init_weights, reference_prefill
 
