@@ -190,7 +190,8 @@ class DecoderStack:
         self.release(run)
         return run.logits, run.plan
 
-    def run_slice(self, batch: PackedBatch, *, stream: Any = None, receive: Any = None, out: Any = None) -> SliceRun:
+    def run_slice(self, batch: PackedBatch, *, stream: Any = None, receive: Any = None, out: Any = None,
+                  scratch_bytes: int = 0) -> SliceRun:
         """Enqueue this slice's layers on ``batch`` (on ``stream``, as :meth:`prefill`) and
         return its :class:`SliceRun`, whose scratch stays reserved until :meth:`release`.
 
@@ -198,7 +199,10 @@ class DecoderStack:
         its input activations from ``receive(x, stream)``: called on the host after the
         scratch exists and before the first layer is enqueued, with ``x`` (the scratch's
         ``[tokens, width]`` residual stream, a torch tensor) and the cuda.core stream; it
-        must enqueue on that stream whatever fills ``x`` (e.g. a wait for a peer copy)."""
+        must enqueue on that stream whatever fills ``x`` (e.g. a wait for a peer copy).
+
+        ``scratch_bytes``: take at least this much scratch (for callers that give every
+        micro-batch the same size, so that the pool hands the same block back each time)."""
         import torch
 
         if not self.holds_embedding and receive is None:
@@ -212,6 +216,7 @@ class DecoderStack:
                 raise ValueError(f"out must be a contiguous {want} {self.config.dtype} tensor on {self.device}, "
                                  f"got {tuple(out.shape)} {out.dtype} on {out.device}")
         plan = scratch_plan(self.config, batch.total_tokens, batch.requests)
+        nbytes = max(plan.nbytes, int(scratch_bytes))
         if self.device.type != "cuda":
             arena = torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device)
             run = SliceRun(plan, arena, None, None, None)
@@ -225,14 +230,14 @@ class DecoderStack:
             # for the device they need, so its record must be true.
             ensure_current(self.device.index or 0, force=True)
             if self.pool is None:
-                run = SliceRun(plan, torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device), None, None,
+                run = SliceRun(plan, torch.empty(nbytes, dtype=torch.uint8, device=self.device), None, None,
                                core_s)
             else:
                 from ..cuda.interop import as_torch
                 from ..cuda.memory import DeviceArray
 
-                buf = self.pool.allocate(plan.nbytes, core_s)
-                arena = as_torch(DeviceArray(int(buf.handle), (plan.nbytes,), np.uint8, owner=buf,
+                buf = self.pool.allocate(nbytes, core_s)
+                arena = as_torch(DeviceArray(int(buf.handle), (nbytes,), np.uint8, owner=buf,
                                              device_index=self.device.index or 0))
                 run = SliceRun(plan, arena, buf, None, core_s)
             try:

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 from ..pipeline.schedule import enqueue_order, split_layers
 from .config import StackConfig
 from .decoder import DecoderStack, SliceRun, slice_weight_names
+from .memory import scratch_plan
 from .requests import PackedBatch, RequestError, check_requests, pack
 
 
@@ -134,6 +135,7 @@ class StagedStack:
             raise ValueError(f"handoff_depth must be an int >= 1, got {handoff_depth!r}")
         self.config, self.split, self.mode = config, split, mode
         self.threads, self.handoff_depth = threads, handoff_depth
+        self._scratch_bytes = 0  # each micro-batch's scratch in the current prefill (the largest's size)
         self.stages: list[Stage] = []
         for dev, layers in zip(self.devices, split):
             pool = DevicePool(Device(dev), release_threshold)
@@ -176,6 +178,11 @@ class StagedStack:
         micro-batches in order."""
         if not batches:
             raise ValueError("no micro-batches")
+        # Every micro-batch takes scratch of the largest one's size. A pool reuses a block
+        # whose stream-ordered free is still pending only for a request that fits in it:
+        # a micro-batch larger than the one before would make the pool reserve another
+        # block (and keep it, release threshold "max") although one is live at a time.
+        self._scratch_bytes = max(scratch_plan(self.config, b.total_tokens, b.requests).nbytes for b in batches)
         if self.threads and len(self.stages) > 1:
             return self._enqueue_threaded(list(batches))
         return self._enqueue_one_thread(list(batches))
@@ -191,7 +198,8 @@ class StagedStack:
         stage = self.stages[s]
         try:
             receive = self._receiver(s, produced) if s > 0 else None
-            run = stage.stack.run_slice(batch, stream=stage.stream, receive=receive)
+            run = stage.stack.run_slice(batch, stream=stage.stream, receive=receive,
+                                        scratch_bytes=self._scratch_bytes)
         except BaseException:
             if produced is not None:
                 self.stages[s - 1].stack.release(produced[0])  # no-op if receive already did
