@@ -58,7 +58,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..cuda.device import Device, device_info
+from ..cuda.device import device_info
 from ..cuda.timing import median, spread
 from . import Bound, Context, Result
 from .claims import UNJUDGED, Data, Judged, at_least, at_most, is_num, rule, times, with_claims
@@ -632,21 +632,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The experiment without the report: prints the table and the claims, writes the JSON."""
-    import argparse
+    from .standalone import main as standalone
 
-    ap = argparse.ArgumentParser(prog="python -m fullpipe.experiments.two_level")
-    ap.add_argument("--quick", action="store_true", help="fewer requests, smaller micro-batches")
-    ap.add_argument("--json", default=None, help="write the Result (the report's JSON) here")
-    args = ap.parse_args(argv)
-    res = run(Context(device=Device(0), quick=args.quick))
-    print(format_table(res.table))
-    for c in res.claims:
-        print(f"- {c['verdict']}: {c['claim']}\n    {c['measured']}\n    bound: {c['bound']}")
-    for n in res.notes:
-        print("note:", n)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res.as_dict(), indent=2))
-    return 0 if res.verdict != "failed" else 1
+    return standalone("python -m fullpipe.experiments.two_level", run, format_table, "fewer requests, smaller micro-batches", argv)
 
 
 if __name__ == "__main__":
