@@ -173,6 +173,17 @@ class InputStager(_Worker):
             return j % self.ring.slots
 
 
+def _drain_slot(drainer: Any, slot: int, dst: int, nbytes: int) -> None:
+    """One output slot to its pageable destination, for either drainer: wait until the
+    GPU has filled the slot, copy it out (timed), hand the slot back."""
+    drainer.ready[slot].wait(drainer.stop)
+    t0 = time.perf_counter()
+    if nbytes:
+        drainer.copier.copy(dst, drainer.ring.address(slot), nbytes)
+    drainer.copy_s.append(time.perf_counter() - t0)
+    drainer.free[slot].release()
+
+
 class OutputDrainer(_Worker):
     """Copies each finished output slot to the user's array, then frees the slot."""
 
@@ -199,13 +210,7 @@ class OutputDrainer(_Worker):
                 continue
             if item is None:
                 return
-            slot, dst, nbytes = item
-            self.ready[slot].wait(self.stop)
-            t0 = time.perf_counter()
-            if nbytes:
-                self.copier.copy(dst, self.ring.address(slot), nbytes)
-            self.copy_s.append(time.perf_counter() - t0)
-            self.free[slot].release()
+            _drain_slot(self, *item)
 
     def acquire_slot(self, slot: int) -> None:
         """Block the enqueueing thread until output slot ``slot`` is free again."""
@@ -271,13 +276,7 @@ class InlineOutputDrainer:
         self._pending.append((slot, dst, nbytes))
 
     def _drain_oldest(self) -> None:
-        slot, dst, nbytes = self._pending.popleft()
-        self.ready[slot].wait(self.stop)
-        t0 = time.perf_counter()
-        if nbytes:
-            self.copier.copy(dst, self.ring.address(slot), nbytes)
-        self.copy_s.append(time.perf_counter() - t0)
-        self.free[slot].release()
+        _drain_slot(self, *self._pending.popleft())
 
     def acquire_slot(self, slot: int) -> None:
         while not self.free[slot].acquire(blocking=False):
