@@ -44,7 +44,6 @@ def result(both: float = 1.5, level1: float = 1.1, level2: float = 1.35, busy: f
         "memory_bounds": {"preallocated": 1000 * MiB, "padded_whole": 9000 * MiB, "packed_whole": 5500 * MiB,
                           "largest_microbatch": 580 * MiB, "microbatches": 11, "most_requests_per_microbatch": 8,
                           "longest": 1988},
-        "decode_skipped": T.DECODE_NOT_MEASURED,
     }
     if async_skipped:
         m["async_skipped"] = async_skipped
@@ -62,8 +61,7 @@ def claims(r: dict) -> dict[str, dict]:
 
 
 def test_the_claims_and_their_order():
-    assert list(claims(result())) == [T.PREFILL_KEY, T.SM_BUSY_KEY, T.MEMORY_KEY, T.NO_MALLOC_KEY, T.DECODE_KEY,
-                                      T.DECODE_COMPILED_KEY]
+    assert list(claims(result())) == [T.PREFILL_KEY, T.SM_BUSY_KEY, T.MEMORY_KEY, T.NO_MALLOC_KEY]
 
 
 def test_prefill_against_eager():
@@ -102,16 +100,9 @@ def test_no_malloc_in_steady_state():
     assert c["verdict"] == "not supported" and c["ratio"] == pytest.approx(1182 / 1180)
 
 
-def test_decode_is_not_measured_with_the_reason():
-    for key in (T.DECODE_KEY, T.DECODE_COMPILED_KEY):
-        c = claims(result())[key]
-        assert c["verdict"] == "skipped" and c["measured"].startswith("not measured: decode needs attention over "
-                                                                      "a KV cache")
-
-
 def test_the_headline_comes_from_the_prefill_claims():
     r = with_claims(Result.from_dict(copy.deepcopy(result())), T.VERDICT_FROM)
-    assert r.verdict == "supported"  # every prefill claim supported; decode is listed as not measured
+    assert r.verdict == "supported"  # every prefill claim supported
     r = with_claims(Result.from_dict(copy.deepcopy(result(held_mib=1200))), T.VERDICT_FROM)
     assert r.verdict == "partly supported"
     r = with_claims(Result.from_dict(copy.deepcopy(result(both=0.9, busy=0.5, held_mib=1200, grew=1))),

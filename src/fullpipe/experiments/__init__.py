@@ -48,6 +48,8 @@ _MODULES: dict[str, str] = {
     "multi-gpu": "multi_gpu",
     # both levels together: an LLM-style layer stack prefilling variable-length requests (issue 18)
     "two-level": "two_level",
+    # ... and decoding a small batch: paged KV cache, CUDA-graph steps, layerwise pipelining (issue 18)
+    "two-level-decode": "two_level_decode",
 }
 
 

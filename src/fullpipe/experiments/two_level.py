@@ -3,9 +3,8 @@ variable-length requests; what each level adds over PyTorch eager.
 
 Claims (issue 18): prefill of variable-length requests at >= 1.3x PyTorch eager's tokens/s
 with the SMs busy >= 90 % of the span; no cudaMalloc in steady state; device memory held
-<= 0.6x preallocating for the longest request. Decode (>= 1.5x eager at batch <= 8, >= the
-compiled peer) is not measured in this experiment yet: decode needs attention over a KV
-cache, which fullpipe's attention kernels do not take yet.
+<= 0.6x preallocating for the longest request. Decode is the two-level-decode experiment
+(two_level_decode.py).
 
 Workload. The issue's stack (fullpipe.models, default StackConfig: 12 layers, width 2048,
 16 heads of 128, SwiGLU 5632, vocab 32000, bf16; weights from init_weights(seed=0)), a
@@ -79,9 +78,8 @@ TECHNIQUE = (
 )
 PREFILL_KEY, SM_BUSY_KEY, MEMORY_KEY, NO_MALLOC_KEY = ("two-level-prefill", "two-level-sm-busy",
                                                        "two-level-memory", "two-level-no-malloc")
-DECODE_KEY, DECODE_COMPILED_KEY = "two-level-decode", "two-level-decode-compiled"
-# The claims whose verdicts make this experiment's verdict (claims.summary): its canonical claims,
-# the prefill half of the issue (the decode claims are listed, as not measured, beside them).
+# The claims whose verdicts make this experiment's verdict (claims.summary): the prefill half of
+# the issue (the decode half is two_level_decode's).
 VERDICT_FROM = (PREFILL_KEY, SM_BUSY_KEY, MEMORY_KEY, NO_MALLOC_KEY)
 
 EAGER, EAGER_ASYNC = "PyTorch eager", "PyTorch eager, cudaMallocAsync"
@@ -118,9 +116,6 @@ GAP_NS = 10_000  # idle gaps of the SMs at least this long are counted on their 
 PREFILL_TARGET, PREFILL_PARTLY = 1.3, 1.0
 SM_BUSY_TARGET, SM_BUSY_PARTLY = 0.9, 0.75
 MEMORY_TARGET, MEMORY_PARTLY = 0.6, 1.0
-DECODE_TARGET = 1.5
-DECODE_NOT_MEASURED = ("decode needs attention over a KV cache (a query of one token against the cached K and V), "
-                       "which fullpipe's attention kernels do not take yet; this experiment measures prefill only")
 MiB = 1 << 20
 
 
@@ -387,7 +382,7 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
         "wall_s": wall, "spread": {n: spread(w) for n, w in walls.items()},
         "tokens_per_s": {n: tokens / w for n, w in wall.items()},
         "vs_eager": {n: wall[EAGER] / w for n, w in wall.items()},
-        "repeat": repeat, "decode_skipped": DECODE_NOT_MEASURED,
+        "repeat": repeat,
     })
     return metrics, notes
 
@@ -563,18 +558,6 @@ def _no_malloc(d: Data) -> Judged:
     return Judged(measured=measured, bound=f"the pool's reserved bytes after the first prefill: {first / MiB:,.0f} MiB "
                                            "(pool stats; PyTorch: torch.cuda.memory_stats segment.all.allocated)",
                   ratio=last / first if first else None, verdict=verdict, target=target)
-
-
-@rule(NAME, DECODE_KEY, f"decode at batch ≤ 8 reaches ≥ {DECODE_TARGET}× PyTorch eager's tokens/s")
-def _decode(d: Data) -> Judged:
-    return Judged(measured=f"not measured: {d.m('decode_skipped')}", bound="", ratio=None, verdict="skipped",
-                  target=f"supported: decode at batch ≤ 8 ≥ {DECODE_TARGET}× PyTorch eager's tokens/s")
-
-
-@rule(NAME, DECODE_COMPILED_KEY, "decode at batch ≤ 8 is at least as fast as torch.compile(mode='reduce-overhead')")
-def _decode_compiled(d: Data) -> Judged:
-    return Judged(measured=f"not measured: {d.m('decode_skipped')}", bound="", ratio=None, verdict="skipped",
-                  target="supported: ≥ 1.0× the compiled peer where it runs")
 
 
 # --------------------------------------------------------------------------- figure

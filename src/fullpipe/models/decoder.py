@@ -43,6 +43,7 @@ import numpy as np
 
 from .config import StackConfig
 from .elementwise import apply_rope, rms_norm, rope_tables, swiglu
+from .kv_cache import upload
 from .memory import ScratchPlan, scratch_plan
 from .requests import PackedBatch, RequestError, check_and_pack
 
@@ -178,20 +179,24 @@ class DecoderStack:
         logits, plan = self.prefill_packed(batch, stream=stream)
         return PrefillResult(logits, batch.indices, errors, plan)
 
-    def prefill_packed(self, batch: PackedBatch, *, stream: Any = None, out: Any = None) -> tuple[Any, ScratchPlan]:
+    def prefill_packed(self, batch: PackedBatch, *, stream: Any = None, out: Any = None,
+                       kv_cache: Any = None) -> tuple[Any, ScratchPlan]:
         """(logits, scratch plan) of an already checked and packed batch, through every
         layer (a stack built on a slice of the layers refuses). ``out``: the
         logits tensor to write (``[batch.requests, vocab]``, the stack's dtype, on its
-        device); a new one from PyTorch's allocator when None."""
+        device); a new one from PyTorch's allocator when None. ``kv_cache``: a
+        :class:`~.kv_cache.PagedKVCache` with a row per request of the batch and pages for
+        every prompt token: each layer's K and V (after RoPE) are written into it
+        (``kernels="fullpipe"`` only), for the decode that follows."""
         if not (self.holds_embedding and self.holds_head):
             raise ValueError(f"this stack runs layers {self.layers.start}..{self.layers.stop - 1} of "
                              f"{self.config.layers}: a prefill needs all of them (stages use run_slice)")
-        run = self.run_slice(batch, stream=stream, out=out)
+        run = self.run_slice(batch, stream=stream, out=out, kv_cache=kv_cache)
         self.release(run)
         return run.logits, run.plan
 
     def run_slice(self, batch: PackedBatch, *, stream: Any = None, receive: Any = None, out: Any = None,
-                  scratch_bytes: int = 0) -> SliceRun:
+                  scratch_bytes: int = 0, kv_cache: Any = None) -> SliceRun:
         """Enqueue this slice's layers on ``batch`` (on ``stream``, as :meth:`prefill`) and
         return its :class:`SliceRun`, whose scratch stays reserved until :meth:`release`.
 
@@ -202,8 +207,19 @@ class DecoderStack:
         must enqueue on that stream whatever fills ``x`` (e.g. a wait for a peer copy).
 
         ``scratch_bytes``: take at least this much scratch (for callers that give every
-        micro-batch the same size, so that the pool hands the same block back each time)."""
+        micro-batch the same size, so that the pool hands the same block back each time).
+        ``kv_cache``: as :meth:`prefill_packed`."""
         import torch
+
+        if kv_cache is not None:
+            if self.kernels != "fullpipe":
+                raise ValueError("kv_cache= needs kernels='fullpipe' (the PyTorch peers keep their own cache)")
+            if kv_cache.sequences != batch.requests:
+                raise ValueError(f"kv_cache has {kv_cache.sequences} rows for a batch of {batch.requests} requests")
+            short = [r for r, n in enumerate(batch.lengths) if kv_cache.slots(r) < n]
+            if short:
+                raise ValueError(f"kv_cache: request {short[0]} has {int(batch.lengths[short[0]])} tokens but "
+                                 f"pages for {kv_cache.slots(short[0])} (reserve them first)")
 
         if not self.holds_embedding and receive is None:
             raise ValueError(f"this stack starts at layer {self.layers.start}: give receive= to fill its input")
@@ -220,7 +236,7 @@ class DecoderStack:
         if self.device.type != "cuda":
             arena = torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device)
             run = SliceRun(plan, arena, None, None, None)
-            run.logits = self._run(batch, run, receive, out)
+            run.logits = self._run(batch, run, receive, out, None)
             return run
         from ..cuda.device import ensure_current
 
@@ -241,7 +257,7 @@ class DecoderStack:
                                              device_index=self.device.index or 0))
                 run = SliceRun(plan, arena, buf, None, core_s)
             try:
-                run.logits = self._run(batch, run, receive, out)
+                run.logits = self._run(batch, run, receive, out, kv_cache)
             except BaseException:
                 self.release(run)
                 raise
@@ -277,7 +293,7 @@ class DecoderStack:
         core = as_core_stream(stream)
         return torch_stream(core, self.device.index or 0), core
 
-    def _run(self, batch: PackedBatch, run: SliceRun, receive: Any, out: Any) -> Any:
+    def _run(self, batch: PackedBatch, run: SliceRun, receive: Any, out: Any, kv_cache: Any) -> Any:
         import torch
 
         c, W, core_s = self.config, self.weights, run.stream
@@ -289,15 +305,15 @@ class DecoderStack:
             return run.view(name, {"int32": torch.int32, "int64": torch.int64}.get(run.plan.region(name).dtype, dtype))
 
         positions, cu = view("positions"), view("cu_seqlens")
-        _upload(positions, batch.positions)
-        _upload(cu, batch.cu_seqlens)
+        upload(positions, batch.positions)
+        upload(cu, batch.cu_seqlens)
         x, h, qkv, proj = view("x"), view("h"), view("qkv"), view("proj")
         q, k, v, attn = view("q"), view("k"), view("v"), view("attn")
         gate_up, act = view("gate_up"), view("act")
 
         if self.holds_embedding:
             tokens = view("tokens")
-            _upload(tokens, batch.tokens)
+            upload(tokens, batch.tokens)
             torch.index_select(W["embedding"], 0, tokens, out=x)
         else:
             receive(x, core_s)
@@ -307,6 +323,11 @@ class DecoderStack:
             # attn_norm too, so that norm is not launched again at the top of the layer).
             from ..kernels import elementwise as fused
 
+            if kv_cache is not None:
+                from ..kernels.decode_attention import kv_write
+
+                seq_ids = torch.empty(T, dtype=torch.int32, device=self.device)  # each token's request
+                upload(seq_ids, np.repeat(np.arange(R, dtype=np.int32), batch.lengths))
             eps = c.norm_eps
             for i in self.layers:
                 p = f"layers.{i}."
@@ -314,6 +335,9 @@ class DecoderStack:
                     fused.rms_norm(x, W[p + "attn_norm"], eps, h, core_s)
                 self._matmul("wqkv", h, W[p + "wqkv"], qkv, core_s)
                 fused.rope_qkv(qkv, positions, q, k, v, hq, hkv, d, c.rope_base, core_s)
+                if kv_cache is not None:
+                    kv_write(k, v, kv_cache.page_table, seq_ids, positions, i, c.layers, kv_cache.page_tokens,
+                             stream=core_s)
                 self._attention(q, k, v, attn.view(T, hq, d), batch, cu, core_s)
                 self._matmul("wo", attn, W[p + "wo"], proj, core_s)
                 fused.residual_rms_norm(x, proj, W[p + "ffn_norm"], eps, h, core_s)
@@ -344,7 +368,7 @@ class DecoderStack:
         if not self.holds_head:
             return None
         last = view("last_token")
-        _upload(last, batch.last_token)
+        upload(last, batch.last_token)
         last_hidden = view("last_hidden")
         if self.kernels == "fullpipe":
             from ..kernels.elementwise import rms_norm as fused_rms_norm
@@ -381,16 +405,3 @@ class DecoderStack:
                 q[lo:hi].transpose(0, 1), k[lo:hi].repeat_interleave(rep, dim=1).transpose(0, 1),
                 v[lo:hi].repeat_interleave(rep, dim=1).transpose(0, 1), is_causal=True)
             out[lo:hi].copy_(o.transpose(0, 1))
-
-
-def _upload(dst: Any, host: np.ndarray) -> None:
-    """Copy a small host index array into the scratch without making the host wait: from
-    pinned memory (PyTorch's pinned block is not reused before this copy has run), on
-    the current stream. On the CPU, a plain copy."""
-    import torch
-
-    src = torch.from_numpy(np.ascontiguousarray(host))
-    if dst.is_cuda:
-        dst.copy_(src.pin_memory(), non_blocking=True)
-    else:
-        dst.copy_(src)
