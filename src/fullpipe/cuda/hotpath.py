@@ -158,14 +158,18 @@ class HotPath:
         else:
             self._bindings("cuStreamWaitEvent", stream, event, 0)
 
-    def launch(self, kernel: int, grid: int, block: int, args: "PackedArgs", stream: int, shared_mem: int = 0) -> None:
-        """cuLaunchKernel of a 1-D grid; ``kernel`` is a CUfunction or CUkernel handle."""
+    def launch(self, kernel: int, grid: int, block: int, args: "PackedArgs", stream: int, shared_mem: int = 0,
+               grid_y: int = 1, grid_z: int = 1) -> None:
+        """cuLaunchKernel of a ``grid`` x ``grid_y`` x ``grid_z`` grid of 1-D blocks;
+        ``kernel`` is a CUfunction or CUkernel handle."""
         if self.native:
-            err = self._fn["cuLaunchKernel"](kernel, grid, 1, 1, block, 1, 1, shared_mem, stream, args.address, None)
+            err = self._fn["cuLaunchKernel"](kernel, grid, grid_y, grid_z, block, 1, 1, shared_mem, stream,
+                                             args.address, None)
             if err:
                 self._raise("cuLaunchKernel", err)
         else:
-            self._bindings("cuLaunchKernel", kernel, grid, 1, 1, block, 1, 1, shared_mem, stream, args.address, 0)
+            self._bindings("cuLaunchKernel", kernel, grid, grid_y, grid_z, block, 1, 1, shared_mem, stream,
+                           args.address, 0)
 
     def graph_launch(self, graph_exec: int, stream: int) -> None:
         """cuGraphLaunch: the whole executable graph, ordered on ``stream`` after its work

@@ -237,7 +237,13 @@ class DecodeSession:
         self._closed = False
         self._host_step = 0  # steps enqueued from Python (the row of ``logits`` a forced step fills)
         ensure_current(self.device.index or 0, force=True)
+        if stream is None:  # a stream of its own: a CUDA graph cannot be captured on the default stream
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
         torch_s0, _ = stack._streams(stream)
+        if dec.graph and int(torch_s0.cuda_stream) == 0:
+            raise ValueError("graph=True needs a stream other than the legacy default stream (a CUDA graph cannot "
+                             "be captured there): give stream=None for a stream of the decode's own")
         self.streams = [torch_s0] + [torch.cuda.Stream(self.device) for _ in dec.groups[1:]]
         self.core_streams = [stack._streams(s)[1] for s in self.streams]
         self.events = [[torch.cuda.Event() for _ in dec.groups] for _ in dec.groups]  # [micro-batch][group]
@@ -295,7 +301,7 @@ class DecodeSession:
             upload(mb.seq_ids[:n], np.arange(n, dtype=np.int32))
             for name in ("tokens", "positions", "seq_ids"):  # a smaller micro-batch uses the first rows
                 setattr(mb, name, getattr(mb, name)[:n])
-        self.cache.set_lengths(self.lengths + 1)
+        self.cache.set_lengths(self.lengths + 1, s0)
         for s in self.streams[1:]:
             s.wait_stream(self.streams[0])
 
@@ -323,7 +329,7 @@ class DecodeSession:
             self.cache.reserve(self.lengths + n, self.core_streams[0])
             if self._forced is not None:
                 self._feed(self._forced[:, self.steps_done])
-            if n == k and graphed:
+            if graphed and self._graph is not None:
                 self._replay()
             else:
                 self._enqueue_steps(1)

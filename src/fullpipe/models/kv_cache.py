@@ -112,17 +112,17 @@ class PagedKVCache:
                 added += 1
         if added:
             self.pages_allocated += added
-            upload(self.page_table, self._table)
+            upload(self.page_table, self._table, stream)
         return added
 
-    def set_lengths(self, lengths: Any) -> None:
-        """Upload the cached lengths (int32, one per sequence), in stream order on the
-        current stream. They must fit the reserved slots."""
+    def set_lengths(self, lengths: Any, stream: Any = None) -> None:
+        """Upload the cached lengths (int32, one per sequence), in stream order on
+        ``stream`` (default: PyTorch's current stream). They must fit the reserved slots."""
         lengths = np.asarray(lengths, dtype=np.int32).reshape(-1)
         for b, n in enumerate(lengths):
             if n > self.slots(b):
                 raise ValueError(f"sequence {b}: length {int(n)} is above its {self.slots(b)} reserved slots")
-        upload(self.seq_lens, lengths)
+        upload(self.seq_lens, lengths, stream)
 
     def release(self, stream: Any) -> None:
         """Every page back to the pool, in stream order on ``stream`` (after the last
@@ -137,14 +137,19 @@ class PagedKVCache:
         self._table[:] = 0
 
 
-def upload(dst: Any, host: np.ndarray) -> None:
+def upload(dst: Any, host: np.ndarray, stream: Any = None) -> None:
     """A small host array into a device tensor without a host wait: from pinned memory
-    (PyTorch's pinned block is not reused before the copy has run), on the current
-    stream. On the CPU, a plain copy."""
+    (PyTorch's pinned block is not reused before the copy has run), on ``stream`` (any
+    stream fullpipe takes; default: PyTorch's current stream). On the CPU, a plain copy."""
     import torch
 
     src = torch.from_numpy(np.ascontiguousarray(host))
-    if dst.is_cuda:
+    if not dst.is_cuda:
+        dst.copy_(src)
+    elif stream is None:
         dst.copy_(src.pin_memory(), non_blocking=True)
     else:
-        dst.copy_(src)
+        from ..cuda.interop import torch_stream
+
+        with torch.cuda.stream(torch_stream(stream, dst.device.index)):
+            dst.copy_(src.pin_memory(), non_blocking=True)
