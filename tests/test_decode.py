@@ -157,3 +157,20 @@ def test_static_peer_refuses_past_its_capacity():
         peer.step(t)
     with pytest.raises(ValueError, match="compile=True needs cache='static'"):
         TorchDecoder(TINY, w, [np.arange(3, dtype=np.int32)], capacity=5, compile=True)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_a_restarted_peer_decodes_again_from_its_prefill(cache):
+    torch = pytest.importorskip("torch")
+    from fullpipe.models import init_weights
+    from fullpipe.models.torch_decode import TorchDecoder
+
+    w = init_weights(TINY, seed=2)
+    prompts = _prompts(np.random.default_rng(5), [4, 9])
+    peer = TorchDecoder(TINY, w, prompts, capacity=16, cache=cache, dtype=torch.float32)
+    feed = torch.tensor([[3, 7, 1], [5, 5, 2]])
+    first = [peer.step(feed[:, t]) for t in range(3)]
+    peer.restart()
+    again = [peer.step(feed[:, t]) for t in range(3)]
+    for a, b in zip(first, again):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

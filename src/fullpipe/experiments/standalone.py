@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,7 +19,10 @@ def main(prog: str, run: Callable[[Any], Any], format_table: Callable[[list], st
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--json", default=None, help="write the Result (the report's JSON) here")
     args = ap.parse_args(argv)
-    res = run(Context(device=Device(0), quick=args.quick))
+    def progress(fraction: float, message: str) -> None:  # long runs say where they are, on stderr
+        print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    res = run(Context(device=Device(0), quick=args.quick, progress=progress))
     print(format_table(res.table))
     for c in res.claims:
         print(f"- {c['verdict']}: {c['claim']}\n    {c['measured']}\n    bound: {c['bound']}")

@@ -120,6 +120,9 @@ __device__ void decode_split(const T* __restrict__ q, const unsigned long long* 
 
     const int lane_group = threadIdx.x / PER_ROW;  // which token row this lane reads
     const int col = (threadIdx.x % PER_ROW) * VEC;  // its 8 dims of that row
+    // The lane groups of a warp run different numbers of tokens: a shuffle names only
+    // the lanes of its own group (a full-warp mask would wait for lanes that left the loop).
+    const unsigned group_mask = (0xffffffffu >> (32 - PER_ROW)) << ((threadIdx.x % 32) & ~(PER_ROW - 1));
     float qr[G][VEC];
 #pragma unroll
     for (int g = 0; g < G; ++g)
@@ -163,7 +166,7 @@ __device__ void decode_split(const T* __restrict__ q, const unsigned long long* 
 #pragma unroll
                 for (int i = 0; i < VEC; ++i) s = fmaf(qr[g][i], kf[i], s);
 #pragma unroll
-                for (int o = PER_ROW / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o, PER_ROW);
+                for (int o = PER_ROW / 2; o > 0; o >>= 1) s += __shfl_xor_sync(group_mask, s, o, PER_ROW);
                 const float m_new = fmaxf(run[g].m, s);
                 const float alpha = exp2f(run[g].m - m_new);  // 0 on the first token (m = -inf)
                 const float p = exp2f(s - m_new);

@@ -101,6 +101,7 @@ class TorchDecoder:
         self.prefill_logits = torch.cat(logits)
         self.first_tokens = self.prefill_logits.argmax(dim=-1)
         self.positions = torch.tensor(lengths, dtype=torch.int64, device=self.device)  # of the next token
+        self._after_prefill = (self.positions.clone(), width)
         self._rows = torch.arange(B, device=self.device)
         self._slots = torch.arange(capacity, device=self.device)
         if cache == "static":
@@ -109,6 +110,18 @@ class TorchDecoder:
         self.compiled = compile
         self._step = torch.compile(self._static_step, mode="reduce-overhead", fullgraph=True) if compile \
             else (self._static_step if cache == "static" else self._dynamic_step)
+
+    def restart(self) -> None:
+        """Back to the state right after the prefill, on the same tensors (a compiled step
+        and a captured graph stay valid): the positions go back; the static cache's slots
+        after the prompts are simply written again, the dynamic cache is cut back."""
+        positions, width = self._after_prefill
+        self.positions.copy_(positions)
+        self._longest = int(positions.max())
+        if self.cache == "dynamic":
+            self.k = [k[:, :, :width] for k in self.k]
+            self.v = [v[:, :, :width] for v in self.v]
+            self.filled = self.filled[:, :width]
 
     def step(self, tokens: Any) -> Any:
         """Logits ``[sequences, vocab]`` after feeding ``tokens`` (int64 ``[sequences]`` on
