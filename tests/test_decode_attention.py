@@ -51,8 +51,9 @@ def test_k_and_v_move_in_16_byte_loads(per_kernel_sass):
 
 
 def test_the_split_plan():
-    # 8 sequences x 16 K/V heads on 132 SMs: 4 blocks per SM want 5 splits at 4096 tokens
-    assert da.plan_decode(8, 16, 16, 4096, 64, 132) == (832, 5)
+    # 8 sequences x 16 K/V heads on 132 SMs: 8 blocks per SM want 9 splits of 456 tokens at 4096,
+    # rounded up to whole pages: 8 splits of 512
+    assert da.plan_decode(8, 16, 16, 4096, 64, 132) == (512, 8)
     # one sequence of one K/V head: as many splits as the minimum split size allows
     assert da.plan_decode(1, 8, 1, 4096, 64, 132) == (128, 32)
     # short contexts: one split of whole pages

@@ -28,7 +28,7 @@ namespace {
 
 constexpr int VEC = 8;        // elements per 16-byte vector
 constexpr int WARPS = 4;      // warps per split block
-constexpr int UNROLL = 4;     // tokens a lane group loads before it computes
+constexpr int UNROLL = 8;     // tokens a lane group loads before it computes
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

@@ -44,7 +44,7 @@ WRITE_THREADS = 256
 VEC = 8
 # plan_decode: aim for this many split blocks per SM at the longest context, never a split
 # of fewer tokens than MIN_SPLIT_TOKENS (a block's fixed cost: the queries, the merge).
-BLOCKS_PER_SM = 4
+BLOCKS_PER_SM = 8
 MIN_SPLIT_TOKENS = 128
 
 _u64, _i32, _f32 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_float

@@ -65,18 +65,28 @@ __device__ __forceinline__ void rms_norm_row(T* x, const T* proj, const T* __res
     if (row >= rows) return;
     const size_t base = static_cast<size_t>(row) * vectors;
     const uint4* xv = reinterpret_cast<const uint4*>(x) + base;
-    uint4 held[V];
+    // Every load of the row first: x and proj may alias (no __restrict__), so a load
+    // placed after a store to x would wait for it, one memory round trip per vector.
+    // With a few rows (a decode step's) those round trips were the kernel's whole time.
+    uint4 held[V], added[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const int c = i * 32 + lane;
+        if (c < vectors) {
+            held[i] = xv[c];
+            if (RESIDUAL) added[i] = reinterpret_cast<const uint4*>(proj)[base + c];
+        }
+    }
     float sumsq = 0.f;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int c = i * 32 + lane;
         if (c < vectors) {
             float f[VEC];
-            held[i] = xv[c];
             unpack<T>(held[i], f);
             if (RESIDUAL) {
                 float p[VEC];
-                unpack<T>(reinterpret_cast<const uint4*>(proj)[base + c], p);
+                unpack<T>(added[i], p);
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) f[e] = __fadd_rn(f[e], p[e]);
                 held[i] = pack<T>(f);
