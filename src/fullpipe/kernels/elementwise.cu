@@ -68,13 +68,18 @@ __device__ __forceinline__ void rms_norm_row(T* x, const T* proj, const T* __res
     // Every load of the row first: x and proj may alias (no __restrict__), so a load
     // placed after a store to x would wait for it, one memory round trip per vector.
     // With a few rows (a decode step's) those round trips were the kernel's whole time.
-    uint4 held[V], added[V];
+    // The weight too (it does not depend on the row, so its round trip overlaps the
+    // others), up to rows of 2048: the 4096-wide build has no registers left for it.
+    constexpr bool EARLY_WEIGHT = V <= 8;
+    const uint4* wv = reinterpret_cast<const uint4*>(weight);
+    uint4 held[V], added[V], wheld[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int c = i * 32 + lane;
         if (c < vectors) {
             held[i] = xv[c];
             if (RESIDUAL) added[i] = reinterpret_cast<const uint4*>(proj)[base + c];
+            if (EARLY_WEIGHT) wheld[i] = wv[c];
         }
     }
     float sumsq = 0.f;
@@ -101,7 +106,6 @@ __device__ __forceinline__ void rms_norm_row(T* x, const T* proj, const T* __res
     // torch: mean = sum * (1 / n), then rsqrt(mean + eps), then (x * r) * w.
     const float mean = __fmul_rn(sumsq, __fdiv_rn(1.f, static_cast<float>(vectors * VEC)));
     const float r = rsqrtf(__fadd_rn(mean, eps));
-    const uint4* wv = reinterpret_cast<const uint4*>(weight);
     uint4* ov = reinterpret_cast<uint4*>(out) + base;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -109,7 +113,7 @@ __device__ __forceinline__ void rms_norm_row(T* x, const T* proj, const T* __res
         if (c < vectors) {
             float f[VEC], w[VEC];
             unpack<T>(held[i], f);
-            unpack<T>(wv[c], w);
+            unpack<T>(EARLY_WEIGHT ? wheld[i] : wv[c], w);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) f[e] = __fmul_rn(__fmul_rn(f[e], r), w[e]);
             ov[c] = pack<T>(f);
