@@ -28,7 +28,10 @@ namespace {
 
 constexpr int VEC = 8;        // elements per 16-byte vector
 constexpr int WARPS = 4;      // warps per split block
-constexpr int UNROLL = 8;     // tokens a lane group loads before it computes
+#ifndef DECODE_UNROLL
+#define DECODE_UNROLL 8
+#endif
+constexpr int UNROLL = DECODE_UNROLL;  // tokens a lane group loads before it computes (a build option)
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
