@@ -29,7 +29,7 @@ namespace {
 constexpr int VEC = 8;        // elements per 16-byte vector
 constexpr int WARPS = 4;      // warps per split block
 #ifndef DECODE_UNROLL
-#define DECODE_UNROLL 8
+#define DECODE_UNROLL 4
 #endif
 constexpr int UNROLL = DECODE_UNROLL;  // tokens a lane group loads before it computes (a build option)
 
