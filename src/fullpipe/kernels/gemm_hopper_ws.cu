@@ -25,9 +25,27 @@
 //
 // Kernels gemm_hopper_ws_{bf16,f16}: grid = tiles (grouped order), 384 threads,
 // dynamic shared memory STAGES * 48 KiB + 1 KiB. Tensor maps as in gemm_hopper_tma.cu.
+//
+// Build option ROLE_STAMPS (off by default; hopper_gemm.gemm_hopper_role_stamps): the
+// first ROLE_STAMP_BLOCKS blocks write %globaltimer stamps of what each role does, to
+// draw the roles' activity over time. One extra kernel parameter, ``stamps``; per block
+// (ROLE_STAMP_WORDS(slices) words): [0] block start, [1] block end, [2] %smid; then the
+// producer's (wait for a free slot, TMA issued) per slice; then per consumer warpgroup
+// (wait for the slice, slice landed, its wgmma retired) per slice and (epilogue start,
+// end). A stamp costs a few cycles; the roles' work is unchanged.
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
+#ifdef ROLE_STAMPS
+#include <fullpipe/timer.cuh>
+#ifndef ROLE_STAMP_BLOCKS
+#define ROLE_STAMP_BLOCKS 4
+#endif
+#define ROLE_STAMP_WORDS(slices) (3 + 2 * (slices) + CONSUMERS * (3 * (slices) + 2))
+#define STAMP(ptr, i) do { if (ptr) (ptr)[i] = fp_globaltimer_ns(); } while (0)
+#else
+#define STAMP(ptr, i) do { } while (0)
+#endif
 
 #ifndef STAGES
 #define STAGES 4
@@ -57,11 +75,13 @@ struct Problem {
     int slices;
 };
 
+// stamps: this role's stamps in the block's record, or null (not a stamped block or build)
 __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
-                                         const Problem& p) {
+                                         const Problem& p, unsigned long long* stamps) {
     for (int kt = 0; kt < p.slices; ++kt) {
         const int slot = kt % STAGES;
         const unsigned use = kt / STAGES;
+        STAMP(stamps, 2 * kt);
         fp_mbar::mbar_wait(&smem.empty[slot], (use & 1) ^ 1);
         Slice& s = smem.ring[slot];
         unsigned long long* full = &smem.full[slot];
@@ -70,32 +90,40 @@ __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* m
 #pragma unroll
         for (int c = 0; c < BN / CHUNK_N; ++c)
             fp_tma::load_2d(s.b + c * B_CHUNK_BYTES, map_b, full, p.n0 + c * CHUNK_N, kt * BK);
+        STAMP(stamps, 2 * kt + 1);
     }
 }
 
 template <bool BF16>
-__device__ __forceinline__ void consumer(SharedStorage& smem, int wg, unsigned short* C, const Problem& p) {
+__device__ __forceinline__ void consumer(SharedStorage& smem, int wg, unsigned short* C, const Problem& p,
+                                         unsigned long long* stamps) {
     const bool signals = threadIdx.x % 128 == 0;   // one arrival per warpgroup on empty[]
     float acc[128];
     zero(acc);
     for (int kt = 0; kt < p.slices; ++kt) {
         const int slot = kt % STAGES;
+        STAMP(stamps, 3 * kt);
         fp_mbar::mbar_wait(&smem.full[slot], (kt / STAGES) & 1);
+        STAMP(stamps, 3 * kt + 1);
         fp_wgmma::fence();
         mma_slice<BF16>(acc, smem.ring[slot], wg);
         fp_wgmma::commit();
         fp_wgmma::wait<1>();                       // slice kt-1's wgmma retired
         fp_wgmma::fence_accumulators(acc);
+        if (kt > 0) STAMP(stamps, 3 * (kt - 1) + 2);
         if (signals && kt > 0) fp_mbar::mbar_arrive(&smem.empty[(kt - 1) % STAGES]);
     }
     fp_wgmma::wait<0>();
     fp_wgmma::fence_accumulators(acc);
+    STAMP(stamps, 3 * (p.slices - 1) + 2);
+    STAMP(stamps, 3 * p.slices);
     store_accumulators<BF16>(C, acc, p.M, p.N, p.m0 + wg * WG_M, p.n0);
+    STAMP(stamps, 3 * p.slices + 1);
 }
 
 template <bool BF16>
 __device__ __forceinline__ void gemm_ws(const TensorMap* map_a, const TensorMap* map_b, unsigned short* C, int M,
-                                        int N, int K) {
+                                        int N, int K, unsigned long long* stamps) {
     extern __shared__ unsigned char smem_raw[];
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
@@ -104,6 +132,18 @@ __device__ __forceinline__ void gemm_ws(const TensorMap* map_a, const TensorMap*
     const TileCoord tile = grouped_tile(blockIdx.x, tiles_m, tiles_n, GROUP_M);
     const Problem p{M, N, K, tile.m * BM, tile.n * BN, (K + BK - 1) / BK};
     const int wg = threadIdx.x / 128;
+    unsigned long long* mine = nullptr;  // this block's stamp record (stamped builds, first blocks)
+#ifdef ROLE_STAMPS
+    if (stamps && blockIdx.x < ROLE_STAMP_BLOCKS) {
+        mine = stamps + static_cast<long long>(blockIdx.x) * ROLE_STAMP_WORDS(p.slices);
+        if (threadIdx.x == 0) {
+            STAMP(mine, 0);
+            unsigned smid;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+            mine[2] = smid;
+        }
+    }
+#endif
 
     if (threadIdx.x == 0) {
         fp_tma::prefetch_map(map_a);
@@ -118,22 +158,38 @@ __device__ __forceinline__ void gemm_ws(const TensorMap* map_a, const TensorMap*
 
     if (wg == 0) {
         fp_wgmma::release_registers<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer(smem, map_a, map_b, p);
+        if (threadIdx.x == 0) producer(smem, map_a, map_b, p, mine ? mine + 3 : nullptr);
     } else {
         fp_wgmma::claim_registers<CONSUMER_REGS>();
-        consumer<BF16>(smem, wg - 1, C, p);
+        const bool stamper = mine && threadIdx.x % 128 == 0;
+        consumer<BF16>(smem, wg - 1, C, p,
+                       stamper ? mine + 3 + 2 * p.slices + (wg - 1) * (3 * p.slices + 2) : nullptr);
     }
+#ifdef ROLE_STAMPS
+    if (mine) {
+        __syncthreads();
+        if (threadIdx.x == 0) STAMP(mine, 1);
+    }
+#endif
 }
 
 }  // namespace
 
+#ifdef ROLE_STAMPS
+#define STAMPS_PARAM , unsigned long long* stamps
+#define STAMPS_ARG stamps
+#else
+#define STAMPS_PARAM
+#define STAMPS_ARG nullptr
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_hopper_ws_bf16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                    unsigned short* C, int M, int N, int K) {
-    gemm_ws<true>(&map_a, &map_b, C, M, N, K);
+                    unsigned short* C, int M, int N, int K STAMPS_PARAM) {
+    gemm_ws<true>(&map_a, &map_b, C, M, N, K, STAMPS_ARG);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_hopper_ws_f16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                   unsigned short* C, int M, int N, int K) {
-    gemm_ws<false>(&map_a, &map_b, C, M, N, K);
+                   unsigned short* C, int M, int N, int K STAMPS_PARAM) {
+    gemm_ws<false>(&map_a, &map_b, C, M, N, K, STAMPS_ARG);
 }

@@ -374,13 +374,20 @@ def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, clust
 
 
 def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
-                device_index: int = 0, arch: str | None = None) -> None:
-    """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them)."""
+                device_index: int = 0, arch: str | None = None, stamps_ptr: int | None = None) -> None:
+    """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them).
+    ``stamps_ptr``: the ws rung's ROLE_STAMPS build, writing its stamps there
+    (:mod:`.role_stamps`)."""
     from cuda.bindings import driver as d
 
     if arch is None:
         arch, _ = arch_and_sm_count(device_index)
-    kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
+    if stamps_ptr is not None:
+        if p.variant != "ws":
+            raise ValueError(f"role stamps are built into the ws rung only, not {p.variant!r}")
+        kernel = _module("ws", arch, (("ROLE_STAMPS", 1),)).kernel(p.kernel)
+    else:
+        kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
     ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
@@ -390,6 +397,8 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
     if p.variant != "persistent":
         raw.append(struct.pack("<Q", c_ptr))
     raw += [struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k)]
+    if stamps_ptr is not None:
+        raw.append(struct.pack("<Q", stamps_ptr))
     # Each parameter in its own 64-byte aligned host buffer; the driver copies them.
     bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
     ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
