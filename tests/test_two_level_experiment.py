@@ -167,3 +167,28 @@ def test_the_eager_peer_in_a_child_process_on_the_cpu():
     assert why is None and len(out["walls"]) == 1
     ref = reference_prefill(c, init_weights(c, 3, "cpu"), reqs)
     assert max(T.rel_err_rows(torch.from_numpy(logits), ref)) == 0.0
+
+
+def test_kernel_kinds_from_names_seen_in_the_stacks_traces():
+    assert T.kernel_kind("gemm_hopper_persistent_bf16") == "GEMM"
+    assert T.kernel_kind("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_NNT") == "GEMM"
+    assert T.kernel_kind("flash_attention_hopper_bf16_d128") == "attention"
+    assert T.kernel_kind("residual_rms_norm_bf16_v8") == "elementwise"
+    assert T.kernel_kind("decode_split_bf16_d128_g1") == "other"
+
+
+def test_the_two_levels_figure_draws_the_stream_and_the_roles(tmp_path):
+    r = result()
+    m = r["metrics"]
+    m["kernel_excerpt_ms"] = [[0.0, 0.2, "elementwise"], [0.2, 1.1, "GEMM"], [1.1, 1.9, "attention"],
+                              [1.9, 2.9, "GEMM"]]
+    slices = 4  # 1 us per slice per consumer, the producer 4 slots ahead
+    m["roles_shape"] = [4096, 6144, 2048]
+    m["roles_blocks"] = [{"sm": 3, "span": [0, 6000], "producer": [[k * 10, k * 10 + 5] for k in range(slices)],
+                          "consumer_wait": [[[k * 1000, k * 1000 + 100] for k in range(slices)] for _ in range(2)],
+                          "consumer_mma": [[[k * 1000 + 100, k * 1000 + 1000] for k in range(slices)]
+                                           for _ in range(2)],
+                          "epilogue": [[4000, 5000], [4000, 5200]], "busy": 0.65}]
+    figs = T.figures(r, tmp_path)
+    assert len(figs) == 2
+    assert all(p.exists() and p.stat().st_size > 20_000 for p in figs.values())

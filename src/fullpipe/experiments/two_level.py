@@ -353,6 +353,13 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
             except Exception as exc:  # CUPTI missing or refused: the timings stand without it
                 metrics["trace_error"] = f"{type(exc).__name__}: {exc}"
                 notes.append(f"no CUPTI trace of the both-levels prefill: {metrics['trace_error']}")
+        if level2.matmul_choices["wqkv"].backend == "hopper":  # the roles inside one of the stack's GEMMs
+            progress(0.76, "inside one kernel: the warp-specialized GEMM's roles")
+            try:
+                metrics.update(role_timeline(config, microbatch_tokens, device_index))
+            except Exception as exc:  # the figure's lower half is left out, the claims stand
+                metrics["roles_error"] = f"{type(exc).__name__}: {exc}"
+                notes.append(f"no role timeline: {metrics['roles_error']}")
     finally:
         level1.close()
         both.close()
@@ -402,6 +409,9 @@ def _traced(fn: Callable[[], Any], sync: Callable[[], None], out_dir: Path | Non
         raise RuntimeError("the trace holds no kernel records")
     start, end = tl.timeline.span_ns()
     out = sm_stats(kernels, start, end)
+    cut = start + int(EXCERPT_MS * 1e6)
+    out["kernel_excerpt_ms"] = [[(r.start_ns - start) / 1e6, (min(r.end_ns, cut) - start) / 1e6, kernel_kind(r.name)]
+                                for r in recs if r.kind == "kernel" and r.start_ns < cut]
     out.update({"trace_kernels": len(kernels), "trace_records": len(recs), "trace_wall_s": traced_wall,
                 "trace_copies": sum(1 for r in recs if r.kind == "memcpy")})
     if out_dir is not None:
@@ -410,6 +420,42 @@ def _traced(fn: Callable[[], Any], sync: Callable[[], None], out_dir: Path | Non
         tl.save(tdir / f"{NAME}-both.json")
         out["trace_file"] = f"traces/{NAME}-both.json"
     return out
+
+
+KERNEL_KINDS = ("GEMM", "attention", "elementwise", "other")
+
+
+def kernel_kind(name: str) -> str:
+    """What a kernel of the stack does, from its name (fullpipe's and PyTorch's/cuBLAS's)."""
+    n = name.lower()
+    if "gemm" in n or "nvjet" in n or "cublas" in n or "cutlass" in n:
+        return "GEMM"
+    if "attention" in n or "flash" in n or "fmha" in n:
+        return "attention"
+    if any(w in n for w in ("rms_norm", "rope", "swiglu", "elementwise", "index")):
+        return "elementwise"
+    return "other"
+
+
+def role_timeline(config: Any, tokens: int, device_index: int) -> dict[str, Any]:
+    """Inside one kernel: the stack's fused QKV projection (``tokens`` x width @ width x
+    qkv_width) by the warp-specialized Hopper GEMM's role-stamped build: each role's
+    activity in its first blocks (kernels.role_stamps), ns from the first block's start."""
+    import torch
+
+    from ..kernels.role_stamps import gemm_role_stamps
+
+    g = torch.Generator(device=f"cuda:{device_index}").manual_seed(1)
+    a = torch.randn(tokens, config.width, device=f"cuda:{device_index}", generator=g).to(torch.bfloat16)
+    b = (torch.randn(config.width, config.qkv_width, device=f"cuda:{device_index}", generator=g) / 45).to(torch.bfloat16)
+    out, blocks = gemm_role_stamps(a, b)
+    err = float(((out.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()))
+    return {"roles_shape": [tokens, config.qkv_width, config.width], "roles_rel_err": err,
+            "roles_blocks": [{"sm": r.sm, "span": list(r.span), "producer": [list(x) for x in r.producer_wait],
+                              "consumer_wait": [[list(x) for x in wg] for wg in r.consumer_wait],
+                              "consumer_mma": [[list(x) for x in wg] for wg in r.consumer_mma],
+                              "epilogue": [list(x) for x in r.epilogue], "busy": r.busy_fraction()}
+                             for r in blocks]}
 
 
 def sm_stats(kernels: list[tuple[int, int]], start: int, end: int) -> dict[str, Any]:
@@ -600,8 +646,57 @@ def figures(r: dict, out: Path) -> dict[str, Path]:
         a2.set_xlabel("ms from the first GPU operation")
         f = m.get("sm_busy_fraction")
         a2.set_title("SMs busy, both levels (CUPTI)" + (f": {f:.1%} of the span" if is_num(f) else ""))
-    return {"prefill tokens/s of each form (x PyTorch eager), and the SM-busy timeline of the both-levels prefill":
+    figs = {"prefill tokens/s of each form (x PyTorch eager), and the SM-busy timeline of the both-levels prefill":
             save(fig, out / f"{NAME}.png")}
+    if m.get("kernel_excerpt_ms") and m.get("roles_blocks"):
+        figs["the two levels, measured: the stream's kernels over the first milliseconds of the prefill (CUPTI), "
+             "and inside one GEMM of it, what each warp role does (%globaltimer stamps)"] = _two_levels(m, out)
+    return figs
+
+
+KIND_COLOR = {"GEMM": RING, "attention": "#ff7f0e", "elementwise": PINNED, "other": GREY}
+
+
+def _two_levels(m: dict, out: Path) -> Path:
+    """Level 1 on top: the prefill's kernels, one after another on the stream, by kind.
+    Level 2 below: block 0 of the warp-specialized GEMM at the stack's QKV shape: the
+    producer waiting for a free ring slot, each consumer warpgroup waiting for its slice
+    and running its wgmma, the epilogue."""
+    plt = pyplot()
+    fig, (top, low) = plt.subplots(2, 1, figsize=(WIDE[0], WIDE[1] * 1.3), gridspec_kw={"height_ratios": [1, 2]})
+    for kind in KERNEL_KINDS:
+        bars = [(s, e - s) for s, e, k in m["kernel_excerpt_ms"] if k == kind]
+        if bars:
+            top.broken_barh(bars, (0, 1), color=KIND_COLOR[kind], label=kind)
+    top.set_xlim(0, m.get("sm_excerpt_window_ms") or EXCERPT_MS)
+    top.set_yticks([])
+    top.set_xlabel("ms from the first GPU operation")
+    top.set_title("level 1: the both-levels prefill's stream, kernel after kernel (CUPTI)")
+    top.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
+    b = m["roles_blocks"][0]
+    us = 1e-3
+    rows = [("producer (TMA)", [(s * us, (e - s) * us) for s, e in b["producer"]], "#c7c7c7", None)]
+    for c in range(len(b["consumer_mma"])):
+        rows.append((f"consumer {c} (wgmma)", [(s * us, (e - s) * us) for s, e in b["consumer_wait"][c]], "#c7c7c7",
+                     [(s * us, (e - s) * us) for s, e in b["consumer_mma"][c]]))
+    for i, (label, waits, color, work) in enumerate(rows):
+        low.broken_barh(waits, (i, 0.8), color=color)
+        if work:
+            low.broken_barh(work, (i, 0.8), color=RING)
+    issued = [e * us for _, e in b["producer"]]
+    low.plot(issued, [0.4] * len(issued), "|", color="k", ms=9, label="a slice's TMA loads issued")
+    low.legend(fontsize=7, loc="lower right")
+    for c, (s, e) in enumerate(b["epilogue"]):
+        low.broken_barh([(s * us, (e - s) * us)], (1 + c, 0.8), color=PINNED)
+    low.set_yticks([i + 0.4 for i in range(len(rows))], [r[0] for r in rows])
+    low.invert_yaxis()
+    low.set_xlabel("µs from the block's start")
+    mm, nn, kk = m["roles_shape"]
+    low.set_title(f"level 2: inside one block of the warp-specialized GEMM ({mm}×{kk} @ {kk}×{nn}, SM {b['sm']})\n"
+                  f"grey: waiting; green: a slice's wgmma in flight; blue: epilogue; some wgmma in flight "
+                  f"{b['busy']:.0%} of the block's time", fontsize=9)
+    fig.tight_layout()
+    return save(fig, out / f"{NAME}-two-levels.png")
 
 
 # --------------------------------------------------------------------------- without the report
