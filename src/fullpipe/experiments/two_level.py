@@ -84,7 +84,9 @@ VERDICT_FROM = (PREFILL_KEY, SM_BUSY_KEY, MEMORY_KEY, NO_MALLOC_KEY)
 
 EAGER, EAGER_ASYNC = "PyTorch eager", "PyTorch eager, cudaMallocAsync"
 LEVEL1, LEVEL2, BOTH = "level 1 only", "level 2 only", "both levels"
-FORMS = (EAGER, EAGER_ASYNC, LEVEL1, LEVEL2, BOTH)
+BOTH_PIPELINE = "both levels, StreamPipeline"
+FORMS = (EAGER, EAGER_ASYNC, LEVEL1, LEVEL2, BOTH, BOTH_PIPELINE)
+PIPELINE_STREAMS = 2
 WHAT = {
     EAGER: "reference_prefill per request: cuBLAS + SDPA + PyTorch elementwise, caching allocator (neither level)",
     EAGER_ASYNC: "the same eager, child process with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",
@@ -92,6 +94,8 @@ WHAT = {
     LEVEL2: "fullpipe kernels (Hopper GEMM, flash attention, fused elementwise), whole batch, one stream, "
             "PyTorch's allocator",
     BOTH: "fullpipe kernels + pool + micro-batches on a stream (StagedStack on one GPU)",
+    BOTH_PIPELINE: f"the same micro-batches through fullpipe's StreamPipeline on {PIPELINE_STREAMS} streams: token ids "
+                   "H2D by the executor, logits D2H into pinned host memory (models.PipelinedPrefill)",
 }
 
 SEED = 0  # init_weights
@@ -269,12 +273,19 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
     level1 = StagedStack(config, weights, devices=[device_index], kernels="torch")
     both = StagedStack(config, weights, devices=[device_index])
     level2 = DecoderStack(config, weights, kernels="fullpipe", pool=None)
+    from ..cuda.pool import DevicePool
+    from ..models.pipelined import PipelinedPrefill
+
+    pipe_pool = DevicePool(device_index)
+    pipelined = PipelinedPrefill(DecoderStack(config, weights, kernels="fullpipe", pool=pipe_pool),
+                                 streams=PIPELINE_STREAMS)
     level2_stream = torch.cuda.Stream(dev)  # one stream, as the others (the legacy default stream is not one)
     prefill: dict[str, Callable[[], Any]] = {
         EAGER: lambda: reference_prefill(config, weights, requests),
         LEVEL1: lambda: level1.prefill(requests, microbatch_tokens=microbatch_tokens).logits,
         LEVEL2: lambda: level2.prefill(requests, stream=level2_stream).logits,
         BOTH: lambda: both.prefill(requests, microbatch_tokens=microbatch_tokens).logits,
+        BOTH_PIPELINE: lambda: pipelined.prefill(requests, microbatch_tokens=microbatch_tokens).logits,
     }
     try:
         # 1. correct first: the warm-up's logits of every form against eager's
@@ -283,7 +294,7 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
             progress(0.05 + 0.25 * i / len(prefill), f"{name}: warm-up and check")
             out = fn()
             sync()
-            logits[name] = out.float()
+            logits[name] = out.float().to(dev)  # the pipelined form's logits are on the host
         ref = logits[EAGER]
         pool = both.stages[0].pool
         pool_first = pool.stats()  # after the first "both" prefill: what steady state is compared with
@@ -363,7 +374,9 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
     finally:
         level1.close()
         both.close()
-    del level1, both, level2, weights
+        pipelined.close()
+    del level1, both, level2, pipelined, weights
+    pipe_pool.close()
     torch.cuda.empty_cache()
 
     # 4. the eager peer under cudaMallocAsync, in its own process (after the others: its GPU is idle)
@@ -548,7 +561,7 @@ def _prefill(d: Data) -> Judged:
     tps = d.m("tokens_per_s")
     eager, both = float(tps[EAGER]), float(tps[BOTH])
     r = both / eager
-    others = ", ".join(f"{k} {tps[k] / eager:.2f}×" for k in (EAGER_ASYNC, LEVEL1, LEVEL2) if is_num(tps.get(k)))
+    others = ", ".join(f"{k} {tps[k] / eager:.2f}×" for k in (EAGER_ASYNC, LEVEL1, LEVEL2, BOTH_PIPELINE) if is_num(tps.get(k)))
     skipped = d.m_or(None, "async_skipped")
     return Judged(measured=f"{both:,.0f} tokens/s = {times(r)} eager ({others}"
                            + (f"; cudaMallocAsync peer not run: {skipped}" if skipped else "") + ")",
@@ -607,7 +620,7 @@ def _no_malloc(d: Data) -> Judged:
 
 
 # --------------------------------------------------------------------------- figure
-FORM_COLOR = {EAGER: GREY, EAGER_ASYNC: GREY, LEVEL1: PINNED, LEVEL2: "#ff7f0e", BOTH: RING}
+FORM_COLOR = {EAGER: GREY, EAGER_ASYNC: GREY, LEVEL1: PINNED, LEVEL2: "#ff7f0e", BOTH: RING, BOTH_PIPELINE: "#17becf"}
 
 
 def figures(r: dict, out: Path) -> dict[str, Path]:

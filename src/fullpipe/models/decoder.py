@@ -196,7 +196,7 @@ class DecoderStack:
         return run.logits, run.plan
 
     def run_slice(self, batch: PackedBatch, *, stream: Any = None, receive: Any = None, out: Any = None,
-                  scratch_bytes: int = 0, kv_cache: Any = None) -> SliceRun:
+                  scratch_bytes: int = 0, kv_cache: Any = None, tokens: Any = None) -> SliceRun:
         """Enqueue this slice's layers on ``batch`` (on ``stream``, as :meth:`prefill`) and
         return its :class:`SliceRun`, whose scratch stays reserved until :meth:`release`.
 
@@ -208,9 +208,18 @@ class DecoderStack:
 
         ``scratch_bytes``: take at least this much scratch (for callers that give every
         micro-batch the same size, so that the pool hands the same block back each time).
-        ``kv_cache``: as :meth:`prefill_packed`."""
+        ``kv_cache``: as :meth:`prefill_packed`. ``tokens``: the packed token ids already on
+        the device (an int32 tensor ``[batch.total_tokens]``, e.g. copied up by the
+        executor), instead of uploading ``batch.tokens``."""
         import torch
 
+        if tokens is not None:
+            if not self.holds_embedding:
+                raise ValueError("tokens= is for the slice that holds the embedding")
+            if tuple(tokens.shape) != (batch.total_tokens,) or tokens.dtype != torch.int32 \
+                    or tokens.device != self.device:
+                raise ValueError(f"tokens must be an int32 ({batch.total_tokens},) tensor on {self.device}, "
+                                 f"got {tuple(tokens.shape)} {tokens.dtype} on {tokens.device}")
         if kv_cache is not None:
             if self.kernels != "fullpipe":
                 raise ValueError("kv_cache= needs kernels='fullpipe' (the PyTorch peers keep their own cache)")
@@ -236,7 +245,7 @@ class DecoderStack:
         if self.device.type != "cuda":
             arena = torch.empty(plan.nbytes, dtype=torch.uint8, device=self.device)
             run = SliceRun(plan, arena, None, None, None)
-            run.logits = self._run(batch, run, receive, out, None)
+            run.logits = self._run(batch, run, receive, out, None, tokens)
             return run
         from ..cuda.device import ensure_current
 
@@ -257,7 +266,7 @@ class DecoderStack:
                                              device_index=self.device.index or 0))
                 run = SliceRun(plan, arena, buf, None, core_s)
             try:
-                run.logits = self._run(batch, run, receive, out, kv_cache)
+                run.logits = self._run(batch, run, receive, out, kv_cache, tokens)
             except BaseException:
                 self.release(run)
                 raise
@@ -293,7 +302,7 @@ class DecoderStack:
         core = as_core_stream(stream)
         return torch_stream(core, self.device.index or 0), core
 
-    def _run(self, batch: PackedBatch, run: SliceRun, receive: Any, out: Any, kv_cache: Any) -> Any:
+    def _run(self, batch: PackedBatch, run: SliceRun, receive: Any, out: Any, kv_cache: Any, given: Any) -> Any:
         import torch
 
         c, W, core_s = self.config, self.weights, run.stream
@@ -312,9 +321,10 @@ class DecoderStack:
         gate_up, act = view("gate_up"), view("act")
 
         if self.holds_embedding:
-            tokens = view("tokens")
-            upload(tokens, batch.tokens)
-            torch.index_select(W["embedding"], 0, tokens, out=x)
+            if given is None:
+                given = view("tokens")
+                upload(given, batch.tokens)
+            torch.index_select(W["embedding"], 0, given, out=x)
         else:
             receive(x, core_s)
         if self.kernels == "fullpipe":
