@@ -141,3 +141,26 @@ def test_a_prompt_that_cannot_be_served_is_named_and_the_others_decode(model, ow
     assert "max_context" in str(res.errors[1])
     alone = dec.generate(good, 16)
     np.testing.assert_array_equal(res.tokens, alone.tokens)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_failure_mid_decode_gives_every_page_and_block_back(model, own_pool, monkeypatch, groups):
+    import fullpipe.kernels.decode_attention as da
+    from fullpipe.models.decode import Decoder
+
+    config, _, stack = model
+    real, calls = da.decode_attention, {"n": 0}
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3 * config.layers * groups + 2:  # in the fourth step
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(da, "decode_attention", failing)
+    used = own_pool.stats().used_bytes
+    with pytest.raises(RuntimeError, match="injected"):
+        Decoder(stack, pool=own_pool, graph=False, layer_groups=groups, scratch="pool").generate(
+            _prompts(config, LENGTHS, seed=6), NEW)
+    torch.cuda.synchronize()
+    assert own_pool.stats().used_bytes == used

@@ -72,14 +72,16 @@ class PipelinedPrefill:
 
             raise NoValidRequests(errors)
         dtype = getattr(torch, self.stack.config.dtype)
-        outs = [torch.empty((b.requests, self.stack.config.vocab), dtype=dtype, pin_memory=True) for b in batches]
+        logits = torch.empty((sum(b.requests for b in batches), self.stack.config.vocab), dtype=dtype, pin_memory=True)
+        rows = np.cumsum([0] + [b.requests for b in batches])
+        outs = [logits[rows[i]:rows[i + 1]] for i in range(len(batches))]  # each micro-batch's rows
         self._pending = collections.deque(zip(batches, outs))
         try:
             self.pipe.run_batches([np.ascontiguousarray(b.tokens, dtype=np.int32) for b in batches])
         finally:
             self._pending.clear()
-        return PipelinedResult(torch.cat(outs) if len(outs) > 1 else outs[0],
-                               tuple(i for b in batches for i in b.indices), errors, len(batches), self.pipe.stats)
+        return PipelinedResult(logits, tuple(i for b in batches for i in b.indices), errors, len(batches),
+                               self.pipe.stats)
 
     def _compute(self, stream: Any, x: Any, y: Any) -> None:
         """One micro-batch, called by the executor in batch order: the stack on ``stream``
