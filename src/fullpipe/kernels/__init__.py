@@ -21,6 +21,11 @@ to see it in the code and what it measured.
 - elementwise.cu            the decoder stack's fused elementwise pieces: RMSNorm (with the residual add),
                             RoPE of Q and K from the fused projection, SwiGLU; one launch each, fp32 inside
 - peer_copy.cu              a copy by the SMs between two GPUs' memory over the link (push or pull)
+- decode_attention.cu       flash-decoding over a paged KV cache: one query token per sequence, split over
+                            the cached tokens and combined; GQA; kv_write puts new tokens into their pages
+
+role_stamps.py: the warp-specialized Hopper GEMM's ROLE_STAMPS build, %globaltimer stamps of what each
+role (TMA producer, wgmma consumers, epilogue) does over time.
 
 Shared device headers (``fullpipe/cuda/include/fullpipe/``), one concept each:
 fp32_tile.cuh (the fp32 tile math), fp32_slice_copier.cuh (its async copier),
@@ -30,7 +35,8 @@ tma.cuh / wgmma.cuh / gemm_hopper_tile.cuh (Hopper), mma_sync.cuh / online_softm
 
 Python fronts: :func:`gemm` (tiled / double_buffer / warp_specialized / wmma and the
 hopper_* rungs), :func:`gemm_hopper`, :func:`attention`, :func:`cluster_gemm`,
-:func:`small_tiles_gemm`, :func:`normalize`; :mod:`.elementwise` and :mod:`.peer_copy` by module.
+:func:`small_tiles_gemm`, :func:`normalize`; :mod:`.elementwise`, :mod:`.peer_copy`, :mod:`.decode_attention` and
+:mod:`.role_stamps` by module.
 """
 
 from .cluster import cluster_gemm
