@@ -192,3 +192,12 @@ def test_the_two_levels_figure_draws_the_stream_and_the_roles(tmp_path):
     figs = T.figures(r, tmp_path)
     assert len(figs) == 2
     assert all(p.exists() and p.stat().st_size > 20_000 for p in figs.values())
+
+
+def test_the_pipelined_forms_copies_are_told_in_a_note():
+    m = result()["metrics"]
+    assert not any("StreamPipeline (CUPTI)" in n for n in T._notes(m))
+    m.update({"pipeline_copy_busy_ns": 2_000_000, "pipeline_copy_under_compute_ns": 1_500_000,
+              "pipeline_h2d_bytes": 300_000, "pipeline_d2h_bytes": 4 * MiB, "pipeline_sm_busy_fraction": 0.97})
+    note = T._notes(m)[-1]
+    assert "logits down 4.0 MiB" in note and "2.00 ms" in note and "75% of it" in note

@@ -364,6 +364,10 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
             except Exception as exc:  # CUPTI missing or refused: the timings stand without it
                 metrics["trace_error"] = f"{type(exc).__name__}: {exc}"
                 notes.append(f"no CUPTI trace of the both-levels prefill: {metrics['trace_error']}")
+            try:
+                metrics.update(_traced_pipeline(lambda: prefill[BOTH_PIPELINE](), sync))
+            except Exception as exc:
+                notes.append(f"no CUPTI trace of the StreamPipeline prefill: {type(exc).__name__}: {exc}")
         if level2.matmul_choices["wqkv"].backend == "hopper":  # the roles inside one of the stack's GEMMs
             progress(0.76, "inside one kernel: the warp-specialized GEMM's roles")
             try:
@@ -433,6 +437,23 @@ def _traced(fn: Callable[[], Any], sync: Callable[[], None], out_dir: Path | Non
         tl.save(tdir / f"{NAME}-both.json")
         out["trace_file"] = f"traces/{NAME}-both.json"
     return out
+
+
+def _traced_pipeline(fn: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
+    """One prefill through the StreamPipeline under CUPTI: its copies (token ids up,
+    logits down) and how much of their time the SMs were computing."""
+    from .. import trace
+    from ..trace import metrics as tm
+
+    with trace.capture(backend="cupti", tags=False) as tl:
+        fn()
+        sync()
+    s = tm.summarize(tl.timeline)
+    recs = tl.timeline.device_records()
+    copies = [(r.start_ns, r.end_ns) for r in recs if r.kind == "memcpy" and r.direction in ("h2d", "d2h")]
+    return {"pipeline_copy_busy_ns": tm.busy(copies), "pipeline_copy_under_compute_ns": s.copy_compute_overlap_ns,
+            "pipeline_h2d_bytes": s.engines["h2d"].bytes, "pipeline_d2h_bytes": s.engines["d2h"].bytes,
+            "pipeline_sm_busy_fraction": s.engines["compute"].busy_fraction}
 
 
 KERNEL_KINDS = ("GEMM", "attention", "elementwise", "other")
@@ -551,6 +572,12 @@ def _notes(m: dict[str, Any]) -> list[str]:
            + f"{times(v[BOTH] / v[LEVEL1])}",
            "projections: " + ", ".join(f"{k} {b}" for k, b in m["matmul_choices"].items())
            + f"; attention: {m['attention']}"]
+    if m.get("pipeline_copy_busy_ns"):
+        copy, under = m["pipeline_copy_busy_ns"], m["pipeline_copy_under_compute_ns"]
+        out.append(f"{BOTH_PIPELINE} (CUPTI): its copies (token ids up {m['pipeline_h2d_bytes'] / MiB:.1f} MiB, logits "
+                   f"down {m['pipeline_d2h_bytes'] / MiB:.1f} MiB) took {copy / 1e6:.2f} ms of copy-engine time, "
+                   f"{under / copy:.0%} of it while the SMs were computing; SMs busy "
+                   f"{m['pipeline_sm_busy_fraction']:.1%} of its span")
     return out
 
 
