@@ -25,15 +25,11 @@ kernels take it (None: PyTorch's current stream).
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
-import threading
 from typing import Any
 
-from ..cuda import compiler
-from ..cuda.device import ensure_current, thread_context
-from ..cuda.hotpath import HotPath, PackedArgs, handle_int
-from .elementwise import _array, _check_aligned, _stream_handle
+from ._launcher import KernelSet
+from .elementwise import _array, _check_aligned
 
 SOURCE = "kernels/decode_attention.cu"
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
@@ -106,52 +102,7 @@ def decode_workspace_bytes(batch: int, heads: int, head_dim: int, max_splits: in
 
 
 # --------------------------------------------------------------------------- launching
-class _Kernels:
-    def __init__(self, device_index: int):
-        from ._operands import arch_and_sm_count
-
-        arch, self.sm_count = arch_and_sm_count(device_index)
-        mod = _module(arch)
-        self.handles = {name: handle_int(mod.kernel(name).handle) for name in kernel_names()}
-
-
-@functools.lru_cache(maxsize=None)
-def _module(arch: str):
-    return compiler.compile_package_kernel(SOURCE, arch=arch)
-
-
-_kernels: dict[int, _Kernels] = {}
-_kernels_lock = threading.Lock()
-_hot = HotPath()
-
-
-def _kernels_for(dev: int) -> _Kernels:
-    k = _kernels.get(dev)
-    if k is None:
-        with _kernels_lock:
-            k = _kernels.get(dev)
-            if k is None:
-                k = _kernels[dev] = _Kernels(dev)
-    return k
-
-
-class _PerThread(threading.local):
-    def __init__(self) -> None:
-        self.args = {kind: PackedArgs(types) for kind, types in _SIGNATURES.items()}
-
-
-_local = _PerThread()
-
-
-def _launch(kind: str, name: str, dev: int, grid: tuple[int, int, int], block: int, stream: Any,
-            *values: Any) -> None:
-    kernels = _kernels.get(dev) or _kernels_for(dev)
-    h = _stream_handle(stream, dev)
-    if thread_context.device != dev:
-        ensure_current(dev)
-    args = _local.args[kind]
-    args.set(*values)
-    _hot.launch(kernels.handles[name], grid[0], block, args, h, 0, grid[1], grid[2])
+_KERNELS = KernelSet(SOURCE, kernel_names(), _SIGNATURES)
 
 
 def _int_array(x: Any, name: str, shape: tuple[int, ...], dtype: str, dev: int) -> int:
@@ -203,10 +154,9 @@ def kv_write(k: Any, v: Any, page_table: Any, seq_ids: Any, positions: Any, laye
     if not tokens:
         return
     items = tokens * kv_heads * d // VEC
-    kernels = _kernels.get(dev) or _kernels_for(dev)
-    grid = max(1, min(-(-items // WRITE_THREADS), kernels.sm_count * 16))
-    _launch("kv_write", f"kv_write_{DTYPES[dtype]}_d{d}", dev, (grid, 1, 1), WRITE_THREADS, stream,
-            kp, vp, tp, sp, pp, tokens, kv_heads, max_pages, page_tokens, layer)
+    grid = max(1, min(-(-items // WRITE_THREADS), _KERNELS.on(dev).sm_count * 16))
+    _KERNELS.launch("kv_write", f"kv_write_{DTYPES[dtype]}_d{d}", dev, grid, WRITE_THREADS, stream,
+                    kp, vp, tp, sp, pp, tokens, kv_heads, max_pages, page_tokens, layer)
 
 
 def decode_attention(q: Any, out: Any, page_table: Any, seq_lens: Any, layer: int, layers: int, page_tokens: int, *,
@@ -246,9 +196,9 @@ def decode_attention(q: Any, out: Any, page_table: Any, seq_lens: Any, layer: in
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     part_o, part_ml = wp, wp + 4 * batch * heads * max_splits * d
     tag = DTYPES[dtype]
-    _launch("split", f"decode_split_{tag}_d{d}_g{g}", dev, (max_splits, kv_heads, batch), SPLIT_THREADS, stream,
-            qp, tp, lp, part_o, part_ml, heads, kv_heads, max_pages, page_tokens, layer, split_tokens, max_splits,
-            scale * 1.4426950408889634)
-    _launch("combine", f"decode_combine_{tag}_d{d}", dev, (heads, batch, 1), d, stream,
-            part_o, part_ml, lp, op, heads, split_tokens, max_splits)
+    _KERNELS.launch("split", f"decode_split_{tag}_d{d}_g{g}", dev, max_splits, SPLIT_THREADS, stream,
+                    qp, tp, lp, part_o, part_ml, heads, kv_heads, max_pages, page_tokens, layer, split_tokens,
+                    max_splits, scale * 1.4426950408889634, grid_y=kv_heads, grid_z=batch)
+    _KERNELS.launch("combine", f"decode_combine_{tag}_d{d}", dev, heads, d, stream,
+                    part_o, part_ml, lp, op, heads, split_tokens, max_splits, grid_y=batch)
     return out

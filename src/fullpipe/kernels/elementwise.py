@@ -27,13 +27,9 @@ the context of the arrays' device (made current in this thread if it is not).
 from __future__ import annotations
 
 import ctypes
-import functools
-import threading
 from typing import Any
 
-from ..cuda import compiler
-from ..cuda.device import ensure_current, thread_context
-from ..cuda.hotpath import HotPath, PackedArgs, handle_int
+from ._launcher import KernelSet
 
 SOURCE = "kernels/elementwise.cu"
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
@@ -127,77 +123,12 @@ def _check_dtype(name: str, dtype: str) -> None:
 
 
 # --------------------------------------------------------------------------- launching
-class _Kernels:
-    """One device's kernel handles (context-independent CUkernels of one cubin) and
-    its SM count."""
-
-    def __init__(self, device_index: int):
-        from ._operands import arch_and_sm_count
-
-        arch, self.sm_count = arch_and_sm_count(device_index)
-        mod = _module(arch)
-        self.handles = {name: handle_int(mod.kernel(name).handle) for name in kernel_names()}
-
-
-_kernels: dict[int, _Kernels] = {}
-_kernels_lock = threading.Lock()
-_hot = HotPath()  # its launch() keeps no per-call state: one for every thread
-
-
-@functools.lru_cache(maxsize=None)
-def _module(arch: str):
-    return compiler.compile_package_kernel(SOURCE, arch=arch)
-
-
-def _kernels_for(dev: int) -> _Kernels:
-    k = _kernels.get(dev)
-    if k is None:
-        with _kernels_lock:
-            k = _kernels.get(dev)
-            if k is None:
-                k = _kernels[dev] = _Kernels(dev)
-    return k
-
-
-class _PerThread(threading.local):
-    """Argument storage per kernel signature (the driver copies it at launch, so one
-    set per thread is reused at once) and the last stream's handle."""
-
-    def __init__(self) -> None:
-        self.args = {kind: PackedArgs(types) for kind, types in _SIGNATURES.items()}
-        self.stream: Any = None
-        self.stream_handle = 0
-
-
-_local = _PerThread()
-
-
-def _stream_handle(stream: Any, dev: int) -> int:
-    if stream is None:
-        import torch
-
-        return int(torch.cuda.current_stream(dev).cuda_stream)
-    loc = _local
-    if stream is loc.stream:  # the decoder passes one stream object for every call of a batch
-        return loc.stream_handle
-    h = stream if type(stream) is int else handle_int(stream)
-    loc.stream, loc.stream_handle = stream, h
-    return h
-
-
-def _launch(kind: str, name: str, dev: int, grid: int, block: int, stream: Any, *values: Any) -> None:
-    kernels = _kernels.get(dev) or _kernels_for(dev)
-    h = _stream_handle(stream, dev)
-    if thread_context.device != dev:
-        ensure_current(dev)
-    args = _local.args[kind]
-    args.set(*values)
-    _hot.launch(kernels.handles[name], grid, block, args, h)
+_KERNELS = KernelSet(SOURCE, kernel_names(), _SIGNATURES)
+_launch = _KERNELS.launch
 
 
 def _pointwise_grid(dev: int, items: int) -> int:
-    kernels = _kernels.get(dev) or _kernels_for(dev)
-    return max(1, min(-(-items // POINTWISE_THREADS), kernels.sm_count * BLOCKS_PER_SM))
+    return max(1, min(-(-items // POINTWISE_THREADS), _KERNELS.on(dev).sm_count * BLOCKS_PER_SM))
 
 
 # --------------------------------------------------------------------------- the fronts

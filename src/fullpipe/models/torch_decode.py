@@ -16,8 +16,8 @@ functions, the same weights), batched over the sequences, one query token each:
   compiles :meth:`step` so; ``graph()`` captures it by hand: PyTorch kernels, one CUDA
   graph per step, the decode's "level 1 only" row).
 
-The prompts' K and V come from a per-request prefill (:func:`prefill_request`), the
-reference's forward that also returns them.
+The prompts' K and V come from the reference's per-request forward
+(:func:`.reference.forward_request`), which also returns them.
 """
 
 from __future__ import annotations
@@ -27,38 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .config import StackConfig
-from .elementwise import apply_rope, rms_norm, rope_tables, swiglu
+from .elementwise import rms_norm
+from .reference import forward_request, run_layers
 
 CACHES = ("dynamic", "static")
-
-
-def prefill_request(config: StackConfig, W: dict[str, Any], ids: Any) -> tuple[Any, list[tuple[Any, Any]]]:
-    """(logits ``[1, vocab]`` of the last token, per layer (K, V) ``[n, kv_heads, head_dim]``
-    after RoPE) of one request ``ids`` (an int64 tensor on the weights' device)."""
-    import torch
-
-    c = config
-    hq, hkv, d = c.heads, c.kv_heads, c.head_dim
-    n = ids.numel()
-    x = W["embedding"][ids]
-    cos, sin = rope_tables(torch.arange(n, device=ids.device), d, c.rope_base)
-    kv = []
-    for i in range(c.layers):
-        p = f"layers.{i}."
-        qkv = rms_norm(x, W[p + "attn_norm"], c.norm_eps) @ W[p + "wqkv"]
-        q = apply_rope(qkv[:, :hq * d].reshape(n, hq, d), cos, sin)
-        k = apply_rope(qkv[:, hq * d:(hq + hkv) * d].reshape(n, hkv, d), cos, sin)
-        v = qkv[:, (hq + hkv) * d:].reshape(n, hkv, d)
-        kv.append((k, v))
-        rep = hq // hkv
-        a = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1), k.repeat_interleave(rep, dim=1).transpose(0, 1),
-            v.repeat_interleave(rep, dim=1).transpose(0, 1), is_causal=True)
-        x = x + a.transpose(0, 1).reshape(n, hq * d) @ W[p + "wo"]
-        h = rms_norm(x, W[p + "ffn_norm"], c.norm_eps)
-        x = x + swiglu(h @ W[p + "w_gate_up"]) @ W[p + "w_down"]
-    last = rms_norm(x[-1:], W["final_norm"], c.norm_eps)
-    return last @ W["lm_head"], kv
 
 
 class TorchDecoder:
@@ -91,7 +63,7 @@ class TorchDecoder:
         logits = []
         for b, prompt in enumerate(prompts):
             ids = torch.as_tensor(np.asarray(prompt, dtype=np.int64), device=self.device)
-            lg, kv = prefill_request(c, self.W, ids)
+            lg, kv = forward_request(c, self.W, ids)
             logits.append(lg)
             n = ids.numel()
             for i, (k, v) in enumerate(kv):
@@ -156,21 +128,8 @@ class TorchDecoder:
 
     # ------------------------------------------------------------------ the two steps
     def _layers(self, x: Any, positions: Any, attend: Any) -> Any:
-        c, W = self.config, self.W
-        hq, hkv, d = c.heads, c.kv_heads, c.head_dim
-        B = x.shape[0]
-        cos, sin = rope_tables(positions, d, c.rope_base)
-        for i in range(c.layers):
-            p = f"layers.{i}."
-            qkv = rms_norm(x, W[p + "attn_norm"], c.norm_eps) @ W[p + "wqkv"]
-            q = apply_rope(qkv[:, :hq * d].reshape(B, hq, d), cos, sin)
-            k = apply_rope(qkv[:, hq * d:(hq + hkv) * d].reshape(B, hkv, d), cos, sin)
-            v = qkv[:, (hq + hkv) * d:].reshape(B, hkv, d)
-            a = attend(i, q, k, v)  # [B, hq, d]
-            x = x + a.reshape(B, hq * d) @ W[p + "wo"]
-            h = rms_norm(x, W[p + "ffn_norm"], c.norm_eps)
-            x = x + swiglu(h @ W[p + "w_gate_up"]) @ W[p + "w_down"]
-        return rms_norm(x, W["final_norm"], c.norm_eps) @ W["lm_head"]
+        x = run_layers(self.config, self.W, x, positions, attend)
+        return rms_norm(x, self.W["final_norm"], self.config.norm_eps) @ self.W["lm_head"]
 
     def _sdpa(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
         import torch
