@@ -43,6 +43,7 @@ import numpy as np
 from .config import StackConfig
 from .decoder import DecoderStack
 from .kv_cache import PagedKVCache
+from .memory import Region, layout
 from .requests import RequestError, check_requests, pack
 
 SCRATCH = ("static", "pool", "cudaMalloc")
@@ -50,31 +51,10 @@ MATMUL_REASON = ("torch.matmul (cuBLAS): a decode step has one row per sequence;
                  "128-row tiles were 0.42x torch.matmul at 8 rows (session 7)")
 
 
-@dataclasses.dataclass(frozen=True)
-class Region:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # "int32", "int64", "uint8" or the config's dtype
-    offset: int
-    nbytes: int
-
-
-_ITEMSIZE = {"int32": 4, "int64": 8, "uint8": 1}
-
-
-def _layout(config: StackConfig, shapes: list[tuple[str, tuple[int, ...], str]]) -> tuple[list[Region], int]:
-    regions, offset = [], 0
-    for name, shape, dtype in shapes:
-        n = _ITEMSIZE.get(dtype, config.element_bytes) * int(np.prod(shape))
-        regions.append(Region(name, shape, dtype, offset, n))
-        offset += -(-max(n, 1) // 256) * 256
-    return regions, offset
-
-
 def state_buffers(config: StackConfig, rows: int) -> tuple[list[Region], int]:
     """What a micro-batch (``rows`` sequences) carries from one step to the next, as
     regions of one allocation: its tokens, their positions, its rows of the cache."""
-    return _layout(config, [
+    return layout(config, [
         ("tokens", (rows,), "int64"),  # this step's input token, then the next one (argmax)
         ("positions", (rows,), "int32"),  # each token's position: its sequence's length before it
         ("seq_ids", (rows,), "int32"),  # 0 .. rows-1: the kv_write row of each token
@@ -85,7 +65,7 @@ def step_buffers(config: StackConfig, rows: int, workspace_bytes: int) -> tuple[
     """The activations of one micro-batch's step (``rows`` sequences), as regions of one
     allocation (256-byte aligned), and its size; the layers reuse them one after another."""
     c, R, dt = config, rows, config.dtype
-    return _layout(c, [
+    return layout(c, [
         ("x", (R, c.width), dt),
         ("h", (R, c.width), dt),
         ("qkv", (R, c.qkv_width), dt),

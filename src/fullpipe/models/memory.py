@@ -50,7 +50,7 @@ ALIGN = 256
 class Region:
     name: str
     shape: tuple[int, ...]
-    dtype: str  # "int32", "int64", or the config's dtype
+    dtype: str  # "int32", "int64", "uint8", or the config's dtype
     offset: int  # bytes from the start of the allocation
     nbytes: int
 
@@ -69,7 +69,7 @@ class ScratchPlan:
         raise KeyError(f"no region {name!r} in the scratch plan")
 
 
-_ITEMSIZE = {"int32": 4, "int64": 8}
+_ITEMSIZE = {"int32": 4, "int64": 8, "uint8": 1}
 
 
 def _round_up(n: int, to: int) -> int:
@@ -98,15 +98,22 @@ def scratch_plan(config: StackConfig, tokens: int, requests: int) -> ScratchPlan
         ("act", (T, c.ffn_width), dt),
         ("last_hidden", (R, c.width), dt),
     ]
+    regions, nbytes = layout(c, shapes)
+    return ScratchPlan(T, R, tuple(regions), nbytes)
+
+
+def layout(config: StackConfig, shapes: Sequence[tuple[str, tuple[int, ...], str]]) -> tuple[list[Region], int]:
+    """Regions of one allocation for these (name, shape, dtype) buffers, one after another,
+    each start aligned to ALIGN bytes; and the allocation's size."""
     regions = []
     offset = 0
     for name, shape, dtype in shapes:
-        n = _ITEMSIZE.get(dtype, c.element_bytes)
+        n = _ITEMSIZE.get(dtype, config.element_bytes)
         for s in shape:
             n *= s
         regions.append(Region(name, shape, dtype, offset, n))
         offset = _round_up(offset + n, ALIGN)
-    return ScratchPlan(T, R, tuple(regions), offset)
+    return regions, offset
 
 
 def packed_scratch_bytes(config: StackConfig, lengths: Sequence[int]) -> int:
