@@ -164,3 +164,41 @@ def test_a_failure_mid_decode_gives_every_page_and_block_back(model, own_pool, m
             _prompts(config, LENGTHS, seed=6), NEW)
     torch.cuda.synchronize()
     assert own_pool.stats().used_bytes == used
+
+
+@pytest.mark.parametrize("dtype, head_dim, heads, kv_heads, page_tokens, batch, per_graph", [
+    ("float16", 64, 8, 2, 16, 1, 3),      # one sequence, small pages, fp16, d64
+    ("bfloat16", 128, 8, 1, 256, 5, 1),   # 8 query heads per K/V head, large pages, a graph per step
+    ("float16", 128, 4, 4, 32, 16, 5),    # 16 sequences, no GQA
+])
+def test_other_shapes_decode_like_the_peers(own_pool, dtype, head_dim, heads, kv_heads, page_tokens, batch, per_graph):
+    from fullpipe.models import DecoderStack, StackConfig, init_weights
+    from fullpipe.models.decode import Decoder
+
+    config = StackConfig(layers=2, width=heads * head_dim, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                         ffn_width=1024, vocab=1000, max_context=600, dtype=dtype)
+    weights = init_weights(config, seed=12, device="cuda")
+    stack = DecoderStack(config, weights, kernels="fullpipe", pool=None)
+    rng = np.random.default_rng(batch)
+    prompts = [rng.integers(0, config.vocab, n).astype(np.int32) for n in rng.integers(1, 300, batch)]
+    steps = 12
+    feed = rng.integers(0, config.vocab, (batch, steps - 1))
+    ours = Decoder(stack, pool=own_pool, graph=False, page_tokens=page_tokens).generate(prompts, steps, forced=feed)
+    eager = _forced_peer_logits(config, weights, prompts, feed, "dynamic")
+    ref32 = _forced_peer_logits(config, weights, prompts, feed, "static", dtype=torch.float32)
+    o, e = _rel(ours.stats["logits"], ref32), _rel(eager, ref32)
+    assert bool((o <= 2 * e + 2e-3).all()), f"fullpipe {o.max():.2e} vs fp32, eager {e.max():.2e}"
+    greedy = Decoder(stack, pool=own_pool, graph=False, page_tokens=page_tokens).generate(prompts, steps)
+    graphed = Decoder(stack, pool=own_pool, graph=True, steps_per_graph=per_graph,
+                      page_tokens=page_tokens).generate(prompts, steps)
+    np.testing.assert_array_equal(graphed.tokens, greedy.tokens)
+
+
+def test_too_many_query_heads_per_kv_head_is_refused_up_front(own_pool):
+    from fullpipe.models import DecoderStack, StackConfig, init_weights
+    from fullpipe.models.decode import Decoder
+
+    config = StackConfig(layers=1, width=16 * 64, heads=16, kv_heads=1, head_dim=64, ffn_width=512, vocab=100)
+    stack = DecoderStack(config, init_weights(config, seed=0, device="cuda"), kernels="fullpipe", pool=None)
+    with pytest.raises(ValueError, match="at most 8 query heads per K/V head"):
+        Decoder(stack, pool=own_pool)

@@ -148,6 +148,9 @@ class Decoder:
         for name, value in (("steps_per_graph", steps_per_graph), ("layer_groups", layer_groups)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        from ..kernels.decode_attention import group_build
+
+        group_build(stack.config.heads, stack.config.kv_heads)  # a ValueError now, not at the first step
         self.groups = split_layer_groups(stack.config.layers, layer_groups)
         self.stack, self.config, self.pool = stack, stack.config, pool
         self.page_tokens, self.graph, self.steps_per_graph = page_tokens, graph, steps_per_graph
