@@ -12,6 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .claims import is_num
 
 DPI = 100
@@ -89,6 +91,26 @@ def label_bars(ax, bars, fmt: str = "{:.3g}", horizontal: bool = True) -> None:
         else:
             ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, v), xytext=(0, 2),
                         textcoords="offset points", ha="center", va="bottom", fontsize=8)
+
+
+def ratio_bars(ax, names: list[str], values: list[float], colors: list[str], reference: float, *,
+               ratio_label: str, lines: list[tuple[float, str, str]] = (), scale: float = 1.0,
+               margin: float = 1.3) -> None:
+    """Horizontal bars of ``values`` (drawn divided by ``scale``), each labelled with its
+    ratio to ``reference`` ("1.50× eager" for ``ratio_label="eager"``), and vertical
+    ``lines`` (value, line style, legend label) such as a target or a bound."""
+    ys = np.arange(len(names))
+    bars = ax.barh(ys, [v / scale for v in values], color=colors)
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v / reference:.2f}× {ratio_label}",
+                va="center", fontsize=8)
+    for x, style, label in lines:
+        ax.axvline(x / scale, color=BOUND, ls=style, lw=1.2, label=label)
+    ax.set_yticks(ys, names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, margin * max(list(values) + [x for x, _, _ in lines]) / scale)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
 
 
 # --------------------------------------------------------------------------- generic chart

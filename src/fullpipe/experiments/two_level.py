@@ -61,7 +61,7 @@ from ..cuda.device import device_info
 from ..cuda.timing import median, spread
 from . import Bound, Context, Result
 from .claims import UNJUDGED, Data, Judged, at_least, at_most, is_num, rule, times, with_claims
-from .figures import BOUND, GREY, PINNED, RING, WIDE, need, pyplot, save
+from .figures import GREY, PINNED, RING, WIDE, need, pyplot, ratio_bars, save
 
 NAME = "two-level"
 TITLE = "The two levels together: an LLM-style layer stack prefilling variable-length requests"
@@ -663,20 +663,10 @@ def figures(r: dict, out: Path) -> dict[str, Path]:
                              gridspec_kw={"width_ratios": [3, 2] if excerpt else [1]})
     ax = axes[0][0]
     eager = tps[EAGER]
-    ys = np.arange(len(forms))
-    bars = ax.barh(ys, [tps[f] / 1e3 for f in forms], color=[FORM_COLOR[f] for f in forms])
-    for bar, f in zip(bars, forms):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {tps[f] / eager:.2f}× eager",
-                va="center", fontsize=8)
-    ax.axvline(PREFILL_TARGET * eager / 1e3, color=BOUND, ls="--", lw=1.2,
-               label=f"target: {PREFILL_TARGET}× eager")
-    ax.set_yticks(ys, forms)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1.25 * max(max(tps[f] for f in forms), PREFILL_TARGET * eager) / 1e3)
+    ratio_bars(ax, forms, [tps[f] for f in forms], [FORM_COLOR[f] for f in forms], eager, ratio_label="eager",
+               lines=[(PREFILL_TARGET * eager, "--", f"target: {PREFILL_TARGET}× eager")], scale=1e3, margin=1.25)
     ax.set_xlabel("prefill, thousand tokens/s")
     ax.set_title(f"what each level adds ({m.get('requests', '?')} requests, {m.get('tokens', '?')} tokens)")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3, axis="x")
     if excerpt:
         a2 = axes[0][1]
         a2.broken_barh([(s, e - s) for s, e in excerpt], (0, 1), color=RING)

@@ -52,7 +52,7 @@ from ..cuda.device import device_info
 from ..cuda.timing import median, spread
 from . import Bound, Context, Result
 from .claims import UNJUDGED, Data, Judged, at_least, at_most, is_num, rule, times, with_claims
-from .figures import BOUND, GREY, PINNED, RING, WIDE, need, pyplot, save
+from .figures import GREY, PINNED, RING, WIDE, need, pyplot, ratio_bars, save
 
 NAME = "two-level-decode"
 TITLE = "The two levels together: an LLM-style layer stack decoding a small batch"
@@ -181,19 +181,6 @@ class _TorchForm:
                 out.append(logits.clone())
             self.tokens.copy_(logits.argmax(dim=-1))
         return out
-
-
-class _FullpipeForm:
-    def __init__(self, decoder: Any, prompts: list, new_tokens: int, forced: Any = None):
-        self.session = decoder.start(prompts, new_tokens, keep_logits=forced is not None)
-        if forced is not None:
-            self.session.force(forced)
-
-    def steps(self, n: int) -> None:
-        self.session.run(n)
-
-    def close(self) -> None:
-        self.session.close()
 
 
 # --------------------------------------------------------------------------- the measurement
@@ -503,23 +490,13 @@ def figures(r: dict, out: Path) -> dict[str, Path]:
     need(ref in forms and len(forms) > 1, "metrics.tokens_per_s with eager and another form")
     fig, ax = plt.subplots(figsize=WIDE)
     eager = tps[ref]
-    ys = np.arange(len(forms))
-    bars = ax.barh(ys, [tps[f] for f in forms], color=[COLOR.get(f, "#8c564b") for f in forms])
-    for bar, f in zip(bars, forms):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {tps[f] / eager:.2f}× eager", va="center",
-                fontsize=8)
-    ax.axvline(DECODE_TARGET * eager, color=BOUND, ls="--", lw=1.2, label=f"target: {DECODE_TARGET}× eager")
+    lines = [(DECODE_TARGET * eager, "--", f"target: {DECODE_TARGET}× eager")]
     if is_num(m.get("bound_ms_per_step")):
-        ax.axvline(m["batch"] * 1e3 / m["bound_ms_per_step"], color=BOUND, ls=":", lw=1.2,
-                   label="memory bound (weights + K/V once per step)")
-    ax.set_yticks(ys, forms)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1.3 * max([tps[f] for f in forms] + [m["batch"] * 1e3 / m["bound_ms_per_step"]]
-                             if is_num(m.get("bound_ms_per_step")) else [tps[f] for f in forms]))
+        lines.append((m["batch"] * 1e3 / m["bound_ms_per_step"], ":", "memory bound (weights + K/V once per step)"))
+    ratio_bars(ax, forms, [tps[f] for f in forms], [COLOR.get(f, "#8c564b") for f in forms], eager,
+               ratio_label="eager", lines=lines)
     ax.set_xlabel("decode, tokens/s")
     ax.set_title(f"decode of {m.get('batch', '?')} sequences: what each level adds")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3, axis="x")
     return {"decode tokens/s of each form (x PyTorch eager)": save(fig, out / f"{NAME}.png")}
 
 

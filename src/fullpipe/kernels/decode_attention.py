@@ -114,9 +114,10 @@ def _int_array(x: Any, name: str, shape: tuple[int, ...], dtype: str, dev: int) 
     return ptr
 
 
-def _table(page_table: Any, batch: int, dev: int) -> tuple[int, int]:
+def _table(page_table: Any, batch: int | None, dev: int) -> tuple[int, int]:
+    """(pointer, max_pages) of a page table with ``batch`` rows (any number when None)."""
     ptr, s, dt, d = _array(page_table, "page_table")
-    if len(s) != 2 or s[0] != batch or dt not in ("int64", "uint64"):
+    if len(s) != 2 or (batch is not None and s[0] != batch) or dt not in ("int64", "uint64"):
         raise ValueError(f"page_table must be a [{batch}, max_pages] int64 array of page addresses, got "
                          f"{tuple(s)} {dt}")
     if d != dev:
@@ -148,7 +149,7 @@ def kv_write(k: Any, v: Any, page_table: Any, seq_ids: Any, positions: Any, laye
     _check_aligned("v", vp)
     sp = _int_array(seq_ids, "seq_ids", (tokens,), "int32", dev)
     pp = _int_array(positions, "positions", (tokens,), "int32", dev)
-    tp, max_pages = _table(page_table, page_table.shape[0] if hasattr(page_table, "shape") else 0, dev)
+    tp, max_pages = _table(page_table, None, dev)
     if dev < 0:
         raise ValueError("k is on the CPU: decode attention runs on a GPU")
     if not tokens:

@@ -47,9 +47,6 @@ from .memory import Region, layout
 from .requests import RequestError, check_requests, pack
 
 SCRATCH = ("static", "pool", "cudaMalloc")
-MATMUL_REASON = ("torch.matmul (cuBLAS): a decode step has one row per sequence; the Hopper GEMM's "
-                 "128-row tiles were 0.42x torch.matmul at 8 rows (session 7)")
-
 
 def state_buffers(config: StackConfig, rows: int) -> tuple[list[Region], int]:
     """What a micro-batch (``rows`` sequences) carries from one step to the next, as
@@ -155,7 +152,6 @@ class Decoder:
         self.stack, self.config, self.pool = stack, stack.config, pool
         self.page_tokens, self.graph, self.steps_per_graph = page_tokens, graph, steps_per_graph
         self.scratch = scratch
-        self.matmul_reason = MATMUL_REASON
 
     # ------------------------------------------------------------------ the whole decode
     def generate(self, prompts: Sequence[Any], new_tokens: int, *, stream: Any = None,
@@ -413,6 +409,8 @@ class DecodeSession:
             fused.rms_norm(x, W["layers.0.attn_norm"], eps, h, s)
         for i in layers:
             p = f"layers.{i}."
+            # cuBLAS: a step has one row per sequence; the Hopper GEMM's 128-row tiles were
+            # 0.42x torch.matmul at 8 rows (session 7)
             torch.matmul(h, W[p + "wqkv"], out=qkv)
             fused.rope_qkv(qkv, mb.positions, q, k, v, hq, hkv, d, c.rope_base, s)
             kv_write(k, v, mb.page_table, mb.seq_ids, mb.positions, i, c.layers, cache.page_tokens, stream=s)
