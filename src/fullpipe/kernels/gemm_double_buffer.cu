@@ -38,8 +38,9 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
                                                    float* __restrict__ C, int M, int N, int K) {
     extern __shared__ __align__(16) float ring[];  // a Ring<STAGES>: slice i at ring + i * SLICE_FLOATS
     cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();  // this thread's copy groups
+    const int bm = blockIdx.y * TILE_M, bn = blockIdx.x * TILE_N;
     SliceCopier<THREADS> copier(A, B, M, N, K, threadIdx.x);
-    copier.start_tile(blockIdx.y * TILE_M, blockIdx.x * TILE_N);
+    copier.start_tile(bm, bn);
     const ThreadTile t;
     float acc[8][8];
     zero_acc(acc);
@@ -75,7 +76,7 @@ __device__ __forceinline__ void gemm_double_buffer(const float* __restrict__ A, 
     }
     // Only empty groups can be pending here, but never leave copies in flight.
     cuda::pipeline_consumer_wait_prior<0>(pipe);
-    store_tile<VEC>(C, M, N, copier.bm, copier.bn, t, acc);
+    store_tile<VEC>(C, M, N, bm, bn, t, acc);
 }
 
 }  // namespace

@@ -30,41 +30,49 @@ struct SliceCopier {
     static constexpr int B_ROW_STEP = LANES / 32;             // rows between a lane's B chunks
     static constexpr int B_CHUNKS = TILE_K * 32 / LANES;      // B chunks per lane per slice
 
+    // The state is kept small on purpose: the math beside it holds 96 registers of
+    // accumulators and fragments under a 128-register cap, and a fat copier made ptxas
+    // spill in some of its (nondeterministic) allocations. Bounds are kept as "how many
+    // are left" counts, compared against compile-time offsets.
     const float* A;
     const float* B;
     int M, N, K;
-    int a_row, a_k, b_row, b_col;  // the lane's first element / chunk inside a slice
-    // Set by start_tile:
-    int bm, bn, k0;       // tile origin; first k of the next slice
-    bool interior;        // the whole 128 x 128 tile lies inside C
+    int lane;
+    // Set by start_tile, advanced by copy_next:
     const float* a_next;  // the lane's first A element of the next slice
     const float* b_next;  // the lane's first B chunk of the next slice
+    int a_rows_left;      // rows of A from the lane's first row to M
+    int b_cols_left;      // columns of B from the lane's first column to N
+    int k_left;           // K minus the next slice's first k
+    int full_slices;      // slices left that lie wholly inside A and B: copied unchecked
 
-    __device__ SliceCopier(const float* A_, const float* B_, int M_, int N_, int K_, int lane)
-        : A(A_), B(B_), M(M_), N(N_), K(K_) {
-        a_row = lane / 8;
-        a_k = lane % 8;
-        b_row = lane / 32;
-        b_col = (lane % 32) * 4;
-    }
+    __device__ SliceCopier(const float* A_, const float* B_, int M_, int N_, int K_, int lane_)
+        : A(A_), B(B_), M(M_), N(N_), K(K_), lane(lane_) {}
 
-    __device__ __forceinline__ void start_tile(int bm_, int bn_) {
-        bm = bm_;
-        bn = bn_;
-        k0 = 0;
-        interior = bm + TILE_M <= M && bn + TILE_N <= N;
-        a_next = A + (size_t)(bm + a_row) * K + a_k;
-        b_next = B + (size_t)b_row * N + bn + b_col;
+    __device__ __forceinline__ int a_row() const { return lane / 8; }
+    __device__ __forceinline__ int a_k() const { return lane % 8; }
+    __device__ __forceinline__ int b_row() const { return lane / 32; }
+    __device__ __forceinline__ int b_col() const { return (lane % 32) * 4; }
+
+    __device__ __forceinline__ void start_tile(int bm, int bn) {
+        a_rows_left = M - bm - a_row();
+        b_cols_left = N - bn - b_col();
+        k_left = K;
+        const bool interior = bm + TILE_M <= M && bn + TILE_N <= N;
+        full_slices = interior ? K / TILE_K : 0;
+        a_next = A + (size_t)(bm + a_row()) * K + a_k();
+        b_next = B + (size_t)b_row() * N + bn + b_col();
     }
 
     // Start the copies of the next slice into As / Bs (one ring buffer).
     template <bool VEC>
     __device__ __forceinline__ void copy_next(float* As, float* Bs, cuda::pipeline<cuda::thread_scope_thread>& pipe) {
-        if (interior && k0 + TILE_K <= K) copy<VEC, false>(As, Bs, pipe);
+        if (full_slices > 0) copy<VEC, false>(As, Bs, pipe);
         else copy<VEC, true>(As, Bs, pipe);
         a_next += TILE_K;
         b_next += (size_t)TILE_K * N;
-        k0 += TILE_K;
+        k_left -= TILE_K;
+        --full_slices;
     }
 
     template <bool VEC, bool CHECKED>
@@ -73,13 +81,13 @@ struct SliceCopier {
         // are unrolled 4 deep only (fully unrolled they would hold 32 pointers).
         const size_t a_rows = (size_t)A_ROW_STEP * K;
         const float* a_src = a_next;
+        float* a_dst = &As[a_k() * A_PITCH + a_row()];
 #pragma unroll(A_ROW_GROUPS < 4 ? A_ROW_GROUPS : 4)
         for (int mj = 0; mj < A_ROW_GROUPS; ++mj, a_src += a_rows) {
 #pragma unroll
             for (int kj = 0; kj < TILE_K / 8; ++kj) {
-                const int m = a_row + A_ROW_STEP * mj, k = a_k + 8 * kj;
-                float* dst = &As[k * A_PITCH + m];
-                if (!CHECKED || (bm + m < M && k0 + k < K))
+                float* dst = a_dst + 8 * kj * A_PITCH + A_ROW_STEP * mj;
+                if (!CHECKED || (A_ROW_STEP * mj < a_rows_left && a_k() + 8 * kj < k_left))
                     cuda::memcpy_async(dst, a_src + 8 * kj, cuda::aligned_size_t<4>(4), pipe);
                 else
                     *dst = 0.f;
@@ -87,19 +95,20 @@ struct SliceCopier {
         }
         const size_t b_rows = (size_t)B_ROW_STEP * N;
         const float* b_src = b_next;
+        float* b_dst = &Bs[b_row() * TILE_N + b_col()];
 #pragma unroll(B_CHUNKS < 4 ? B_CHUNKS : 4)
         for (int r = 0; r < B_CHUNKS; ++r, b_src += b_rows) {
-            const int k = b_row + B_ROW_STEP * r;
-            float* dst = &Bs[k * TILE_N + b_col];
+            const bool k_in = b_row() + B_ROW_STEP * r < k_left;
+            float* dst = b_dst + B_ROW_STEP * r * TILE_N;
             if (VEC) {
-                if (!CHECKED || (k0 + k < K && bn + b_col < N))
+                if (!CHECKED || (k_in && b_cols_left > 0))
                     cuda::memcpy_async(dst, b_src, cuda::aligned_size_t<16>(16), pipe);
                 else
                     *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    if (!CHECKED || (k0 + k < K && bn + b_col + e < N))
+                    if (!CHECKED || (k_in && e < b_cols_left))
                         cuda::memcpy_async(dst + e, b_src + e, cuda::aligned_size_t<4>(4), pipe);
                     else
                         dst[e] = 0.f;
