@@ -4,14 +4,16 @@
 // major [tokens, heads, D], dense or packed variable-length, grouped K/V heads), with the
 // tiles moved by TMA and the products run by wgmma in warp-specialized roles.
 //
-// A block owns BM = 128 query rows of one head of one sequence, as 3 warpgroups:
+// A block owns BM = 64 x C query rows of one head of one sequence, as 1 + C warpgroups
+// (C = 2 consumers, or 3: -D FA3_D64_CONSUMERS / FA3_D128_CONSUMERS):
 //
 //   warpgroup 0   PRODUCER (setmaxnreg.dec to 24): one thread issues every copy
 //                 Q tile once -> q_full;  K tile t: wait k_empty[s] -> TMA -> k_full[s];
 //                 V tile t: wait v_empty[s] -> TMA -> v_full[s]   (s = t % STAGES: rings of
 //                 STAGES K and V tiles, loaded in the order the consumers use them)
-//   warpgroups    CONSUMERS (setmaxnreg.inc to 240), each owning 64 query rows:
-//   1 and 2         S = Q K^T     wgmma SS, Q and K both K-major from 128B-swizzled smem
+//   warpgroups    CONSUMERS (setmaxnreg.inc to 240 with 2 of them, 160 with 3), each
+//   1 .. C        owning 64 query rows:
+//                   S = Q K^T     wgmma SS, Q and K both K-major from 128B-swizzled smem
 //                   online softmax on the fp32 accumulator fragment (fullpipe/online_softmax.cuh)
 //                   P -> 16-bit A fragments in registers (two n8 accumulator blocks = one k16 slice)
 //                   O += P V      wgmma RS, V [keys, D] as the MN-major (transposed) B operand
@@ -26,13 +28,17 @@
 //   1 overlap    (intra-warpgroup pipelining) per tile t: issue S_t = Q K_t^T and
 //                O += P_{t-1} V_{t-1} back to back, wait for S_t only, and run the softmax of
 //                S_t while P V still runs on the tensor cores.
-//   2 pingpong   1, and the two consumer warpgroups take turns issuing their MMAs (named
-//                barriers 1 and 2, bar.sync / bar.arrive): one warpgroup's softmax runs while
-//                the other's products occupy the tensor cores.
+//   2 pingpong   1, and the consumer warpgroups take turns issuing their MMAs, round robin
+//                (named barriers 1 .. C, bar.sync / bar.arrive): one warpgroup's softmax
+//                runs while another's products occupy the tensor cores.
+//
+// A third consumer warpgroup (FA3's 192-row tile at head dim 64) gives the tensor cores a
+// third independent stream of products to hide each warpgroup's softmax behind, at the
+// cost of registers (160 per consumer thread instead of 240).
 //
 // Ring phases as in gemm_hopper_ws.cu: tile t is slot s's u = t / STAGES-th use; consumers
 // wait k_full/v_full[s] on parity u & 1, the producer waits k_empty/v_empty[s] on
-// (u & 1) ^ 1. The empty barriers expect one arrival per consumer warpgroup.
+// (u & 1) ^ 1. The empty barriers expect one arrival per consumer warpgroup (C).
 //
 // Shared-memory tiles are 64-column (128-byte) swizzled chunks, exactly what TMA writes for
 // a box of 64 columns x rows with CU_TENSOR_MAP_SWIZZLE_128B (fullpipe/wgmma.cuh): a Q tile
@@ -41,7 +47,8 @@
 // [tokens, Hkv * D]; boxes (64, BM) and (64, BN). Rows past a sequence's end are loaded
 // (the next sequence's, or zeros past the tensor) but masked (keys) or never stored (queries).
 //
-// Grid (Hq, B, ceil(max_seqlen / BM)), 384 threads, dynamic shared memory
+// Grid (Hq, B, ceil(max_seqlen / BM)), or (ceil(max_seqlen / BM), Hq, B) with
+// -D FA3_Q_TILES_FIRST=1; 128 (1 + C) threads, dynamic shared memory
 // sizeof(SharedStorage) + 1024 (alignment of the swizzled tiles).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -63,6 +70,15 @@
 #ifndef FA3_D128_STAGES
 #define FA3_D128_STAGES 2
 #endif
+#ifndef FA3_Q_TILES_FIRST
+#define FA3_Q_TILES_FIRST 0
+#endif
+#ifndef FA3_D64_CONSUMERS
+#define FA3_D64_CONSUMERS 2
+#endif
+#ifndef FA3_D128_CONSUMERS
+#define FA3_D128_CONSUMERS 2
+#endif
 
 namespace {
 
@@ -70,18 +86,22 @@ using fp_tma::TensorMap;
 
 constexpr int SERIAL = 0, OVERLAP = 1, PINGPONG = 2;
 constexpr int PRODUCER_REGS = 24;
-constexpr int CONSUMER_REGS = 240;  // 24 * 128 + 2 * 240 * 128 <= 64K registers
-constexpr int THREADS = 384;
 // Named barriers: 0 is __syncthreads; 1 + w: "consumer w may issue its MMAs" (ping-pong);
-// 3 + w: consumer w's own rows of the Q tile are free for the output.
-constexpr unsigned TURN_BARRIER = 1, EPILOGUE_BARRIER = 3;
+// 1 + CONSUMERS + w: consumer w's own rows of the Q tile are free for the output.
+constexpr unsigned TURN_BARRIER = 1;
 
-template <int D_, int STAGES_, int SCHEDULE_>
+template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_>
 struct Geometry {
     static constexpr int D = D_;
     static constexpr int STAGES = STAGES_;
     static constexpr int SCHEDULE = SCHEDULE_;    // SERIAL, OVERLAP or PINGPONG
-    static constexpr int BM = 128;                // query rows per block
+    static constexpr int CONSUMERS = CONSUMERS_;  // consumer warpgroups: 2 or 3
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    // The register file (64K) split: 24 per producer thread, the rest to the consumers
+    // (setmaxnreg takes multiples of 8): 24 * 128 + 2 * 240 * 128 or 3 * 160 * 128 <= 64K.
+    static constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+    static constexpr unsigned EPILOGUE_BARRIER = 1 + CONSUMERS;
+    static constexpr int BM = 64 * CONSUMERS;     // query rows per block
     static constexpr int BN = 128;                // keys per K/V tile
     static constexpr int WG_ROWS = 64;            // query rows per consumer warpgroup
     static constexpr int CHUNKS = D / 64;         // 64-column swizzled chunks per row
@@ -94,6 +114,7 @@ struct Geometry {
     static constexpr int S_REGS = BN / 2;         // m64nBN accumulator floats per thread
     static constexpr int O_REGS = D / 2;          // m64nD accumulator floats per thread
     static_assert(D == 64 || D == 128, "head dim 64 or 128");
+    static_assert(CONSUMERS == 2 || CONSUMERS == 3, "2 or 3 consumer warpgroups");
 };
 
 template <class G>
@@ -223,7 +244,7 @@ __device__ __forceinline__ void store_output(unsigned short* o_dst, long long st
                                              SharedStorage<G>& smem, int wg) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     // Every warp of the warpgroup is past its last wgmma (which read these Q rows).
-    fp_tma::named_barrier_sync(EPILOGUE_BARRIER + wg, 128);
+    fp_tma::named_barrier_sync(G::EPILOGUE_BARRIER + wg, 128);
 #pragma unroll
     for (int j = 0; j < G::D / 8; ++j) {
 #pragma unroll
@@ -262,15 +283,16 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
     auto release_v = [&](int slot) {
         if (signals) fp_mbar::mbar_arrive(&smem.v_empty[slot]);
     };
-    // Ping-pong turns: warpgroup 0 issues first; each turn ends by letting the other go.
-    // Every warpgroup takes kv_tiles + 1 turns; the syncs and arrivals on each barrier balance.
+    // Ping-pong turns, round robin: warpgroup 0 issues first; each turn ends by letting the
+    // next one go. Every warpgroup takes kv_tiles + 1 turns; the syncs and arrivals on each
+    // barrier balance (the last warpgroup's last turn lets nobody go).
     const int turns = kv_tiles + 1;
     auto begin_turn = [&](int turn) {
         if (SCHEDULE == PINGPONG && !(wg == 0 && turn == 0)) fp_tma::named_barrier_sync(TURN_BARRIER + wg, 256);
     };
     auto end_turn = [&](int turn) {
-        if (SCHEDULE == PINGPONG && !(wg == 1 && turn == turns - 1))
-            fp_tma::named_barrier_arrive(TURN_BARRIER + (wg ^ 1), 256);
+        if (SCHEDULE == PINGPONG && !(wg == G::CONSUMERS - 1 && turn == turns - 1))
+            fp_tma::named_barrier_arrive(TURN_BARRIER + (wg + 1) % G::CONSUMERS, 256);
     };
 
     float o[G::O_REGS];
@@ -374,9 +396,18 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
     SharedStorage<G>& smem = *reinterpret_cast<SharedStorage<G>*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
 
-    const int head = blockIdx.x;
-    const Sequence seq = sequence_of(blockIdx.y, cu_seqlens, seq_len);
-    const int q0 = (gridDim.z - 1 - blockIdx.z) * G::BM;  // longest causal tiles first
+#if FA3_Q_TILES_FIRST
+    // Grid (query tiles, Hq, B): the blocks running at once are mostly the query tiles of
+    // a few heads, which read the same K and V, so these come from HBM about once and from
+    // L2 after that.
+    const int head = blockIdx.y, batch = blockIdx.z, tile = blockIdx.x, tiles = gridDim.x;
+#else
+    // Grid (Hq, B, query tiles): the blocks running at once are one or two query tiles of
+    // every head, each reading its own head's K and V.
+    const int head = blockIdx.x, batch = blockIdx.y, tile = blockIdx.z, tiles = gridDim.z;
+#endif
+    const Sequence seq = sequence_of(batch, cu_seqlens, seq_len);
+    const int q0 = (tiles - 1 - tile) * G::BM;  // longest causal tiles first
     if (q0 >= seq.len) return;                            // a shorter sequence of a varlen batch
     const int kv_end = CAUSAL ? min(seq.len, q0 + G::BM) : seq.len;
     const int kv_tiles = (kv_end + G::BN - 1) / G::BN;
@@ -390,8 +421,8 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
         for (int s = 0; s < G::STAGES; ++s) {
             fp_mbar::mbar_init(&smem.k_full[s], 1);
             fp_mbar::mbar_init(&smem.v_full[s], 1);
-            fp_mbar::mbar_init(&smem.k_empty[s], 2);
-            fp_mbar::mbar_init(&smem.v_empty[s], 2);
+            fp_mbar::mbar_init(&smem.k_empty[s], G::CONSUMERS);
+            fp_mbar::mbar_init(&smem.v_empty[s], G::CONSUMERS);
         }
         fp_mbar::fence_barrier_init();
     }
@@ -403,7 +434,7 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
         if (threadIdx.x == 0)
             producer<G>(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
     } else {
-        fp_wgmma::claim_registers<CONSUMER_REGS>();
+        fp_wgmma::claim_registers<G::CONSUMER_REGS>();
         const long long stride = static_cast<long long>(heads_q) * G::D;
         unsigned short* o_dst = o + (static_cast<long long>(seq.start) + q0) * stride + head * G::D;
         consumer<BF16, G, CAUSAL, G::SCHEDULE>(smem, wg - 1, q0, seq.len, kv_tiles, scale_log2, o_dst, stride);
@@ -412,11 +443,11 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
 
 }  // namespace
 
-using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE>;
-using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE>;
+using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS>;
+using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS>;
 
 #define ATTENTION_HOPPER_KERNEL(NAME, BF16, G, CAUSAL)                                                              \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                       \
+    extern "C" __global__ void __launch_bounds__(G::THREADS, 1)                                                    \
         NAME(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,                     \
              const __grid_constant__ TensorMap map_v, unsigned short* o, const int* __restrict__ cu_seqlens,     \
              int seq_len, int heads_q, int heads_kv, float scale_log2) {                                          \

@@ -3,15 +3,17 @@
 The Hopper backend of :func:`fullpipe.kernels.attention` (same layouts, dtypes, head
 dims, causal mode, grouped K/V heads and packed variable-length batches as the mma.sync
 kernel; see flash_attention.py). Kernel: flash_attention_hopper.cu: a TMA producer
-warpgroup and two wgmma consumer warpgroups per block of 128 query rows, K/V tiles of
-128 keys in an mbarrier ring, the online softmax on the wgmma accumulators, P V with P
-from registers.
+warpgroup and two or three wgmma consumer warpgroups per block of 128 or 192 query rows,
+K/V tiles of 128 keys in an mbarrier ring, the online softmax on the wgmma accumulators,
+P V with P from registers.
 
 Three schedules of the consumers (:data:`SCHEDULES`, -D FA3_D64_SCHEDULE /
 FA3_D128_SCHEDULE of the kernel), each adding one idea: ``serial``; ``overlap`` (the next tile's Q K^T is issued
 with P V, and the softmax runs while P V does); ``pingpong`` (overlap, and the two
 consumer warpgroups take turns issuing their products, so one's softmax hides under the
-other's matrix products).
+other's matrix products). A build also sets the number of consumer warpgroups per head
+dim (2, or 3 as FlashAttention-3 does at head dim 64: one more stream of products to hide
+each softmax behind, with 160 registers per consumer thread instead of 240).
 
 Tensor maps: q as a row-major [tokens, Hq * D] matrix and k, v as [tokens, Hkv * D], read
 in boxes of 64 columns (128 bytes, the 128-byte swizzle) by 128 rows.
@@ -39,19 +41,19 @@ from . import hopper_gemm as hg
 SOURCE = "kernels/flash_attention_hopper.cu"
 ARCH = "sm_90a"  # wgmma and setmaxnreg exist on this exact target only
 SCHEDULES = {"serial": 0, "overlap": 1, "pingpong": 2}
-BLOCK_M = 128  # query rows per block (two consumer warpgroups of 64)
+WG_ROWS = 64  # query rows per consumer warpgroup
+CONSUMERS = (2, 3)  # consumer warpgroups per block a build may ask for (Build.block_m, .threads)
 BLOCK_N = 128  # keys per K/V tile
 BOX_COLS = 64  # 128 bytes: one swizzled chunk of a row
-THREADS = 384  # producer warpgroup + 2 consumer warpgroups
 MAX_BLOCK_SHARED = hg.MAX_BLOCK_SHARED
 HEAD_DIMS = (64, 128)  # as flash_attention.HEAD_DIMS (that module imports this one, not the reverse)
 DTYPE_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 
 
-def shared_mem_bytes(head_dim: int, stages: int) -> int:
+def shared_mem_bytes(head_dim: int, stages: int, consumers: int = 2) -> int:
     """sizeof(SharedStorage) (the Q tile, `stages` K and V tiles, the mbarriers, rounded
     to its 1024-byte alignment) + 1024 bytes to align the dynamic base."""
-    tiles = (BLOCK_M + 2 * stages * BLOCK_N) * head_dim * 2
+    tiles = (WG_ROWS * consumers + 2 * stages * BLOCK_N) * head_dim * 2
     barriers = 8 * (1 + 4 * stages)
     return -(-(tiles + barriers) // 1024) * 1024 + 1024
 
@@ -61,23 +63,30 @@ class Build:
     """Compile-time options of flash_attention_hopper.cu per head dim: the consumers'
     schedule (:data:`SCHEDULES`) and the depth of the K/V ring."""
 
-    schedule_d64: str = "serial"
+    # The defaults are DEFAULT_BUILD's (the fastest measured; see there).
+    schedule_d64: str = "pingpong"
     schedule_d128: str = "pingpong"
-    stages_d64: int = 4
+    stages_d64: int = 2
     stages_d128: int = 2
+    consumers_d64: int = 3
+    consumers_d128: int = 2
+    q_tiles_first: bool = False  # grid (query tiles, Hq, B) instead of (Hq, B, query tiles)
 
     def __post_init__(self) -> None:
         for d in HEAD_DIMS:
             if self.schedule(d) not in SCHEDULES:
                 raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule(d)!r}")
-            if not 2 <= self.stages(d) or shared_mem_bytes(d, self.stages(d)) > MAX_BLOCK_SHARED:
+            if self.consumers(d) not in CONSUMERS:
+                raise ValueError(f"consumer warpgroups must be one of {CONSUMERS}, got {self.consumers(d)!r}")
+            smem = shared_mem_bytes(d, self.stages(d), self.consumers(d))
+            if not 2 <= self.stages(d) or smem > MAX_BLOCK_SHARED:
                 raise ValueError(f"{self.stages(d)} stages at head dim {d} do not fit in shared memory "
-                                 f"({shared_mem_bytes(d, self.stages(d))} > {MAX_BLOCK_SHARED} bytes) or are < 2")
+                                 f"({smem} > {MAX_BLOCK_SHARED} bytes) or are < 2")
 
     @classmethod
     def uniform(cls, schedule: str, stages_d128: int = 2) -> Build:
-        """One schedule at both head dims."""
-        return cls(schedule, schedule, 4, stages_d128)
+        """One schedule at both head dims, two consumer warpgroups, a 4-deep ring at d64."""
+        return cls(schedule, schedule, 4, stages_d128, consumers_d64=2)
 
     def schedule(self, head_dim: int) -> str:
         return self.schedule_d64 if head_dim == 64 else self.schedule_d128
@@ -85,24 +94,54 @@ class Build:
     def stages(self, head_dim: int) -> int:
         return self.stages_d64 if head_dim == 64 else self.stages_d128
 
+    def consumers(self, head_dim: int) -> int:
+        return self.consumers_d64 if head_dim == 64 else self.consumers_d128
+
+    def block_m(self, head_dim: int) -> int:
+        """Query rows per block: 64 per consumer warpgroup."""
+        return WG_ROWS * self.consumers(head_dim)
+
+    def threads(self, head_dim: int) -> int:
+        return 128 * (1 + self.consumers(head_dim))
+
     def defines(self) -> tuple[tuple[str, int], ...]:
         return (("FA3_D128_SCHEDULE", SCHEDULES[self.schedule_d128]), ("FA3_D128_STAGES", self.stages_d128),
-                ("FA3_D64_SCHEDULE", SCHEDULES[self.schedule_d64]), ("FA3_D64_STAGES", self.stages_d64))
+                ("FA3_D64_SCHEDULE", SCHEDULES[self.schedule_d64]), ("FA3_D64_STAGES", self.stages_d64),
+                ("FA3_D64_CONSUMERS", self.consumers_d64), ("FA3_D128_CONSUMERS", self.consumers_d128),
+                ("FA3_Q_TILES_FIRST", int(self.q_tiles_first)))
 
     @property
     def label(self) -> str:
-        if self.schedule_d64 == self.schedule_d128:
-            return f"{self.schedule_d64}_s{self.stages_d64}_{self.stages_d128}"
-        return f"d64{self.schedule_d64}_s{self.stages_d64}_d128{self.schedule_d128}_s{self.stages_d128}"
+        c64 = "" if self.consumers_d64 == 2 else f"_c{self.consumers_d64}"
+        c128 = "" if self.consumers_d128 == 2 else f"_c{self.consumers_d128}"
+        order = "_tiles_first" if self.q_tiles_first else ""
+        if self.schedule_d64 == self.schedule_d128 and not c64 and not c128:
+            return f"{self.schedule_d64}_s{self.stages_d64}_{self.stages_d128}{order}"
+        return (f"d64{self.schedule_d64}_s{self.stages_d64}{c64}"
+                f"_d128{self.schedule_d128}_s{self.stages_d128}{c128}{order}")
 
 
-# The default: the fastest measured per head dim (fp16, B=4, S=4096, H200, causal and not;
-# docs/notes/2026-11-23-fa3-hopper.md): d64 serial (390.8 vs ping-pong 373.4 TFLOP/s), d128
-# ping-pong with a 2-deep ring (554.8; overlap 557.0, ping-pong 3-deep 546.8, serial 521.8).
+# The default: the fastest measured per head dim (fp16, B=4, S=4096, causal and not; docs/
+# notes/2026-11-23-fa3-hopper.md and 2026-11-24-session9.md). d64: three consumer warpgroups
+# in ping-pong with a 2-deep ring (H100: 446.7 TFLOP/s vs 349.9 for the two-warpgroup serial
+# build that was the default, 1.085x cuDNN). d128: ping-pong with a 2-deep ring (H200: 554.8;
+# overlap 557.0, ping-pong 3-deep 546.8, serial 521.8).
 DEFAULT_BUILD = Build()
 # The builds the CPU tests compile and scripts/attention-hopper-check times: each schedule
 # (the steps of the kernel) at both head dims, with a 2- and a 3-deep d128 ring, and the default.
-SWEEP_BUILDS = tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + (DEFAULT_BUILD,)
+# Then three consumer warpgroups at head dim 64 (192-row blocks): each schedule with a 2- and
+# a 4-deep ring (their head dim 128 is the default's).
+THREE_CONSUMER_BUILDS = tuple(Build(schedule_d64=s, stages_d64=n, consumers_d64=3) for s in SCHEDULES for n in (2, 4))
+# Then the default with the other block order (query tiles first). No build twice.
+SWEEP_BUILDS = tuple(dict.fromkeys(
+    tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + THREE_CONSUMER_BUILDS
+    + (DEFAULT_BUILD, dataclasses.replace(DEFAULT_BUILD, q_tiles_first=True))))
+
+
+def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, bool]:
+    """What a build compiles at one head dim: (schedule, stages, consumer warpgroups, block
+    order). Builds that share it at a head dim run the same kernel there."""
+    return build.schedule(head_dim), build.stages(head_dim), build.consumers(head_dim), build.q_tiles_first
 
 # (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
 # (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check: 1.38-1.99x in every case,
@@ -123,7 +162,7 @@ class HopperAttentionPlan:
     """Everything about one launch except the pointers' contents: testable without a GPU."""
 
     kernel: str
-    grid: tuple[int, int, int]  # (Hq, B, query tiles of BLOCK_M)
+    grid: tuple[int, int, int]  # (Hq, B, query tiles of the build's block rows), or (tiles, Hq, B)
     block: int
     shared_mem: int
     build: Build
@@ -139,12 +178,17 @@ def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: B
     b = build or DEFAULT_BUILD
     p = shape
     d = p.head_dim
-    tiles = -(-p.max_seqlen // BLOCK_M)
-    maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, BLOCK_M, BOX_COLS),
+    bm = b.block_m(d)
+    tiles = -(-p.max_seqlen // bm)
+    grid = (tiles, p.heads_q, p.batch) if b.q_tiles_first else (p.heads_q, p.batch, tiles)
+    if max(grid[1:]) > 65535:
+        raise ValueError(f"the Hopper attention grid {grid} exceeds 65535 blocks in y or z "
+                         f"({'heads or sequences' if b.q_tiles_first else 'sequences or query tiles'})")
+    maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, bm, BOX_COLS),
             hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS),
             hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS))
-    return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), (p.heads_q, p.batch, tiles), THREADS,
-                               shared_mem_bytes(d, b.stages(d)), b, maps, p)
+    return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), grid, b.threads(d),
+                               shared_mem_bytes(d, b.stages(d), b.consumers(d)), b, maps, p)
 
 
 def supported(arch: str) -> bool:
@@ -207,8 +251,12 @@ def _selftest(argv: list[str] | None = None) -> int:
     bad = 0
     want = DEFAULT_BUILD.label if args.build == "default" else args.build
     builds = [b for b in SWEEP_BUILDS if want in (None, b.label)]
+    seen = set()
     for build in builds:
         for d in HEAD_DIMS:
+            if (d, kernel_config(build, d)) in seen:
+                continue  # the same kernel as an earlier build's
+            seen.add((d, kernel_config(build, d)))
             for dt in (torch.float16, torch.bfloat16):
                 for causal in (False, True):
                     g = torch.Generator(device="cuda").manual_seed(d + causal)
