@@ -41,17 +41,18 @@ def test_sass_shows_the_technique(build):
     assert set(kernels) == set(fah.KERNELS)
     for name, text in kernels.items():
         d = 64 if "_d64_" in name else 128
+        keys = build.keys(d)
         hgmma = re.findall(r"HGMMA\.(\d+x\d+x\d+)\.F32(\.BF16)?\S*\s+([^;]*);", text)
         shapes = {s for s, _, _ in hgmma}
-        # Q K^T: 64 x 128 (BN keys) x 16; P V: 64 x D x 16.
-        assert shapes == {"64x128x16", f"64x{d}x16"}, (name, shapes)
+        # Q K^T: 64 x BN (keys) x 16; P V: 64 x D x 16.
+        assert shapes == {f"64x{keys}x16", f"64x{d}x16"}, (name, shapes)
         assert all(bool(bf) == ("_bf16" in name) for _, bf, _ in hgmma), f"{name}: input type"
         # Q K^T reads both operands from shared memory (A: a descriptor); P V takes A from
         # registers and B (V) transposed, MN-major: "R.., R.., gdesc[..].tnspB".
-        ss = re.findall(r"HGMMA\.64x128x16\.F32\S*\s+R\d+,\s*gdesc\[", text)
+        ss = re.findall(rf"HGMMA\.64x{keys}x16\.F32\S*\s+R\d+,\s*gdesc\[", text)
         rs = re.findall(rf"HGMMA\.64x{d}x16\.F32\S*\s+R\d+,\s*R\d+,\s*gdesc\[UR\d+\]\.tnspB", text)
         assert len(ss) + len(rs) == len(hgmma), (name, len(ss), len(rs), len(hgmma))
-        assert ss and len(ss) % (d // 16) == 0 and rs and len(rs) % (fah.BLOCK_N // 16) == 0, (name, len(ss), len(rs))
+        assert ss and len(ss) % (d // 16) == 0 and rs and len(rs) % (keys // 16) == 0, (name, len(ss), len(rs))
         for op in ("UTMALDG", "USETMAXREG", "SYNCS"):
             assert op in text, f"{name}: no {op}"
         assert re.search(r"USETMAXREG\.DEALLOC\S*\s+0x18\b", text), name  # the producer keeps 24
@@ -103,6 +104,17 @@ def test_three_consumer_plan_has_192_row_blocks():
     assert p128.block == 384 and p128.maps[0].box_dims == (64, 128)
 
 
+def test_176_key_tiles_change_the_k_and_v_boxes_only():
+    shape = fa.plan((1, 1000, 4, 128), (1, 1000, 2, 128), (1, 1000, 2, 128), "bfloat16")
+    p = fah.plan(shape, build=fah.Build(keys_d128=176))
+    assert [m.box_dims for m in p.maps] == [(64, 128), (64, 176), (64, 176)] and p.block == 384
+    assert p.shared_mem == fah.shared_mem_bytes(128, 2, 2, 176) <= fah.MAX_BLOCK_SHARED
+    with pytest.raises(ValueError, match="key tiles"):
+        fah.Build(keys_d128=192)
+    with pytest.raises(ValueError, match="do not fit"):
+        fah.Build(keys_d128=176, stages_d128=3)
+
+
 def test_varlen_plan_and_shared_memory():
     p = fah.plan(fa.plan((1000, 8, 64), (1000, 2, 64), (1000, 2, 64), "bfloat16", varlen=True, batch=3,
                          max_seqlen=517))
@@ -112,7 +124,7 @@ def test_varlen_plan_and_shared_memory():
     assert p.maps[0].global_dims == (8 * 64, 1000)
     for build in fah.SWEEP_BUILDS:
         for d in fa.HEAD_DIMS:
-            assert fah.shared_mem_bytes(d, build.stages(d), build.consumers(d)) <= fah.MAX_BLOCK_SHARED
+            assert fah.shared_mem_bytes(d, build.stages(d), build.consumers(d), build.keys(d)) <= fah.MAX_BLOCK_SHARED
     with pytest.raises(ValueError, match="consumer warpgroups"):
         fah.Build(consumers_d64=4)
     with pytest.raises(ValueError, match="do not fit"):

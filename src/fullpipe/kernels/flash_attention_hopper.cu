@@ -70,6 +70,12 @@
 #ifndef FA3_D128_STAGES
 #define FA3_D128_STAGES 2
 #endif
+#ifndef FA3_D64_KEYS
+#define FA3_D64_KEYS 128
+#endif
+#ifndef FA3_D128_KEYS
+#define FA3_D128_KEYS 128
+#endif
 #ifndef FA3_Q_TILES_FIRST
 #define FA3_Q_TILES_FIRST 0
 #endif
@@ -90,7 +96,7 @@ constexpr int PRODUCER_REGS = 24;
 // 1 + CONSUMERS + w: consumer w's own rows of the Q tile are free for the output.
 constexpr unsigned TURN_BARRIER = 1;
 
-template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_>
+template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_, int KEYS_>
 struct Geometry {
     static constexpr int D = D_;
     static constexpr int STAGES = STAGES_;
@@ -102,7 +108,7 @@ struct Geometry {
     static constexpr int CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     static constexpr unsigned EPILOGUE_BARRIER = 1 + CONSUMERS;
     static constexpr int BM = 64 * CONSUMERS;     // query rows per block
-    static constexpr int BN = 128;                // keys per K/V tile
+    static constexpr int BN = KEYS_;              // keys per K/V tile: 128, or 176 (FA3's at d128)
     static constexpr int WG_ROWS = 64;            // query rows per consumer warpgroup
     static constexpr int CHUNKS = D / 64;         // 64-column swizzled chunks per row
     static constexpr int Q_CHUNK_BYTES = BM * 128;
@@ -115,6 +121,7 @@ struct Geometry {
     static constexpr int O_REGS = D / 2;          // m64nD accumulator floats per thread
     static_assert(D == 64 || D == 128, "head dim 64 or 128");
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "2 or 3 consumer warpgroups");
+    static_assert(BN == 128 || BN == 176, "key tiles of 128 or 176");
 };
 
 template <class G>
@@ -180,7 +187,7 @@ __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap
 }
 
 // ------------------------------------------------------------------ consumer pieces
-// S (64 x BN) = Q K^T for warpgroup wg's rows: D / 16 wgmma, the first overwriting S.
+// S (64 x BN) = Q K^T for warpgroup wg's rows: D / 16 wgmma (m64nBNk16), the first overwriting S.
 template <bool BF16, class G>
 __device__ __forceinline__ void issue_qk(float (&s)[G::S_REGS], const SharedStorage<G>& smem, int wg, int slot) {
 #pragma unroll
@@ -188,7 +195,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[G::S_REGS], const SharedStor
         const int chunk = kk / 4, within = (kk % 4) * 32;  // 16 elements = 32 bytes along the row
         const auto da = fp_wgmma::desc_k_major(smem.q + chunk * G::Q_CHUNK_BYTES + wg * G::WG_ROWS * 128 + within);
         const auto db = fp_wgmma::desc_k_major(smem.k[slot] + chunk * G::KV_CHUNK_BYTES + within);
-        fp_wgmma::mma_m64n128k16_ss_kk<BF16>(s, da, db, kk > 0);
+        fp_wgmma::mma_ss_kk<BF16>(s, da, db, kk > 0);
     }
 }
 
@@ -443,8 +450,8 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
 
 }  // namespace
 
-using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS>;
-using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS>;
+using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS, FA3_D64_KEYS>;
+using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS, FA3_D128_KEYS>;
 
 #define ATTENTION_HOPPER_KERNEL(NAME, BF16, G, CAUSAL)                                                              \
     extern "C" __global__ void __launch_bounds__(G::THREADS, 1)                                                    \

@@ -43,17 +43,18 @@ ARCH = "sm_90a"  # wgmma and setmaxnreg exist on this exact target only
 SCHEDULES = {"serial": 0, "overlap": 1, "pingpong": 2}
 WG_ROWS = 64  # query rows per consumer warpgroup
 CONSUMERS = (2, 3)  # consumer warpgroups per block a build may ask for (Build.block_m, .threads)
-BLOCK_N = 128  # keys per K/V tile
+KEY_TILES = (128, 176)  # keys per K/V tile a build may ask for (176: FlashAttention-3's at d128)
+BLOCK_N = 128  # keys per K/V tile unless a build asks for 176
 BOX_COLS = 64  # 128 bytes: one swizzled chunk of a row
 MAX_BLOCK_SHARED = hg.MAX_BLOCK_SHARED
 HEAD_DIMS = (64, 128)  # as flash_attention.HEAD_DIMS (that module imports this one, not the reverse)
 DTYPE_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 
 
-def shared_mem_bytes(head_dim: int, stages: int, consumers: int = 2) -> int:
+def shared_mem_bytes(head_dim: int, stages: int, consumers: int = 2, keys: int = BLOCK_N) -> int:
     """sizeof(SharedStorage) (the Q tile, `stages` K and V tiles, the mbarriers, rounded
     to its 1024-byte alignment) + 1024 bytes to align the dynamic base."""
-    tiles = (WG_ROWS * consumers + 2 * stages * BLOCK_N) * head_dim * 2
+    tiles = (WG_ROWS * consumers + 2 * stages * keys) * head_dim * 2
     barriers = 8 * (1 + 4 * stages)
     return -(-(tiles + barriers) // 1024) * 1024 + 1024
 
@@ -71,6 +72,8 @@ class Build:
     consumers_d64: int = 3
     consumers_d128: int = 2
     q_tiles_first: bool = False  # grid (query tiles, Hq, B) instead of (Hq, B, query tiles)
+    keys_d64: int = BLOCK_N
+    keys_d128: int = BLOCK_N
 
     def __post_init__(self) -> None:
         for d in HEAD_DIMS:
@@ -78,7 +81,9 @@ class Build:
                 raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule(d)!r}")
             if self.consumers(d) not in CONSUMERS:
                 raise ValueError(f"consumer warpgroups must be one of {CONSUMERS}, got {self.consumers(d)!r}")
-            smem = shared_mem_bytes(d, self.stages(d), self.consumers(d))
+            if self.keys(d) not in KEY_TILES:
+                raise ValueError(f"key tiles must be one of {KEY_TILES}, got {self.keys(d)!r}")
+            smem = shared_mem_bytes(d, self.stages(d), self.consumers(d), self.keys(d))
             if not 2 <= self.stages(d) or smem > MAX_BLOCK_SHARED:
                 raise ValueError(f"{self.stages(d)} stages at head dim {d} do not fit in shared memory "
                                  f"({smem} > {MAX_BLOCK_SHARED} bytes) or are < 2")
@@ -97,6 +102,9 @@ class Build:
     def consumers(self, head_dim: int) -> int:
         return self.consumers_d64 if head_dim == 64 else self.consumers_d128
 
+    def keys(self, head_dim: int) -> int:
+        return self.keys_d64 if head_dim == 64 else self.keys_d128
+
     def block_m(self, head_dim: int) -> int:
         """Query rows per block: 64 per consumer warpgroup."""
         return WG_ROWS * self.consumers(head_dim)
@@ -108,12 +116,15 @@ class Build:
         return (("FA3_D128_SCHEDULE", SCHEDULES[self.schedule_d128]), ("FA3_D128_STAGES", self.stages_d128),
                 ("FA3_D64_SCHEDULE", SCHEDULES[self.schedule_d64]), ("FA3_D64_STAGES", self.stages_d64),
                 ("FA3_D64_CONSUMERS", self.consumers_d64), ("FA3_D128_CONSUMERS", self.consumers_d128),
-                ("FA3_Q_TILES_FIRST", int(self.q_tiles_first)))
+                ("FA3_Q_TILES_FIRST", int(self.q_tiles_first)),
+                ("FA3_D64_KEYS", self.keys_d64), ("FA3_D128_KEYS", self.keys_d128))
 
     @property
     def label(self) -> str:
         c64 = "" if self.consumers_d64 == 2 else f"_c{self.consumers_d64}"
         c128 = "" if self.consumers_d128 == 2 else f"_c{self.consumers_d128}"
+        c64 += "" if self.keys_d64 == BLOCK_N else f"_n{self.keys_d64}"
+        c128 += "" if self.keys_d128 == BLOCK_N else f"_n{self.keys_d128}"
         order = "_tiles_first" if self.q_tiles_first else ""
         if self.schedule_d64 == self.schedule_d128 and not c64 and not c128:
             return f"{self.schedule_d64}_s{self.stages_d64}_{self.stages_d128}{order}"
@@ -132,16 +143,20 @@ DEFAULT_BUILD = Build()
 # Then three consumer warpgroups at head dim 64 (192-row blocks): each schedule with a 2- and
 # a 4-deep ring (their head dim 128 is the default's).
 THREE_CONSUMER_BUILDS = tuple(Build(schedule_d64=s, stages_d64=n, consumers_d64=3) for s in SCHEDULES for n in (2, 4))
-# Then the default with the other block order (query tiles first). No build twice.
+# Then the default with the other block order (query tiles first), and with 176-key tiles at
+# head dim 128 in both orders. No build twice.
 SWEEP_BUILDS = tuple(dict.fromkeys(
     tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + THREE_CONSUMER_BUILDS
-    + (DEFAULT_BUILD, dataclasses.replace(DEFAULT_BUILD, q_tiles_first=True))))
+    + (DEFAULT_BUILD, dataclasses.replace(DEFAULT_BUILD, q_tiles_first=True),
+       dataclasses.replace(DEFAULT_BUILD, keys_d128=176),
+       dataclasses.replace(DEFAULT_BUILD, keys_d128=176, q_tiles_first=True))))
 
 
-def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, bool]:
-    """What a build compiles at one head dim: (schedule, stages, consumer warpgroups, block
-    order). Builds that share it at a head dim run the same kernel there."""
-    return build.schedule(head_dim), build.stages(head_dim), build.consumers(head_dim), build.q_tiles_first
+def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, int, bool]:
+    """What a build compiles at one head dim: (schedule, stages, consumer warpgroups, key
+    tile, block order). Builds that share it at a head dim run the same kernel there."""
+    return (build.schedule(head_dim), build.stages(head_dim), build.consumers(head_dim), build.keys(head_dim),
+            build.q_tiles_first)
 
 # (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
 # (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check: 1.38-1.99x in every case,
@@ -185,10 +200,10 @@ def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: B
         raise ValueError(f"the Hopper attention grid {grid} exceeds 65535 blocks in y or z "
                          f"({'heads or sequences' if b.q_tiles_first else 'sequences or query tiles'})")
     maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, bm, BOX_COLS),
-            hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS),
-            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, BLOCK_N, BOX_COLS))
+            hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS),
+            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS))
     return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), grid, b.threads(d),
-                               shared_mem_bytes(d, b.stages(d), b.consumers(d)), b, maps, p)
+                               shared_mem_bytes(d, b.stages(d), b.consumers(d), b.keys(d)), b, maps, p)
 
 
 def supported(arch: str) -> bool:

@@ -188,6 +188,56 @@ __device__ __forceinline__ void mma_m64n128k16_ss_kk(float (&d)[64], unsigned lo
     }
 }
 
+// SS, K-major, N = 176 (FlashAttention-3's key tile at head dim 128): 88 accumulators.
+#define FP_WGMMA_D88_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"\
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"\
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"\
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"\
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"\
+        "%80, %81, %82, %83, %84, %85, %86, %87"
+#define FP_WGMMA_D88_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+#define FP_WGMMA_SS_M64N176K16(TYPE)                                                \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_D88_REGS "},\n"                                               \
+        " %88, %89, p, 1, 1, 0, 0;\n"                                              \
+        "}\n"                                                                      \
+        : FP_WGMMA_D88_OPERANDS                                                     \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n176k16_ss_kk(float (&d)[88], unsigned long long desc_a,
+                                                     unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        FP_WGMMA_SS_M64N176K16("bf16");
+    } else {
+        FP_WGMMA_SS_M64N176K16("f16");
+    }
+}
+
+// D = A * B^T, both K-major, with N = 128 or 176 by the accumulator count.
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_ss_kk(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
+                                          int scale_d) {
+    static_assert(N_REGS == 64 || N_REGS == 88, "m64n128 or m64n176");
+    if constexpr (N_REGS == 64) {
+        mma_m64n128k16_ss_kk<BF16>(d, desc_a, desc_b, scale_d);
+    } else {
+        mma_m64n176k16_ss_kk<BF16>(d, desc_a, desc_b, scale_d);
+    }
+}
+
 // RS: A (64 x 16) from registers in the fragment layout above, B MN-major from shared
 // memory (imm-trans-b 1: a K x N tile stored with N contiguous, e.g. V [keys, dims]).
 #define FP_WGMMA_RS(SHAPE, TYPE, REGS, OPERANDS, A_REGS, DESC, SCALE)                 \
