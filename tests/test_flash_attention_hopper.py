@@ -81,7 +81,8 @@ def test_plan_maps_match_the_kernels_boxes():
     p = fah.plan(shape, q_ptr=1 << 20, k_ptr=2 << 20, v_ptr=3 << 20)
     mq, mk, mv = p.maps
     assert p.kernel == "flash_attention_hopper_d128_f16_causal"
-    assert p.grid == (16, 4, 4096 // 128) and p.block == 384  # d128: two consumer warpgroups of 64 rows
+    assert p.grid == (16 * 4 * (4096 // 128), 1, 1) and p.block == 384  # d128: two consumer warpgroups of 64 rows
+    assert p.q_tiles == 4096 // 128
     assert mq.global_dims == (16 * 128, 4 * 4096) and mq.box_dims == (64, 128)
     assert mk.global_dims == (4 * 128, 4 * 4096) and mk.box_dims == (64, fah.BLOCK_N)
     assert mv.global_dims == mk.global_dims and mv.global_address == 3 << 20
@@ -95,7 +96,7 @@ def test_three_consumer_plan_has_192_row_blocks():
     build = fah.Build(consumers_d64=3)
     shape = fa.plan((2, 1000, 8, 64), (2, 1000, 8, 64), (2, 1000, 8, 64), "float16", causal=True)
     p = fah.plan(shape, q_ptr=1 << 20, k_ptr=2 << 20, v_ptr=3 << 20, build=build)
-    assert p.block == 512 and p.grid == (8, 2, -(-1000 // 192))
+    assert p.block == 512 and p.q_tiles == -(-1000 // 192) and p.grid == (8 * 2 * p.q_tiles, 1, 1)
     assert p.maps[0].box_dims == (64, 192) and p.maps[1].box_dims == (64, fah.BLOCK_N)
     # The Q tile grows by a third: 192 rows x 64 columns x 2 bytes more than 128 rows.
     assert p.shared_mem - fah.plan(shape, build=fah.Build(consumers_d64=2)).shared_mem == 64 * 64 * 2
@@ -118,9 +119,11 @@ def test_176_key_tiles_change_the_k_and_v_boxes_only():
 def test_varlen_plan_and_shared_memory():
     p = fah.plan(fa.plan((1000, 8, 64), (1000, 2, 64), (1000, 2, 64), "bfloat16", varlen=True, batch=3,
                          max_seqlen=517))
-    assert p.grid == (8, 3, -(-517 // fah.DEFAULT_BUILD.block_m(64))) and p.shape.seq_len == 0
-    p = fah.plan(p.shape, build=fah.Build(q_tiles_first=True))
-    assert p.grid == (-(-517 // fah.DEFAULT_BUILD.block_m(64)), 8, 3)  # query tiles first
+    assert p.q_tiles == -(-517 // fah.DEFAULT_BUILD.block_m(64)) and p.shape.seq_len == 0
+    assert p.grid == (8 * 3 * p.q_tiles, 1, 1)  # a block per query tile
+    persistent = fah.plan(p.shape, build=fah.Build(persistent=True), sm_count=16)
+    assert persistent.grid == (16, 1, 1)  # a block per SM walks the tiles
+    assert persistent.shared_mem - p.shared_mem == 192 * 64 * 2  # its own output stage
     assert p.maps[0].global_dims == (8 * 64, 1000)
     for build in fah.SWEEP_BUILDS:
         for d in fa.HEAD_DIMS:

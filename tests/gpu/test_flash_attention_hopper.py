@@ -117,6 +117,27 @@ def test_every_build_matches_fp32_reference(build):
             assert err <= TOL, f"{where} varlen sequence {b} (length {n}): relative error {err:.3e}"
 
 
+@pytest.mark.parametrize("blocks", [1, 3, 7])
+def test_persistent_blocks_walk_many_tiles(blocks, monkeypatch):
+    """A persistent build on a few blocks: each walks many query tiles (causal and not,
+    skipping the tiles past the short sequences of a varlen batch), carrying the K/V ring,
+    the Q buffer's phase and the ping-pong turns from one tile to the next."""
+    arch, _ = fa.arch_and_sm_count(0)
+    monkeypatch.setattr(fa, "arch_and_sm_count", lambda index: (arch, blocks))
+    build = fah.Build(persistent=True)
+    lens = [1, 70, 129, 300, 517]
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+    for d, dtype, causal in itertools.product(fa.HEAD_DIMS, DTYPES, (False, True)):
+        where = f"{blocks} blocks d{d} {dtype} causal={causal}"
+        q, k, v = _inputs((sum(lens),), 6, 3, d, dtype, seed=hash((blocks, d, dtype, causal)) % 2**31)
+        out = _run(q, k, v, causal, build, cu_seqlens=cu, max_seqlen=max(lens))
+        assert not torch.isnan(out).any(), f"{where}: some output elements were never written"
+        for b, n in enumerate(lens):
+            sl = slice(int(cu[b]), int(cu[b + 1]))
+            err = _rel(out[sl], _reference(q[sl], k[sl], v[sl], causal))
+            assert err <= TOL, f"{where}: sequence {b} (length {n}): relative error {err:.3e}"
+
+
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
 @pytest.mark.parametrize("causal", (False, True))
 def test_inputs_scaled_x30_stay_finite_and_correct(d, causal):

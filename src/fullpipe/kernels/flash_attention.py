@@ -392,13 +392,13 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any =
     if any(x.ptr % 16 for x in (Q, K, V, O)):
         raise ValueError("q, k, v and out must be 16-byte aligned (a sliced view may not be): copy them")
 
-    arch, _ = arch_and_sm_count(Q.device_index)
+    arch, sm_count = arch_and_sm_count(Q.device_index)
     if _tiling is not None and backend == "auto":
         backend = "mma_sync"  # a tiling is an option of the mma.sync kernel
     if choose_backend(arch, p.head_dim, p.causal, backend) == "hopper":
         from . import flash_attention_hopper as fah
 
-        hp = fah.plan(p, q_ptr=Q.ptr, k_ptr=K.ptr, v_ptr=V.ptr, build=_hopper_build)
+        hp = fah.plan(p, q_ptr=Q.ptr, k_ptr=K.ptr, v_ptr=V.ptr, build=_hopper_build, sm_count=sm_count)
         fah.launch_plan(hp, O.ptr, C.ptr if C is not None else 0, stream=s, device_index=Q.device_index, arch=arch)
         return out
     kernel = module_for(p, arch).kernel(p.kernel)

@@ -47,9 +47,14 @@
 // [tokens, Hkv * D]; boxes (64, BM) and (64, BN). Rows past a sequence's end are loaded
 // (the next sequence's, or zeros past the tensor) but masked (keys) or never stored (queries).
 //
-// Grid (Hq, B, ceil(max_seqlen / BM)), or (ceil(max_seqlen / BM), Hq, B) with
-// -D FA3_Q_TILES_FIRST=1; 128 (1 + C) threads, dynamic shared memory
-// sizeof(SharedStorage) + 1024 (alignment of the swizzled tiles).
+// Query tiles: q_tiles = ceil(max_seqlen / BM) per head and sequence, numbered heads first,
+// or query tiles first with -D FA3_Q_TILES_FIRST=1 (then the blocks running at once are
+// mostly the tiles of a few heads, which read the same K and V: from HBM about once, then
+// from L2). A 1-D grid: one block per tile, or (-D FA3_PERSISTENT=1) one per SM walking
+// tiles blockIdx.x, + gridDim.x, ...: the producer loads the next tile's Q and K/V while
+// the consumers finish this one (the output has its own staging buffer then).
+// 128 (1 + C) threads, dynamic shared memory sizeof(SharedStorage) + 1024 (alignment of
+// the swizzled tiles).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <fullpipe/gemm_hopper_tile.cuh>
@@ -79,6 +84,9 @@
 #ifndef FA3_Q_TILES_FIRST
 #define FA3_Q_TILES_FIRST 0
 #endif
+#ifndef FA3_PERSISTENT
+#define FA3_PERSISTENT 0
+#endif
 #ifndef FA3_D64_CONSUMERS
 #define FA3_D64_CONSUMERS 2
 #endif
@@ -96,7 +104,7 @@ constexpr int PRODUCER_REGS = 24;
 // 1 + CONSUMERS + w: consumer w's own rows of the Q tile are free for the output.
 constexpr unsigned TURN_BARRIER = 1;
 
-template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_, int KEYS_>
+template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_, int KEYS_, bool PERSISTENT_>
 struct Geometry {
     static constexpr int D = D_;
     static constexpr int STAGES = STAGES_;
@@ -122,14 +130,31 @@ struct Geometry {
     static_assert(D == 64 || D == 128, "head dim 64 or 128");
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "2 or 3 consumer warpgroups");
     static_assert(BN == 128 || BN == 176, "key tiles of 128 or 176");
+    // Persistent: a block walks several query tiles; the output is staged in its own buffer
+    // so that the next tile's Q can land while this tile's output is written.
+    static constexpr bool PERSISTENT = PERSISTENT_;
+};
+
+// Where the output is staged (swizzled like Q) before its 16-byte stores: its own buffer in a
+// persistent block, else the Q tile (read for the last time by then).
+template <class G, bool OWN = G::PERSISTENT>
+struct OutputStage {
+    alignas(1024) unsigned char o[G::Q_BYTES];
+    __device__ unsigned char* buffer(unsigned char*) { return o; }
+};
+template <class G>
+struct OutputStage<G, false> {
+    __device__ unsigned char* buffer(unsigned char* q) { return q; }
 };
 
 template <class G>
 struct SharedStorage {
-    alignas(1024) unsigned char q[G::Q_BYTES];           // reused to stage the output
+    alignas(1024) unsigned char q[G::Q_BYTES];
     alignas(1024) unsigned char k[G::STAGES][G::KV_BYTES];
     alignas(1024) unsigned char v[G::STAGES][G::KV_BYTES];
+    OutputStage<G> out;
     unsigned long long q_full;
+    unsigned long long q_empty;            // consumers -> producer: the Q tile was read
     unsigned long long k_full[G::STAGES];  // producer -> consumers (transaction bytes)
     unsigned long long v_full[G::STAGES];
     unsigned long long k_empty[G::STAGES];  // consumers -> producer: K of the slot read
@@ -147,42 +172,85 @@ __device__ __forceinline__ Sequence sequence_of(int b, const int* cu_seqlens, in
     return {begin, cu_seqlens[b + 1] - begin};
 }
 
+// ------------------------------------------------------------------ the tile walk
+// The query tiles of the grid, numbered 0 .. q_tiles * Hq * B - 1 (query tiles first, or
+// heads first), longest causal tiles first. A block takes tiles blockIdx.x, + gridDim.x, ...
+// (one tile per block unless the launch is persistent). Producer and consumers walk the
+// same tiles; skipped tiles (past a shorter sequence of a varlen batch) are skipped by all.
+struct QueryTile {
+    int head, kv_head;
+    Sequence seq;
+    int q0;        // first query row inside the sequence
+    int kv_tiles;  // K/V tiles it reads
+};
+
+template <class G, bool CAUSAL>
+__device__ __forceinline__ bool query_tile(int index, int q_tiles, const int* cu_seqlens, int seq_len, int heads_q,
+                                           int heads_kv, QueryTile& t) {
+#if FA3_Q_TILES_FIRST
+    const int tile = index % q_tiles, head = (index / q_tiles) % heads_q, batch = index / (q_tiles * heads_q);
+#else
+    const int head = index % heads_q, tile = (index / heads_q) % q_tiles, batch = index / (heads_q * q_tiles);
+#endif
+    t.head = head;
+    t.kv_head = head / (heads_q / heads_kv);
+    t.seq = sequence_of(batch, cu_seqlens, seq_len);
+    t.q0 = (q_tiles - 1 - tile) * G::BM;  // longest causal tiles first
+    if (t.q0 >= t.seq.len) return false;  // a shorter sequence of a varlen batch
+    const int kv_end = CAUSAL ? min(t.seq.len, t.q0 + G::BM) : t.seq.len;
+    t.kv_tiles = (kv_end + G::BN - 1) / G::BN;
+    return true;
+}
+
 // ------------------------------------------------------------------ producer
-template <class G>
+// Every copy of the block's tiles, one thread: per query tile, Q once it is free, then the
+// K and V tiles through the rings. `g` numbers K/V tiles over the whole walk (ring slot
+// g % STAGES, its use g / STAGES), exactly as the consumers count them.
+template <class G, bool CAUSAL>
 __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap* map_q, const TensorMap* map_k,
-                                         const TensorMap* map_v, int q_row, int kv_row0, int q_col, int kv_col,
-                                         int kv_tiles) {
-    fp_mbar::mbar_arrive_expect_tx(&smem.q_full, G::Q_BYTES);
-#pragma unroll
-    for (int c = 0; c < G::CHUNKS; ++c)
-        fp_tma::load_2d(smem.q + c * G::Q_CHUNK_BYTES, map_q, &smem.q_full, q_col + 64 * c, q_row);
+                                         const TensorMap* map_v, const int* cu_seqlens, int seq_len, int heads_q,
+                                         int heads_kv, int q_tiles, int total_tiles) {
     // One tile of K or V into its ring slot, once the consumers have released the slot.
     auto load = [&](unsigned char (*tiles)[G::KV_BYTES], unsigned long long* full, unsigned long long* empty,
-                    const TensorMap* map, int t) {
-        const int slot = t % G::STAGES;
-        const unsigned use = t / G::STAGES;
+                    const TensorMap* map, int g, int col, int row) {
+        const int slot = g % G::STAGES;
+        const unsigned use = g / G::STAGES;
         fp_mbar::mbar_wait(&empty[slot], (use & 1) ^ 1);
         fp_mbar::mbar_arrive_expect_tx(&full[slot], G::KV_BYTES);
 #pragma unroll
         for (int c = 0; c < G::CHUNKS; ++c)
-            fp_tma::load_2d(tiles[slot] + c * G::KV_CHUNK_BYTES, map, &full[slot], kv_col + 64 * c,
-                            kv_row0 + t * G::BN);
+            fp_tma::load_2d(tiles[slot] + c * G::KV_CHUNK_BYTES, map, &full[slot], col + 64 * c, row);
     };
-    auto load_k = [&](int t) { load(smem.k, smem.k_full, smem.k_empty, map_k, t); };
-    auto load_v = [&](int t) { load(smem.v, smem.v_full, smem.v_empty, map_v, t); };
-    // In the order the consumers use them: serial K_t, V_t; overlapped K_t, V_{t-1}.
-    if (G::SCHEDULE == SERIAL) {
-        for (int t = 0; t < kv_tiles; ++t) {
-            load_k(t);
-            load_v(t);
+    int g0 = 0;   // K/V tiles of the tiles before this one
+    int uses = 0;  // query tiles loaded so far (the Q buffer's uses)
+    for (int index = blockIdx.x; index < total_tiles; index += gridDim.x) {
+        QueryTile t;
+        if (!query_tile<G, CAUSAL>(index, q_tiles, cu_seqlens, seq_len, heads_q, heads_kv, t)) continue;
+        fp_mbar::mbar_wait(&smem.q_empty, (uses & 1) ^ 1);  // the last tile's Q was read
+        ++uses;
+        fp_mbar::mbar_arrive_expect_tx(&smem.q_full, G::Q_BYTES);
+#pragma unroll
+        for (int c = 0; c < G::CHUNKS; ++c)
+            fp_tma::load_2d(smem.q + c * G::Q_CHUNK_BYTES, map_q, &smem.q_full, t.head * G::D + 64 * c,
+                            t.seq.start + t.q0);
+        const int kv_col = t.kv_head * G::D;
+        auto load_k = [&](int kt) { load(smem.k, smem.k_full, smem.k_empty, map_k, g0 + kt, kv_col, t.seq.start + kt * G::BN); };
+        auto load_v = [&](int kt) { load(smem.v, smem.v_full, smem.v_empty, map_v, g0 + kt, kv_col, t.seq.start + kt * G::BN); };
+        // In the order the consumers use them: serial K_t, V_t; overlapped K_t, V_{t-1}.
+        if (G::SCHEDULE == SERIAL) {
+            for (int kt = 0; kt < t.kv_tiles; ++kt) {
+                load_k(kt);
+                load_v(kt);
+            }
+        } else {
+            load_k(0);
+            for (int kt = 1; kt < t.kv_tiles; ++kt) {
+                load_k(kt);
+                load_v(kt - 1);
+            }
+            load_v(t.kv_tiles - 1);
         }
-    } else {
-        load_k(0);
-        for (int t = 1; t < kv_tiles; ++t) {
-            load_k(t);
-            load_v(t - 1);
-        }
-        load_v(kv_tiles - 1);
+        g0 += t.kv_tiles;
     }
 }
 
@@ -243,13 +311,14 @@ __device__ __forceinline__ void rescale(float (&o)[G::O_REGS], const float (&alp
     for (int i = 0; i < G::O_REGS; ++i) o[i] *= alpha[(i / 2) % 2];
 }
 
-// O / l -> 16-bit -> the warpgroup's rows of the Q tile (swizzled like it) -> 16-byte
-// stores of the rows that exist.
+// O / l -> 16-bit -> the warpgroup's rows of the output stage (the Q tile, or its own buffer
+// when persistent; swizzled like Q) -> 16-byte stores of the rows that exist.
 template <bool BF16, class G>
 __device__ __forceinline__ void store_output(unsigned short* o_dst, long long stride, int valid_rows,
                                              const float (&o)[G::O_REGS], const float (&inv_l)[2],
                                              SharedStorage<G>& smem, int wg) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    unsigned char* stage = smem.out.buffer(smem.q);
     // Every warp of the warpgroup is past its last wgmma (which read these Q rows).
     fp_tma::named_barrier_sync(G::EPILOGUE_BARRIER + wg, 128);
 #pragma unroll
@@ -257,7 +326,7 @@ __device__ __forceinline__ void store_output(unsigned short* o_dst, long long st
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = wg * G::WG_ROWS + warp * 16 + lane / 4 + 8 * h;
-            unsigned char* at = smem.q + (j / 8) * G::Q_CHUNK_BYTES + fp_hopper::swizzled_offset(row, j % 8) +
+            unsigned char* at = stage + (j / 8) * G::Q_CHUNK_BYTES + fp_hopper::swizzled_offset(row, j % 8) +
                                 (lane % 4) * 4;
             *reinterpret_cast<unsigned*>(at) =
                 fp_hopper::pack2<BF16>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
@@ -271,14 +340,18 @@ __device__ __forceinline__ void store_output(unsigned short* o_dst, long long st
         const int row = wg * G::WG_ROWS + warp * 16 + i / CPR, c = i % CPR;
         if (row < valid_rows)
             *reinterpret_cast<uint4*>(o_dst + row * stride + c * 8) = *reinterpret_cast<const uint4*>(
-                smem.q + (c / 8) * G::Q_CHUNK_BYTES + fp_hopper::swizzled_offset(row, c % 8));
+                stage + (c / 8) * G::Q_CHUNK_BYTES + fp_hopper::swizzled_offset(row, c % 8));
     }
 }
 
 // ------------------------------------------------------------------ consumer
+// One query tile. g0: the K/V tiles of the walk before it (ring slot of K/V tile kt is
+// (g0 + kt) % STAGES); q_use: the query tiles before it (the Q buffer's use); first / last:
+// whether it is the block's first / last tile (where the ping-pong turns start and end).
 template <bool BF16, class G, bool CAUSAL, int SCHEDULE>
-__device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0, int seq_len, int kv_tiles,
-                                         float scale_log2, unsigned short* o_dst, long long o_stride) {
+__device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0, int seq_len, int kv_tiles, int g0,
+                                         int q_use, bool first, bool last, float scale_log2, unsigned short* o_dst,
+                                         long long o_stride) {
     static_assert(SCHEDULE == SERIAL || SCHEDULE == OVERLAP || SCHEDULE == PINGPONG, "schedule 0, 1 or 2");
     const int t = threadIdx.x % 128;
     const int wg_row0 = q0 + wg * G::WG_ROWS;            // sequence position of the warpgroup's first row
@@ -290,17 +363,22 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
     auto release_v = [&](int slot) {
         if (signals) fp_mbar::mbar_arrive(&smem.v_empty[slot]);
     };
-    // Ping-pong turns, round robin: warpgroup 0 issues first; each turn ends by letting the
-    // next one go. Every warpgroup takes kv_tiles + 1 turns; the syncs and arrivals on each
-    // barrier balance (the last warpgroup's last turn lets nobody go).
+    // Ping-pong turns, round robin over the block's whole walk: warpgroup 0's first turn
+    // needs no go; each turn ends by letting the next warpgroup go, except the last
+    // warpgroup's last turn of the last tile. Every warpgroup takes kv_tiles + 1 turns per
+    // tile, so the syncs and arrivals on each barrier balance and alternate.
     const int turns = kv_tiles + 1;
     auto begin_turn = [&](int turn) {
-        if (SCHEDULE == PINGPONG && !(wg == 0 && turn == 0)) fp_tma::named_barrier_sync(TURN_BARRIER + wg, 256);
+        if (SCHEDULE == PINGPONG && !(wg == 0 && first && turn == 0))
+            fp_tma::named_barrier_sync(TURN_BARRIER + wg, 256);
     };
     auto end_turn = [&](int turn) {
-        if (SCHEDULE == PINGPONG && !(wg == G::CONSUMERS - 1 && turn == turns - 1))
+        if (SCHEDULE == PINGPONG && !(wg == G::CONSUMERS - 1 && last && turn == turns - 1))
             fp_tma::named_barrier_arrive(TURN_BARRIER + (wg + 1) % G::CONSUMERS, 256);
     };
+    // The ring slot and phase of K/V tile kt of this query tile.
+    auto slot_of = [&](int kt) { return (g0 + kt) % G::STAGES; };
+    auto parity_of = [&](int kt) { return static_cast<unsigned>((g0 + kt) / G::STAGES) & 1u; };
 
     float o[G::O_REGS];
 #pragma unroll
@@ -310,12 +388,12 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
     fullpipe::OnlineSoftmax<G::BN / 8> softmax;
     float alpha[2];
 
-    fp_mbar::mbar_wait(&smem.q_full, 0);
+    fp_mbar::mbar_wait(&smem.q_full, q_use & 1);
 
     if constexpr (SCHEDULE == SERIAL) {
         for (int kt = 0; kt < kv_tiles; ++kt) {
-            const int slot = kt % G::STAGES;
-            const unsigned parity = (kt / G::STAGES) & 1;
+            const int slot = slot_of(kt);
+            const unsigned parity = parity_of(kt);
             fp_mbar::mbar_wait(&smem.k_full[slot], parity);
             fp_wgmma::fence();
             issue_qk<BF16>(s, smem, wg, slot);
@@ -338,22 +416,22 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
         }
     } else {
         // Tile 0: S_0 alone (O is zero: nothing to rescale).
-        fp_mbar::mbar_wait(&smem.k_full[0], 0);
+        fp_mbar::mbar_wait(&smem.k_full[slot_of(0)], parity_of(0));
         begin_turn(0);
         fp_wgmma::fence();
-        issue_qk<BF16>(s, smem, wg, 0);
+        issue_qk<BF16>(s, smem, wg, slot_of(0));
         fp_wgmma::commit();
         end_turn(0);
         fp_wgmma::wait<0>();
         fp_wgmma::fence_operands(s);
-        release_k(0);
+        release_k(slot_of(0));
         mask_scores<G, CAUSAL>(s, 0, row0, wg_row0, seq_len);
         softmax.update(s, scale_log2, alpha);
         to_a_fragments<BF16, G>(p, s);
         for (int kt = 1; kt < kv_tiles; ++kt) {
-            const int slot = kt % G::STAGES, prev = (kt - 1) % G::STAGES;
-            fp_mbar::mbar_wait(&smem.k_full[slot], (kt / G::STAGES) & 1);
-            fp_mbar::mbar_wait(&smem.v_full[prev], ((kt - 1) / G::STAGES) & 1);
+            const int slot = slot_of(kt), prev = slot_of(kt - 1);
+            fp_mbar::mbar_wait(&smem.k_full[slot], parity_of(kt));
+            fp_mbar::mbar_wait(&smem.v_full[prev], parity_of(kt - 1));
             // Issue S_t = Q K_t^T, then O += P_{t-1} V_{t-1}: two groups, back to back.
             begin_turn(kt);
             fp_wgmma::fence();
@@ -375,22 +453,29 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
             rescale<G>(o, alpha);
             to_a_fragments<BF16, G>(p, s);
         }
-        const int last = (kv_tiles - 1) % G::STAGES;
-        fp_mbar::mbar_wait(&smem.v_full[last], ((kv_tiles - 1) / G::STAGES) & 1);
+        const int final_slot = slot_of(kv_tiles - 1);
+        fp_mbar::mbar_wait(&smem.v_full[final_slot], parity_of(kv_tiles - 1));
         begin_turn(turns - 1);
         fp_wgmma::fence();
-        issue_pv<BF16>(o, p, smem, last);
+        issue_pv<BF16>(o, p, smem, final_slot);
         fp_wgmma::commit();
         end_turn(turns - 1);
         fp_wgmma::wait<0>();
         fp_wgmma::fence_operands(o);
         fp_wgmma::fence_operands(p);
-        release_v(last);
+        release_v(final_slot);
     }
 
+    // Every product of this tile has retired: with its own output stage, the next tile's Q
+    // may land now, while this tile's output is written; else once the stage is read.
+    if (G::PERSISTENT && signals) fp_mbar::mbar_arrive(&smem.q_empty);
     float inv_l[2];
     softmax.inverse_sums(inv_l);
     store_output<BF16, G>(o_dst, o_stride, seq_len - q0, o, inv_l, smem, wg);
+    if (!G::PERSISTENT) {
+        fp_tma::named_barrier_sync(G::EPILOGUE_BARRIER + wg, 128);  // the warpgroup's stage rows were read
+        if (signals) fp_mbar::mbar_arrive(&smem.q_empty);
+    }
 }
 
 // ------------------------------------------------------------------ the kernel body
@@ -398,33 +483,17 @@ template <bool BF16, class G, bool CAUSAL>
 __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const TensorMap* map_k,
                                                  const TensorMap* map_v, unsigned short* o,
                                                  const int* cu_seqlens, int seq_len, int heads_q, int heads_kv,
-                                                 float scale_log2) {
+                                                 int q_tiles, int batch, float scale_log2) {
     extern __shared__ unsigned char smem_raw[];
     SharedStorage<G>& smem = *reinterpret_cast<SharedStorage<G>*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-
-#if FA3_Q_TILES_FIRST
-    // Grid (query tiles, Hq, B): the blocks running at once are mostly the query tiles of
-    // a few heads, which read the same K and V, so these come from HBM about once and from
-    // L2 after that.
-    const int head = blockIdx.y, batch = blockIdx.z, tile = blockIdx.x, tiles = gridDim.x;
-#else
-    // Grid (Hq, B, query tiles): the blocks running at once are one or two query tiles of
-    // every head, each reading its own head's K and V.
-    const int head = blockIdx.x, batch = blockIdx.y, tile = blockIdx.z, tiles = gridDim.z;
-#endif
-    const Sequence seq = sequence_of(batch, cu_seqlens, seq_len);
-    const int q0 = (tiles - 1 - tile) * G::BM;  // longest causal tiles first
-    if (q0 >= seq.len) return;                            // a shorter sequence of a varlen batch
-    const int kv_end = CAUSAL ? min(seq.len, q0 + G::BM) : seq.len;
-    const int kv_tiles = (kv_end + G::BN - 1) / G::BN;
-    const int kv_head = head / (heads_q / heads_kv);
 
     if (threadIdx.x == 0) {
         fp_tma::prefetch_map(map_q);
         fp_tma::prefetch_map(map_k);
         fp_tma::prefetch_map(map_v);
         fp_mbar::mbar_init(&smem.q_full, 1);
+        fp_mbar::mbar_init(&smem.q_empty, G::CONSUMERS);
         for (int s = 0; s < G::STAGES; ++s) {
             fp_mbar::mbar_init(&smem.k_full[s], 1);
             fp_mbar::mbar_init(&smem.v_full[s], 1);
@@ -435,31 +504,53 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
     }
     __syncthreads();
 
+    const int total_tiles = q_tiles * heads_q * batch;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         fp_wgmma::release_registers<PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            producer<G>(smem, map_q, map_k, map_v, seq.start + q0, seq.start, head * G::D, kv_head * G::D, kv_tiles);
+            producer<G, CAUSAL>(smem, map_q, map_k, map_v, cu_seqlens, seq_len, heads_q, heads_kv, q_tiles,
+                                total_tiles);
     } else {
         fp_wgmma::claim_registers<G::CONSUMER_REGS>();
         const long long stride = static_cast<long long>(heads_q) * G::D;
-        unsigned short* o_dst = o + (static_cast<long long>(seq.start) + q0) * stride + head * G::D;
-        consumer<BF16, G, CAUSAL, G::SCHEDULE>(smem, wg - 1, q0, seq.len, kv_tiles, scale_log2, o_dst, stride);
+        // The block's tiles, each known one step ahead (is this the last one?).
+        auto next_tile = [&](int& index, QueryTile& t) {
+            for (; index < total_tiles; index += gridDim.x)
+                if (query_tile<G, CAUSAL>(index, q_tiles, cu_seqlens, seq_len, heads_q, heads_kv, t)) return true;
+            return false;
+        };
+        int index = blockIdx.x, g0 = 0, q_use = 0;
+        QueryTile t;
+        bool have = next_tile(index, t);
+        while (have) {
+            int next_index = index + gridDim.x;
+            QueryTile next;
+            const bool more = next_tile(next_index, next);
+            unsigned short* o_dst = o + (static_cast<long long>(t.seq.start) + t.q0) * stride + t.head * G::D;
+            consumer<BF16, G, CAUSAL, G::SCHEDULE>(smem, wg - 1, t.q0, t.seq.len, t.kv_tiles, g0, q_use, q_use == 0,
+                                                   !more, scale_log2, o_dst, stride);
+            g0 += t.kv_tiles;
+            ++q_use;
+            index = next_index;
+            t = next;
+            have = more;
+        }
     }
 }
 
 }  // namespace
 
-using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS, FA3_D64_KEYS>;
-using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS, FA3_D128_KEYS>;
+using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS, FA3_D64_KEYS, FA3_PERSISTENT>;
+using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS, FA3_D128_KEYS, FA3_PERSISTENT>;
 
 #define ATTENTION_HOPPER_KERNEL(NAME, BF16, G, CAUSAL)                                                              \
     extern "C" __global__ void __launch_bounds__(G::THREADS, 1)                                                    \
         NAME(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,                     \
              const __grid_constant__ TensorMap map_v, unsigned short* o, const int* __restrict__ cu_seqlens,     \
-             int seq_len, int heads_q, int heads_kv, float scale_log2) {                                          \
+             int seq_len, int heads_q, int heads_kv, int q_tiles, int batch, float scale_log2) {                  \
         attention_hopper<BF16, G, CAUSAL>(&map_q, &map_k, &map_v, o, cu_seqlens, seq_len, heads_q, heads_kv,     \
-                                          scale_log2);                                                             \
+                                          q_tiles, batch, scale_log2);                                             \
     }
 
 ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d64_f16, false, G64, false)

@@ -51,11 +51,14 @@ HEAD_DIMS = (64, 128)  # as flash_attention.HEAD_DIMS (that module imports this 
 DTYPE_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 
 
-def shared_mem_bytes(head_dim: int, stages: int, consumers: int = 2, keys: int = BLOCK_N) -> int:
-    """sizeof(SharedStorage) (the Q tile, `stages` K and V tiles, the mbarriers, rounded
-    to its 1024-byte alignment) + 1024 bytes to align the dynamic base."""
-    tiles = (WG_ROWS * consumers + 2 * stages * keys) * head_dim * 2
-    barriers = 8 * (1 + 4 * stages)
+def shared_mem_bytes(head_dim: int, stages: int, consumers: int = 2, keys: int = BLOCK_N,
+                     persistent: bool = False) -> int:
+    """sizeof(SharedStorage) (the Q tile, `stages` K and V tiles, a persistent block's output
+    stage, the mbarriers, rounded to its 1024-byte alignment) + 1024 bytes to align the
+    dynamic base."""
+    q_rows = WG_ROWS * consumers * (2 if persistent else 1)
+    tiles = (q_rows + 2 * stages * keys) * head_dim * 2
+    barriers = 8 * (2 + 4 * stages) + 8
     return -(-(tiles + barriers) // 1024) * 1024 + 1024
 
 
@@ -71,9 +74,10 @@ class Build:
     stages_d128: int = 2
     consumers_d64: int = 3
     consumers_d128: int = 2
-    q_tiles_first: bool = False  # grid (query tiles, Hq, B) instead of (Hq, B, query tiles)
+    q_tiles_first: bool = True  # number the tiles query tiles first (else heads first)
     keys_d64: int = BLOCK_N
     keys_d128: int = BLOCK_N
+    persistent: bool = False  # one block per SM walking the query tiles (else one per tile)
 
     def __post_init__(self) -> None:
         for d in HEAD_DIMS:
@@ -83,15 +87,16 @@ class Build:
                 raise ValueError(f"consumer warpgroups must be one of {CONSUMERS}, got {self.consumers(d)!r}")
             if self.keys(d) not in KEY_TILES:
                 raise ValueError(f"key tiles must be one of {KEY_TILES}, got {self.keys(d)!r}")
-            smem = shared_mem_bytes(d, self.stages(d), self.consumers(d), self.keys(d))
+            smem = shared_mem_bytes(d, self.stages(d), self.consumers(d), self.keys(d), self.persistent)
             if not 2 <= self.stages(d) or smem > MAX_BLOCK_SHARED:
                 raise ValueError(f"{self.stages(d)} stages at head dim {d} do not fit in shared memory "
                                  f"({smem} > {MAX_BLOCK_SHARED} bytes) or are < 2")
 
     @classmethod
     def uniform(cls, schedule: str, stages_d128: int = 2) -> Build:
-        """One schedule at both head dims, two consumer warpgroups, a 4-deep ring at d64."""
-        return cls(schedule, schedule, 4, stages_d128, consumers_d64=2)
+        """One schedule at both head dims, two consumer warpgroups, a 4-deep ring at d64,
+        heads first (the first builds measured)."""
+        return cls(schedule, schedule, 4, stages_d128, consumers_d64=2, q_tiles_first=False)
 
     def schedule(self, head_dim: int) -> str:
         return self.schedule_d64 if head_dim == 64 else self.schedule_d128
@@ -117,7 +122,8 @@ class Build:
                 ("FA3_D64_SCHEDULE", SCHEDULES[self.schedule_d64]), ("FA3_D64_STAGES", self.stages_d64),
                 ("FA3_D64_CONSUMERS", self.consumers_d64), ("FA3_D128_CONSUMERS", self.consumers_d128),
                 ("FA3_Q_TILES_FIRST", int(self.q_tiles_first)),
-                ("FA3_D64_KEYS", self.keys_d64), ("FA3_D128_KEYS", self.keys_d128))
+                ("FA3_D64_KEYS", self.keys_d64), ("FA3_D128_KEYS", self.keys_d128),
+                ("FA3_PERSISTENT", int(self.persistent)))
 
     @property
     def label(self) -> str:
@@ -125,7 +131,7 @@ class Build:
         c128 = "" if self.consumers_d128 == 2 else f"_c{self.consumers_d128}"
         c64 += "" if self.keys_d64 == BLOCK_N else f"_n{self.keys_d64}"
         c128 += "" if self.keys_d128 == BLOCK_N else f"_n{self.keys_d128}"
-        order = "_tiles_first" if self.q_tiles_first else ""
+        order = ("_tiles_first" if self.q_tiles_first else "") + ("_persistent" if self.persistent else "")
         if self.schedule_d64 == self.schedule_d128 and not c64 and not c128:
             return f"{self.schedule_d64}_s{self.stages_d64}_{self.stages_d128}{order}"
         return (f"d64{self.schedule_d64}_s{self.stages_d64}{c64}"
@@ -143,20 +149,19 @@ DEFAULT_BUILD = Build()
 # Then three consumer warpgroups at head dim 64 (192-row blocks): each schedule with a 2- and
 # a 4-deep ring (their head dim 128 is the default's).
 THREE_CONSUMER_BUILDS = tuple(Build(schedule_d64=s, stages_d64=n, consumers_d64=3) for s in SCHEDULES for n in (2, 4))
-# Then the default with the other block order (query tiles first), and with 176-key tiles at
-# head dim 128 in both orders. No build twice.
+# Then the default with heads first, with 176-key tiles at head dim 128, and persistent.
+# No build twice.
 SWEEP_BUILDS = tuple(dict.fromkeys(
     tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + THREE_CONSUMER_BUILDS
-    + (DEFAULT_BUILD, dataclasses.replace(DEFAULT_BUILD, q_tiles_first=True),
-       dataclasses.replace(DEFAULT_BUILD, keys_d128=176),
-       dataclasses.replace(DEFAULT_BUILD, keys_d128=176, q_tiles_first=True))))
+    + (DEFAULT_BUILD, dataclasses.replace(DEFAULT_BUILD, q_tiles_first=False),
+       dataclasses.replace(DEFAULT_BUILD, keys_d128=176), dataclasses.replace(DEFAULT_BUILD, persistent=True))))
 
 
-def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, int, bool]:
+def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, int, bool, bool]:
     """What a build compiles at one head dim: (schedule, stages, consumer warpgroups, key
-    tile, block order). Builds that share it at a head dim run the same kernel there."""
+    tile, block order, persistence). Builds that share it at a head dim run the same kernel there."""
     return (build.schedule(head_dim), build.stages(head_dim), build.consumers(head_dim), build.keys(head_dim),
-            build.q_tiles_first)
+            build.q_tiles_first, build.persistent)
 
 # (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
 # (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check: 1.38-1.99x in every case,
@@ -177,33 +182,36 @@ class HopperAttentionPlan:
     """Everything about one launch except the pointers' contents: testable without a GPU."""
 
     kernel: str
-    grid: tuple[int, int, int]  # (Hq, B, query tiles of the build's block rows), or (tiles, Hq, B)
+    grid: tuple[int, int, int]  # (blocks, 1, 1): one per query tile, or one per SM (persistent)
     block: int
     shared_mem: int
     build: Build
     maps: tuple[hg.TensorMapArgs, hg.TensorMapArgs, hg.TensorMapArgs]  # q, k, v
     shape: Any  # flash_attention.AttentionPlan: the checked shapes and options (its tiling fields are the mma.sync kernel's)
+    q_tiles: int  # query tiles per head and sequence (of the build's block rows)
 
 
 def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: Build | None = None,
-         ) -> HopperAttentionPlan:
+         sm_count: int = 132) -> HopperAttentionPlan:
     """The Hopper launch for ``shape``, a flash_attention.AttentionPlan (shapes and options
     already checked by flash_attention.plan): grid, shared memory and the three tensor
-    maps' arguments (ValueError names what TMA cannot take, e.g. an unaligned pointer)."""
+    maps' arguments (ValueError names what TMA cannot take, e.g. an unaligned pointer).
+    ``sm_count`` sizes a persistent build's grid (one block per SM)."""
     b = build or DEFAULT_BUILD
     p = shape
     d = p.head_dim
     bm = b.block_m(d)
-    tiles = -(-p.max_seqlen // bm)
-    grid = (tiles, p.heads_q, p.batch) if b.q_tiles_first else (p.heads_q, p.batch, tiles)
-    if max(grid[1:]) > 65535:
-        raise ValueError(f"the Hopper attention grid {grid} exceeds 65535 blocks in y or z "
-                         f"({'heads or sequences' if b.q_tiles_first else 'sequences or query tiles'})")
+    q_tiles = -(-p.max_seqlen // bm)
+    total = q_tiles * p.heads_q * p.batch
+    if total >= 2**31:
+        raise ValueError(f"{total} query tiles of {bm} rows: more than the kernel counts (2^31)")
+    grid = (min(total, sm_count) if b.persistent else total, 1, 1)
     maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, bm, BOX_COLS),
             hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS),
             hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS))
     return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), grid, b.threads(d),
-                               shared_mem_bytes(d, b.stages(d), b.consumers(d), b.keys(d)), b, maps, p)
+                               shared_mem_bytes(d, b.stages(d), b.consumers(d), b.keys(d), b.persistent), b, maps,
+                               p, q_tiles)
 
 
 def supported(arch: str) -> bool:
@@ -231,8 +239,8 @@ def launch_plan(p: HopperAttentionPlan, o_ptr: int, cu_ptr: int, *, stream: Any,
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     raw = [hg._encoded(m) for m in p.maps]
     raw += [struct.pack("<Q", o_ptr), struct.pack("<Q", cu_ptr), struct.pack("<i", p.shape.seq_len),
-            struct.pack("<i", p.shape.heads_q), struct.pack("<i", p.shape.heads_kv),
-            struct.pack("<f", p.shape.scale_log2)]
+            struct.pack("<i", p.shape.heads_q), struct.pack("<i", p.shape.heads_kv), struct.pack("<i", p.q_tiles),
+            struct.pack("<i", p.shape.batch), struct.pack("<f", p.shape.scale_log2)]
     # Each parameter in its own 64-byte aligned host buffer; the driver copies them.
     bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
     ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
@@ -262,7 +270,9 @@ def _selftest(argv: list[str] | None = None) -> int:
     import torch
 
     # The public front (it imports this module; loaded by name to keep the import graph acyclic).
-    attention = importlib.import_module("fullpipe.kernels.flash_attention").attention
+    front = importlib.import_module("fullpipe.kernels.flash_attention")
+    attention = front.attention
+    real_arch_and_sm_count = front.arch_and_sm_count
     bad = 0
     want = DEFAULT_BUILD.label if args.build == "default" else args.build
     builds = [b for b in SWEEP_BUILDS if want in (None, b.label)]
@@ -282,8 +292,14 @@ def _selftest(argv: list[str] | None = None) -> int:
                     k = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
                     v = torch.randn(T, 2, d, device="cuda", generator=g).to(dt)
                     o = torch.full_like(q, float("nan"))
-                    attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o,
-                                 backend="hopper", _hopper_build=build)
+                    # A persistent build on 2 blocks: each walks several query tiles.
+                    front.arch_and_sm_count = ((lambda i: (real_arch_and_sm_count(i)[0], 2)) if build.persistent
+                                               else real_arch_and_sm_count)
+                    try:
+                        attention(q, k, v, causal=causal, cu_seqlens=cu, max_seqlen=max(lens), out=o,
+                                  backend="hopper", _hopper_build=build)
+                    finally:
+                        front.arch_and_sm_count = real_arch_and_sm_count
                     torch.cuda.synchronize()
                     errs = []
                     for b, n in enumerate(lens):
