@@ -93,13 +93,13 @@ def test_plan_maps_match_the_kernels_boxes():
 
 
 def test_three_consumer_plan_has_192_row_blocks():
-    build = fah.Build(consumers_d64=3)
+    build = fah.Build(consumers_d64=3, persistent=False)
     shape = fa.plan((2, 1000, 8, 64), (2, 1000, 8, 64), (2, 1000, 8, 64), "float16", causal=True)
     p = fah.plan(shape, q_ptr=1 << 20, k_ptr=2 << 20, v_ptr=3 << 20, build=build)
     assert p.block == 512 and p.q_tiles == -(-1000 // 192) and p.grid == (8 * 2 * p.q_tiles, 1, 1)
     assert p.maps[0].box_dims == (64, 192) and p.maps[1].box_dims == (64, fah.BLOCK_N)
     # The Q tile grows by a third: 192 rows x 64 columns x 2 bytes more than 128 rows.
-    assert p.shared_mem - fah.plan(shape, build=fah.Build(consumers_d64=2)).shared_mem == 64 * 64 * 2
+    assert p.shared_mem - fah.plan(shape, build=fah.Build(consumers_d64=2, persistent=False)).shared_mem == 64 * 64 * 2
     # Head dim 128 is untouched by the d64 option.
     p128 = fah.plan(fa.plan((1, 256, 2, 128), (1, 256, 2, 128), (1, 256, 2, 128), "float16"), build=build)
     assert p128.block == 384 and p128.maps[0].box_dims == (64, 128)
@@ -107,9 +107,11 @@ def test_three_consumer_plan_has_192_row_blocks():
 
 def test_176_key_tiles_change_the_k_and_v_boxes_only():
     shape = fa.plan((1, 1000, 4, 128), (1, 1000, 2, 128), (1, 1000, 2, 128), "bfloat16")
-    p = fah.plan(shape, build=fah.Build(keys_d128=176))
+    p = fah.plan(shape, build=fah.Build(keys_d128=176, persistent=False))
     assert [m.box_dims for m in p.maps] == [(64, 128), (64, 176), (64, 176)] and p.block == 384
     assert p.shared_mem == fah.shared_mem_bytes(128, 2, 2, 176) <= fah.MAX_BLOCK_SHARED
+    with pytest.raises(ValueError, match="do not fit"):  # with a persistent block's own output stage
+        fah.Build(keys_d128=176)
     with pytest.raises(ValueError, match="key tiles"):
         fah.Build(keys_d128=192)
     with pytest.raises(ValueError, match="do not fit"):
@@ -118,12 +120,16 @@ def test_176_key_tiles_change_the_k_and_v_boxes_only():
 
 def test_varlen_plan_and_shared_memory():
     p = fah.plan(fa.plan((1000, 8, 64), (1000, 2, 64), (1000, 2, 64), "bfloat16", varlen=True, batch=3,
-                         max_seqlen=517))
+                         max_seqlen=517), build=fah.Build(persistent=False))
     assert p.q_tiles == -(-517 // fah.DEFAULT_BUILD.block_m(64)) and p.shape.seq_len == 0
     assert p.grid == (8 * 3 * p.q_tiles, 1, 1)  # a block per query tile
     persistent = fah.plan(p.shape, build=fah.Build(persistent=True), sm_count=16)
     assert persistent.grid == (16, 1, 1)  # a block per SM walks the tiles
     assert persistent.shared_mem - p.shared_mem == 192 * 64 * 2  # its own output stage
+    causal = fa.plan((1000, 8, 64), (1000, 2, 64), (1000, 2, 64), "bfloat16", varlen=True, batch=3, max_seqlen=517,
+                     causal=True)
+    # Causal tiles differ in length: a block per tile even for a persistent build.
+    assert fah.plan(causal, build=fah.Build(persistent=True), sm_count=16).grid == (8 * 3 * p.q_tiles, 1, 1)
     assert p.maps[0].global_dims == (8 * 64, 1000)
     for build in fah.SWEEP_BUILDS:
         for d in fa.HEAD_DIMS:
