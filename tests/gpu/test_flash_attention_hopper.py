@@ -99,7 +99,6 @@ def test_every_build_matches_fp32_reference(build):
     """Each schedule and ring depth, fp16 and bf16, causal and not: odd lengths over
     several query and key tiles with GQA 4:1, and a varlen batch."""
     lens = [1, 70, 129, 300, 517]
-    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
     for d, dtype, causal in itertools.product(fa.HEAD_DIMS, DTYPES, (False, True)):
         where = f"{build.label} d{d} {dtype} causal={causal}"
         q, k, v = _inputs((2, 601), 8, 2, d, dtype, seed=hash((build, d, dtype, causal, 1)) % 2**31)
@@ -108,13 +107,20 @@ def test_every_build_matches_fp32_reference(build):
         for i in range(2):
             err = _rel(out[i], _reference(q[i], k[i], v[i], causal))
             assert err <= TOL, f"{where} dense S=601 batch {i}: relative error {err:.3e}"
-        q, k, v = _inputs((sum(lens),), 6, 3, d, dtype, seed=hash((build, d, dtype, causal, 2)) % 2**31)
-        out = _run(q, k, v, causal, build, cu_seqlens=cu, max_seqlen=max(lens))
-        assert not torch.isnan(out).any(), f"{where} varlen: some output elements were never written"
-        for b, n in enumerate(lens):
-            sl = slice(int(cu[b]), int(cu[b + 1]))
-            err = _rel(out[sl], _reference(q[sl], k[sl], v[sl], causal))
-            assert err <= TOL, f"{where} varlen sequence {b} (length {n}): relative error {err:.3e}"
+        _check_varlen(build, lens, d, dtype, causal, f"{where} varlen", seed=hash((build, d, dtype, causal, 2)) % 2**31)
+
+
+def _check_varlen(build, lens, d, dtype, causal, where, seed):
+    """A packed batch of sequences of ``lens`` (6 query heads, 3 K/V heads) against the fp32
+    reference, sequence by sequence."""
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+    q, k, v = _inputs((sum(lens),), 6, 3, d, dtype, seed=seed)
+    out = _run(q, k, v, causal, build, cu_seqlens=cu, max_seqlen=max(lens))
+    assert not torch.isnan(out).any(), f"{where}: some output elements were never written"
+    for b, n in enumerate(lens):
+        sl = slice(int(cu[b]), int(cu[b + 1]))
+        err = _rel(out[sl], _reference(q[sl], k[sl], v[sl], causal))
+        assert err <= TOL, f"{where}: sequence {b} (length {n}): relative error {err:.3e}"
 
 
 @pytest.mark.parametrize("blocks", [1, 3, 7])
@@ -125,17 +131,9 @@ def test_persistent_blocks_walk_many_tiles(blocks, monkeypatch):
     arch, _ = fa.arch_and_sm_count(0)
     monkeypatch.setattr(fa, "arch_and_sm_count", lambda index: (arch, blocks))
     build = fah.Build(persistent=True)
-    lens = [1, 70, 129, 300, 517]
-    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
     for d, dtype, causal in itertools.product(fa.HEAD_DIMS, DTYPES, (False, True)):
-        where = f"{blocks} blocks d{d} {dtype} causal={causal}"
-        q, k, v = _inputs((sum(lens),), 6, 3, d, dtype, seed=hash((blocks, d, dtype, causal)) % 2**31)
-        out = _run(q, k, v, causal, build, cu_seqlens=cu, max_seqlen=max(lens))
-        assert not torch.isnan(out).any(), f"{where}: some output elements were never written"
-        for b, n in enumerate(lens):
-            sl = slice(int(cu[b]), int(cu[b + 1]))
-            err = _rel(out[sl], _reference(q[sl], k[sl], v[sl], causal))
-            assert err <= TOL, f"{where}: sequence {b} (length {n}): relative error {err:.3e}"
+        _check_varlen(build, [1, 70, 129, 300, 517], d, dtype, causal, f"{blocks} blocks d{d} {dtype} causal={causal}",
+                      seed=hash((blocks, d, dtype, causal)) % 2**31)
 
 
 @pytest.mark.parametrize("d", fa.HEAD_DIMS)
