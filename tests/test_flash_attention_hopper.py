@@ -60,6 +60,8 @@ def test_sass_shows_the_technique(build):
         want = {2: 240, 3: 160}[build.consumers(d)]
         assert re.search(rf"USETMAXREG\.TRY_ALLOC\S*\s+UP\d+,\s*{want:#x}\b", text), (name, want)
         assert "LDGSTS" not in text and "HMMA" not in text.replace("HGMMA", ""), f"{name}: mma.sync path"
+        # The TMA-store epilogue (UTMASTG) only where the build asks for it.
+        assert ("UTMASTG" in text) == build.tma_store(d), name
         # The ping-pong hand-off: bar.arrive on the other warpgroup's barrier.
         assert ("BAR.ARV" in text) == (build.schedule(d) == "pingpong"), name
 
@@ -79,13 +81,15 @@ def test_schedules_issue_the_next_scores_with_the_products():
 def test_plan_maps_match_the_kernels_boxes():
     shape = fa.plan((4, 4096, 16, 128), (4, 4096, 4, 128), (4, 4096, 4, 128), "float16", causal=True)
     p = fah.plan(shape, q_ptr=1 << 20, k_ptr=2 << 20, v_ptr=3 << 20)
-    mq, mk, mv = p.maps
+    mq, mk, mv, mo = p.maps
     assert p.kernel == "flash_attention_hopper_d128_f16_causal"
     assert p.grid == (16 * 4 * (4096 // 128), 1, 1) and p.block == 384  # d128: two consumer warpgroups of 64 rows
     assert p.q_tiles == 4096 // 128
     assert mq.global_dims == (16 * 128, 4 * 4096) and mq.box_dims == (64, 128)
     assert mk.global_dims == (4 * 128, 4 * 4096) and mk.box_dims == (64, fah.BLOCK_N)
     assert mv.global_dims == mk.global_dims and mv.global_address == 3 << 20
+    # o: the output, written by the TMA-store epilogue in boxes of one warpgroup's 64 rows
+    assert mo.global_dims == mq.global_dims and mo.box_dims == (64, 64) and mo.swizzle == "128B"
     assert mq.global_strides == (16 * 128 * 2,) and mq.swizzle == "128B" and mq.oob_fill == "zero"
     # The transaction bytes the kernel arms per tile are the boxes that fill it.
     assert (128 // 64) * mk.box_bytes == fah.BLOCK_N * 128 * 2
@@ -108,7 +112,7 @@ def test_three_consumer_plan_has_192_row_blocks():
 def test_176_key_tiles_change_the_k_and_v_boxes_only():
     shape = fa.plan((1, 1000, 4, 128), (1, 1000, 2, 128), (1, 1000, 2, 128), "bfloat16")
     p = fah.plan(shape, build=fah.Build(keys_d128=176, persistent=False))
-    assert [m.box_dims for m in p.maps] == [(64, 128), (64, 176), (64, 176)] and p.block == 384
+    assert [m.box_dims for m in p.maps] == [(64, 128), (64, 176), (64, 176), (64, 64)] and p.block == 384
     assert p.shared_mem == fah.shared_mem_bytes(128, 2, 2, 176) <= fah.MAX_BLOCK_SHARED
     with pytest.raises(ValueError, match="do not fit"):  # with a persistent block's own output stage
         fah.Build(keys_d128=176)

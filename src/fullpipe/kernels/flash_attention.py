@@ -398,7 +398,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, cu_seqlens: Any =
     if choose_backend(arch, p.head_dim, p.causal, backend) == "hopper":
         from . import flash_attention_hopper as fah
 
-        hp = fah.plan(p, q_ptr=Q.ptr, k_ptr=K.ptr, v_ptr=V.ptr, build=_hopper_build, sm_count=sm_count)
+        hp = fah.plan(p, q_ptr=Q.ptr, k_ptr=K.ptr, v_ptr=V.ptr, o_ptr=O.ptr, build=_hopper_build, sm_count=sm_count)
         fah.launch_plan(hp, O.ptr, C.ptr if C is not None else 0, stream=s, device_index=Q.device_index, arch=arch)
         return out
     kernel = module_for(p, arch).kernel(p.kernel)

@@ -19,8 +19,9 @@
 //                   O += P V      wgmma RS, V [keys, D] as the MN-major (transposed) B operand
 //                   release K slot s (k_empty[s]) once Q K^T has retired, V slot s
 //                   (v_empty[s]) once P V has: the next K tile loads during softmax and P V
-//                 epilogue: O / l -> 16-bit -> the warpgroup's rows of the Q tile -> 16-byte
-//                 stores of the rows that exist in the sequence
+//                 epilogue: O / l -> 16-bit -> the warpgroup's rows of a swizzled stage -> TMA
+//                 stores (-D FA3_D*_TMA_STORE=1; rows that all exist) or 16-byte stores of the
+//                 rows that exist in the sequence
 //
 // Three schedules of the consumers' loop (-D FA3_D64_SCHEDULE / FA3_D128_SCHEDULE), each
 // adding one idea:
@@ -87,6 +88,12 @@
 #ifndef FA3_PERSISTENT
 #define FA3_PERSISTENT 0
 #endif
+#ifndef FA3_D64_TMA_STORE
+#define FA3_D64_TMA_STORE 0
+#endif
+#ifndef FA3_D128_TMA_STORE
+#define FA3_D128_TMA_STORE 0
+#endif
 #ifndef FA3_D64_CONSUMERS
 #define FA3_D64_CONSUMERS 2
 #endif
@@ -104,7 +111,7 @@ constexpr int PRODUCER_REGS = 24;
 // 1 + CONSUMERS + w: consumer w's own rows of the Q tile are free for the output.
 constexpr unsigned TURN_BARRIER = 1;
 
-template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_, int KEYS_, bool PERSISTENT_>
+template <int D_, int STAGES_, int SCHEDULE_, int CONSUMERS_, int KEYS_, bool PERSISTENT_, bool TMA_STORE_>
 struct Geometry {
     static constexpr int D = D_;
     static constexpr int STAGES = STAGES_;
@@ -133,6 +140,7 @@ struct Geometry {
     // Persistent: a block walks several query tiles; the output is staged in its own buffer
     // so that the next tile's Q can land while this tile's output is written.
     static constexpr bool PERSISTENT = PERSISTENT_;
+    static constexpr bool TMA_STORE = TMA_STORE_;  // the epilogue's TMA stores (see store_output)
 };
 
 // Where the output is staged (swizzled like Q) before its 16-byte stores: its own buffer in a
@@ -313,10 +321,14 @@ __device__ __forceinline__ void rescale(float (&o)[G::O_REGS], const float (&alp
 
 // O / l -> 16-bit -> the warpgroup's rows of the output stage (the Q tile, or its own buffer
 // when persistent; swizzled like Q) -> 16-byte stores of the rows that exist.
+// With G::TMA_STORE (-D FA3_D64_TMA_STORE / FA3_D128_TMA_STORE), a warpgroup whose 64 rows all exist writes them with TMA stores
+// (one 64 x 64 box per chunk, from the swizzled stage, which is TMA's 128-byte swizzle);
+// the rows of a tile that runs past its sequence's end go by 16-byte stores (a TMA box
+// would write into the next sequence's rows).
 template <bool BF16, class G>
-__device__ __forceinline__ void store_output(unsigned short* o_dst, long long stride, int valid_rows,
-                                             const float (&o)[G::O_REGS], const float (&inv_l)[2],
-                                             SharedStorage<G>& smem, int wg) {
+__device__ __forceinline__ void store_output(unsigned short* out, long long stride, int o_col, int o_row,
+                                             int valid_rows, const float (&o)[G::O_REGS], const float (&inv_l)[2],
+                                             SharedStorage<G>& smem, int wg, const TensorMap* map_o) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     unsigned char* stage = smem.out.buffer(smem.q);
     // Every warp of the warpgroup is past its last wgmma (which read these Q rows).
@@ -332,7 +344,21 @@ __device__ __forceinline__ void store_output(unsigned short* o_dst, long long st
                 fp_hopper::pack2<BF16>(o[4 * j + 2 * h] * inv_l[h], o[4 * j + 2 * h + 1] * inv_l[h]);
         }
     }
+    if (G::TMA_STORE && valid_rows >= (wg + 1) * G::WG_ROWS) {
+        fp_mbar::fence_proxy_async_shared();  // my stores to the stage, visible to the TMA unit
+        fp_tma::named_barrier_sync(G::EPILOGUE_BARRIER + wg, 128);  // everybody's
+        if (t == 0) {
+#pragma unroll
+            for (int c = 0; c < G::CHUNKS; ++c)
+                fp_tma::store_2d(map_o, stage + c * G::Q_CHUNK_BYTES + wg * G::WG_ROWS * 128, o_col + 64 * c,
+                                 o_row + wg * G::WG_ROWS);
+            fp_tma::store_commit();
+            fp_tma::store_wait_read<0>();  // the stage may be written again (the next tile's output)
+        }
+        return;
+    }
     __syncwarp();
+    unsigned short* o_dst = out + static_cast<long long>(o_row) * stride + o_col;
     constexpr int CPR = G::D / 8;  // 16-byte chunks per row
 #pragma unroll
     for (int it = 0; it < 16 * CPR / 32; ++it) {  // the warp's 16 rows
@@ -350,8 +376,8 @@ __device__ __forceinline__ void store_output(unsigned short* o_dst, long long st
 // whether it is the block's first / last tile (where the ping-pong turns start and end).
 template <bool BF16, class G, bool CAUSAL, int SCHEDULE>
 __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0, int seq_len, int kv_tiles, int g0,
-                                         int q_use, bool first, bool last, float scale_log2, unsigned short* o_dst,
-                                         long long o_stride) {
+                                         int q_use, bool first, bool last, float scale_log2, unsigned short* out,
+                                         long long o_stride, const TensorMap* map_o, int o_col, int o_row) {
     static_assert(SCHEDULE == SERIAL || SCHEDULE == OVERLAP || SCHEDULE == PINGPONG, "schedule 0, 1 or 2");
     const int t = threadIdx.x % 128;
     const int wg_row0 = q0 + wg * G::WG_ROWS;            // sequence position of the warpgroup's first row
@@ -471,7 +497,7 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
     if (G::PERSISTENT && signals) fp_mbar::mbar_arrive(&smem.q_empty);
     float inv_l[2];
     softmax.inverse_sums(inv_l);
-    store_output<BF16, G>(o_dst, o_stride, seq_len - q0, o, inv_l, smem, wg);
+    store_output<BF16, G>(out, o_stride, o_col, o_row, seq_len - q0, o, inv_l, smem, wg, map_o);
     if (!G::PERSISTENT) {
         fp_tma::named_barrier_sync(G::EPILOGUE_BARRIER + wg, 128);  // the warpgroup's stage rows were read
         if (signals) fp_mbar::mbar_arrive(&smem.q_empty);
@@ -481,7 +507,7 @@ __device__ __forceinline__ void consumer(SharedStorage<G>& smem, int wg, int q0,
 // ------------------------------------------------------------------ the kernel body
 template <bool BF16, class G, bool CAUSAL>
 __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const TensorMap* map_k,
-                                                 const TensorMap* map_v, unsigned short* o,
+                                                 const TensorMap* map_v, const TensorMap* map_o, unsigned short* o,
                                                  const int* cu_seqlens, int seq_len, int heads_q, int heads_kv,
                                                  int q_tiles, int batch, float scale_log2) {
     extern __shared__ unsigned char smem_raw[];
@@ -492,6 +518,7 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
         fp_tma::prefetch_map(map_q);
         fp_tma::prefetch_map(map_k);
         fp_tma::prefetch_map(map_v);
+        if (G::TMA_STORE) fp_tma::prefetch_map(map_o);
         fp_mbar::mbar_init(&smem.q_full, 1);
         fp_mbar::mbar_init(&smem.q_empty, G::CONSUMERS);
         for (int s = 0; s < G::STAGES; ++s) {
@@ -527,30 +554,34 @@ __device__ __forceinline__ void attention_hopper(const TensorMap* map_q, const T
             int next_index = index + gridDim.x;
             QueryTile next;
             const bool more = next_tile(next_index, next);
-            unsigned short* o_dst = o + (static_cast<long long>(t.seq.start) + t.q0) * stride + t.head * G::D;
             consumer<BF16, G, CAUSAL, G::SCHEDULE>(smem, wg - 1, t.q0, t.seq.len, t.kv_tiles, g0, q_use, q_use == 0,
-                                                   !more, scale_log2, o_dst, stride);
+                                                   !more, scale_log2, o, stride, map_o, t.head * G::D,
+                                                   t.seq.start + t.q0);
             g0 += t.kv_tiles;
             ++q_use;
             index = next_index;
             t = next;
             have = more;
         }
+        if (G::TMA_STORE && threadIdx.x % 128 == 0) fp_tma::store_wait<0>();  // the last stores have landed
     }
 }
 
 }  // namespace
 
-using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS, FA3_D64_KEYS, FA3_PERSISTENT>;
-using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS, FA3_D128_KEYS, FA3_PERSISTENT>;
+using G64 = Geometry<64, FA3_D64_STAGES, FA3_D64_SCHEDULE, FA3_D64_CONSUMERS, FA3_D64_KEYS, FA3_PERSISTENT,
+                     FA3_D64_TMA_STORE>;
+using G128 = Geometry<128, FA3_D128_STAGES, FA3_D128_SCHEDULE, FA3_D128_CONSUMERS, FA3_D128_KEYS, FA3_PERSISTENT,
+                      FA3_D128_TMA_STORE>;
 
 #define ATTENTION_HOPPER_KERNEL(NAME, BF16, G, CAUSAL)                                                              \
     extern "C" __global__ void __launch_bounds__(G::THREADS, 1)                                                    \
         NAME(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,                     \
-             const __grid_constant__ TensorMap map_v, unsigned short* o, const int* __restrict__ cu_seqlens,     \
-             int seq_len, int heads_q, int heads_kv, int q_tiles, int batch, float scale_log2) {                  \
-        attention_hopper<BF16, G, CAUSAL>(&map_q, &map_k, &map_v, o, cu_seqlens, seq_len, heads_q, heads_kv,     \
-                                          q_tiles, batch, scale_log2);                                             \
+             const __grid_constant__ TensorMap map_v, const __grid_constant__ TensorMap map_o, unsigned short* o, \
+             const int* __restrict__ cu_seqlens, int seq_len, int heads_q, int heads_kv, int q_tiles, int batch,  \
+             float scale_log2) {                                                                                  \
+        attention_hopper<BF16, G, CAUSAL>(&map_q, &map_k, &map_v, &map_o, o, cu_seqlens, seq_len, heads_q,        \
+                                          heads_kv, q_tiles, batch, scale_log2);                                   \
     }
 
 ATTENTION_HOPPER_KERNEL(flash_attention_hopper_d64_f16, false, G64, false)

@@ -81,6 +81,11 @@ class Build:
     # tile). Causal tiles differ in length, and a static walk unbalances them (H100, d64:
     # 0.59x one block per tile), so causal launches keep one block per tile.
     persistent: bool = True
+    # The epilogue writes a warpgroup's 64 rows with TMA stores when they all exist (else,
+    # and when False, with 16-byte stores from the staged tile). At d64 with three consumers
+    # (160 registers each) the TMA path spills 52-56 bytes (NVRTC 13.5): leave it off there.
+    tma_store_d64: bool = False
+    tma_store_d128: bool = False
 
     def __post_init__(self) -> None:
         for d in HEAD_DIMS:
@@ -113,6 +118,9 @@ class Build:
     def keys(self, head_dim: int) -> int:
         return self.keys_d64 if head_dim == 64 else self.keys_d128
 
+    def tma_store(self, head_dim: int) -> bool:
+        return self.tma_store_d64 if head_dim == 64 else self.tma_store_d128
+
     def block_m(self, head_dim: int) -> int:
         """Query rows per block: 64 per consumer warpgroup."""
         return WG_ROWS * self.consumers(head_dim)
@@ -126,12 +134,15 @@ class Build:
                 ("FA3_D64_CONSUMERS", self.consumers_d64), ("FA3_D128_CONSUMERS", self.consumers_d128),
                 ("FA3_Q_TILES_FIRST", int(self.q_tiles_first)),
                 ("FA3_D64_KEYS", self.keys_d64), ("FA3_D128_KEYS", self.keys_d128),
-                ("FA3_PERSISTENT", int(self.persistent)))
+                ("FA3_PERSISTENT", int(self.persistent)), ("FA3_D64_TMA_STORE", int(self.tma_store_d64)),
+                ("FA3_D128_TMA_STORE", int(self.tma_store_d128)))
 
     @property
     def label(self) -> str:
         c64 = "" if self.consumers_d64 == 2 else f"_c{self.consumers_d64}"
         c128 = "" if self.consumers_d128 == 2 else f"_c{self.consumers_d128}"
+        c64 += "_tma_store" if self.tma_store_d64 else ""
+        c128 += "_tma_store" if self.tma_store_d128 else ""
         c64 += "" if self.keys_d64 == BLOCK_N else f"_n{self.keys_d64}"
         c128 += "" if self.keys_d128 == BLOCK_N else f"_n{self.keys_d128}"
         order = ("_tiles_first" if self.q_tiles_first else "") + ("_persistent" if self.persistent else "")
@@ -153,20 +164,20 @@ DEFAULT_BUILD = Build()
 # Then three consumer warpgroups at head dim 64 (192-row blocks): each schedule with a 2- and
 # a 4-deep ring (their head dim 128 is the default's).
 THREE_CONSUMER_BUILDS = tuple(Build(schedule_d64=s, stages_d64=n, consumers_d64=3) for s in SCHEDULES for n in (2, 4))
-# Then the default with heads first, with 176-key tiles at head dim 128, and with one block
-# per tile. No build twice.
+# Then the default with heads first, with 176-key tiles at head dim 128, with one block per
+# tile, and with the TMA-store epilogue. No build twice.
 SWEEP_BUILDS = tuple(dict.fromkeys(
     tuple(Build.uniform(s, n) for n in (2, 3) for s in SCHEDULES) + THREE_CONSUMER_BUILDS
     + (DEFAULT_BUILD, dataclasses.replace(DEFAULT_BUILD, q_tiles_first=False),
        dataclasses.replace(DEFAULT_BUILD, keys_d128=176, persistent=False),
-       dataclasses.replace(DEFAULT_BUILD, persistent=False))))
+       dataclasses.replace(DEFAULT_BUILD, persistent=False), dataclasses.replace(DEFAULT_BUILD, tma_store_d128=True))))
 
 
-def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, int, bool, bool]:
+def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, int, bool, bool, bool]:
     """What a build compiles at one head dim: (schedule, stages, consumer warpgroups, key
-    tile, block order, persistence). Builds that share it at a head dim run the same kernel there."""
+    tile, block order, persistence, TMA-store epilogue). Builds that share it at a head dim run the same kernel there."""
     return (build.schedule(head_dim), build.stages(head_dim), build.consumers(head_dim), build.keys(head_dim),
-            build.q_tiles_first, build.persistent)
+            build.q_tiles_first, build.persistent, build.tma_store(head_dim))
 
 # (head dim, causal) where the Hopper kernel was measured faster than the mma.sync kernel
 # (fp16, B=4, S=4096 on an H200, scripts/attention-hopper-check: 1.38-1.99x in every case,
@@ -191,12 +202,12 @@ class HopperAttentionPlan:
     block: int
     shared_mem: int
     build: Build
-    maps: tuple[hg.TensorMapArgs, hg.TensorMapArgs, hg.TensorMapArgs]  # q, k, v
+    maps: tuple[hg.TensorMapArgs, ...]  # q, k, v, o (the TMA-store epilogue's boxes of 64 rows)
     shape: Any  # flash_attention.AttentionPlan: the checked shapes and options (its tiling fields are the mma.sync kernel's)
     q_tiles: int  # query tiles per head and sequence (of the build's block rows)
 
 
-def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: Build | None = None,
+def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, o_ptr: int = 0, build: Build | None = None,
          sm_count: int = 132) -> HopperAttentionPlan:
     """The Hopper launch for ``shape``, a flash_attention.AttentionPlan (shapes and options
     already checked by flash_attention.plan): grid, shared memory and the three tensor
@@ -213,7 +224,8 @@ def plan(shape: Any, *, q_ptr: int = 0, k_ptr: int = 0, v_ptr: int = 0, build: B
     grid = (min(total, sm_count) if b.persistent and not p.causal else total, 1, 1)
     maps = (hg.tensor_map_args("q", q_ptr, p.tokens, p.heads_q * d, p.dtype, bm, BOX_COLS),
             hg.tensor_map_args("k", k_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS),
-            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS))
+            hg.tensor_map_args("v", v_ptr, p.tokens, p.heads_kv * d, p.dtype, b.keys(d), BOX_COLS),
+            hg.tensor_map_args("o", o_ptr, p.tokens, p.heads_q * d, p.dtype, WG_ROWS, BOX_COLS))
     return HopperAttentionPlan(kernel_name(d, p.dtype, p.causal), grid, b.threads(d),
                                shared_mem_bytes(d, b.stages(d), b.consumers(d), b.keys(d), b.persistent), b, maps,
                                p, q_tiles)
@@ -236,7 +248,8 @@ def _module(arch: str, defines: tuple[tuple[str, int], ...]):
 
 def launch_plan(p: HopperAttentionPlan, o_ptr: int, cu_ptr: int, *, stream: Any, device_index: int = 0,
                 arch: str = ARCH) -> None:
-    """Enqueue ``p`` on ``stream`` (its maps name q, k and v)."""
+    """Enqueue ``p`` on ``stream`` (its maps name q, k, v and o; ``o_ptr`` is o's address
+    again, for the 16-byte stores)."""
     from cuda.bindings import driver as d
 
     kernel = module(arch, p.build).kernel(p.kernel)
