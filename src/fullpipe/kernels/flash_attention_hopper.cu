@@ -242,8 +242,12 @@ __device__ __forceinline__ void producer(SharedStorage<G>& smem, const TensorMap
             fp_tma::load_2d(smem.q + c * G::Q_CHUNK_BYTES, map_q, &smem.q_full, t.head * G::D + 64 * c,
                             t.seq.start + t.q0);
         const int kv_col = t.kv_head * G::D;
-        auto load_k = [&](int kt) { load(smem.k, smem.k_full, smem.k_empty, map_k, g0 + kt, kv_col, t.seq.start + kt * G::BN); };
-        auto load_v = [&](int kt) { load(smem.v, smem.v_full, smem.v_empty, map_v, g0 + kt, kv_col, t.seq.start + kt * G::BN); };
+        auto load_k = [&](int kt) {
+            load(smem.k, smem.k_full, smem.k_empty, map_k, g0 + kt, kv_col, t.seq.start + kt * G::BN);
+        };
+        auto load_v = [&](int kt) {
+            load(smem.v, smem.v_full, smem.v_empty, map_v, g0 + kt, kv_col, t.seq.start + kt * G::BN);
+        };
         // In the order the consumers use them: serial K_t, V_t; overlapped K_t, V_{t-1}.
         if (G::SCHEDULE == SERIAL) {
             for (int kt = 0; kt < t.kv_tiles; ++kt) {
@@ -321,8 +325,9 @@ __device__ __forceinline__ void rescale(float (&o)[G::O_REGS], const float (&alp
 
 // O / l -> 16-bit -> the warpgroup's rows of the output stage (the Q tile, or its own buffer
 // when persistent; swizzled like Q) -> 16-byte stores of the rows that exist.
-// With G::TMA_STORE (-D FA3_D64_TMA_STORE / FA3_D128_TMA_STORE), a warpgroup whose 64 rows all exist writes them with TMA stores
-// (one 64 x 64 box per chunk, from the swizzled stage, which is TMA's 128-byte swizzle);
+// With G::TMA_STORE (-D FA3_D64_TMA_STORE / FA3_D128_TMA_STORE), a warpgroup whose 64 rows
+// all exist writes them with TMA stores (one 64 x 64 box per chunk, from the swizzled stage,
+// which is TMA's 128-byte swizzle);
 // the rows of a tile that runs past its sequence's end go by 16-byte stores (a TMA box
 // would write into the next sequence's rows).
 template <bool BF16, class G>

@@ -175,7 +175,8 @@ SWEEP_BUILDS = tuple(dict.fromkeys(
 
 def kernel_config(build: Build, head_dim: int) -> tuple[str, int, int, int, bool, bool, bool]:
     """What a build compiles at one head dim: (schedule, stages, consumer warpgroups, key
-    tile, block order, persistence, TMA-store epilogue). Builds that share it at a head dim run the same kernel there."""
+    tile, block order, persistence, TMA-store epilogue). Builds that share it at a head dim
+    run the same kernel there."""
     return (build.schedule(head_dim), build.stages(head_dim), build.consumers(head_dim), build.keys(head_dim),
             build.q_tiles_first, build.persistent, build.tma_store(head_dim))
 
