@@ -117,7 +117,8 @@ def test_overlap_from_cupti_and_from_events_without_it():
 def test_stack_scaling_against_n_times_one_gpu():
     c = claims(result())["multi-gpu-stack-scaling"]
     assert c["ratio"] == pytest.approx(0.94) and c["verdict"] == "supported"
-    assert "2 GPUs, peer copy" in c["measured"] and "2 × one GPU's 222000 tokens/s" in c["bound"]
+    assert "2 GPUs, peer copy" in c["measured"] and "N × one GPU's 222000 tokens/s" in c["bound"]
+    assert c["bound"].endswith("N = 2")
     assert "4 and 8 GPUs not measured" in c["measured"]
     pull_wins = claims(result(stack_metrics=stack(two=1.5, pull=1.6)))["multi-gpu-stack-scaling"]
     assert pull_wins["ratio"] == pytest.approx(0.8) and pull_wins["verdict"] == "partly supported"
@@ -128,6 +129,22 @@ def test_stack_scaling_against_n_times_one_gpu():
     assert wrong["verdict"] == "not supported" and "wrong logits" in wrong["measured"]
     none = claims(result(stack_metrics=stack(skipped="PyTorch is not installed")))["multi-gpu-stack-scaling"]
     assert none["verdict"] == "skipped" and "PyTorch" in none["measured"]
+
+
+def test_stack_scaling_on_four_gpus_is_judged_by_the_worse_count():
+    """Measured on 2 and 4 GPUs: each count by its faster boundary; the claim (N GPUs
+    >= 0.85 N x one GPU for every N measured) takes the worse; 8 is named as not measured."""
+    m = stack(two=1.88, pull=1.80)
+    one = m["stack_tokens_per_s"]["1 GPU"]
+    m["stack_tokens_per_s"].update({"4 GPUs, peer copy": 3.3 * one, "4 GPUs, SM pull": 3.5 * one})
+    m.update(stack_gpus=4, stack_gpu_counts=[2, 4], stack_best="4 GPUs, SM pull")
+    c = claims(result(stack_metrics=m))["multi-gpu-stack-scaling"]
+    assert c["ratio"] == pytest.approx(0.875) and c["verdict"] == "supported"
+    assert "4 GPUs, SM pull: " in c["measured"] and "= 0.88 of linear (peer copy 3.30×)" in c["measured"]
+    assert "8 GPUs not measured (4 GPUs here)" in c["measured"] and c["bound"].endswith("N = 2, 4")
+    m["stack_tokens_per_s"]["4 GPUs, SM pull"] = 2.9 * one  # 4 GPUs at 0.825 of linear: partly
+    c = claims(result(stack_metrics=m))["multi-gpu-stack-scaling"]
+    assert c["ratio"] == pytest.approx(3.3 / 4) and c["verdict"] == "partly supported"
 
 
 def test_the_headline_needs_the_peer_claims_and_the_stack():

@@ -408,6 +408,52 @@ def test_staging_thread_error_reaches_the_caller(fake, monkeypatch):
     _assert_clean(pipe)
 
 
+@pytest.mark.parametrize("copy_streams", [False, True])
+def test_device_memory_per_lane_and_run_not_per_batch(fake, monkeypatch, copy_streams):
+    """One stream per lane: a run takes one device buffer per lane, sized for its largest
+    batch (input, then the output 256-byte aligned), and no allocation per batch; the
+    batches reuse it in stream order (outputs exact under the fake streams' jitter).
+    copy_streams=True (a batch's steps on three streams) allocates per batch."""
+    sizes = []
+    real = FakePool.allocate_ptr
+    monkeypatch.setattr(FakePool, "allocate_ptr", lambda self, n, st: sizes.append(n) or real(self, n, st))
+    rng = np.random.default_rng(6)
+    batches = [rng.integers(0, 2**32, int(n), dtype=np.uint32) for n in rng.integers(1, 2000, 40)]
+    pipe = StreamPipeline(FakeMix(), streams=3, copy_streams=copy_streams)
+    for _ in range(2):
+        sizes.clear()
+        outs = pipe.run_batches(batches)
+        for b, o in zip(batches, outs):
+            np.testing.assert_array_equal(o, reference(b, 2))
+        if copy_streams:
+            assert len(sizes) == len(batches)
+        else:
+            largest = max(b.nbytes for b in batches)
+            assert sizes == [-(-largest // 256) * 256 + largest] * 3
+        _assert_clean(pipe)
+
+
+def test_a_lane_buffer_that_cannot_be_had_leaves_nothing_behind(fake, monkeypatch):
+    """Out of device memory for the second lane's buffer: the error reaches the caller,
+    the first lane's buffer goes back, and the pipeline runs again afterwards."""
+    calls = itertools.count()
+    real = FakePool.allocate_ptr
+
+    def second_fails(self, n, st):
+        if next(calls) == 1:
+            raise MemoryError("out of device memory")
+        return real(self, n, st)
+
+    monkeypatch.setattr(FakePool, "allocate_ptr", second_fails)
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk=100)
+    x = np.arange(1000, dtype=np.uint32)
+    with pytest.raises(MemoryError):
+        pipe.run(x)
+    _assert_clean(pipe)
+    np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+    _assert_clean(pipe)
+
+
 def test_chunk_auto_probes_then_chooses(fake):
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(5).integers(0, 2**32, 48 << 20 >> 2, dtype=np.uint32)  # 48 MiB

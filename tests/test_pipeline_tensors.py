@@ -47,7 +47,9 @@ class FakeFramework:
     name = "fake"
 
     def __init__(self, device_index):
+        self.device_index = device_index
         self.kept = []
+        self.cuts = 0  # batch inputs cut from a lane tensor (instead of made from an address)
 
     def stream(self, fp_stream):
         return fp_stream
@@ -63,6 +65,11 @@ class FakeFramework:
 
     def tensor(self, x, in_dtype):
         return FakeTensor(x.ptr, x.shape, x.dtype, owner=x)
+
+    def cut(self, base, n, shape):
+        assert n <= int(np.prod(base.shape)), "a batch cut past the end of its lane's buffer"
+        self.cuts += 1
+        return FakeTensor(base.ptr, shape, base.dtype, owner=base)
 
     def host_dtype(self, dtype):
         return np.dtype(dtype), None
@@ -175,7 +182,8 @@ def test_no_output_region_is_allocated_for_a_tensor_function(fake, fakefw, monke
     monkeypatch.setattr(FakePool, "allocate_ptr", lambda self, n, s: sizes.append(n) or real(self, n, s))
     x = np.ones((4000, 4), np.float32)
     StreamPipeline(RowStats(), form="torch", streams=2, chunk=1000).run(x)
-    assert sizes == [1000 * 16] * 4  # the input only: y is the framework's, read in place
+    # one buffer per lane (stream) for the run, the input only: y is the framework's, read in place
+    assert sizes == [1000 * 16] * 2
 
 
 def test_variable_batches_and_shapes(fake, fakefw):
@@ -186,6 +194,7 @@ def test_variable_batches_and_shapes(fake, fakefw):
     ys = pipe.run_batches(batches)
     for b, y in zip(batches, ys):
         np.testing.assert_allclose(y, want(b), rtol=1e-6)
+    assert fakefw[0].cuts == len(batches)  # every x cut from its lane's tensor, none made from an address
     _assert_clean(pipe)
 
 
@@ -248,6 +257,7 @@ def test_copy_streams_tell_the_framework_that_the_d2h_stream_reads_y(fake, fakef
     np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
     fw = fakefw[0]
     assert len(fw.kept) == 8 and all(other is pipe._all_streams[3] for _, other in fw.kept)
+    assert fw.cuts == 0  # no lane buffers with copy streams: x made per batch
     _assert_clean(pipe)
 
 

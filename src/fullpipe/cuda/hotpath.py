@@ -40,7 +40,12 @@ _SIGNATURES: dict[str, tuple[str, list[Any]]] = {
     # memcpy-node update per direct (user-array) side.
     "cuGraphLaunch": ("cuGraphLaunch", [_vp, _vp]),
     "cuGraphExecMemcpyNodeSetParams": ("cuGraphExecMemcpyNodeSetParams", [_vp, _vp, _vp, _vp]),
+    # Per-stage timing (StreamPipeline(timing=True)): four events read per batch.
+    "cuEventQuery": ("cuEventQuery", [_vp]),
+    "cuEventElapsedTime": ("cuEventElapsedTime_v2", [ctypes.POINTER(ctypes.c_float), _vp, _vp]),
 }
+_OLDER_SYMBOLS = {"cuEventElapsedTime_v2": "cuEventElapsedTime"}  # a driver before CUDA 12.8
+CUDA_ERROR_NOT_READY = 600
 
 _libcuda: Any = None
 
@@ -82,11 +87,13 @@ class HotPath:
         self._fn: dict[str, Any] = {}
         if lib:
             for name, (symbol, argtypes) in _SIGNATURES.items():
-                f = getattr(lib, symbol)
+                f = getattr(lib, symbol, None) or getattr(lib, _OLDER_SYMBOLS.get(symbol, symbol))
                 f.argtypes, f.restype = argtypes, _int
                 self._fn[name] = f
         self._ptr = _u64()
         self._ptr_ref = ctypes.byref(self._ptr)
+        self._ms = ctypes.c_float()
+        self._ms_ref = ctypes.byref(self._ms)
 
     # ------------------------------------------------------------------ errors
     @staticmethod
@@ -149,6 +156,32 @@ class HotPath:
                 self._raise("cuEventRecord", err)
         else:
             self._bindings("cuEventRecord", event, stream)
+
+    def event_done(self, event: int) -> bool:
+        """cuEventQuery: True once the work before the event's last record has completed."""
+        if not self.native:
+            err = drv.driver().cuEventQuery(event)[0]
+            if err == drv.driver().CUresult.CUDA_ERROR_NOT_READY:
+                return False
+            if int(err) != 0:
+                raise drv.error_from_code("cuEventQuery", err)
+            return True
+        err = self._fn["cuEventQuery"](event)
+        if err == CUDA_ERROR_NOT_READY:
+            return False
+        if err:
+            self._raise("cuEventQuery", err)
+        return True
+
+    def elapsed_ms(self, start: int, end: int) -> float:
+        """cuEventElapsedTime between two completed timing events. Not thread-safe per
+        HotPath object (one output slot)."""
+        if not self.native:
+            return float(self._bindings("cuEventElapsedTime", start, end))
+        err = self._fn["cuEventElapsedTime"](self._ms_ref, start, end)
+        if err:
+            self._raise("cuEventElapsedTime", err)
+        return self._ms.value
 
     def stream_wait_event(self, stream: int, event: int) -> None:
         if self.native:

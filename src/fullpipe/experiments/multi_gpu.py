@@ -35,10 +35,12 @@ b. Overlap, on the first GPU: a peer copy to the second GPU (copy engine, a seri
    that engine's busy time).
 
 c. The layer stack (fullpipe.models.StagedStack: the issue-18 stack, 12 layers of width 2048,
-   bf16, prefilling requests of random lengths cut into micro-batches) on one GPU vs split
-   over the two (half the layers each), with the boundary by peer copy and by SM pull; the
-   logits of the split stack checked against one GPU's before anything is timed. Bound: 2 x
-   one GPU's tokens/s in the same run; the fill-drain ideal beside it.
+   bf16, prefilling requests of random lengths cut into micro-batches; 64 requests per GPU
+   of the largest split) on one GPU vs split over 2, 4 and 8 GPUs (as many as the machine
+   has that reach each other), with the boundary by peer copy and by SM pull; the logits of
+   every split stack checked against one GPU's before anything is timed. Bound: N x one
+   GPU's tokens/s in the same run; the fill-drain ideal beside it. The same stack with a
+   process per GPU (NCCL) on the largest split.
 
     python -m fullpipe.experiments.multi_gpu [--quick] [--json FILE]
 """
@@ -451,18 +453,34 @@ def _traced(ctx: Context, dev: Any, t: Any, ops: dict, moved: dict, alone: dict)
 
 # --------------------------------------------------------------------------- c. the layer stack
 # The issue's stack (12 layers, width 2048, 16 heads of 128, bf16) prefilling requests of
-# random lengths, cut into micro-batches: all layers on one GPU vs half the layers on each.
-STACK_REQUESTS, QUICK_STACK_REQUESTS = 128, 48
+# random lengths, cut into micro-batches: all layers on one GPU vs split over 2, 4, 8 GPUs.
+# Requests scale with the GPUs so that the fill and drain of N stages stay a small part
+# of the run (GPipe's bubble: (N - 1) / (M + N - 1) of M micro-batches).
+STACK_REQUESTS_PER_GPU, QUICK_STACK_REQUESTS_PER_GPU = 64, 24
 STACK_MICROBATCH_TOKENS, QUICK_STACK_MICROBATCH_TOKENS = 8192, 4096
 STACK_REPEAT, QUICK_STACK_REPEAT = 3, 2
 STACK_TARGET, STACK_PARTLY = 0.85, 0.7
-STACK_MAX_REL_ERR = 1e-3  # the same kernels on the same inputs: two GPUs must give one GPU's logits
+STACK_MAX_REL_ERR = 1e-3  # the same kernels on the same inputs: N GPUs must give one GPU's logits
+STACK_SIZES = (2, 4, 8)  # GPU counts tried, as many as the machine has
 
 
-def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
-    """The layer stack (fullpipe.models.StagedStack) on one GPU and split over two, the same
-    micro-batches in the same run: throughput, its ratio to linear and to the fill-drain
-    ideal, and what the stage boundary costs per micro-batch. Returns (metrics, rows, notes)."""
+def peer_group(first: int) -> list[int]:
+    """``first`` and the other GPUs that it and each other can reach (cuDeviceCanAccessPeer),
+    in index order: the GPUs a split stack may use."""
+    from ..cuda.peer import can_access_peer, device_count
+
+    group = [first]
+    for g in range(device_count()):
+        if g != first and all(can_access_peer(g, h) and can_access_peer(h, g) for h in group):
+            group.append(g)
+    return group
+
+
+def _stack_scaling(ctx: Context, gpus: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """The layer stack (fullpipe.models.StagedStack) on one GPU and split over 2, 4 and 8 of
+    ``gpus`` (as many as there are), the same micro-batches in the same run: throughput,
+    its ratio to linear and to the fill-drain ideal, and what the stage boundary costs per
+    micro-batch. Returns (metrics, rows, notes)."""
     try:
         import torch
     except ImportError:
@@ -470,20 +488,23 @@ def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list
     from ..models import StackConfig, StagedStack, init_weights
     from ..pipeline.schedule import bubble_fraction, ideal_speedup
 
+    sizes = [n for n in STACK_SIZES if n <= len(gpus)]
     config = StackConfig()
-    n_requests = QUICK_STACK_REQUESTS if ctx.quick else STACK_REQUESTS
+    n_requests = (QUICK_STACK_REQUESTS_PER_GPU if ctx.quick else STACK_REQUESTS_PER_GPU) * max(sizes)
     mb_tokens = QUICK_STACK_MICROBATCH_TOKENS if ctx.quick else STACK_MICROBATCH_TOKENS
     repeat = QUICK_STACK_REPEAT if ctx.quick else STACK_REPEAT
     rng = np.random.default_rng(18)
     requests = [rng.integers(0, config.vocab, int(n)) for n in rng.integers(64, 2048, n_requests)]
     ctx.progress(0.7, "layer stack: weights")
-    weights = init_weights(config, seed=0, device=f"cuda:{a.index}")
-    forms = {"1 GPU": dict(devices=[a.index]),
-             "2 GPUs, peer copy": dict(devices=[a.index, b.index], mode="copy"),
-             "2 GPUs, SM pull": dict(devices=[a.index, b.index], mode="pull")}
+    weights = init_weights(config, seed=0, device=f"cuda:{gpus[0]}")
+    forms: dict[str, dict[str, Any]] = {"1 GPU": dict(devices=gpus[:1])}
+    for n in sizes:
+        forms[f"{n} GPUs, peer copy"] = dict(devices=gpus[:n], mode="copy")
+        forms[f"{n} GPUs, SM pull"] = dict(devices=gpus[:n], mode="pull")
     wall: dict[str, float] = {}
     logits: dict[str, Any] = {}
-    split, microbatches, tokens = None, 0, 0
+    splits: dict[int, list[list[int]]] = {}
+    microbatches, tokens = 0, 0
     for i, (name, kw) in enumerate(forms.items()):
         ctx.progress(0.7 + 0.25 * i / len(forms), f"layer stack: {name}")
         with StagedStack(config, weights, **kw) as pipe:
@@ -491,8 +512,7 @@ def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list
             pipe.synchronize()
             logits[name] = first.logits.float().cpu()
             microbatches, tokens = first.microbatches, first.tokens
-            if len(kw["devices"]) == 2:
-                split = [[r.start, r.stop] for r in pipe.split]
+            splits[len(kw["devices"])] = [[r.start, r.stop] for r in pipe.split]
             samples = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
@@ -502,39 +522,55 @@ def _stack_scaling(ctx: Context, a: Side, b: Side) -> tuple[dict[str, Any], list
             wall[name] = median(samples)
     del weights
     torch.cuda.empty_cache()
-    ctx.progress(0.95, "layer stack: a process per GPU (NCCL)")
-    processes = _stack_in_processes(config, requests, mb_tokens, [a.index, b.index])
+    top = max(sizes)
+    ctx.progress(0.95, f"layer stack: a process per GPU on {top} GPUs (NCCL)")
+    processes = _stack_in_processes(config, requests, mb_tokens, gpus[:top])
     ref = logits["1 GPU"]
     errors = {k: float(((v - ref).norm(dim=1) / ref.norm(dim=1)).max()) for k, v in logits.items() if k != "1 GPU"}
     tps = {k: tokens / t for k, t in wall.items()}
-    best = max((k for k in tps if k != "1 GPU"), key=lambda k: tps[k])
+    one = tps["1 GPU"]
+    scaling = {}
+    for n in sizes:
+        best_n = max((k for k in tps if k.startswith(f"{n} GPUs")), key=lambda k: tps[k])
+        scaling[str(n)] = {"best": best_n, "x_one_gpu": tps[best_n] / one, "of_linear": tps[best_n] / one / n,
+                           "ideal_x": ideal_speedup(n, microbatches), "split": splits[n]}
+    best = scaling[str(top)]["best"]
     boundary_bytes = mb_tokens * config.width * config.element_bytes
-    boundary_ms = _peer_copy_ms(a, b, boundary_bytes)
-    stage_ms = wall["1 GPU"] * 1e3 / microbatches / 2
+    boundary_ms = _peer_copy_ms_between(gpus[0], gpus[1], boundary_bytes)
+    stage_ms = wall["1 GPU"] * 1e3 / microbatches / top
     metrics = {
         "stack_config": {"layers": config.layers, "width": config.width, "heads": config.heads,
                          "head_dim": config.head_dim, "ffn_width": config.ffn_width, "dtype": config.dtype},
         "stack_requests": n_requests, "stack_tokens": tokens, "stack_microbatches": microbatches,
-        "stack_microbatch_tokens": mb_tokens, "stack_split": split, "stack_gpus": 2,
+        "stack_microbatch_tokens": mb_tokens, "stack_split": splits[top], "stack_gpus": top,
+        "stack_gpu_counts": sizes, "stack_scaling": scaling,
         "stack_wall_s": wall, "stack_tokens_per_s": tps, "stack_best": best,
-        "stack_speedup": tps[best] / tps["1 GPU"],
-        "stack_ideal_speedup": ideal_speedup(2, microbatches), "stack_bubble": bubble_fraction(2, microbatches),
+        "stack_speedup": tps[best] / one,
+        "stack_ideal_speedup": ideal_speedup(top, microbatches), "stack_bubble": bubble_fraction(top, microbatches),
         "stack_max_rel_err_vs_1gpu": errors,
         "stack_boundary_bytes": boundary_bytes, "stack_boundary_ms": boundary_ms, "stack_stage_ms": stage_ms,
         "stack_processes": processes,
     }
-    rows = [{"section": "layer stack", "form": k, "tokens/s": tps[k], "x one GPU": tps[k] / tps["1 GPU"],
-             "of linear": tps[k] / tps["1 GPU"] / (1 if k == "1 GPU" else 2),
-             "max rel err vs 1 GPU": errors.get(k, 0.0)} for k in tps]
+    rows = []
+    for k in tps:
+        n = 1 if k == "1 GPU" else int(k.split()[0])
+        rows.append({"section": "layer stack", "form": k, "tokens/s": tps[k], "x one GPU": tps[k] / one,
+                     "of linear": tps[k] / one / n, "max rel err vs 1 GPU": errors.get(k, 0.0)})
     notes = [f"layer stack: {n_requests} requests of 64..2047 tokens ({tokens} tokens) in {microbatches} micro-batches "
-             f"of <= {mb_tokens} tokens; layers {split} on GPUs {a.index}, {b.index}; wall time of a whole prefill "
-             f"(median of {repeat}, after a warm-up that also checked the logits against one GPU's)",
+             f"of <= {mb_tokens} tokens on GPUs {gpus[:top]}; layers per stage "
+             + "; ".join(f"{n} GPUs {splits[n]}" for n in sizes)
+             + f"; wall time of a whole prefill (median of {repeat}, after a warm-up that also checked the logits "
+               "against one GPU's)",
+             "scaling: " + "; ".join(f"{n} GPUs {v['x_one_gpu']:.2f}× one GPU = {v['of_linear']:.2f} of linear "
+                                     f"({v['best']}; fill-drain ideal {v['ideal_x']:.2f}×)"
+                                     for n, v in scaling.items()),
              f"stage boundary: the residual stream of a full micro-batch ({boundary_bytes / MiB:.0f} MiB) crosses in "
-             f"{boundary_ms:.3f} ms by peer copy, on the copy engines, beside {stage_ms:.1f} ms of each stage's compute"]
+             f"{boundary_ms:.3f} ms by peer copy, on the copy engines, beside {stage_ms:.1f} ms of each stage's "
+             f"compute on {top} GPUs"]
     if "tokens_per_s" in processes:
-        rows.append({"section": "layer stack", "form": "2 GPUs, a process per stage (NCCL), steady pace",
-                     "tokens/s": processes["tokens_per_s"], "x one GPU": processes["tokens_per_s"] / tps["1 GPU"],
-                     "of linear": processes["tokens_per_s"] / tps["1 GPU"] / 2,
+        rows.append({"section": "layer stack", "form": f"{top} GPUs, a process per stage (NCCL), steady pace",
+                     "tokens/s": processes["tokens_per_s"], "x one GPU": processes["tokens_per_s"] / one,
+                     "of linear": processes["tokens_per_s"] / one / top,
                      "max rel err vs 1 GPU": processes["max_rel_err_vs_1gpu"]})
         notes.append("a process per stage (fullpipe.pipeline.distributed, NCCL send/recv of the residual stream): "
                      "the micro-batches twice over, tokens/s from the last rank's second pass (a steady pace without "
@@ -582,19 +618,30 @@ def _stack_in_processes(config: Any, requests: list, mb_tokens: int, gpus: list[
             "wall_s_with_startup": res.wall_s, "rank_idle_fraction": [s.idle_fraction for s in res.stats]}
 
 
-def _peer_copy_ms(a: Side, b: Side, nbytes: int, reps: int = 10) -> float:
-    """One peer copy of ``nbytes`` from a's buffer to b's, by the copy engine (median of ``reps``)."""
-    from ..cuda.peer import copy_peer
+def _peer_copy_ms_between(src_gpu: int, dst_gpu: int, nbytes: int, reps: int = 10) -> float:
+    """One peer copy of ``nbytes`` from GPU ``src_gpu`` to ``dst_gpu``, by the copy engine
+    (median of ``reps``), between buffers allocated here."""
+    from ..cuda.peer import copy_peer, enable_peer_access
 
-    ensure_current(a.index, force=True)
-    stream = create_stream(a.device)
+    enable_peer_access(src_gpu, dst_gpu)
+    ensure_current(dst_gpu, force=True)
+    dst = int(drv.call("cuMemAlloc", nbytes))
+    ensure_current(src_gpu, force=True)
+    src = int(drv.call("cuMemAlloc", nbytes))
+    stream = create_stream(Device(src_gpu))
     times_ms = []
-    for _ in range(reps):
-        t0 = record(stream, timing=True)
-        copy_peer(b.dst, b.index, a.src, a.index, nbytes, stream)
-        t1 = record(stream, timing=True)
+    try:
+        for _ in range(reps):
+            t0 = record(stream, timing=True)
+            copy_peer(dst, dst_gpu, src, src_gpu, nbytes, stream)
+            t1 = record(stream, timing=True)
+            stream.sync()
+            times_ms.append(elapsed_ms(t0, t1))
+    finally:
         stream.sync()
-        times_ms.append(elapsed_ms(t0, t1))
+        drv.call("cuMemFree", src)
+        ensure_current(dst_gpu, force=True)
+        drv.call("cuMemFree", dst)
     return median(times_ms)
 
 
@@ -628,10 +675,10 @@ def run(ctx: Context) -> Result:
         rows, metrics = bandwidth(ctx, a, b, sizes, samples, link)
         o_rows, o_metrics, o_notes = overlap(ctx, a, b, QUICK_OVERLAP_REPEAT if ctx.quick else OVERLAP_REPEAT,
                                              QUICK_OVERLAP_BYTES if ctx.quick else OVERLAP_BYTES)
-        s_metrics, s_rows, s_notes = _stack_scaling(ctx, a, b)
     finally:
         _free(a)
         _free(b)
+    s_metrics, s_rows, s_notes = _stack_scaling(ctx, peer_group(dev.index))
     metrics.update(o_metrics)
     metrics.update(s_metrics)
     notes += _notes(metrics, link) + o_notes + s_notes
@@ -747,21 +794,32 @@ def _stack_scaling_rule(d: Data) -> Judged:
     skipped = d.m_or(None, "stack_skipped")
     if skipped:
         return Judged(measured=f"not measured: {skipped}", bound="", ratio=None, verdict="skipped", target=target)
-    n, tps, best = d.m("stack_gpus"), d.m("stack_tokens_per_s"), d.m("stack_best")
+    top, tps = int(d.m("stack_gpus")), d.m("stack_tokens_per_s")
+    sizes = [int(n) for n in d.m_or([top], "stack_gpu_counts")]
     one = tps["1 GPU"]
-    r = tps[best] / one / n
-    others = ", ".join(f"{k} {v / one:.2f}×" for k, v in tps.items() if k not in ("1 GPU", best))
+    parts, ratios = [], []
+    for n in sizes:  # each GPU count judged by its faster boundary
+        best = max((k for k in tps if k.startswith(f"{n} GPUs")), key=lambda k: tps[k])
+        ratios.append(tps[best] / one / n)
+        others = ", ".join(f"{k.split(', ', 1)[1]} {tps[k] / one:.2f}×" for k in tps
+                           if k.startswith(f"{n} GPUs") and k != best)
+        parts.append(f"{best}: {tps[best]:.0f} tokens/s = {tps[best] / one:.2f}× one GPU = {ratios[-1]:.2f} of linear"
+                     + (f" ({others})" if others else ""))
+    r = min(ratios)
+    missing = [n for n in STACK_SIZES if n not in sizes]
     wrong = d.m_or(None, "stack_wrong")
-    measured = (f"{best}: {tps[best]:.0f} tokens/s = {tps[best] / one:.2f}× one GPU = {r:.2f} of linear"
-                f"{'; ' + others if others else ''}; fill-drain ideal {d.m('stack_ideal_speedup'):.2f}× at "
-                f"{d.m('stack_microbatches')} micro-batches of ≤ {d.m('stack_microbatch_tokens')} tokens; boundary "
-                f"{d.m('stack_boundary_ms'):.3f} ms per micro-batch (peer copy) beside {d.m('stack_stage_ms'):.1f} ms "
-                f"of stage compute; 4 and 8 GPUs not measured (2 GPUs here)")
+    measured = ("; ".join(parts)
+                + f"; fill-drain ideal {d.m('stack_ideal_speedup'):.2f}× on {top} GPUs at "
+                  f"{d.m('stack_microbatches')} micro-batches of ≤ {d.m('stack_microbatch_tokens')} tokens; boundary "
+                  f"{d.m('stack_boundary_ms'):.3f} ms per micro-batch (peer copy) beside "
+                  f"{d.m('stack_stage_ms'):.1f} ms of stage compute"
+                + (f"; {' and '.join(map(str, missing))} GPUs not measured ({top} GPUs here)" if missing else ""))
     if wrong:
-        return Judged(measured=f"wrong logits on two GPUs ({wrong}); {measured}", bound="", ratio=r,
+        return Judged(measured=f"wrong logits on a split stack ({wrong}); {measured}", bound="", ratio=r,
                       verdict="not supported", target=target)
-    return Judged(measured=measured, bound=f"{n} × one GPU's {one:.0f} tokens/s (same run)", ratio=r,
-                  verdict=at_least(r, STACK_TARGET, STACK_PARTLY), target=target)
+    return Judged(measured=measured, bound="N × one GPU's " + f"{one:.0f} tokens/s (same run), N = "
+                  + ", ".join(map(str, sizes)), ratio=r, verdict=at_least(r, STACK_TARGET, STACK_PARTLY),
+                  target=target)
 
 
 # --------------------------------------------------------------------------- figure

@@ -3,13 +3,16 @@ non-blocking streams, so that both copy engines and the SMs work at once.
 
 The host-driver pattern, for batch j on stream ``j % N``::
 
-    buf = pool.allocate(in + out bytes, s)   # stream-ordered (cudaMallocAsync)
+    buf = lane buffer of stream s            # one per lane and run, from the pool (lanes.py)
     H2D(buf.in <- host slot or pinned input, s)
     [release the input slot when the stream gets here: host function or event]
     compute(s, x, y)                         # user callable or a fullpipe kernel
     D2H(host slot or pinned output <- buf.out, s)
     [tell the drain thread the output slot is ready]
-    pool.free(buf, s)                        # stream-ordered (cudaFreeAsync)
+
+With ``copy_streams=True`` (a batch's steps on three streams) and in graph
+captures, each batch instead allocates from the stream-ordered pool and frees in
+stream order (protocol.py).
 
 All of it is enqueued without waiting. The enqueue order interleaves batches: the
 first half of batch j+1 .. j+prefetch (allocate, H2D) goes in before the second half
@@ -48,10 +51,11 @@ from . import pageable
 from .pageable import (HostCopier, InlineInputStager, InlineOutputDrainer, InputStager, OutputDrainer,
                        default_copy_threads, short_switch_interval)
 from .graphs import BatchGraphs, GraphRun
+from .lanes import LaneBuffers
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
-from .protocol import DeferredFree, Route, protocol_halves
+from .protocol import DEVICE_ALIGN, DeferredFree, Route, protocol_halves
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
 
@@ -288,6 +292,8 @@ class StreamPipeline:
                             for k, (s, h) in enumerate(zip(self.streams, self._hs))]
         else:
             self._routes = [Route.one_stream(s, h) for s, h in zip(self.streams, self._hs)]
+        # One stream per lane: batches reuse their lane's buffer in stream order (lanes.py).
+        self._lanes = None if self.copy_streams else LaneBuffers(self.pool, self._hs[:N])
         self._ring_in = SlotRing(self.slots, pool=self._pinned_pool)
         self._ring_out = SlotRing(self.slots, pool=self._pinned_pool)
         self._copier_in: HostCopier | None = None
@@ -296,13 +302,13 @@ class StreamPipeline:
         self._events_out = 0
         self._start_event = create_event(self.device, timing=True)
         self._end_event = create_event(self.device, timing=True)
+        self._start_h = handle_int(self._start_event.handle) if self._hot.native else self._start_event.handle
         # Non-timing events that stream 0 waits on at the end of a run, one per stream.
         self._join_events = [create_event(self.device, timing=False) for _ in range(len(self._all_streams))]
         self._create_event = create_event
         driver = drv.driver()
         self._drv = driver
         self._SUCCESS = driver.CUresult.CUDA_SUCCESS
-        self._NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
         self._graphs = (BatchGraphs(pool=self.pool, device=self.device, hot=self._hot, recycle=self.recycle,
                                     slots=self.slots) if self.graph and self.form != "tensor" else None)
         self._started = True
@@ -790,7 +796,7 @@ class StreamPipeline:
                          self._routes, self._ring_in, self._ring_out)
         tc = self._tc if self.form == "tensor" else None
         if tc is not None:
-            tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None)
+            tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype)
             if tc.graphs is not None:
                 tc.graphs.begin_run()
         if outputs is not None:
@@ -831,6 +837,8 @@ class StreamPipeline:
                         b = batches[pos]
                 if run.deferred is not None:
                     run.deferred.flush(self._routes[0].d2h)
+                if run.lanes is not None:  # in stream order, behind each lane's last batch
+                    run.lanes.give_back()
                 loop_s, loop_wait_s = time.perf_counter() - t_loop, run.wait_s
                 stats.gpu_span_ms = self._finish_run(run)
         except BaseException as exc:
@@ -1001,10 +1009,18 @@ class StreamPipeline:
                 via_ring = outputs.place(b, *last.last, usage)  # type: ignore[union-attr]
                 return ring_out_addr(p.slot) if via_ring else b.dst_addr
         inflight = run.inflight
+        alloc, free, live = self.pool.allocate_ptr, self.pool.free_ptr, run.live
+        if self._lanes is not None and gx is None:  # graph=True (stream form): graph memory, per batch
+            writes_output = has_out and self.compute is not None and tc is None
+            run.lanes = self._lanes  # first: a failure inside take() gives back what it took
+            self._lanes.take(max(_device_bytes(b, writes_output) for b in run.batches))
+            alloc, free, live = self._lanes.allocate_ptr, self._lanes.free_ptr, None
+            if tc is not None:
+                tc.use_lanes(self._lanes.addresses())
         return protocol_halves(
             hot=self._hot, routes=self._routes, compute=self.compute, has_out=has_out, in_dtype=in_dtype,
-            out_dtype=out_dtype, alloc=self.pool.allocate_ptr, free=self.pool.free_ptr, deferred=run.deferred,
-            live=run.live, free_in=None if free_in is None else [sig.arm for sig in free_in],
+            out_dtype=out_dtype, alloc=alloc, free=free, deferred=run.deferred,
+            live=live, free_in=None if free_in is None else [sig.arm for sig in free_in],
             ready_out=None if ready_out is None else [sig.arm for sig in ready_out],
             stage_events=self._events if mode.timing else None,
             in_flight=(lambda index, evs: inflight.append((index, evs))) if mode.timing else None,
@@ -1054,17 +1070,15 @@ class StreamPipeline:
     def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], block: bool) -> None:
         """Read the stage times of batches whose last event has completed (in order).
         Only batches whose back half is enqueued are in ``inflight``."""
-        d, start_h = self._drv, self._start_event.handle
+        hot, start_h = self._hot, self._start_h
+        elapsed = hot.elapsed_ms
         while inflight:
             index, evs = inflight[0]
-            if not block:
-                err = d.cuEventQuery(evs[3][1])[0]
-                if err == self._NOT_READY:
-                    return
-                if err != self._SUCCESS:
-                    raise drv.error_from_code("cuEventQuery", err)
-            t = tuple(self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, e[1])) for e in evs)
-            timings.append(BatchTiming(index, t))  # type: ignore[arg-type]
+            if not block and not hot.event_done(evs[3][1]):
+                return
+            t = (elapsed(start_h, evs[0][1]), elapsed(start_h, evs[1][1]), elapsed(start_h, evs[2][1]),
+                 elapsed(start_h, evs[3][1]))
+            timings.append(BatchTiming(index, t))
             inflight.popleft()
             self._give_back_events(evs)
 
@@ -1089,6 +1103,11 @@ class StreamPipeline:
             except Exception:  # the context may be broken (sticky CUDA error): nothing more to do
                 pass
         run.live.clear()
+        if run.lanes is not None:
+            try:
+                freed += run.lanes.give_back()
+            except Exception:  # the context may be broken: nothing more to do
+                pass
         if freed:  # stream-ordered frees: done before the caller sees the exception (and the pool's stats)
             for s in self._all_streams:
                 with contextlib.suppress(Exception):
@@ -1131,6 +1150,7 @@ class _Run:
         self.drainer: OutputDrainer | InlineOutputDrainer | None = None
         self.inline_in = self.inline_out = False  # the ring's memmoves done by the enqueueing thread
         self.deferred: DeferredFree | None = None
+        self.lanes: LaneBuffers | None = None  # the lane buffers taken for this run, if any
         self.live: list[list] = []  # [device pointer, stream, done event] not yet freed
         self.pending: collections.deque = collections.deque()  # protocol.Pending: fronts without backs
         self.inflight: collections.deque = collections.deque()  # (batch index, events) not yet read
@@ -1257,6 +1277,14 @@ class _Tuned:
     compute_bytes_per_byte: float  # device memory the compute itself holds per input byte
     budget_bytes: int  # device memory the chunks in flight may use
     fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
+
+
+def _device_bytes(b: P.Batch, writes_output: bool) -> int:
+    """The device memory batch ``b`` takes: its input, and its output after it (256-byte
+    aligned) when the compute writes an output region fullpipe allocates."""
+    if not writes_output:
+        return b.in_bytes
+    return -(-b.in_bytes // DEVICE_ALIGN) * DEVICE_ALIGN + b.out_bytes
 
 
 def _largest_output(batches: list[P.Batch], outputs: "_Outputs | None") -> int | None:

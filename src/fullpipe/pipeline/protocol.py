@@ -137,7 +137,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                     stage_events: Callable[[int], Any] | None = None,
                     in_flight: Callable[[int, Any], None] | None = None,
                     acquire_out: Callable[[int], None] | None = None,
-                    compute_out: Callable[[int, Any, DeviceArray, Any], int] | None = None,
+                    compute_out: Callable[[int, Any, int, Any], int] | None = None,
                     dst_of: Callable[[Pending, int], int] | None = None,
                     clock: list | None = None,
                     device_index: int = 0) -> tuple[Callable[..., Pending], Callable[..., tuple[int, int]]]:
@@ -163,9 +163,11 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     this batch, or None (no per-stage timing); ``in_flight(batch_index, events)`` is
     told once the last one is recorded (in back).
     ``acquire_out(slot)``: the host wait for the output slot, just before the D2H.
-    ``compute_out(lane, stream, x, b) -> y_ptr``: a compute that makes its own output
-    (a tensor function, pipeline/tensors.py) and returns its device address, valid
-    for the D2H enqueued next on the lane's D2H stream; no output region is allocated.
+    ``compute_out(lane, stream, ptr, b) -> y_ptr``: a compute that makes its own output
+    (a tensor function, pipeline/tensors.py) from the batch's input at device address
+    ``ptr`` (shape ``b.in_shape``, dtype ``in_dtype``) and returns the output's device
+    address, valid for the D2H enqueued next on the lane's D2H stream; no output region
+    is allocated.
     Otherwise ``compute(stream, x, y)`` writes the output region fullpipe allocated.
     ``dst_of(pending, dst) -> dst``: the host address of the D2H, decided after the
     compute (a tensor function's output is sized from ``y``).
@@ -215,7 +217,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         if clock is not None:
             t0 = perf_counter()
         if compute_out is not None:
-            y_ptr = compute_out(lane, stream, DeviceArray(ptr, b.in_shape, in_dtype, device_index=device_index), b)
+            y_ptr = compute_out(lane, stream, ptr, b)
         elif compute is not None:
             y_ptr = ptr + out_off
             x = DeviceArray(ptr, b.in_shape, in_dtype, device_index=device_index)

@@ -37,6 +37,7 @@ and ``graph.replay()`` on the lane's stream, and the D2H reads ``static_y``.
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from typing import Any, Callable
 
@@ -160,6 +161,11 @@ class TorchFramework:
     def tensor(self, x: Any, in_dtype: Any) -> Any:
         return self._as_torch(x, torch_dtype=in_dtype)
 
+    @staticmethod
+    def cut(base: Any, n: int, shape: tuple[int, ...]) -> Any:
+        """The first ``n`` elements of the 1-D tensor ``base`` as a tensor of ``shape``."""
+        return base[:n].view(shape)
+
     def host_dtype(self, fw_dtype: Any) -> tuple[np.dtype, Any]:
         """(the NumPy dtype of the host output, the torch dtype to give back or None)."""
         got = self._np_dtypes.get(fw_dtype)
@@ -213,6 +219,10 @@ class CupyFramework:
 
         return as_cupy(x)
 
+    @staticmethod
+    def cut(base: Any, n: int, shape: tuple[int, ...]) -> Any:
+        return base[:n].reshape(shape)
+
     def host_dtype(self, fw_dtype: Any) -> tuple[np.dtype, Any]:
         return np.dtype(fw_dtype), None
 
@@ -238,13 +248,19 @@ def make_framework(name: str, device_index: int) -> Any:
 
 # --------------------------------------------------------------------------- the adapter
 class TensorCompute:
-    """``y = f(x)`` as the executor's ``compute_out(lane, stream, x, b) -> y_ptr``.
+    """``y = f(x)`` as the executor's ``compute_out(lane, stream, ptr, b) -> y_ptr``.
 
     ``routes``: the pipeline's lanes (protocol.Route); one framework stream per
     pipeline stream is made here, once. After each call, ``last`` holds the output's
     (shape, host NumPy dtype, framework dtype to give back or None): the executor
     sizes the host output from it. ``graphs``: a :class:`TorchGraphs` (graph=True)
     or None.
+
+    The batch's input tensor: when the run gives each lane one device buffer
+    (pipeline/lanes.py, :meth:`use_lanes`), one framework tensor over the whole
+    buffer is made per lane and run, and each batch's ``x`` is cut from it (a slice
+    and a view: a few microseconds; making a tensor from an address costs tens).
+    Otherwise it is made per batch.
     """
 
     def __init__(self, fn: Callable[[Any], Any], framework: Any, routes: list, *, graphs: "TorchGraphs | None" = None):
@@ -262,18 +278,43 @@ class TensorCompute:
         self._keep: list[Any] = [None] * len(routes)
         self.graphs = graphs
         self.in_dtype: Any = None  # the framework dtype of x (a bfloat16 torch input), or None
+        self.np_dtype: np.dtype = np.dtype(np.uint8)  # the host input's dtype (the device bytes' layout)
+        self._bases: list[tuple[int, Any]] = []  # per lane: (address, 1-D tensor over its buffer)
         self.last: tuple[tuple[int, ...], np.dtype, Any] | None = None
         self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
 
-    def begin_run(self, in_dtype: Any) -> None:
+    def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
+        """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
+        ``np_dtype``: the host input's dtype."""
         self.in_dtype = in_dtype
+        self.np_dtype = np.dtype(np_dtype)
+        self._bases = []
         self.last = None
         self.call_s = 0.0
 
-    def __call__(self, lane: int, stream: Any, x: Any, b: Any) -> int:
+    def use_lanes(self, buffers: list[tuple[int, int]]) -> None:
+        """This run's lane buffers, (address, bytes) per lane: batch inputs are cut from
+        one tensor per lane (valid until :meth:`release`)."""
+        from ..cuda.memory import DeviceArray
+
+        item = self.np_dtype.itemsize
+        self._bases = [(ptr, self.fw.tensor(DeviceArray(ptr, (nbytes // item,), self.np_dtype,
+                                                        device_index=self.fw.device_index), self.in_dtype))
+                       for ptr, nbytes in buffers]
+
+    def _input(self, lane: int, ptr: int, shape: tuple[int, ...]) -> Any:
+        if self._bases:
+            base_ptr, base = self._bases[lane]
+            if base_ptr == ptr:
+                return self.fw.cut(base, math.prod(shape), shape)
+        from ..cuda.memory import DeviceArray
+
+        return self.fw.tensor(DeviceArray(ptr, shape, self.np_dtype, device_index=self.fw.device_index), self.in_dtype)
+
+    def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> int:
         fw, fs = self.fw, self._fs[lane]
         t0 = time.perf_counter()
-        xt = fw.tensor(x, self.in_dtype)
+        xt = self._input(lane, ptr, b.in_shape)
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
             with fw.current(fs):
@@ -293,8 +334,10 @@ class TensorCompute:
         return ptr
 
     def release(self) -> None:
-        """Drop the outputs kept for the D2H (the streams have drained)."""
+        """Drop the outputs kept for the D2H and the lane tensors (the streams have
+        drained; the lane buffers go back to the pool)."""
         self._keep = [None] * len(self._keep)
+        self._bases = []
 
     def close(self) -> None:
         self.release()
