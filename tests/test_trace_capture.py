@@ -153,6 +153,13 @@ class FakeCupti:
     def activity_register_callbacks(self, requested, completed):
         self.callbacks = (requested, completed)
 
+    def finalize(self):
+        # CUPTI detaches: nothing stays enabled or registered (asserted: the tracer flushed
+        # and disabled first)
+        assert self.enabled == [] and self.pending == []
+        self.finalized = getattr(self, "finalized", 0) + 1
+        self.callbacks = None
+
     def activity_enable(self, kind):
         if kind in self.unsupported:
             raise RuntimeError("CUPTI_ERROR_NOT_SUPPORTED")
@@ -269,6 +276,19 @@ def test_cupti_without_tags_enables_no_driver_records(fake_cupti):
         assert K.DRIVER not in fake_cupti.enabled and K.EXTERNAL_CORRELATION not in fake_cupti.enabled
         with trace.tag(1):
             assert fake_cupti.ext_stack == []
+
+
+def test_cupti_detaches_after_each_capture_and_attaches_again(fake_cupti):
+    """After a capture CUPTI is detached (cuptiFinalize), not just disabled: an attached
+    CUPTI kept slowing the process's CUDA calls after the capture ended. The next
+    capture registers its callbacks again and still gets its records."""
+    f = fake_cupti
+    K = f.ActivityKind
+    for i in range(2):
+        with trace.capture(tags=False) as tl:
+            f.api_call(K.CONCURRENT_KERNEL, **kernel_fields(1_000 + i, 2_000 + i, 7))
+        assert f.finalized == i + 1 and f.callbacks is None and f.enabled == []
+        assert [r.name for r in tl.timeline.device_records()] == ["fp_trace_work"]
 
 
 def test_cupti_that_cannot_trace_kernels_falls_back(monkeypatch, fake_cupti):

@@ -13,6 +13,11 @@ How CUPTI's activity API works, and what this module does at each step:
    to the records (``activity_push_external_correlation_id``).
 3. At the end: wait for the GPU, ``activity_flush_all(1)`` (forced: incomplete
    buffers too) so every record has been delivered, then ``activity_disable``.
+4. Then ``finalize()`` (cuptiFinalize): CUPTI detaches from the process. Disabling the
+   kinds is not enough: on an H100 host a multi-GPU layer stack enqueued 25-42 % slower
+   after a capture had ended (issue 19's run), and a report runs every experiment in one
+   process after earlier ones traced. The next capture attaches CUPTI again (its
+   callbacks are registered anew).
 
 Records are converted to :class:`~fullpipe.trace.timeline.Record` inside the
 callback, because CUPTI reuses the buffer once the callback returns. Timestamps
@@ -127,6 +132,7 @@ class CuptiSession:
             self._disable_all()
             with _lock:
                 _sink = None
+                self._detach()
             raise
         for kind in optional:
             try:
@@ -139,7 +145,8 @@ class CuptiSession:
             self.tags = False
 
     def stop(self) -> None:
-        """Flush every record (the caller has waited for the GPU first) and disable."""
+        """Flush every record (the caller has waited for the GPU first), disable, and
+        detach CUPTI from the process."""
         global _sink
         c = self.cupti
         try:
@@ -148,10 +155,28 @@ class CuptiSession:
             self._disable_all()
             with _lock:
                 _sink = None
+                self._detach()
         self._apply_tags()
         if self.dropped_incomplete:
             self.notes.append(f"{self.dropped_incomplete} CUPTI records had no timestamps (incomplete) "
                               "and were left out")
+
+    def _detach(self) -> None:
+        """cuptiFinalize, with every record flushed and every kind disabled (called with
+        ``_lock`` held). A CUPTI that cannot detach stays attached, with a note."""
+        global _registered
+        finalize = getattr(self.cupti, "finalize", None)
+        if finalize is None:
+            self.notes.append("this cupti-python has no finalize(): CUPTI stays attached after the capture "
+                              "(CUDA calls of this process may stay slower)")
+            return
+        try:
+            finalize()
+        except Exception as exc:  # noqa: BLE001 - the records are in; say what is left behind
+            self.notes.append(f"CUPTI could not detach after the capture ({exc}): CUDA calls of this process "
+                              "may stay slower")
+            return
+        _registered = False  # detached: the next capture registers its callbacks again
 
     def _disable_all(self) -> None:
         for kind in reversed(self.enabled):
