@@ -105,3 +105,12 @@ def stream(device):
     s = create_stream(device)
     yield s
     s.sync()
+
+
+@pytest.fixture
+def ring_staging(monkeypatch):
+    """Small pageable batches through the staging ring, not in bulk (pipeline/bulk.py):
+    for the tests of the ring itself, whose batches are small to keep them fast."""
+    from fullpipe.pipeline import bulk
+
+    monkeypatch.setattr(bulk, "BULK_MAX_BYTES", 0)

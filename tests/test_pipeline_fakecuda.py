@@ -35,6 +35,9 @@ import fullpipe.pipeline.pageable as fpageable
 from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.workload import reference
 
+# These tests are of the staging ring: small pageable batches go through it, not in bulk.
+pytestmark = pytest.mark.usefixtures("ring_staging")
+
 SUCCESS, NOT_READY = 0, 600
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _clock0 = time.perf_counter()

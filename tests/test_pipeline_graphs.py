@@ -33,6 +33,9 @@ from fullpipe.pipeline.workload import reference
 from tests import test_pipeline_fakecuda as base
 from tests.test_pipeline_fakecuda import SUCCESS, FakeDriver, FakeMix, FakePool, FakeStream, _assert_clean, row_sums
 
+# These tests are of the staging ring: small pageable batches go through it, not in bulk.
+pytestmark = pytest.mark.usefixtures("ring_staging")
+
 fake = base.fake  # the fake driver's fixture; gfake below adds graphs to it
 
 ERR_INVALID_VALUE = 1

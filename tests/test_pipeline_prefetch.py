@@ -15,6 +15,9 @@ from fullpipe.pipeline.workload import reference
 from tests.test_pipeline_fakecuda import FakeMix, _assert_clean, fake  # noqa: F401 - fixture
 from tests.test_pipeline_protocol import Recorder
 
+# These tests are of the staging ring: small pageable batches go through it, not in bulk.
+pytestmark = pytest.mark.usefixtures("ring_staging")
+
 MiB = 1 << 20
 
 

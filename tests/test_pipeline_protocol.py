@@ -15,6 +15,9 @@ from fullpipe.pipeline.workload import reference
 from tests import test_pipeline_graphs as graphs_base
 from tests.test_pipeline_fakecuda import FakeMix, FakePool, _assert_clean
 
+# These tests are of the staging ring: small pageable batches go through it, not in bulk.
+pytestmark = pytest.mark.usefixtures("ring_staging")
+
 fake = graphs_base.fake
 gfake = graphs_base.gfake
 

@@ -21,6 +21,9 @@ from fullpipe.pipeline.tensors import TensorFormError, compute_form
 from tests.test_pipeline_fakecuda import _assert_clean, fake  # noqa: F401 - fixture
 from tests.test_pipeline_protocol import Recorder
 
+# These tests are of the staging ring: small pageable batches go through it, not in bulk.
+pytestmark = pytest.mark.usefixtures("ring_staging")
+
 _current = threading.local()
 
 

@@ -59,7 +59,7 @@ def test_graph_runs_are_bit_exact_and_nothing_leaks(device, mix, own_pool, pinne
     graph_mem_before = _graph_mem(device)
     reserved_before = _graph_mem(device, "CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT")
     with StreamPipeline(mix, streams=3, slots=4, recycle=recycle, pool=own_pool, device=device,
-                        graph=True) as pipe:
+                        graph=True, staging="auto" if pinned else "ring") as pipe:
         pipe.run_batches(xs[:20], outs=ys[:20])  # warm: ring, pool, and most graphs
         start = _usage(pipe, own_pool)
         graph_mem_runs = []

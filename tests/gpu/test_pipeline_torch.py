@@ -163,9 +163,16 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
                                                     dtype=np.float32)) for _ in range(30)]
     with StreamPipeline(f, pool=pool, device=device) as pipe:
         ys = pipe.run_batches(batches)
-    for b, y in zip(batches, ys):
+        assert pipe.stats.staging == {"input": "bulk", "output": "ring"}  # outputs sized from y: the ring
+        outs = [torch.full_like(b, float("nan")) for b in batches]
+        pipe.run_batches(batches, outs=outs)  # outs given: in bulk both ways
+        assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
+        pipe.run_batches(batches, outs=outs)
+        assert pipe.stats.pinned["allocated_bytes"] == 0  # the bulk blocks come back from the pinned pool
+    for b, y, o in zip(batches, ys, outs):
         assert y.shape == b.shape
         torch.testing.assert_close(y, f(b.cuda()).cpu(), rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(o, y, rtol=0, atol=0)
 
 
 def test_cupy_function(device, pool):

@@ -50,6 +50,8 @@ from . import plan as P
 from . import pageable
 from .pageable import (HostCopier, InlineInputStager, InlineOutputDrainer, InputStager, OutputDrainer,
                        default_copy_threads, short_switch_interval)
+from . import bulk as bulk_staging
+from .bulk import BulkStaging
 from .graphs import BatchGraphs, GraphRun
 from .lanes import LaneBuffers
 from .stats import BatchTiming, PipelineStats, busy_from_timings
@@ -127,8 +129,12 @@ class StreamPipeline:
     - ``slots``: K pinned slots each way in the staging ring used for pageable arrays.
     - ``recycle``: how a slot comes back: ``"hostfn"`` (a native host function posts a
       semaphore), ``"pyhostfn"`` (a Python host function), ``"event"``.
-    - ``staging``: ``"auto"`` (pinned arrays are copied directly, pageable ones through
-      the ring), ``"ring"`` (always the ring), ``"direct"`` (hand every array to
+    - ``staging``: ``"auto"`` (pinned arrays are copied directly; pageable ones through
+      the ring, or, for a run of small batches (each at most 1 MiB, at most 64 MiB in
+      all per side), in bulk: the whole input copied into one pinned block before the
+      first batch and the outputs copied out of one after the last, with no slot or
+      signal per batch: see :mod:`fullpipe.pipeline.bulk`; ``stats.staging`` says
+      which), ``"ring"`` (always the ring), ``"direct"`` (hand every array to
       cuMemcpyAsync as is: pageable memory then blocks; a baseline for experiments).
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
       for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
@@ -628,6 +634,38 @@ class StreamPipeline:
         except Exception:
             return False
 
+    def _bulk(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, outputs: "_Outputs | None",
+              usage: PinnedUsage | None) -> tuple[BulkStaging | None, str, str | None]:
+        """Small pageable sides of a run moved in bulk (bulk.py) instead of through the
+        ring: the input copied into one pinned block before the first batch, the outputs
+        D2H'd into one and copied out after the last. Returns (the run's BulkStaging or
+        None, stage_in, stage_out), a bulk side now "direct"."""
+        small = pageable.INLINE_MAX_BYTES
+        bulk_in = stage_in == "ring" and bulk_staging.fits([b.in_bytes for b in batches], small)
+        dsts = _known_outputs(batches, outputs) if stage_out == "ring" else None
+        bulk_out = dsts is not None and bulk_staging.fits([d.nbytes for d in dsts], small)
+        if not (bulk_in or bulk_out):
+            return None, stage_in, stage_out
+        staged = BulkStaging(self._pinned_pool, usage)
+        try:
+            if bulk_in:
+                staged.stage_inputs(batches, self._copier("in"))
+                stage_in = "direct"
+            if bulk_out:
+                places = staged.route_outputs(batches, dsts)  # type: ignore[arg-type]
+                if outputs is not None:
+                    outputs.bulk = places
+                stage_out = "direct"
+        except PinnedPoolFull:  # no room in the pinned pool: the ring it is (it may still fit)
+            staged.give_back()
+            for b in batches:
+                b.src_addr = b.src.ctypes.data
+                b.dst_addr = 0 if b.dst is None else b.dst.ctypes.data
+            if outputs is not None:
+                outputs.bulk = None
+            return None, "ring" if bulk_in else stage_in, "ring" if bulk_out else stage_out
+        return staged, stage_in, stage_out
+
     def _staging_mode(self, pinned: bool) -> str:
         if self.staging == "auto":
             return "direct" if pinned else "ring"
@@ -778,10 +816,19 @@ class StreamPipeline:
         mode = self._run_mode() if mode is None else mode
         free_collected()  # pinned frees the collector queued: here, before any graph capture of this run
         n, K, N = len(batches), self.slots, self.n_streams
+        staging = {"input": stage_in, "output": stage_out or "none"}
+        bulk = None
+        if outputs is not None:
+            outputs.bulk = None
+        if self.staging == "auto" and "ring" in (stage_in, stage_out):
+            bulk, stage_in, stage_out = self._bulk(batches, stage_in, stage_out, outputs, usage)
+            if bulk is not None:  # "bulk" in the stats; the protocol sees pinned ("direct") sides
+                staging = {k: "bulk" if v == "ring" and new == "direct" else v
+                           for (k, v), new in zip(staging.items(), (stage_in, stage_out or "none"))}
         ring_in, ring_out, has_out = stage_in == "ring", stage_out == "ring", stage_out is not None
         stats = PipelineStats(
             batches=n, streams=N, slots=K, recycle=self.recycle, copy_streams=self.copy_streams,
-            staging={"input": stage_in, "output": stage_out or "none"},
+            staging=staging,
             bytes_in=sum(b.in_bytes for b in batches), bytes_out=sum(b.out_bytes for b in batches),
         )
         if ring_in:
@@ -841,6 +888,10 @@ class StreamPipeline:
                     run.lanes.give_back()
                 loop_s, loop_wait_s = time.perf_counter() - t_loop, run.wait_s
                 stats.gpu_span_ms = self._finish_run(run)
+                if bulk is not None:  # every D2H is done: the outputs to the caller's arrays
+                    t_drain = time.perf_counter()
+                    bulk.drain_outputs(self._copier("out"))
+                    stats.bulk_drain_ms = (time.perf_counter() - t_drain) * 1e3
         except BaseException as exc:
             released, drained = self._abort(run)
             if gx is not None:
@@ -848,6 +899,8 @@ class StreamPipeline:
             _annotate(exc, b, pos, n, released, K)
             raise
         finally:
+            if bulk is not None and drained:  # (not drained: a copy may still read or write them)
+                bulk.give_back()
             if drained:
                 for sig in run.signals:
                     sig.close()
@@ -1196,6 +1249,7 @@ class _Outputs:
         self._ring: Any = None
         self._ring_sized = True
         self._estimate = 0
+        self.bulk: dict[int, int] | None = None  # bulk staging: each batch's pinned place for its D2H
 
     def begin_execute(self, batches: list[P.Batch], ring: Any) -> None:
         """A new _execute (probes, then the rest): the ring, if any, is sized at its
@@ -1249,6 +1303,9 @@ class _Outputs:
                 raise ValueError(f"outs[{i}] has shape {dst.shape} and dtype {dst.dtype}; the compute returned "
                                  f"{tuple(shape)} {dtype}")
         b.dst, b.dst_addr, b.out_bytes, b.out_shape = dst, dst.ctypes.data, dst.nbytes, tuple(shape)
+        if self.bulk is not None:  # the D2H goes to the batch's place in the run's pinned block
+            b.dst_addr, b.drain_bytes = self.bulk[b.index], 0
+            return False
         ring = self._ring
         if ring is None:
             b.drain_bytes = 0
@@ -1285,6 +1342,17 @@ def _device_bytes(b: P.Batch, writes_output: bool) -> int:
     if not writes_output:
         return b.in_bytes
     return -(-b.in_bytes // DEVICE_ALIGN) * DEVICE_ALIGN + b.out_bytes
+
+
+def _known_outputs(batches: list[P.Batch], outputs: "_Outputs | None") -> list[np.ndarray] | None:
+    """Each batch's host output array when it is known before the compute runs (the
+    stream form's, or a tensor function's ``outs=`` of run_batches), else None."""
+    if outputs is None:
+        dsts = [b.dst for b in batches]
+        return None if any(d is None for d in dsts) else dsts  # type: ignore[return-value]
+    if outputs.given and outputs.rows is None:
+        return [outputs.items[b.index] for b in batches]
+    return None
 
 
 def _largest_output(batches: list[P.Batch], outputs: "_Outputs | None") -> int | None:

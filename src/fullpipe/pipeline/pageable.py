@@ -87,6 +87,32 @@ class HostCopier:
         for f in futures:
             f.result()
 
+    def copy_many(self, copies: Sequence[tuple[int, int, int]]) -> None:
+        """Many ``(dst, src, nbytes)`` copies, the list cut into up to ``threads`` runs of
+        about equal bytes, each run on its own thread (small copies are not split)."""
+        total = sum(n for _, _, n in copies)
+        parts = min(self.threads, len(copies), max(1, total // MIN_PIECE_BYTES))
+        if self._pool is None or parts < 2:
+            for dst, src, n in copies:
+                ctypes.memmove(dst, src, n)
+            return
+        runs: list[list[tuple[int, int, int]]] = [[]]
+        share, acc = total / parts, 0
+        for c in copies:
+            if acc >= share * len(runs) and len(runs) < parts:
+                runs.append([])
+            runs[-1].append(c)
+            acc += c[2]
+
+        def run(cs: list[tuple[int, int, int]]) -> None:
+            for dst, src, n in cs:
+                ctypes.memmove(dst, src, n)
+
+        futures = [self._pool.submit(run, cs) for cs in runs[1:]]
+        run(runs[0])
+        for f in futures:
+            f.result()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)

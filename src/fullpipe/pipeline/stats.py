@@ -81,6 +81,8 @@ class PipelineStats:
     # who does the ring's memmoves, per side through the ring: "caller" (the enqueueing
     # thread, small batches) or "threads" (staging threads)
     host_copies: dict[str, str] = dataclasses.field(default_factory=dict)
+    # staging "bulk" (bulk.py): ms spent after the last batch copying the outputs to the caller's arrays
+    bulk_drain_ms: float = 0.0
     recycle: str = ""
     pinned_ring_bytes: int = 0
     wall_ms: float = 0.0  # host wall clock of the run (end to end)

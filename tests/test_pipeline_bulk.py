@@ -1,0 +1,114 @@
+"""Small pageable batches staged in bulk (pipeline/bulk.py), against the fake drivers:
+the input copied into one pinned block before the first batch, the outputs D2H'd into
+one and copied into the caller's arrays after the last; no ring slot, no slot signal
+per batch. Outputs exact under the fake streams' jitter; the blocks go back to the
+pinned pool (reused by the next run); too much in total, an output not known before
+the compute, or a full pinned pool: the ring, as before."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import fullpipe.pipeline.executor as fexec
+from fullpipe.cuda.pinned_pool import default_pinned_pool
+from fullpipe.pipeline import StreamPipeline, bulk
+from fullpipe.pipeline.workload import reference
+from tests.test_pipeline_fakecuda import FakeMix, _assert_clean, fake  # noqa: F401 - fixture
+from tests.test_pipeline_tensors import RowStats, fakefw, want  # noqa: F401 - fixture
+
+
+def batches(n=120, seed=0, most=3000):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 2**32, int(rng.integers(1, most)), dtype=np.uint32) for _ in range(n)]
+
+
+def count_host_functions(fake, monkeypatch):
+    calls = itertools.count()
+    real = type(fake.driver).cuLaunchHostFunc
+    monkeypatch.setattr(type(fake.driver), "cuLaunchHostFunc",
+                        lambda self, *a: (next(calls), real(self, *a))[1])
+    return calls
+
+
+def test_small_pageable_batches_go_in_bulk_with_no_signal_per_batch(fake, monkeypatch):
+    signals = count_host_functions(fake, monkeypatch)
+    xs = batches()
+    pipe = StreamPipeline(FakeMix(), streams=3, slots=3)
+    for run in range(2):
+        outs = pipe.run_batches(xs)
+        for x, y in zip(xs, outs):
+            np.testing.assert_array_equal(y, reference(x, 2))
+        st = pipe.stats
+        assert st.staging == {"input": "bulk", "output": "bulk"} and st.host_copies == {}
+        if run == 1:  # the second run's blocks are the first run's, back from the pool
+            assert st.pinned["allocated_bytes"] == 0
+        _assert_clean(pipe)
+    assert next(signals) == 0  # no host function: nothing waits on a slot
+    assert default_pinned_pool().stats.in_use_bytes == 0
+
+
+def test_a_tensor_function_with_outs_goes_in_bulk_both_ways(fake, fakefw):
+    rng = np.random.default_rng(1)
+    xs = [rng.random((int(rng.integers(1, 300)), 5), dtype=np.float32) for _ in range(40)]
+    outs = [np.full((len(x), 2), np.nan) for x in xs]
+    pipe = StreamPipeline(RowStats(), form="torch", streams=3)
+    assert pipe.run_batches(xs, outs=outs) is not None
+    for x, y in zip(xs, outs):
+        np.testing.assert_allclose(y, want(x), rtol=1e-6)
+    assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
+    # without outs= the outputs are made from the first y: the input in bulk, the outputs by the ring
+    ys = pipe.run_batches(xs)
+    for x, y in zip(xs, ys):
+        np.testing.assert_allclose(y, want(x), rtol=1e-6)
+    assert pipe.stats.staging == {"input": "bulk", "output": "ring"}
+    _assert_clean(pipe)
+
+
+def test_too_much_in_total_or_in_one_batch_takes_the_ring(fake, monkeypatch):
+    xs = batches(40)
+    monkeypatch.setattr(bulk, "BULK_MAX_BYTES", sum(x.nbytes for x in xs) // 2)
+    pipe = StreamPipeline(FakeMix(), streams=2)
+    outs = pipe.run_batches(xs)
+    assert pipe.stats.staging == {"input": "ring", "output": "ring"}
+    np.testing.assert_array_equal(outs[-1], reference(xs[-1], 2))
+    monkeypatch.setattr(bulk, "BULK_MAX_BYTES", 64 << 20)
+    monkeypatch.setattr(fexec.pageable, "INLINE_MAX_BYTES", 4096)  # a batch bigger than "small"
+    pipe.run_batches(xs)
+    assert pipe.stats.staging == {"input": "ring", "output": "ring"}
+    _assert_clean(pipe)
+
+
+def test_staging_ring_asks_for_the_ring(fake):
+    pipe = StreamPipeline(FakeMix(), streams=2, staging="ring")
+    pipe.run_batches(batches(20))
+    assert pipe.stats.staging == {"input": "ring", "output": "ring"}
+
+
+def test_a_full_pinned_pool_falls_back_to_the_ring(fake):
+    xs = batches(200)  # ~1.2 MB each way
+    pool = default_pinned_pool()
+    pool.cap_bytes = 512 << 10  # room for the ring's slots, not for the whole run in bulk
+    pipe = StreamPipeline(FakeMix(), streams=3, slots=2)
+    outs = pipe.run_batches(xs)
+    for x, y in zip(xs, outs):
+        np.testing.assert_array_equal(y, reference(x, 2))
+    assert pipe.stats.staging == {"input": "ring", "output": "ring"}
+    _assert_clean(pipe)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_a_failure_gives_the_blocks_back(fake, exc):
+    xs = batches(50)
+    pipe = StreamPipeline(FakeMix(fail_at=20, exc=exc), streams=3)
+    with pytest.raises(exc) as info:
+        pipe.run_batches(xs)
+    assert info.value.batch_index == 20
+    _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0
+    pipe.compute = FakeMix()
+    outs = pipe.run_batches(xs)
+    np.testing.assert_array_equal(outs[49], reference(xs[49], 2))
+    assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
