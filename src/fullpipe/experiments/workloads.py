@@ -343,8 +343,11 @@ def _fp_call(pipe: Any, w: _Workload, out: Any) -> Any:
 def _fp_stats(pipe: Any) -> dict[str, Any]:
     st = getattr(pipe, "stats", None)
     chunk = getattr(st, "chunk", None)
+    host_us = getattr(st, "host_us", None)
     return {"enqueue_us": getattr(st, "enqueue_us_per_batch", None), "batches": getattr(st, "batches", None),
-            "chunk": dict(chunk) if isinstance(chunk, dict) else None}
+            "chunk": dict(chunk) if isinstance(chunk, dict) else None,
+            "staging": dict(getattr(st, "staging", None) or {}),
+            "host_us": dict(host_us) if isinstance(host_us, dict) else None}
 
 
 # --------------------------------------------------------------------------- checking and timing
@@ -623,6 +626,8 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         "fullpipe_ratio": bound_ms / fp_ms, "peers_ms": peers_ms, "peer_errors": peer_errors,
         "best_peer": best_peer, "best_peer_ms": peers_ms[best_peer], "vs_best_peer": peers_ms[best_peer] / fp_ms,
         "enqueue_us": fp_stats["enqueue_us"], "fullpipe_batches": fp_stats["batches"],
+        # how the timed run staged each side, and its host time per batch by part (stats.host_us)
+        "fullpipe_staging": fp_stats.get("staging"), "fullpipe_host_us": fp_stats.get("host_us"),
         "auto_chunk": fp_stats["chunk"], "auto_chunk_bytes": chunk_bytes, "sweep_ms": sweep_ms,
         "max_row_error": errors,
     }
