@@ -664,6 +664,9 @@ class StreamPipeline:
             if outputs is not None:
                 outputs.bulk = None
             return None, "ring" if bulk_in else stage_in, "ring" if bulk_out else stage_out
+        except BaseException:  # a copy failed, Ctrl-C: nothing was enqueued; the blocks go back
+            staged.give_back()
+            raise
         return staged, stage_in, stage_out
 
     def _staging_mode(self, pinned: bool) -> str:
@@ -822,32 +825,39 @@ class StreamPipeline:
             outputs.bulk = None
         if self.staging == "auto" and "ring" in (stage_in, stage_out):
             bulk, stage_in, stage_out = self._bulk(batches, stage_in, stage_out, outputs, usage)
-            if bulk is not None:  # "bulk" in the stats; the protocol sees pinned ("direct") sides
-                staging = {k: "bulk" if v == "ring" and new == "direct" else v
-                           for (k, v), new in zip(staging.items(), (stage_in, stage_out or "none"))}
+            # the stats say "bulk"; the protocol sees those sides as pinned ("direct")
+            if staging["input"] == "ring" and stage_in == "direct":
+                staging["input"] = "bulk"
+            if staging["output"] == "ring" and stage_out == "direct":
+                staging["output"] = "bulk"
         ring_in, ring_out, has_out = stage_in == "ring", stage_out == "ring", stage_out is not None
         stats = PipelineStats(
             batches=n, streams=N, slots=K, recycle=self.recycle, copy_streams=self.copy_streams,
             staging=staging,
             bytes_in=sum(b.in_bytes for b in batches), bytes_out=sum(b.out_bytes for b in batches),
         )
-        if ring_in:
-            self._ring_in.ensure(max(b.in_bytes for b in batches), usage)
-        if ring_out and outputs is None:
-            self._ring_out.ensure(max(b.out_bytes for b in batches), usage)
-        in_dtype = batches[0].src.dtype
-        out_dtype = batches[0].dst.dtype if has_out and batches[0].dst is not None else None
-        gx = self._graphs if mode.graphs else None  # graph=True: see graphs.py
-        if gx is not None:
-            gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
-                         self._routes, self._ring_in, self._ring_out)
-        tc = self._tc if self.form == "tensor" else None
-        if tc is not None:
-            tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype)
-            if tc.graphs is not None:
-                tc.graphs.begin_run()
-        if outputs is not None:
-            outputs.begin_execute(batches, self._ring_out if ring_out else None)
+        try:  # until the run's own try below: a failure here gives the bulk blocks back
+            if ring_in:
+                self._ring_in.ensure(max(b.in_bytes for b in batches), usage)
+            if ring_out and outputs is None:
+                self._ring_out.ensure(max(b.out_bytes for b in batches), usage)
+            in_dtype = batches[0].src.dtype
+            out_dtype = batches[0].dst.dtype if has_out and batches[0].dst is not None else None
+            gx = self._graphs if mode.graphs else None  # graph=True: see graphs.py
+            if gx is not None:
+                gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
+                             self._routes, self._ring_in, self._ring_out)
+            tc = self._tc if self.form == "tensor" else None
+            if tc is not None:
+                tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype)
+                if tc.graphs is not None:
+                    tc.graphs.begin_run()
+            if outputs is not None:
+                outputs.begin_execute(batches, self._ring_out if ring_out else None)
+        except BaseException:
+            if bulk is not None:
+                bulk.give_back()
+            raise
 
         run = _Run(batches, stop=threading.Event())
         run.lazy_out = outputs is not None
