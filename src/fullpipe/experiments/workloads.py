@@ -29,6 +29,8 @@ timed by the host's clock from the first batch to the last output in host memory
 - fullpipe with its defaults; also ``y = pipe.run(x)`` with a new output each run, and a
   small sweep of fixed chunks against ``chunk="auto"``.
 
+The peers and fullpipe are timed in alternating rounds (each once per round, in turn; the
+median of the rounds): a host's speed can drift by more than the differences measured.
 Peers use 32 (copy-heavy) or 16 (compute-bound) equal batches. Bounds measured in this run:
 compute alone (``f`` over device-resident batches back to back on one stream, CUDA events;
 at the peers' batches and at the chunk fullpipe chose, the faster); the pinned copy peak
@@ -508,7 +510,7 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
     """Check every peer and fullpipe against the naive loop, then time them and the bounds."""
     torch, tdev, stream, repeat = env.torch, env.tdev, env.stream, env.repeat
     step = [0]
-    n_steps = 12 + len(SWEEP.get(w.name, ())) * 2
+    n_steps = 5 + repeat + len(SWEEP.get(w.name, ())) * 2
 
     def progress(msg: str) -> None:
         env.progress(lo + (hi - lo) * min(step[0], n_steps) / n_steps, f"{w.name}: {msg}")
@@ -570,34 +572,42 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         copy_ms = max(w.in_bytes, w.out_bytes) / (env.copy_gbps * 1e6)
         bound_ms = compute_alone if w.name != "copy-heavy" else max(compute_alone, copy_ms)
 
-        # ---- the peers, then fullpipe
-        peers_ms: dict[str, float] = {}
-        rows: list[dict] = []
-        progress("naive loop")
-        peers_ms["naive loop"], _ = _wall_ms(lambda: _naive(torch, tdev, w.f, w.xs, w.ys, stream), repeat)
-        progress("hand-written pipeline")
-        peers_ms["hand-written pipeline"], _ = _wall_ms(lambda: hand(w.xs, w.ys), repeat)
+        # ---- the peers and fullpipe, in alternating rounds: this host's speed drifts by
+        # up to 1.8x over seconds (an H100 host, session 10: the same two contenders ran
+        # 125 ms each, then 70 ms each, a few seconds later), so each contender is timed
+        # once per round, in turn, and the median of its rounds is taken
+        contenders: list[tuple[str, Callable[[], Any]]] = [
+            ("naive loop", lambda: _naive(torch, tdev, w.f, w.xs, w.ys, stream)),
+            ("hand-written pipeline", lambda: hand(w.xs, w.ys))]
         if "DataLoader" not in peer_errors:
-            progress("DataLoader")
-            peers_ms["DataLoader"], _ = _wall_ms(lambda: _dataloader(torch, tdev, w.f, w.xs, w.ys, stream), repeat)
+            contenders.append(("DataLoader", lambda: _dataloader(torch, tdev, w.f, w.xs, w.ys, stream)))
+        contenders += [(FULLPIPE, lambda: _fp_call(pipe, w, w.outputs())),
+                       (FULLPIPE_NEW_OUTPUT, lambda: _fp_call(pipe, w, None))]
+        samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
+        for r in range(repeat):
+            progress(f"timing, round {r + 1} of {repeat}")
+            for label, fn in contenders:
+                t0 = time.perf_counter()
+                fn()
+                ms = (time.perf_counter() - t0) * 1e3
+                samples[label].append((ms, _fp_stats(pipe) if label.startswith(FULLPIPE) else {}))
+
+        def median_run(label: str) -> tuple[float, dict[str, Any]]:
+            runs = sorted(samples[label], key=lambda t: t[0])
+            return runs[len(runs) // 2]
+
+        peers_ms: dict[str, float] = {label: median_run(label)[0] for label in PEERS if label in samples}
+        rows: list[dict] = []
         for label in PEERS:
             if label in peers_ms:
                 rows.append(_row(w, "peer", label, peers_ms[label], bound_ms, error=errors.get(label, 0.0)))
-        progress("fullpipe")
-        runs = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            _fp_call(pipe, w, w.outputs())
-            runs.append(((time.perf_counter() - t0) * 1e3, _fp_stats(pipe)))
-        runs.sort(key=lambda r: r[0])
-        fp_ms, fp_stats = runs[len(runs) // 2]
+        fp_ms, fp_stats = median_run(FULLPIPE)
         chunk_bytes = (fp_stats["chunk"] or {}).get("bytes")
         rows.append(_row(w, "peer", FULLPIPE, fp_ms, bound_ms, chunk_bytes=chunk_bytes,
                          enqueue_us=fp_stats["enqueue_us"], error=errors[FULLPIPE]))
-        progress("fullpipe, new output each run")
-        new_ms, _ = _wall_ms(lambda: _fp_call(pipe, w, None), repeat)
+        new_ms, new_stats = median_run(FULLPIPE_NEW_OUTPUT)
         rows.append(_row(w, "fullpipe variant", FULLPIPE_NEW_OUTPUT, new_ms, bound_ms,
-                         enqueue_us=_fp_stats(pipe)["enqueue_us"], error=errors[FULLPIPE_NEW_OUTPUT]))
+                         enqueue_us=new_stats["enqueue_us"], error=errors[FULLPIPE_NEW_OUTPUT]))
     del hand
 
     # ---- chunk="auto" against a small sweep of fixed chunks (each checked first)
