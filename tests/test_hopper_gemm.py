@@ -227,26 +227,3 @@ def test_build_options_are_checked_and_the_default_is_in_the_sweep():
         hg.PersistentBuild(tile_order="zigzag")
     assert hg.PERSISTENT in hg.SWEEP_BUILDS
     assert len({b.label for b in hg.SWEEP_BUILDS}) == len(hg.SWEEP_BUILDS)
-
-
-def test_gemm_hopper_keeps_one_prepared_launch_per_shape_and_address(monkeypatch):
-    """A prepared launch (plan, packed parameters) is made once per key and reused; the
-    least recently used one goes when the cache is full."""
-    import collections
-
-    from fullpipe.kernels import hopper_gemm as hg
-
-    monkeypatch.setattr(hg, "_launches", collections.OrderedDict())
-    monkeypatch.setattr(hg, "LAUNCH_CACHE_SIZE", 2)
-    made = []
-
-    def maker(tag):
-        return lambda: made.append(tag) or tag
-
-    assert hg._cached_launch(("a",), maker("A")) == "A"
-    assert hg._cached_launch(("a",), maker("A again")) == "A"
-    hg._cached_launch(("b",), maker("B"))
-    assert hg._cached_launch(("a",), maker("A third")) == "A"  # a is now the most recent
-    hg._cached_launch(("c",), maker("C"))  # b goes
-    assert hg._cached_launch(("b",), maker("B again")) == "B again"
-    assert made == ["A", "B", "C", "B again"] and list(hg._launches) == [("c",), ("b",)]

@@ -38,12 +38,10 @@ are launched here with cuLaunchKernelEx and a raw parameter array.
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import dataclasses
 import functools
 import struct
-import threading
 from typing import Any
 
 from ..cuda import compiler
@@ -375,42 +373,13 @@ def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, clust
     return cfg
 
 
-class PreparedLaunch:
-    """One launch of a plan with its arguments packed: the kernel, each parameter in its
-    own 64-byte aligned host buffer (the driver copies them at each launch, so they may
-    be launched again), and a launch configuration per stream, made once. Nothing in it
-    changes after it is made: threads may launch it at once."""
-
-    def __init__(self, p: HopperPlan, kernel: Any, raw: list[bytes]):
-        self.plan, self.kernel = p, kernel
-        self._bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
-        ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in self._bufs]
-        for ptr, r in zip(ptrs, raw):
-            ctypes.memmove(ptr, r, len(r))
-        self._params = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        self.params_address = ctypes.addressof(self._params)
-        self._configs: dict[int, Any] = {}
-        self._lock = threading.Lock()
-
-    def enqueue(self, stream: Any, device_index: int) -> None:
-        from cuda.bindings import driver as d
-
-        h = int(as_core_stream(stream).handle)
-        cfg = self._configs.get(h)
-        if cfg is None:
-            p = self.plan
-            cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(h), p.cluster)
-            with self._lock:
-                self._configs.setdefault(h, cfg)
-        ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
-        drv.call("cuLaunchKernelEx", cfg, self.kernel.handle, self.params_address, 0)
-
-
-def prepare_launch(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *,
-                   device_index: int = 0, arch: str | None = None, stamps_ptr: int | None = None) -> PreparedLaunch:
-    """``p`` with checked pointers (the maps in ``p`` name them) and sizes, ready to
-    enqueue. ``stamps_ptr``: the ws rung's ROLE_STAMPS build, writing its stamps there
+def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
+                device_index: int = 0, arch: str | None = None, stamps_ptr: int | None = None) -> None:
+    """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them).
+    ``stamps_ptr``: the ws rung's ROLE_STAMPS build, writing its stamps there
     (:mod:`.role_stamps`)."""
+    from cuda.bindings import driver as d
+
     if arch is None:
         arch, _ = arch_and_sm_count(device_index)
     if stamps_ptr is not None:
@@ -419,7 +388,7 @@ def prepare_launch(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n:
         kernel = _module("ws", arch, (("ROLE_STAMPS", 1),)).kernel(p.kernel)
     else:
         kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
-    ensure_current(device_index)
+    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
         raw = [struct.pack("<Q", a_ptr), struct.pack("<Q", b_ptr)]
@@ -430,39 +399,16 @@ def prepare_launch(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n:
     raw += [struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k)]
     if stamps_ptr is not None:
         raw.append(struct.pack("<Q", stamps_ptr))
-    return PreparedLaunch(p, kernel, raw)
-
-
-def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
-                device_index: int = 0, arch: str | None = None, stamps_ptr: int | None = None) -> None:
-    """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them).
-    ``stamps_ptr``: the ws rung's ROLE_STAMPS build, writing its stamps there
-    (:mod:`.role_stamps`)."""
-    prepare_launch(p, a_ptr, b_ptr, c_ptr, m, n, k, device_index=device_index, arch=arch,
-                   stamps_ptr=stamps_ptr).enqueue(stream, device_index)
-
-
-# gemm_hopper's prepared launches, by everything a launch depends on (shapes, dtype, the
-# three addresses, the build, the GPU): a model calls the same products on the same
-# buffers again and again (a layer stack: weights and a reused scratch), and planning and
-# packing a launch cost its Python front ~70 us of ~110 (issue 19's profile, session 10).
-LAUNCH_CACHE_SIZE = 512
-_launches: "collections.OrderedDict[tuple, PreparedLaunch]" = collections.OrderedDict()
-_launches_lock = threading.Lock()
-
-
-def _cached_launch(key: tuple, make: Any) -> PreparedLaunch:
-    with _launches_lock:
-        got = _launches.get(key)
-        if got is not None:
-            _launches.move_to_end(key)
-            return got
-    got = make()
-    with _launches_lock:
-        _launches[key] = got
-        while len(_launches) > LAUNCH_CACHE_SIZE:
-            _launches.popitem(last=False)
-    return got
+    # Each parameter in its own 64-byte aligned host buffer; the driver copies them.
+    bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
+    ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
+    for b, ptr, r in zip(bufs, ptrs, raw):
+        ctypes.memmove(ptr, r, len(r))
+    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    s = as_core_stream(stream)
+    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(int(s.handle)), p.cluster)
+    drv.call("cuLaunchKernelEx", cfg, kernel.handle, ctypes.addressof(params), 0)
+    del bufs  # the driver has copied the parameters by the time cuLaunchKernelEx returns
 
 
 def _default_stream(ref: Operand) -> Any:
@@ -514,13 +460,8 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     arch, _ = arch_and_sm_count(A.device_index)
     build = persistent_build(_multicast, _build) if variant == "persistent" else None
     clusters = max_active_clusters(A.device_index, arch, build) if build else 0
-
-    def make() -> PreparedLaunch:
-        p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build)
-        return prepare_launch(p, A.ptr, B.ptr, C.ptr, m, n, k, device_index=A.device_index, arch=arch)
-
-    key = (variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, clusters, build, A.device_index, arch)
-    _cached_launch(key, make).enqueue(s, A.device_index)
+    p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build)
+    launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index, arch=arch)
     return out
 
 
