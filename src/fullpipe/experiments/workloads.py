@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import gc
 import math
 import random
 import time
@@ -698,12 +697,7 @@ def _measure_all(ctx: Any, torch: Any, tv: Any, tv_missing: str | None, tdev: An
         except _Mismatch as exc:
             return params, metrics, table, notes, str(exc)
         finally:
-            # The workload's data goes before the next one is measured: with the copy-heavy
-            # workload's arrays still alive, every host-bound loop measured after it ran ~1.6x
-            # slower (an H200, session 10: fullpipe and the hand-written pipeline alike);
-            # gc.collect() because reference cycles can keep them alive past `del`.
             del w
-            gc.collect()
             torch.cuda.empty_cache()
         metrics["workloads"][name] = m
         table += rows
