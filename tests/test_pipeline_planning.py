@@ -271,6 +271,38 @@ def test_host_copier_copies_every_byte():
     np.testing.assert_array_equal(dst, src)
 
 
+def test_host_copier_copy_many_splits_the_list_over_threads_by_bytes():
+    """Bulk staging's many small copies: cut into runs of about equal bytes, one task per
+    run on the copier's threads (the first on the calling thread), never a copy split;
+    every byte where it belongs; a small total stays on the calling thread."""
+    rng = np.random.default_rng(3)
+    sizes = [int(n) for n in rng.integers(1, 400_000, 80)]  # ~16 MB of copies up to 390 KiB
+    src = rng.integers(0, 255, sum(sizes), dtype=np.uint8)
+    dst = np.zeros_like(src)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    copies = [(dst.ctypes.data + int(o), src.ctypes.data + int(o), n) for o, n in zip(offsets, sizes)]
+    c = HostCopier(4)
+    submitted: list[int] = []
+    real_submit = c._pool.submit
+
+    def submit(fn, run):
+        submitted.append(sum(n for _, _, n in run))
+        return real_submit(fn, run)
+
+    c._pool.submit = submit
+    try:
+        c.copy_many(copies)
+        np.testing.assert_array_equal(dst, src)
+        assert len(submitted) == 3  # four runs: three on the pool, one here
+        share = src.nbytes / 4
+        assert all(0.75 * share < b < 1.25 * share for b in submitted), (submitted, share)
+        submitted.clear()
+        c.copy_many(copies[:3])  # a few hundred KB: not worth a thread
+        assert submitted == []
+    finally:
+        c.close()
+
+
 @pytest.mark.skipif(not native_host_functions_available(), reason="no POSIX semaphores")
 def test_native_semaphore_signal_counts_and_stops():
     sig = HostFnSignal(initial=1)
