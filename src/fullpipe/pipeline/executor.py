@@ -823,7 +823,9 @@ class StreamPipeline:
         bulk = None
         if outputs is not None:
             outputs.bulk = None
-        if self.staging == "auto" and "ring" in (stage_in, stage_out):
+        # chunk="auto" probes measure the ring's per-batch costs (the chunks they choose are
+        # staged through it), never bulk staging
+        if self.staging == "auto" and "ring" in (stage_in, stage_out) and mode is not PROBE_RUN:
             bulk, stage_in, stage_out = self._bulk(batches, stage_in, stage_out, outputs, usage)
             # the stats say "bulk"; the protocol sees those sides as pinned ("direct")
             if staging["input"] == "ring" and stage_in == "direct":
