@@ -160,8 +160,9 @@ class HotPath:
     def event_done(self, event: int) -> bool:
         """cuEventQuery: True once the work before the event's last record has completed."""
         if not self.native:
-            err = drv.driver().cuEventQuery(event)[0]
-            if err == drv.driver().CUresult.CUDA_ERROR_NOT_READY:
+            d = drv.driver()
+            err = d.cuEventQuery(event)[0]
+            if err == d.CUresult.CUDA_ERROR_NOT_READY:
                 return False
             if int(err) != 0:
                 raise drv.error_from_code("cuEventQuery", err)

@@ -553,7 +553,7 @@ def _stack_scaling(ctx: Context, gpus: list[int]) -> tuple[dict[str, Any], list[
     }
     rows = []
     for k in tps:
-        n = 1 if k == "1 GPU" else int(k.split()[0])
+        n = len(forms[k]["devices"])
         rows.append({"section": "layer stack", "form": k, "tokens/s": tps[k], "x one GPU": tps[k] / one,
                      "of linear": tps[k] / one / n, "max rel err vs 1 GPU": errors.get(k, 0.0)})
     notes = [f"layer stack: {n_requests} requests of 64..2047 tokens ({tokens} tokens) in {microbatches} micro-batches "

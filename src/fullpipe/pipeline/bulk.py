@@ -34,8 +34,12 @@ def fits(sizes: Sequence[int], batch_max: int) -> bool:
     return len(sizes) > 1 and max(sizes) <= batch_max and _aligned_total(sizes) <= BULK_MAX_BYTES
 
 
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
 def _aligned_total(sizes: Sequence[int]) -> int:
-    return sum(-(-n // ALIGN) * ALIGN for n in sizes)
+    return sum(_aligned(n) for n in sizes)
 
 
 class BulkStaging:
@@ -46,6 +50,7 @@ class BulkStaging:
         self.pool, self.usage = pool, usage
         self.blocks: list[Any] = []
         self.outputs: list[tuple[int, int, int]] = []  # (caller's address, pinned address, bytes)
+        self.moved: list[Any] = []  # the batches whose addresses now point into a block
 
     def _places(self, sizes: Sequence[int]) -> list[int]:
         block = self.pool.take(max(_aligned_total(sizes), ALIGN), self.usage)
@@ -53,13 +58,14 @@ class BulkStaging:
         places, at = [], block.ptr
         for n in sizes:
             places.append(at)
-            at += -(-n // ALIGN) * ALIGN
+            at += _aligned(n)
         return places
 
     def stage_inputs(self, batches: Sequence[Any], copier: Any) -> None:
         """Copy every batch's input into one pinned block; the batches' H2Ds then read it."""
         places = self._places([b.in_bytes for b in batches])
         copier.copy_many([(at, b.src_addr, b.in_bytes) for b, at in zip(batches, places)])
+        self.moved += batches
         for b, at in zip(batches, places):
             b.src_addr = at
 
@@ -67,6 +73,7 @@ class BulkStaging:
         """Give each batch a place in one pinned block for its D2H (``dsts``: the caller's
         output arrays, in batch order). Returns {batch index: pinned address}."""
         places = self._places([d.nbytes for d in dsts])
+        self.moved += batches
         for b, d, at in zip(batches, dsts, places):
             self.outputs.append((d.ctypes.data, at, d.nbytes))
             b.dst_addr, b.drain_bytes = at, 0
@@ -75,6 +82,16 @@ class BulkStaging:
     def drain_outputs(self, copier: Any) -> None:
         """After the run's last D2H: copy every output into the caller's array."""
         copier.copy_many(self.outputs)
+
+    def cancel(self) -> None:
+        """Before the run: the batches read and write the caller's arrays again (the ring
+        stages them), and the blocks go back."""
+        for b in self.moved:
+            b.src_addr = b.src.ctypes.data
+            b.dst_addr = 0 if b.dst is None else b.dst.ctypes.data
+            b.drain_bytes = b.out_bytes
+        self.moved = []
+        self.give_back()
 
     def give_back(self) -> None:
         """The blocks go back to the pinned pool (no copy may be in flight)."""

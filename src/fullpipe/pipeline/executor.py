@@ -657,10 +657,7 @@ class StreamPipeline:
                     outputs.bulk = places
                 stage_out = "direct"
         except PinnedPoolFull:  # no room in the pinned pool: the ring it is (it may still fit)
-            staged.give_back()
-            for b in batches:
-                b.src_addr = b.src.ctypes.data
-                b.dst_addr = 0 if b.dst is None else b.dst.ctypes.data
+            staged.cancel()
             if outputs is not None:
                 outputs.bulk = None
             return None, "ring" if bulk_in else stage_in, "ring" if bulk_out else stage_out

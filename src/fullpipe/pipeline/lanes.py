@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+
 class LaneBuffers:
     """``allocate_ptr``/``free_ptr`` with the pool's signature, answering each lane's
     stream with that lane's buffer. ``handles``: the lanes' stream handles (as the

@@ -44,6 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..cuda.interop import HostKind
+from ..cuda.memory import DeviceArray
 
 FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
@@ -295,8 +296,6 @@ class TensorCompute:
     def use_lanes(self, buffers: list[tuple[int, int]]) -> None:
         """This run's lane buffers, (address, bytes) per lane: batch inputs are cut from
         one tensor per lane (valid until :meth:`release`)."""
-        from ..cuda.memory import DeviceArray
-
         item = self.np_dtype.itemsize
         self._bases = [(ptr, self.fw.tensor(DeviceArray(ptr, (nbytes // item,), self.np_dtype,
                                                         device_index=self.fw.device_index), self.in_dtype))
@@ -307,8 +306,6 @@ class TensorCompute:
             base_ptr, base = self._bases[lane]
             if base_ptr == ptr:
                 return self.fw.cut(base, math.prod(shape), shape)
-        from ..cuda.memory import DeviceArray
-
         return self.fw.tensor(DeviceArray(ptr, shape, self.np_dtype, device_index=self.fw.device_index), self.in_dtype)
 
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> int:
