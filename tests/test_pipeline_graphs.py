@@ -31,7 +31,7 @@ from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.graphs import GraphCaptureError
 from fullpipe.pipeline.workload import reference
 from tests import test_pipeline_fakecuda as base
-from tests.test_pipeline_fakecuda import SUCCESS, FakeDriver, FakeMix, FakePool, FakeStream, _assert_clean, row_sums
+from tests.test_pipeline_fakecuda import SUCCESS, FakeDriver, FakeMix, FakePool, FakeStream, row_sums
 
 # These tests are of the staging ring: small pageable batches go through it, not in bulk.
 pytestmark = pytest.mark.usefixtures("ring_staging")
@@ -42,6 +42,7 @@ ERR_INVALID_VALUE = 1
 ERR_CAPTURE_UNSUPPORTED = 900
 ERR_CAPTURE_INVALIDATED = 901
 ERR_CAPTURED_EVENT = 907
+ERR_CAPTURE_UNJOINED = 904
 MEM_HOST, MEM_DEVICE = 1, 2
 KERNEL, MEMCPY, HOST, EVENT_RECORD, MEM_ALLOC, MEM_FREE = 0, 1, 3, 7, 10, 11
 _HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -70,7 +71,10 @@ class FakeNode:
 
 
 class FakeGraph:
-    def __init__(self):
+    def __init__(self, origin=None):
+        self.origin = origin  # the stream the capture began on
+        self.joined: set = set()  # streams forked into the capture (cuStreamWaitEvent on a captured event)
+        self.rejoined: set = set()  # of those, the ones lane 0 waited for again
         self.nodes: list[FakeNode] = []
         self.keep: list = []  # graph memory (one buffer per alloc node)
         self.invalidated = False
@@ -131,15 +135,20 @@ class GraphFakeDriver(FakeDriver):
     def cuStreamBeginCapture(self, stream, mode):
         if stream.capture is not None or mode != 1:
             return (ERR_INVALID_VALUE,)
-        stream.capture = FakeGraph()
+        stream.capture = FakeGraph(origin=stream)
         return (SUCCESS,)
 
     def cuStreamEndCapture(self, stream):
-        g, stream.capture = stream.capture, None
-        if g is None:
+        g = stream.capture
+        if g is None or g.origin is not stream:
             return ERR_INVALID_VALUE, None
+        # the capture ends for every stream that took part in it
+        for s in (stream, *g.joined):
+            s.capture = None
         if g.invalidated:
             return ERR_CAPTURE_INVALIDATED, None
+        if g.joined - g.rejoined:  # a forked stream not joined back into the origin
+            return ERR_CAPTURE_UNJOINED, None
         self.captures += 1
         self.graphs_live.add(g)
         return SUCCESS, g
@@ -233,7 +242,27 @@ class GraphFakeDriver(FakeDriver):
             return super().cuEventRecord(ev, stream)
         # On a capturing stream a plain record only marks a capture dependency: no node, and
         # the event refuses host waits from then on (the real driver: CUDA_ERROR_INVALID_VALUE).
+        if stream.capture.invalidated:
+            return (ERR_CAPTURE_INVALIDATED,)
         ev.captured = True
+        ev.capture_of = (stream.capture, stream)
+        return (SUCCESS,)
+
+    def cuStreamWaitEvent(self, stream, ev, flags):
+        """A wait on an event recorded in a capture forks the waiting stream into it (or
+        joins a forked stream back, when the origin waits). Nodes keep enqueue order:
+        the fake's graphs are linear, one valid order of the real graph."""
+        g_src = getattr(ev, "capture_of", None) if getattr(ev, "captured", False) else None
+        if g_src is None:
+            if stream.capture is not None:
+                return (ERR_INVALID_VALUE,)  # not modelled: a captured stream waiting on outside work
+            return super().cuStreamWaitEvent(stream, ev, flags)
+        g, src = g_src
+        if stream.capture is None:
+            stream.capture = g
+            g.joined.add(stream)
+        elif stream.capture is g and stream is g.origin:
+            g.rejoined.add(src)
         return (SUCCESS,)
 
     def cuEventRecordWithFlags(self, ev, stream, flags):
@@ -335,7 +364,16 @@ def gfake(fake, monkeypatch):
 
 
 def _assert_graph_clean(pipe, d):
-    _assert_clean(pipe)
+    """Nothing left behind but what cached whole-run graphs hold: one pool buffer per
+    stream each (pool memory, counted in resources()["run_graph_bytes"])."""
+    for s in pipe.streams:
+        s.sync()
+    r = pipe.resources()
+    held = r.get("run_graph_execs", 0)
+    assert r["pool_allocations"] == held * pipe.n_streams and r["pool_used_bytes"] == r.get("run_graph_bytes", 0)
+    assert r["timing_events_out"] == 0 and not r["running"]
+    assert r["python_host_functions_pending"] == 0
+    assert r["pinned_slots_free"] == 2 * pipe.slots
     assert d.graph_mem_used == 0
 
 
@@ -354,7 +392,7 @@ def test_graph_options_are_checked_before_any_gpu_work():
         StreamPipeline(FakeMix(), graph=True, copy_streams=True)
     with pytest.raises(ValueError, match="staging='direct'"):
         StreamPipeline(FakeMix(), graph=True, staging="direct")
-    with pytest.raises(TypeError, match="graph must be True or False"):
+    with pytest.raises(TypeError, match="graph must be True, False or 'batch'"):
         StreamPipeline(FakeMix(), graph="yes")
     StreamPipeline(FakeMix(), graph=True, synchronous=True)  # fine
 
@@ -617,3 +655,178 @@ def test_direct_staging_without_an_updatable_memcpy_node_runs_without_graphs(gfa
         assert "no plain memcpy node" in g["reason"]
         assert not d.graphs_live and not d.execs_live
         _assert_graph_clean(pipe, d)
+
+
+# ----------------------------------------------------------------------------- whole-run graphs
+def _pinned_run(gfake, n=100_003, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2**32, n, dtype=np.uint32)
+    out = np.full_like(x, 0xDEADBEEF)
+    gfake.pinned.update({x.ctypes.data, out.ctypes.data})
+    return x, out
+
+
+def test_a_repeated_pinned_run_is_captured_whole_then_replayed(gfake):
+    """Run 1 goes batch by batch and remembers the run; run 2 captures every lane's
+    batches as one graph and launches it; run 3 is one launch that computes the new
+    contents of the same arrays, without calling the compute."""
+    d = gfake.driver
+    x, out = _pinned_run(gfake)
+    mix = FakeMix(3)
+    n = -(-x.size // 4096)
+    with StreamPipeline(mix, streams=4, chunk=4096, graph=True) as pipe:
+        pipe.run(x, out=out)
+        g1 = pipe.stats.graph
+        assert g1["run_graph"] == "seen" and g1["launches"] == n and "captured whole" in g1["reason"]
+        launches, updates, calls = d.launches, d.updates, mix.calls
+        out.fill(0)
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 3))
+        g2 = pipe.stats.graph
+        assert g2["run_graph"] == "captured" and g2["run_graphs"] == 1 and g2["launches"] == 0
+        assert "whole run launched as one CUDA graph" in g2["reason"] and g2["run_capture_ms"] > 0
+        assert d.launches == launches + 1 and d.updates == updates  # one launch, no per-batch updates
+        assert mix.calls == calls + n  # the capture called the compute once per batch
+        # its device memory: one buffer per stream for the largest batch (4096 words in, 4096 out)
+        assert pipe.resources()["run_graph_bytes"] == 4 * 2 * 4096 * 4
+        _assert_graph_clean(pipe, d)
+        # new data in the same arrays: replayed, and the output is of the new data
+        x[:] = np.random.default_rng(9).integers(0, 2**32, x.size, dtype=np.uint32)
+        out.fill(0)
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 3))
+        g3 = pipe.stats.graph
+        assert g3["run_graph"] == "replayed" and g3["run_capture_ms"] == 0
+        assert d.launches == launches + 2 and mix.calls == calls + n
+        assert len(pipe.stats.enqueue_us) == n
+        assert pipe.resources()["run_graph_execs"] == 1
+        _assert_graph_clean(pipe, d)
+    _assert_closed(d)
+
+
+def test_other_addresses_shapes_or_compute_are_not_replayed(gfake):
+    d = gfake.driver
+    x, out = _pinned_run(gfake, n=20_000)
+    mix = FakeMix(2)
+    with StreamPipeline(mix, streams=3, chunk=1000, graph=True) as pipe:
+        for _ in range(3):
+            pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "replayed"
+        # another output array: a different run
+        out2 = np.zeros_like(out)
+        gfake.pinned.add(out2.ctypes.data)
+        pipe.run(x, out=out2)
+        assert pipe.stats.graph["run_graph"] == "seen"
+        np.testing.assert_array_equal(out2, reference(x, 2))
+        # the same arrays cut into other batches: a different run
+        pipe.run(x[:15_000], out=out[:15_000])
+        assert pipe.stats.graph["run_graph"] == "seen"
+        # back to the first: still cached
+        pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "replayed"
+        # a new compute object drops the cached runs; so does reset_graphs()
+        pipe.compute = FakeMix(1)
+        pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "seen" and pipe.resources()["run_graph_execs"] == 0
+        np.testing.assert_array_equal(out, reference(x, 1))
+        pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "captured"
+        np.testing.assert_array_equal(out, reference(x, 1))
+        pipe.reset_graphs()
+        pipe.streams[0].sync()  # the lane buffers are freed in stream order, behind every launch
+        r = pipe.resources()
+        assert r["run_graph_execs"] == 0 and r["run_graph_bytes"] == 0 and r["pool_used_bytes"] == 0
+        pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "seen"
+        _assert_graph_clean(pipe, d)
+    _assert_closed(d)
+
+
+def test_ring_staging_synchronous_and_graph_batch_runs_stay_batch_by_batch(gfake):
+    x = np.random.default_rng(3).integers(0, 2**32, 20_000, dtype=np.uint32)  # pageable
+    with StreamPipeline(FakeMix(), streams=3, chunk=1000, graph=True) as pipe:
+        for _ in range(3):
+            np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+            assert pipe.stats.graph["run_graph"] == "none" and pipe.stats.graph["launches"] == 20
+    xp, outp = _pinned_run(gfake, n=20_000)
+    with StreamPipeline(FakeMix(), streams=2, chunk=1000, graph=True, synchronous=True) as pipe:
+        for _ in range(3):
+            pipe.run(xp, out=outp)
+            assert pipe.stats.graph["run_graph"] == "none"
+        np.testing.assert_array_equal(outp, reference(xp, 2))
+    with StreamPipeline(FakeMix(), streams=2, chunk=1000, graph="batch") as pipe:
+        for _ in range(3):
+            outp.fill(0)
+            pipe.run(xp, out=outp)
+            g = pipe.stats.graph
+            assert g["run_graph"] == "none" and g["launches"] == 20 and "graph='batch'" in g["reason"]
+        np.testing.assert_array_equal(outp, reference(xp, 2))
+    _assert_closed(gfake.driver)
+
+
+def test_at_most_max_run_graphs_are_kept(gfake, monkeypatch):
+    import fullpipe.pipeline.run_graphs as frun
+
+    d = gfake.driver
+    monkeypatch.setattr(frun, "MAX_RUN_GRAPHS", 2)
+    runs = [_pinned_run(gfake, n=5000 + 1000 * k, seed=k) for k in range(3)]
+    with StreamPipeline(FakeMix(), streams=2, chunk=1000, graph=True) as pipe:
+        for x, out in runs:
+            pipe.run(x, out=out)
+            pipe.run(x, out=out)
+            assert pipe.stats.graph["run_graph"] == "captured"
+        assert pipe.resources()["run_graph_execs"] == 2
+        x0, out0 = runs[0]  # the least recently used went: seen again from scratch
+        pipe.run(x0, out=out0)
+        assert pipe.stats.graph["run_graph"] == "seen"
+        x2, out2 = runs[2]
+        out2.fill(0)
+        pipe.run(x2, out=out2)
+        assert pipe.stats.graph["run_graph"] == "replayed"
+        np.testing.assert_array_equal(out2, reference(x2, 2))
+        _assert_graph_clean(pipe, d)
+    _assert_closed(d)
+
+
+class LateSyncingMix(FakeMix):
+    """Capturable for its first ``ok`` calls, then synchronizes its stream (not capturable)."""
+
+    def __init__(self, ok):
+        super().__init__()
+        self.ok = ok
+
+    def __call__(self, stream, x, y):
+        super().__call__(stream, x, y)
+        if self.calls > self.ok:
+            fdriver.call("cuStreamSynchronize", stream)
+
+
+@pytest.mark.parametrize("failure", ["uncapturable", "raises"])
+def test_a_failed_whole_run_capture_leaves_nothing_and_the_pipeline_usable(gfake, failure):
+    """Run 1 captures one graph per stream (3 calls); the second run's whole-run capture
+    fails at batch 7 (on lane 1): every lane leaves capture mode, no graph is kept, the
+    error names the batch, and the next run works."""
+    d = gfake.driver
+    x, out = _pinned_run(gfake, n=30_000)
+    mix = LateSyncingMix(ok=3 + 7) if failure == "uncapturable" else FakeMix(fail_at=3 + 7)
+    pipe = StreamPipeline(mix, streams=3, chunk=1000, graph=True)
+    pipe.run(x, out=out)
+    assert pipe.stats.graph["run_graph"] == "seen" and mix.calls == 3
+    graphs_before = set(d.graphs_live)
+    expected = GraphCaptureError if failure == "uncapturable" else RuntimeError
+    with pytest.raises(expected) as info:
+        pipe.run(x, out=out)
+    if failure == "uncapturable":
+        assert "the whole run" in str(info.value) and isinstance(info.value.__cause__, CudaError)
+    assert info.value.batch_index == 7
+    assert all(s.capture is None for s in pipe.streams)
+    assert d.graphs_live == graphs_before and pipe.resources()["run_graph_execs"] == 0
+    _assert_graph_clean(pipe, d)
+    pipe.compute = FakeMix()
+    for _ in range(3):
+        out.fill(0)
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 2))
+    assert pipe.stats.graph["run_graph"] == "replayed"
+    pipe.close()
+    _assert_closed(d)

@@ -4,6 +4,7 @@
 - protocol.py  one batch's enqueue sequence (two halves, for prefetch), shared by every mode
 - tensors.py   tensor-function computes y = f(x) (PyTorch, CuPy) and PyTorch CUDA-graph capture
 - graphs.py    ``graph=True``: the per-batch sequence captured once, one graph launch per batch
+- run_graphs.py  ``graph=True``, pinned runs that repeat: the whole run as one graph launch
 - staging.py   the pinned staging ring, recycled by host functions or events
 - pageable.py  CPU threads that stage pageable arrays through the ring
 - tuning.py    ``chunk="auto"``: chunk size from measured copy and compute rates

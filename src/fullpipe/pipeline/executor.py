@@ -53,6 +53,7 @@ from .pageable import (HostCopier, InlineInputStager, InlineOutputDrainer, Input
 from . import bulk as bulk_staging
 from .bulk import BulkStaging
 from .graphs import BatchGraphs, GraphRun
+from .run_graphs import RunGraphs
 from .lanes import LaneBuffers
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
@@ -159,6 +160,12 @@ class StreamPipeline:
       (the pool's usage does not move; :meth:`close` gives the graph memory back). At
       most 64 graphs are cached; batches of further new shapes run without a graph.
       ``stats.graph`` says how many batches were launched, captured, or fell back.
+      A run with pinned arrays on both sides that repeats an earlier one (the same
+      batches, host addresses and compute: a loop that refills the same buffers) is
+      captured whole the second time and replayed as ONE launch from the third
+      (:mod:`fullpipe.pipeline.run_graphs`; ``stats.graph["run_graph"]``); its graph
+      holds about a batch of device memory per stream while cached (at most 4 runs).
+      ``graph="batch"``: per-batch graphs only, never a whole run.
       Not combined with ``copy_streams=True`` or ``staging="direct"`` yet.
       True, PyTorch tensor function: the compute alone is captured with PyTorch's
       own ``torch.cuda.CUDAGraph`` (one graph per stream and input shape, static input
@@ -214,8 +221,8 @@ class StreamPipeline:
         self.timing = bool(timing)
         self.synchronous = bool(synchronous)
         self.copy_streams = bool(copy_streams)
-        if not isinstance(graph, bool):
-            raise TypeError(f"graph must be True or False, got {graph!r}")
+        if not (isinstance(graph, bool) or graph == "batch"):
+            raise TypeError(f"graph must be True, False or 'batch', got {graph!r}")
         if graph and self.copy_streams:
             raise ValueError(
                 "graph=True and copy_streams=True are not combined yet: copy_streams spreads each batch over "
@@ -317,6 +324,8 @@ class StreamPipeline:
         self._SUCCESS = driver.CUresult.CUDA_SUCCESS
         self._graphs = (BatchGraphs(pool=self.pool, device=self.device, hot=self._hot, recycle=self.recycle,
                                     slots=self.slots) if self.graph and self.form != "tensor" else None)
+        self._run_graphs = (RunGraphs(self._graphs, self._hot, self.device, self.pool, self._hs[0],
+                                      enabled=self.graph is True) if self._graphs is not None else None)
         self._started = True
 
     def close(self) -> None:
@@ -341,8 +350,11 @@ class StreamPipeline:
         if self._tc is not None:
             self._tc.close()
             self._tc = None
+        if self._run_graphs is not None:
+            self._run_graphs.close()
+            self._run_graphs = None
         if self._graphs is not None:  # before the ring: the graphs hold its slot addresses
-            self._graphs.close()
+            self._graphs.close()  # (and trims the graph memory the run graphs held)
             self._graphs = None
         self._ring_in.free()
         self._ring_out.free()
@@ -407,6 +419,9 @@ class StreamPipeline:
             )
             if self._graphs is not None:
                 d["graph_execs"] = len(self._graphs)
+            if self._run_graphs is not None:
+                d["run_graph_execs"] = len(self._run_graphs)
+                d["run_graph_bytes"] = self._run_graphs.nbytes
         return d
 
     def reset_graphs(self) -> None:
@@ -417,6 +432,8 @@ class StreamPipeline:
         self._drain_streams()
         if self._graphs is not None:
             self._graphs.clear()
+        if self._run_graphs is not None:
+            self._run_graphs.clear()
         if self._tc is not None and self._tc.graphs is not None:
             self._tc.graphs.clear()
 
@@ -880,8 +897,15 @@ class StreamPipeline:
                                              tc, outputs, usage)
                 t_loop = time.perf_counter()
                 if gx is not None:
-                    for pos, b in enumerate(batches):
-                        self._one_graph_batch(run, gx, front, back, b, pos, ring_in, ring_out, mode)
+                    at = [0]
+                    try:
+                        whole = self._whole_run(run, gx, batches, ring_in, ring_out, has_out, mode, at)
+                    finally:
+                        pos = at[0]
+                        b = batches[pos]
+                    if not whole:
+                        for pos, b in enumerate(batches):
+                            self._one_graph_batch(run, gx, front, back, b, pos, ring_in, ring_out, mode)
                 else:
                     L = self._prefetch_for(mode, ring_in)
                     stats.prefetch = L
@@ -936,7 +960,7 @@ class StreamPipeline:
         stats.host_copy_s = {"stage_in": run.stager.copy_s if run.stager is not None else [],
                              "drain_out": run.drainer.copy_s if run.drainer is not None else []}
         if gx is not None:
-            stats.graph = gx.run_stats(n)
+            stats.graph = self._run_graphs.stats(gx.run_stats(n))  # type: ignore[union-attr]
         elif tc is not None and tc.graphs is not None:
             stats.graph = tc.graphs.run_stats(n)
         if run.timings:
@@ -991,6 +1015,32 @@ class StreamPipeline:
                 with drv.translated("cuStreamSynchronize"):
                     routes[pos % N].d2h_stream.sync()
                 run.wait_s += perf() - t1
+
+    def _whole_run(self, run: "_Run", gx: BatchGraphs, batches: list[P.Batch], ring_in: bool, ring_out: bool,
+                   has_out: bool, mode: RunMode, at: list) -> bool:
+        """graph=True, pinned on both sides: a run that repeats an earlier one (same
+        batches, host addresses and compute) is one launch of a graph of the whole run,
+        captured the second time it is seen (run_graphs.py). False: go batch by batch."""
+        rg = self._run_graphs
+        assert rg is not None
+        rg.begin_run()
+        if ring_in or ring_out or mode.synchronous or not rg.enabled:
+            return False
+        t0 = time.perf_counter()
+        key = rg.key(self.compute, gx.run_key, self.n_streams, batches)
+        g = rg.lookup(key)
+        if g is None:
+            if not rg.seen_before(key):
+                return False
+            writes_output = has_out and self.compute is not None
+            g = rg.capture(key, batches, self._routes, max(_device_bytes(b, writes_output) for b in batches), at)
+            run.off_s += rg.capture_s
+        rg.launch(g, self._hs[0])
+        n = len(batches)
+        per_batch_us = max(time.perf_counter() - t0 - rg.capture_s, 0.0) * 1e6 / n
+        run.enqueue_us.extend([per_batch_us] * n)
+        run.front_us.extend([0.0] * n)
+        return True
 
     def _one_graph_batch(self, run: "_Run", gx: BatchGraphs, front: Any, back: Any, b: P.Batch, pos: int,
                          ring_in: bool, ring_out: bool, mode: RunMode) -> None:

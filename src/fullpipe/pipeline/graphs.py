@@ -175,6 +175,12 @@ class BatchGraphs:
                                           for _ in range(self.slots)]
         return sigs
 
+    @property
+    def run_key(self) -> tuple:
+        """The current run's part of a graph's key (staging, dtypes)."""
+        assert self._run is not None
+        return self._run.key
+
     # ------------------------------------------------------------------ per batch
     def graph_for(self, b: Any, slot: int, lane: int, src: int, dst: int) -> tuple[_Graph | None, float]:
         """Batch ``b``'s graph and the seconds spent capturing it now (0.0 when cached).
@@ -232,10 +238,10 @@ class BatchGraphs:
         failure: BaseException | None = None
         ptr = y_ptr = 0
         try:
-            ptr, y_ptr = self._protocol()(b, lane, slot, src, dst)
+            ptr, y_ptr = self.protocol()(b, lane, slot, src, dst)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
             failure = exc
-        graph, end_error = self._end_capture(sh)  # always: the stream must leave capture mode
+        graph, end_error = self.end_capture(sh)  # always: the stream must leave capture mode
         if failure is not None:
             self._destroy(graph=graph)
             if isinstance(failure, Exception) and (isinstance(failure, CudaError) or end_error is not None):
@@ -264,24 +270,26 @@ class BatchGraphs:
         exec_h = handle_int(exe) if self.hot.native else exe
         return _Graph(graph, exe, exec_h, r.ring_in or r.ring_out, h2d, d2h, held)
 
-    def _protocol(self) -> Any:
+    def protocol(self, alloc: Any = None, free: Any = None) -> Any:
         """The executor's per-batch protocol as a capture enqueues it: on the lane's one
         stream, stream-ordered allocation on the pool's handle (it becomes a graph
         mem-alloc node: graph memory, freed by the graph's own mem-free node), ring slots
-        signalled by nodes that run on every launch, no timing events, no host waits."""
+        signalled by nodes that run on every launch, no timing events, no host waits.
+        ``alloc``/``free``: the device memory instead (run_graphs.py: fixed lane buffers)."""
         r = self._run
         assert r is not None
         hot = self.hot
         pool_h = handle_int(self.pool.handle) if hot.native else self.pool.handle
         return batch_protocol(
             hot=hot, routes=self._routes, compute=r.compute, has_out=r.has_out, in_dtype=r.in_dtype,
-            out_dtype=r.out_dtype, alloc=lambda nbytes, stream_h: hot.alloc_from_pool(nbytes, pool_h, stream_h),
-            free=hot.free_async,
+            out_dtype=r.out_dtype,
+            alloc=alloc or (lambda nbytes, stream_h: hot.alloc_from_pool(nbytes, pool_h, stream_h)),
+            free=free or hot.free_async,
             free_in=[s.arm_in_capture for s in self._signals["in"]] if r.ring_in else None,
             ready_out=[s.arm_in_capture for s in self._signals["out"]] if r.ring_out else None,
         )
 
-    def _end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
+    def end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
         """cuStreamEndCapture; never raises (an invalidated capture returns its error)."""
         try:
             return drv.call("cuStreamEndCapture", sh), None
@@ -390,9 +398,11 @@ def _int(v: Any) -> int:
     return 0 if v is None else int(v)
 
 
-def _capture_message(b: Any, exc: BaseException) -> str:
+def _capture_message(b: Any, exc: BaseException, whole_run: bool = False) -> str:
+    what = (f"the whole run (a repeat of an earlier run; it failed at batch {b.index})" if whole_run
+            else f"the work of batch {b.index}")
     return (
-        f"graph=True: capturing the work of batch {b.index} into a CUDA graph failed ({exc}). With graph=True "
+        f"graph=True: capturing {what} into a CUDA graph failed ({exc}). With graph=True "
         "the compute callable is called once per graph while its stream is being captured: it must only "
         "enqueue capturable work on the stream it is given (kernel launches, async copies and memsets, event "
         "records) and must not synchronize a stream, an event or the device, wait on the GPU from the host, "

@@ -99,7 +99,8 @@ class PipelineStats:
     # pinned memory this run took from the pinned pool: allocations, allocated_bytes (new pinning),
     # reuses, pool_held_bytes, ring_bytes[, fallback]
     pinned: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # graph=True: {"graphs", "launches", "captures", "capture_ms", "fallback_batches", "max_graphs", "reason"}
+    # graph=True: {"graphs", "launches", "captures", "capture_ms", "fallback_batches", "max_graphs", "reason",
+    #              "run_graph" (none / seen / captured / replayed: run_graphs.py), "run_graphs", "run_capture_ms"}
     graph: dict[str, Any] | None = None
     timings: list[BatchTiming] = dataclasses.field(default_factory=list, repr=False)
     enqueue_us: list[float] = dataclasses.field(default_factory=list, repr=False)  # per batch
