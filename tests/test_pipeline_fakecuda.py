@@ -469,6 +469,37 @@ def test_chunk_auto_probes_then_chooses(fake):
     assert pipe.stats.batches + 3 == len(pipe.stats.timings) + 3
 
 
+def test_chunk_auto_is_not_misled_by_one_slow_probe(fake, monkeypatch):
+    """A size probed twice counts its faster run: a host hiccup in one probe batch (10 ms
+    more enqueue time) must not change the fitted host cost (which sets the chunk; the
+    GPU stages' times here come from the fake's threads, so the chunk itself may vary)."""
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(5).integers(0, 2**32, 48 << 20 >> 2, dtype=np.uint32)
+    real = fexec._probe_point
+    calls = []
+
+    def quiet(pst, i, with_compute, with_out):
+        m = real(pst, i, with_compute, with_out)
+        m["host"] = 100e-6  # every probe batch: 100 us of host time
+        return m
+
+    def one_hiccup(pst, i, with_compute, with_out):
+        m = quiet(pst, i, with_compute, with_out)
+        calls.append(i)
+        if len(calls) == 2:  # the repeated small probe's second run
+            m["host"] += 10e-3
+        return m
+
+    chosen = {}
+    for name, probe in (("quiet", quiet), ("hiccup", one_hiccup)):
+        monkeypatch.setattr(fexec, "_probe_point", probe)
+        pipe = StreamPipeline(FakeMix(0), streams=2, chunk="auto")
+        pipe.run(x)
+        (tuned,) = pipe._tuned.values()
+        chosen[name] = tuned.host
+    assert chosen["hiccup"] == chosen["quiet"]
+
+
 def test_synchronous_baseline_is_correct(fake):
     x = np.arange(5000, dtype=np.uint32)
     pipe = StreamPipeline(FakeMix(), streams=1, chunk=512, synchronous=True)
