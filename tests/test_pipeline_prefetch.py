@@ -185,10 +185,12 @@ def test_chunk_rows_strings_and_bytes():
 def test_a_run_with_fewer_batches_than_streams_warns_and_says_int_is_rows(fake):
     x = np.arange(100_000, dtype=np.uint32)
     pipe = StreamPipeline(FakeMix(), streams=3, chunk=400_000)  # meant as bytes, taken as rows
-    with pytest.warns(PipelineWarning, match="1 batch.*3 streams.*row count.*'400000B'"):
+    with pytest.warns(PipelineWarning, match="1 batch.*3 streams.*row count.*'400000B'") as caught:
         np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
-    with pytest.warns(PipelineWarning, match="2 batch"):
+    assert caught[0].filename == __file__  # pointed at the caller's line
+    with pytest.warns(PipelineWarning, match="2 batch") as caught:
         pipe.run_batches([x[:10], x[10:20]])
+    assert caught[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         StreamPipeline(FakeMix(), streams=3, chunk="40000B").run(x)  # 10 chunks of 10_000 rows: no warning

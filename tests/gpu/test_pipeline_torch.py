@@ -195,10 +195,13 @@ def test_auto_chunk_is_reused(device, pool):
     with StreamPipeline(f, pool=pool, device=device) as pipe:
         pipe.run(x)
         first = pipe.stats.chunk
+        pipe.run(x)  # x seen again: pinned in place, another kind of staging, tuned for it
+        second, staged = pipe.stats.chunk, pipe.stats.staging["input"]
         pipe.run(x)
-        second = pipe.stats.chunk
+        third = pipe.stats.chunk
     assert first["source"] == "tuned" and first["probe_batches"] >= 4
-    assert second["source"] == "reused" and second["probe_batches"] == 0
+    assert staged == "pinned in place" and second["source"] == "tuned"
+    assert third["source"] == "reused" and third["probe_batches"] == 0
     print(first["reason"])
 
 

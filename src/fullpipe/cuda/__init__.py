@@ -6,6 +6,7 @@
 - hostfn.py    host functions on a stream, with the no-CUDA-inside rule enforced
 - memory.py    pinned host arrays, device arrays, async copies
 - pinned_pool.py  reusable pinned host buffers with a cap, stats and trim
+- pin_cache.py  pageable arrays that come back, page-locked where they are (a pin-down cache)
 - pool.py      fullpipe's own stream-ordered memory pool (never the default pool)
 - interop.py   PyTorch/CuPy at the edges: host views, streams, device-array views
 - compiler.py  NVRTC -> cubin, cached on disk
@@ -21,6 +22,7 @@ from .hostfn import launch_host_func
 from .launch import launch
 from .interop import HostKind, as_cupy, as_torch, cupy_stream, host_view, like_input, torch_stream
 from .memory import DeviceArray, PinnedBuffer, as_device_array, device_empty, pinned_empty
+from .pin_cache import PinCache, default_pin_cache
 from .pinned_pool import (PinnedBlock, PinnedPool, PinnedPoolFull, PinnedPoolStats, PinnedUsage,
                           default_pinned_pool)
 from .pool import DevicePool, PoolStats
@@ -33,6 +35,7 @@ __all__ = [
     "DevicePool",
     "HostKind",
     "PoolStats",
+    "PinCache",
     "PinnedBlock",
     "PinnedBuffer",
     "PinnedPool",
@@ -48,6 +51,7 @@ __all__ = [
     "create_event",
     "create_stream",
     "cupy_stream",
+    "default_pin_cache",
     "default_pinned_pool",
     "device_empty",
     "elapsed_ms",

@@ -45,6 +45,7 @@ from ..cuda.device import ensure_current
 from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.interop import HostKind, host_view, like_input
 from ..cuda.memory import DeviceArray, free_collected, is_pinned
+from ..cuda.pin_cache import default_pin_cache
 from ..cuda.pinned_pool import PinnedPoolFull, PinnedUsage, default_pinned_pool
 from . import plan as P
 from . import pageable
@@ -137,6 +138,14 @@ class StreamPipeline:
       signal per batch: see :mod:`fullpipe.pipeline.bulk`; ``stats.staging`` says
       which), ``"ring"`` (always the ring), ``"direct"`` (hand every array to
       cuMemcpyAsync as is: pageable memory then blocks; a baseline for experiments).
+    - ``pin_in_place``: True (default), with ``staging="auto"``: a pageable array of at
+      least 64 MiB that :meth:`run` sees a second time (same memory: a loop over the
+      same input or output buffer) is page-locked where it is (``cuMemHostRegister``,
+      once) and from then on copied directly, with no staging memmove: the process-wide
+      pin-down cache, :mod:`fullpipe.cuda.pin_cache` (it keeps the array's memory
+      alive while registered and lets it go at the first run after nobody else holds
+      it). ``stats.staging`` says "pinned in place"; ``stats.pinned["in_place"]``
+      what it cost. False: never.
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
       for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
     - ``pinned_pool``: the :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the ring's
@@ -204,6 +213,7 @@ class StreamPipeline:
         graph: bool = False,
         prefetch: int | None = None,
         pinned_pool: Any = None,
+        pin_in_place: bool = True,
     ):
         self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
         self._form_option = form
@@ -251,6 +261,9 @@ class StreamPipeline:
         self._pool = pool
         self._owns_pool = pool is None
         self._pinned_pool_arg = pinned_pool
+        if not isinstance(pin_in_place, bool):
+            raise TypeError(f"pin_in_place must be True or False, got {pin_in_place!r}")
+        self.pin_in_place = pin_in_place
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
@@ -473,19 +486,30 @@ class StreamPipeline:
         ensure_current(self._dev_index)
         usage = PinnedUsage()
         notes: list[str] = []
-        in_pinned = self._pinned(x_np)
+        pins = _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
+        try:
+            return self._run_array(x, x_np, kind, out, out_np, tensor, spec, rows, row_bytes, out_shape, out_dtype,
+                                   fixed_rows, usage, notes, pins)
+        finally:
+            pins.release()
+
+    def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
+                   tensor: bool, spec: Any, rows: int, row_bytes: int, out_shape: Any, out_dtype: Any,
+                   fixed_rows: int | None, usage: PinnedUsage, notes: list, pins: "_Pins") -> Any:
+        """run() once its arguments are checked: staging, chunking, the run itself."""
+        in_pinned = pins.pinned("input", x, x_np, self._pinned)
         outputs: _Outputs | None = None
         if tensor:
             self._tensor_compute(kind)
             if not spec.none:
                 outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
                                    rows=rows, given=out_np, torch_input=kind.library == "torch")
-            out_pinned = in_pinned if out_np is None else self._pinned(out_np)
+            out_pinned = in_pinned if out_np is None else pins.pinned("output", out, out_np, self._pinned)
         elif out_np is None and not spec.none:
             out_np = self._new_output(out_shape, out_dtype, in_pinned, usage, notes)
             out_pinned = in_pinned and not notes
         else:
-            out_pinned = out_np is not None and self._pinned(out_np)
+            out_pinned = out_np is not None and pins.pinned("output", out, out_np, self._pinned)
         stage_in = self._staging_mode(in_pinned)
         stage_out = None if spec.none else self._staging_mode(out_pinned)
         start = n_probe = 0
@@ -500,14 +524,15 @@ class StreamPipeline:
                     x_np, None if tensor else out_np, rows, row_bytes, stage_in, stage_out, run_args, pst_list)
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
-        self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes)
+        self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
         with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
             stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
         if choice is not None:
             stats.chunk.update(choice.as_dict())
             stats.chunk["probe_batches"] = n_probe
-        stats.pinned = self._pinned_stats(usage, notes)
+        stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run -> _run_array -> here)
+        pins.annotate(stats)
         self.stats = stats
         if spec.none:
             return None
@@ -616,7 +641,7 @@ class StreamPipeline:
                 notes.append(f"pinned pool full, output is pageable (staged through the ring): {exc}")
         return np.empty(shape, dtype)
 
-    def _pinned_stats(self, usage: PinnedUsage, notes: list) -> dict[str, Any]:
+    def _pinned_stats(self, usage: PinnedUsage, notes: list, stacklevel: int = 3) -> dict[str, Any]:
         d = dataclasses.asdict(usage)
         d["pool_held_bytes"] = self._pinned_pool.stats.held_bytes
         d["ring_bytes"] = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
@@ -626,10 +651,10 @@ class StreamPipeline:
             # that copy synchronous (the host waits for it), a slowdown with no other sign.
             warnings.warn(f"fullpipe.StreamPipeline: {d['fallback']}. Raise the pinned pool's cap "
                           "(fullpipe.cuda.default_pinned_pool().cap_bytes = ...) or pass out= arrays you pinned.",
-                          PipelineWarning, stacklevel=3)  # the caller of run() / run_batches()
+                          PipelineWarning, stacklevel=stacklevel)  # the caller of run() / run_batches()
         return d
 
-    def _warn_few_batches(self, n_batches: int, rows: int | None, row_bytes: int) -> None:
+    def _warn_few_batches(self, n_batches: int, rows: int | None, row_bytes: int, stacklevel: int = 3) -> None:
         if n_batches >= self.n_streams or self.synchronous:
             return
         hint = ""
@@ -638,7 +663,7 @@ class StreamPipeline:
                     f"size in bytes write chunk='{self.chunk}B' or e.g. '8MiB'.")
         warnings.warn(f"fullpipe.StreamPipeline: {n_batches} batch(es) for {self.n_streams} streams: nothing to "
                       f"overlap, the copies and the compute run one after the other.{hint}",
-                      PipelineWarning, stacklevel=3)
+                      PipelineWarning, stacklevel=stacklevel)
 
     def _check_input_dtype(self, dtype: np.dtype) -> None:
         want = getattr(self.compute, "input_dtype", None)
@@ -1253,6 +1278,46 @@ class RunMode:
 
 
 PROBE_RUN = RunMode(timing=True, synchronous=True, graphs=False)  # chunk="auto" probes: stage times
+
+
+class _Pins:
+    """One run's arrays pinned in place by the pin-down cache (cuda/pin_cache.py): the
+    entries it holds until it ends, and what they cost, for ``stats``. ``cache`` None:
+    pin_in_place is off for this pipeline (or staging is not "auto")."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+        self.held: list[Any] = []
+        self.sides: dict[str, str] = {}  # side -> "registered now" / "registered before"
+        self.register_s = 0.0
+        if cache is not None:
+            cache.flush()  # a safe point: arrays nobody holds any more are let go
+
+    def pinned(self, side: str, obj: Any, arr: np.ndarray, is_pinned: Callable[[np.ndarray], bool]) -> bool:
+        """Is ``arr`` (the host view of the user's ``obj``) page-locked for this run: by
+        its owner (``is_pinned``), or by the cache, now or before?"""
+        if self.cache is None:
+            return is_pinned(arr)
+        entry, dt = self.cache.acquire(obj, arr, lambda: is_pinned(arr))
+        if entry is None:
+            return is_pinned(arr)
+        self.held.append(entry)
+        self.register_s += dt
+        self.sides[side] = "registered now" if dt else "registered before"
+        return True
+
+    def annotate(self, stats: PipelineStats) -> None:
+        if not self.sides:
+            return
+        for side in self.sides:
+            if stats.staging.get(side) == "direct":
+                stats.staging[side] = "pinned in place"
+        stats.pinned["in_place"] = {**self.sides, "register_ms": self.register_s * 1e3,
+                                    "cache_bytes": self.cache.stats.registered_bytes}
+
+    def release(self) -> None:
+        while self.held:
+            self.cache.release(self.held.pop())
 
 
 class _Run:

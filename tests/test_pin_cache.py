@@ -1,0 +1,164 @@
+"""CPU tests of the pin-down cache (cuda/pin_cache.py) and StreamPipeline(pin_in_place)
+on the fake driver of test_pipeline_fakecuda.py, which here also registers host
+ranges: when an array is pinned in place, what the cache keeps alive and when it lets
+go, the cap, refusals, and the same bytes as through the ring."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import fullpipe.cuda.pin_cache as fpc
+from fullpipe.cuda.pin_cache import PinCache
+from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline.workload import reference
+from tests import test_pipeline_fakecuda as base
+from tests.test_pipeline_fakecuda import SUCCESS, FakeMix
+
+fake = base.fake
+MiB = 1 << 20
+ERR_ALREADY_REGISTERED = 712
+
+
+@pytest.fixture
+def pins(fake, monkeypatch):
+    """The fake driver registers ranges (``registered``: address -> bytes; addresses in
+    ``refuse`` fail as CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED); a fresh process-wide
+    cache that registers arrays of 1 MiB and more."""
+    registered: dict[int, int] = {}
+    refuse: set[int] = set()
+    calls = {"register": 0}
+
+    def register(ptr, nbytes, flags):
+        calls["register"] += 1
+        if ptr in refuse or ptr in registered:
+            return (ERR_ALREADY_REGISTERED,)
+        registered[ptr] = nbytes
+        return (SUCCESS,)
+
+    def unregister(ptr):
+        registered.pop(ptr)
+        return (SUCCESS,)
+
+    fake.driver.cuMemHostRegister = register
+    fake.driver.cuMemHostUnregister = unregister
+    cache = PinCache(cap_bytes=64 * MiB, min_bytes=1 * MiB)
+    monkeypatch.setattr(fpc, "_default", cache)
+    return type("Pins", (), dict(cache=cache, registered=registered, refuse=refuse, calls=calls, fake=fake))
+
+
+def _arrays(n_words, seed=0):
+    x = np.random.default_rng(seed).integers(0, 2**32, n_words, dtype=np.uint32)
+    return x, np.full_like(x, 0xDEADBEEF)
+
+
+def test_an_array_seen_twice_is_pinned_in_place_and_copied_directly(pins):
+    x, out = _arrays(1 << 20)  # 4 MiB each way, 2 MiB chunks: through the ring, not in bulk
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        pipe.run(x, out=out)
+        assert pipe.stats.staging == {"input": "ring", "output": "ring"} and not pins.registered
+        assert "in_place" not in pipe.stats.pinned
+        out.fill(0)
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 2))
+        st = pipe.stats
+        assert st.staging == {"input": "pinned in place", "output": "pinned in place"}
+        assert st.pinned["in_place"]["input"] == st.pinned["in_place"]["output"] == "registered now"
+        assert pins.registered == {x.ctypes.data: x.nbytes, out.ctypes.data: out.nbytes}
+        assert st.pinned["in_place"]["cache_bytes"] == 2 * x.nbytes
+        x[:] = np.random.default_rng(1).integers(0, 2**32, x.size, dtype=np.uint32)
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 2))
+        assert pipe.stats.pinned["in_place"]["input"] == "registered before"
+        assert pins.calls["register"] == 2
+        base._assert_clean(pipe)
+
+
+def test_the_cache_keeps_a_registered_array_alive_until_the_next_run_after_the_user_let_go(pins):
+    x, out = _arrays(1 << 20)
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        pipe.run(x, out=out)
+        pipe.run(x, out=out)
+        gone = weakref.ref(x)
+        addr = x.ctypes.data
+        del x
+        gc.collect()
+        assert gone() is not None and addr in pins.registered  # registered memory is never freed
+        y, out2 = _arrays(600_000, seed=3)  # any run is a safe point to let go
+        pipe.run(y, out=out2)
+        assert gone() is None and addr not in pins.registered
+        assert out.ctypes.data in pins.registered  # still held by the caller
+        assert pins.cache.stats.unregistrations == 1
+
+
+def test_a_view_registers_its_whole_array_once(pins):
+    x, out = _arrays(2 << 20)
+    half = x.size // 2
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        pipe.run(x[:half], out=out[:half])
+        pipe.run(x[:half], out=out[:half])  # the second sighting of the owning arrays
+        assert pins.registered == {x.ctypes.data: x.nbytes, out.ctypes.data: out.nbytes}
+        out.fill(0)
+        pipe.run(x[half:], out=out[half:])  # inside a registered array: direct at once
+        assert pipe.stats.pinned["in_place"]["input"] == "registered before"
+        np.testing.assert_array_equal(out[half:], reference(x[half:], 2))
+        assert pins.calls["register"] == 2
+
+
+@pytest.mark.filterwarnings("ignore:.*nothing to overlap")  # the small array is one chunk
+def test_small_pinned_foreign_and_opted_out_arrays_are_never_registered(pins):
+    small, small_out = _arrays(100_000)  # 400 KB < 1 MiB
+    pinned, pinned_out = _arrays(1 << 20)
+    pins.fake.pinned.update({pinned.ctypes.data, pinned_out.ctypes.data})
+    big, big_out = _arrays(1 << 20, seed=2)
+    foreign = np.frombuffer(bytearray(big.tobytes()), dtype=np.uint32)  # memory NumPy does not own
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        for _ in range(3):
+            pipe.run(small, out=small_out)
+            pipe.run(pinned, out=pinned_out)
+            pipe.run(foreign, out=big_out[: foreign.size])
+        assert pipe.stats.staging["input"] == "ring"
+    for opts in ({"pin_in_place": False}, {"staging": "ring"}):
+        with StreamPipeline(FakeMix(), streams=2, chunk="2MiB", **opts) as pipe:
+            for _ in range(3):
+                pipe.run(big, out=big_out)
+            assert pipe.stats.staging == {"input": "ring", "output": "ring"}
+    assert pins.registered == {big_out.ctypes.data: big_out.nbytes}  # (the foreign run's output)
+    with pytest.raises(TypeError, match="pin_in_place must be True or False"):
+        StreamPipeline(FakeMix(), pin_in_place="yes")
+
+
+def test_a_refused_registration_is_not_tried_again(pins):
+    x, out = _arrays(1 << 20)
+    pins.refuse.add(x.ctypes.data)
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        for _ in range(4):
+            out.fill(0)
+            pipe.run(x, out=out)
+            np.testing.assert_array_equal(out, reference(x, 2))
+        assert pipe.stats.staging == {"input": "ring", "output": "pinned in place"}
+    assert pins.calls["register"] == 2 and pins.cache.stats.refused == 1
+
+
+def test_the_cap_lets_the_least_recently_used_idle_array_go(pins):
+    pins.cache.cap_bytes = 10 * MiB
+    a, b, c = (np.zeros(1 << 20, np.uint32) for _ in range(3))  # 4 MiB each
+    cache = pins.cache
+    for arr in (a, b):
+        cache.acquire(arr, arr)  # seen
+        e, _ = cache.acquire(arr, arr)  # registered
+        cache.release(e)
+    cache.acquire(c, c)
+    held, _ = cache.acquire(a, a)  # a is in use now: b is the one to go
+    e, _ = cache.acquire(c, c)
+    assert e is not None and set(pins.registered) == {a.ctypes.data, c.ctypes.data}
+    cache.release(e)
+    # nothing idle can make room for 12 MiB: not registered, nothing let go
+    d = np.zeros(3 << 20, np.uint32)
+    cache.acquire(d, d)
+    assert cache.acquire(d, d)[0] is None and a.ctypes.data in pins.registered
+    cache.release(held)
+    assert cache.clear() == 2 and not pins.registered
