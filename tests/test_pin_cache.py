@@ -162,3 +162,31 @@ def test_the_cap_lets_the_least_recently_used_idle_array_go(pins):
     assert cache.acquire(d, d)[0] is None and a.ctypes.data in pins.registered
     cache.release(held)
     assert cache.clear() == 2 and not pins.registered
+
+
+def test_run_batches_holds_registered_arrays_but_registers_nothing(pins):
+    x, out = _arrays(2 << 20)
+    views = [x[i:i + (1 << 18)] for i in range(0, x.size, 1 << 18)]
+    outs = [out[i:i + (1 << 18)] for i in range(0, out.size, 1 << 18)]
+    with StreamPipeline(FakeMix(), streams=2) as pipe:
+        for _ in range(3):
+            pipe.run_batches(views, outs=outs)
+        assert not pins.registered  # run_batches counts no sightings
+        pipe.run(x, out=out)
+        pipe.run(x, out=out)
+        assert set(pins.registered) == {x.ctypes.data, out.ctypes.data}
+        held = []
+        real_hold = pins.cache.hold
+
+        def spy(obj, arr):
+            e = real_hold(obj, arr)
+            held.append(e is not None and e.users)
+            return e
+
+        pins.cache.hold = spy
+        for o in outs:
+            o.fill(0)
+        pipe.run_batches(views, outs=outs)
+        assert all(held) and len(held) == 2 * len(views)  # every batch held its array's entry
+        np.testing.assert_array_equal(out, reference(x, 2))
+        assert all(e.users == 0 for e in pins.cache._entries.values())  # and gave it back

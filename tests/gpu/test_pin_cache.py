@@ -93,3 +93,17 @@ def test_a_torch_tensor_and_two_threads_sharing_it(device, own_pool, cache):
         t.join()
     assert not errors, errors
     assert cache.stats.entries >= 1  # x's storage (and each thread's out, seen three times)
+
+
+def test_a_tensor_passed_as_a_new_view_each_call_stays_registered(device, own_pool, cache):
+    torch = pytest.importorskip("torch")
+    x = torch.randn(32 * MiB, dtype=torch.float32)  # 128 MiB
+    out = torch.empty_like(x)
+    with StreamPipeline(lambda t: t + 1, streams=2, chunk="16MiB", pool=own_pool, device=device) as pipe:
+        for _ in range(5):
+            out.fill_(float("nan"))
+            pipe.run(x.view(-1, 1024), out=out.view(-1, 1024))  # new tensor objects, same storages
+            assert torch.equal(out, x + 1)
+        assert pipe.stats.staging == {"input": "pinned in place", "output": "pinned in place"}
+    s = cache.stats
+    assert s.registrations == 2 and s.unregistrations == 0, s  # registered once, never let go in between

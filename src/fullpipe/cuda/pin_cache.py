@@ -20,9 +20,13 @@ Policy, in one place:
 - **Keeping the memory alive.** An entry holds a strong reference to the owning array
   (or the tensor's storage), so the registered memory cannot be freed, and its
   addresses reused by a new array, while it is registered. That is why entries are
-  dropped at safe points, never from a finalizer: at the start of every pipeline run
-  (:meth:`PinCache.flush`) an idle entry whose array nobody else refers to any more is
-  unregistered, then let go; its memory is freed then.
+  dropped at safe points, never from a finalizer: at every pipeline run, once the run
+  holds the entries it uses (:meth:`PinCache.flush`), an idle entry whose array nobody
+  else refers to any more (NumPy: the owning array's reference count; torch: the last
+  tensor a run was given, by weak reference) is unregistered, then let go; its memory
+  is freed then. (A torch storage resized in place while registered moves its memory
+  under the registration: flush unregisters it then, but copies made in between by
+  other libraries would use the old pages. Do not resize a tensor a pipeline runs on.)
 - **Cap.** At most ``cap_bytes`` registered (a quarter of physical memory, as the pinned
   pool): least recently used idle entries are unregistered first; if that is not enough
   the array goes through the ring.
@@ -111,6 +115,8 @@ class PinCache:
             if e is not None:
                 e.users += 1
                 e.last_used = time.monotonic()
+                if user is not None:  # the tensor of this run (a view made per call is fine)
+                    e.user = user
                 return e, 0.0
             if key in self._refused or pinned():
                 return None, 0.0
@@ -134,6 +140,22 @@ class PinCache:
             self._seen.pop(key, None)
             e = self._entries[key] = _Entry(ptr, nbytes, keep, user, users=1, last_used=time.monotonic())
             return e, dt
+
+    def hold(self, obj: Any, arr: np.ndarray) -> _Entry | None:
+        """The entry ``arr`` lies in, acquired, if the cache registered its memory; no
+        sighting is counted and nothing is registered (run_batches: its batches are used
+        as they come, but one registered by an earlier run must stay so while copied)."""
+        if not self._entries:  # (read without the lock: an entry made meanwhile is not ours to hold)
+            return None
+        mem = _owning_memory(obj, arr)
+        if mem is None:
+            return None
+        with self._lock:
+            e = self._entries.get((mem[0], mem[1]))
+            if e is not None:
+                e.users += 1
+                e.last_used = time.monotonic()
+            return e
 
     def release(self, entry: _Entry) -> None:
         """A run is done with ``entry`` (its copies have completed)."""

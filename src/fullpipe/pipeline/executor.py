@@ -510,6 +510,7 @@ class StreamPipeline:
             out_pinned = in_pinned and not notes
         else:
             out_pinned = out_np is not None and pins.pinned("output", out, out_np, self._pinned)
+        pins.settle()
         stage_in = self._staging_mode(in_pinned)
         stage_out = None if spec.none else self._staging_mode(out_pinned)
         start = n_probe = 0
@@ -579,39 +580,47 @@ class StreamPipeline:
         kind = views[0][1]
         usage = PinnedUsage()
         notes: list[str] = []
-        in_pinned = all(self._pinned(b.src) for b in items)
-        outputs = None
-        if tensor:
-            self._tensor_compute(kind)
-            if not spec.none:
-                outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
-                                   n_batches=len(items), given=out_given, torch_input=kind.library == "torch")
-            out_pinned = in_pinned if out_given is None else all(self._pinned(o) for o in out_given)
-        elif out_arrays is not None and out_given is None and in_pinned:
-            # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
-            for i, (it, o) in enumerate(zip(items, out_arrays)):
-                po = self._new_output(o.shape, o.dtype, True, usage, notes)
-                it.dst, it.dst_addr = po, po.ctypes.data
-                out_arrays[i] = po
-            out_pinned = not notes
-        else:
-            out_pinned = out_arrays is not None and all(self._pinned(o) for o in out_arrays)
-        stage_in = self._staging_mode(in_pinned)
-        stage_out = None if spec.none else self._staging_mode(out_pinned)
-        self.probe_stats = None
-        self._warn_few_batches(len(items), None, 0)
-        with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
-            stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
-        stats.pinned = self._pinned_stats(usage, notes)
-        self.stats = stats
-        if spec.none:
-            return None
+        pins = _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
+        pins.hold(zip(given, arrays))
         if outs is not None:
-            return list(outs)
-        if outputs is not None:
-            return [like_input(o, k, torch_dtype=outputs.give_back)
-                    for o, (_, k) in zip(outputs.items, views)]
-        return [like_input(o, k) for o, (_, k) in zip(out_arrays, views)]  # type: ignore[arg-type]
+            pins.hold(zip(outs, out_given))  # type: ignore[arg-type]
+        pins.settle()
+        try:
+            in_pinned = all(self._pinned(b.src) for b in items)
+            outputs = None
+            if tensor:
+                self._tensor_compute(kind)
+                if not spec.none:
+                    outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
+                                       n_batches=len(items), given=out_given, torch_input=kind.library == "torch")
+                out_pinned = in_pinned if out_given is None else all(self._pinned(o) for o in out_given)
+            elif out_arrays is not None and out_given is None and in_pinned:
+                # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
+                for i, (it, o) in enumerate(zip(items, out_arrays)):
+                    po = self._new_output(o.shape, o.dtype, True, usage, notes)
+                    it.dst, it.dst_addr = po, po.ctypes.data
+                    out_arrays[i] = po
+                out_pinned = not notes
+            else:
+                out_pinned = out_arrays is not None and all(self._pinned(o) for o in out_arrays)
+            stage_in = self._staging_mode(in_pinned)
+            stage_out = None if spec.none else self._staging_mode(out_pinned)
+            self.probe_stats = None
+            self._warn_few_batches(len(items), None, 0)
+            with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
+                stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
+            stats.pinned = self._pinned_stats(usage, notes)
+            self.stats = stats
+            if spec.none:
+                return None
+            if outs is not None:
+                return list(outs)
+            if outputs is not None:
+                return [like_input(o, k, torch_dtype=outputs.give_back)
+                        for o, (_, k) in zip(outputs.items, views)]
+            return [like_input(o, k) for o, (_, k) in zip(out_arrays, views)]  # type: ignore[arg-type]
+        finally:
+            pins.release()
 
     # ------------------------------------------------------------------ helpers
     def _tensor_compute(self, kind: HostKind) -> TensorCompute:
@@ -1290,8 +1299,21 @@ class _Pins:
         self.held: list[Any] = []
         self.sides: dict[str, str] = {}  # side -> "registered now" / "registered before"
         self.register_s = 0.0
-        if cache is not None:
-            cache.flush()  # a safe point: arrays nobody holds any more are let go
+
+    def hold(self, pairs: Any) -> None:
+        """run_batches: hold the entries its arrays lie in (never registers new ones)."""
+        if self.cache is None:
+            return
+        for obj, arr in pairs:
+            e = self.cache.hold(obj, arr)
+            if e is not None:
+                self.held.append(e)
+
+    def settle(self) -> None:
+        """After this run holds its entries: let go of arrays nobody holds any more (a
+        safe point: no capture in progress on this thread, no copy of theirs in flight)."""
+        if self.cache is not None:
+            self.cache.flush()
 
     def pinned(self, side: str, obj: Any, arr: np.ndarray, is_pinned: Callable[[np.ndarray], bool]) -> bool:
         """Is ``arr`` (the host view of the user's ``obj``) page-locked for this run: by
