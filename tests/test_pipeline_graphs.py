@@ -364,13 +364,15 @@ def gfake(fake, monkeypatch):
 
 
 def _assert_graph_clean(pipe, d):
-    """Nothing left behind but what cached whole-run graphs hold: one pool buffer per
-    stream each (pool memory, counted in resources()["run_graph_bytes"])."""
+    """Nothing left behind but what cached graphs hold: direct-staging graphs one pool
+    buffer per stream (resources()["graph_lane_bytes"]), each cached whole-run graph one
+    per stream (["run_graph_bytes"])."""
     for s in pipe.streams:
         s.sync()
     r = pipe.resources()
-    held = r.get("run_graph_execs", 0)
-    assert r["pool_allocations"] == held * pipe.n_streams and r["pool_used_bytes"] == r.get("run_graph_bytes", 0)
+    held = r.get("run_graph_execs", 0) * pipe.n_streams + r.get("graph_lane_buffers", 0)
+    assert r["pool_allocations"] == held
+    assert r["pool_used_bytes"] == r.get("run_graph_bytes", 0) + r.get("graph_lane_bytes", 0)
     assert r["timing_events_out"] == 0 and not r["running"]
     assert r["python_host_functions_pending"] == 0
     assert r["pinned_slots_free"] == 2 * pipe.slots
@@ -829,4 +831,40 @@ def test_a_failed_whole_run_capture_leaves_nothing_and_the_pipeline_usable(gfake
         np.testing.assert_array_equal(out, reference(x, 2))
     assert pipe.stats.graph["run_graph"] == "replayed"
     pipe.close()
+    _assert_closed(d)
+
+
+def test_direct_graphs_share_one_buffer_per_stream_which_grows_with_the_batches(gfake):
+    """Direct staging: a graph per stream and shape, all of a stream's graphs on one pool
+    buffer (no mem-alloc nodes); a run with larger batches grows the buffers and
+    recaptures that stream's graphs; reset_graphs() frees them."""
+    d = gfake.driver
+    small = _random_batches(11, 40, [1000, 2000])
+    large = _random_batches(12, 40, [1000, 4000])
+    for bs in (small, large):
+        gfake.pinned.update(b.ctypes.data for b in bs)
+    outs = {id(bs): [np.zeros_like(b) for b in bs] for bs in (small, large)}
+    for o in outs.values():
+        gfake.pinned.update(x.ctypes.data for x in o)
+    with StreamPipeline(FakeMix(), streams=2, graph="batch") as pipe:
+        pipe.run_batches(small, outs=outs[id(small)])
+        def device_bytes(words):  # input, 256-byte aligned, then output
+            return -(-words * 4 // 256) * 256 + words * 4
+
+        r = pipe.resources()
+        assert r["graph_lane_buffers"] == 2 and r["graph_lane_bytes"] == 2 * device_bytes(2000)
+        graph = next(iter(d.graphs_live))
+        assert not any(n.kind in (MEM_ALLOC, MEM_FREE) for n in graph.nodes)
+        pipe.run_batches(large, outs=outs[id(large)])
+        assert pipe.stats.graph["captures"] == 4  # every graph recaptured on the grown buffers
+        assert pipe.resources()["graph_lane_bytes"] == 2 * device_bytes(4000)
+        pipe.run_batches(small, outs=outs[id(small)])  # fits the grown buffers
+        assert pipe.stats.graph["captures"] == 2  # only the 2000-word shape is new (x 2 streams)
+        for bs in (small, large):
+            for b, o in zip(bs, outs[id(bs)]):
+                np.testing.assert_array_equal(o, reference(b, 2))
+        _assert_graph_clean(pipe, d)
+        pipe.reset_graphs()
+        pipe.streams[0].sync(); pipe.streams[1].sync()
+        assert pipe.resources()["graph_lane_bytes"] == 0 and pipe.resources()["pool_used_bytes"] == 0
     _assert_closed(d)

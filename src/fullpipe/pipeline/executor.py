@@ -432,6 +432,8 @@ class StreamPipeline:
             )
             if self._graphs is not None:
                 d["graph_execs"] = len(self._graphs)
+                d["graph_lane_buffers"] = self._graphs.lane_buffers
+                d["graph_lane_bytes"] = self._graphs.lane_bytes
             if self._run_graphs is not None:
                 d["run_graph_execs"] = len(self._run_graphs)
                 d["run_graph_bytes"] = self._run_graphs.nbytes
@@ -901,8 +903,10 @@ class StreamPipeline:
             out_dtype = batches[0].dst.dtype if has_out and batches[0].dst is not None else None
             gx = self._graphs if mode.graphs else None  # graph=True: see graphs.py
             if gx is not None:
+                writes_output = has_out and self.compute is not None
                 gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
-                             self._routes, self._ring_in, self._ring_out)
+                             self._routes, self._ring_in, self._ring_out,
+                             device_bytes=max(_device_bytes(b, writes_output) for b in batches))
             tc = self._tc if self.form == "tensor" else None
             if tc is not None:
                 tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype)

@@ -37,10 +37,18 @@ The cache holds at most ``max_graphs`` (64) graph execs. A batch whose graph is
 not cached and cannot be captured because the cache is full runs on the normal,
 non-graph path (counted in ``stats.graph["fallback_batches"]``).
 
-Device memory: a captured stream-ordered allocation becomes a graph mem-alloc
-node; its memory belongs to the device's graph memory (``cuDeviceGetGraphMemAttribute``),
-not to the pipeline's DevicePool, whose usage therefore does not change in graph
-mode. :meth:`BatchGraphs.close` destroys every exec and graph and returns the
+Device memory. Direct staging (graphs per stream): one buffer per stream from the
+pipeline's pool, sized for the largest batch so far, which every graph of that stream
+uses (all their launches are in that stream's order, so they may share it); it is
+held while graphs are cached (``resources()["graph_lane_bytes"]``), grown (that
+stream's graphs recaptured) when a run has larger batches, and freed by :meth:`clear`
+and :meth:`close`. Not mem-alloc/mem-free nodes there: with them, one graph per batch
+of 16 KiB on 3 streams cost 54 us of host time per launch and as much GPU time per
+batch on an H100, 11 us with a buffer per stream (session 11). Ring staging (graphs per
+slot, launched on varying streams, so graphs of one slot may run at once): a captured
+stream-ordered allocation becomes a graph mem-alloc node; its memory belongs to the
+device's graph memory (``cuDeviceGetGraphMemAttribute``), not to the pipeline's
+DevicePool. :meth:`BatchGraphs.close` destroys every exec and graph and returns the
 unused graph memory to the driver (``cuDeviceGraphMemTrim``).
 
 The compute callable runs only when a graph is captured, never at replay: what it
@@ -139,17 +147,29 @@ class BatchGraphs:
         self._direct_unsupported: str | None = None
         self._run: GraphRun | None = None
         self._routes: list[Route] = []
+        self._lanes: dict[int, tuple[int, int, Any]] = {}  # direct staging: lane -> (ptr, bytes, stream)
         self.launches = self.captures = self.fallbacks = 0
         self.capture_s = 0.0
 
     def __len__(self) -> int:
         return len(self._cache)
 
+    @property
+    def lane_bytes(self) -> int:
+        """Pool memory held by the per-stream buffers of direct-staging graphs."""
+        return sum(n for _, n, _ in self._lanes.values())
+
+    @property
+    def lane_buffers(self) -> int:
+        return len(self._lanes)
+
     # ------------------------------------------------------------------ per run
-    def begin_run(self, run: GraphRun, routes: list[Route], ring_in: Any, ring_out: Any) -> None:
+    def begin_run(self, run: GraphRun, routes: list[Route], ring_in: Any, ring_out: Any,
+                  device_bytes: int = 0) -> None:
         """Set what this run's graphs depend on (``routes``: each lane's streams, as the
-        executor's protocol uses them); drop graphs that can never be launched again
-        (another compute object, a reallocated ring)."""
+        executor's protocol uses them; ``device_bytes``: the device memory of the run's
+        largest batch); drop graphs that can never be launched again (another compute
+        object, a reallocated ring, a stream buffer that had to grow)."""
         if run.compute is not self._compute:
             self.clear()
             self._compute = run.compute
@@ -161,8 +181,32 @@ class BatchGraphs:
             self._drop(ring=True)
             self._ring_id = ring_id
         self._run, self._routes = run, routes
+        if not run.by_slot:
+            self._reserve_lanes(device_bytes)
         self.launches = self.captures = self.fallbacks = 0
         self.capture_s = 0.0
+
+    def _reserve_lanes(self, nbytes: int) -> None:
+        """Direct staging: a buffer of at least ``nbytes`` per stream, allocated (and any
+        smaller one freed) in that stream's order; the graphs that held a smaller one go."""
+        for lane, route in enumerate(self._routes):
+            have = self._lanes.get(lane)
+            if have is not None and have[1] >= nbytes:
+                continue
+            for key, g in list(self._cache.items()):
+                if not g.ring and key[1] == lane:
+                    del self._cache[key]
+                    self._destroy(graph=g.graph, exe=g.exec)
+            if have is not None:
+                del self._lanes[lane]
+                self.pool.free_ptr(have[0], have[2])
+            self._lanes[lane] = (self.pool.allocate_ptr(nbytes, route.h2d), nbytes, route.h2d)
+
+    def _free_lanes(self) -> None:
+        """Free the streams' buffers in their streams' order (behind every launch there)."""
+        while self._lanes:
+            _, (ptr, _, h) = self._lanes.popitem()
+            self.pool.free_ptr(ptr, h)
 
     def ring_signals(self, side: str) -> list[GpuSignal]:
         """The K slot signals of one side ("in": slot free, starts raised; "out": output
@@ -280,6 +324,9 @@ class BatchGraphs:
         assert r is not None
         hot = self.hot
         pool_h = handle_int(self.pool.handle) if hot.native else self.pool.handle
+        if alloc is None and not r.by_slot:  # direct staging: the stream's own buffer
+            by_stream = {h: ptr for ptr, _, h in self._lanes.values()}
+            alloc, free = (lambda nbytes, stream_h: by_stream[stream_h]), (lambda ptr, stream_h: None)
         return batch_protocol(
             hot=hot, routes=self._routes, compute=r.compute, has_out=r.has_out, in_dtype=r.in_dtype,
             out_dtype=r.out_dtype,
@@ -345,8 +392,10 @@ class BatchGraphs:
             drv.call("cuGraphDestroy", graph)
 
     def clear(self) -> None:
-        """Drop every cached graph (they are captured again when needed)."""
+        """Drop every cached graph (they are captured again when needed) and the streams'
+        buffers."""
         self._drop()
+        self._free_lanes()
 
     def after_abort(self, drained: bool) -> None:
         """A run failed: the ring signals' counts are unknown. Drop them with the ring
@@ -375,6 +424,7 @@ class BatchGraphs:
         memory; ``cuDeviceGraphMemTrim`` returns it. The trim is device-wide but only
         frees blocks that no graph (of any library) is running or has scheduled."""
         self._drop()
+        self._free_lanes()
         for side in self._signals.values():
             for s in side:
                 s.close()
