@@ -316,10 +316,11 @@ class BatchGraphs:
 
     def protocol(self, alloc: Any = None, free: Any = None) -> Any:
         """The executor's per-batch protocol as a capture enqueues it: on the lane's one
-        stream, stream-ordered allocation on the pool's handle (it becomes a graph
-        mem-alloc node: graph memory, freed by the graph's own mem-free node), ring slots
-        signalled by nodes that run on every launch, no timing events, no host waits.
-        ``alloc``/``free``: the device memory instead (run_graphs.py: fixed lane buffers)."""
+        stream; device memory from the stream's own buffer (direct staging) or a
+        stream-ordered allocation on the pool's handle (ring staging: it becomes a graph
+        mem-alloc node, freed by the graph's own mem-free node); ring slots signalled by
+        nodes that run on every launch; no timing events, no host waits.
+        ``alloc``/``free``: the device memory instead (run_graphs.py: its own lane buffers)."""
         r = self._run
         assert r is not None
         hot = self.hot

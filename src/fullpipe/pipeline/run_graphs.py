@@ -103,8 +103,7 @@ class RunGraphs:
         return (run_key, lanes, tuple((b.src_addr, b.dst_addr, b.in_shape, b.out_shape) for b in batches))
 
     def lookup(self, key: tuple) -> _RunGraph | None:
-        """The cached graph of this run, or None. A miss remembers the key: the next run
-        with it is captured (:meth:`seen_before` says so)."""
+        """The cached graph of this run (now the most recently used), or None."""
         g = self._cache.get(key)
         if g is not None:
             self._cache.move_to_end(key)
@@ -134,7 +133,7 @@ class RunGraphs:
         try:
             for _ in range(N):  # on lane 0's stream: ordered before every launch (they go there too)
                 lanes.append(self.pool.allocate_ptr(lane_bytes, self.origin_h))
-            g = self._capture(key, batches, routes, lanes, lane_bytes, at)
+            g = self._capture(batches, routes, lanes, lane_bytes, at)
         except BaseException:
             for ptr in lanes:
                 self.pool.free_ptr(ptr, self.origin_h)
@@ -147,8 +146,8 @@ class RunGraphs:
         self.last = "captured"
         return g
 
-    def _capture(self, key: tuple, batches: Sequence[Any], routes: Sequence[Any], lanes: list[int],
-                 lane_bytes: int, at: list) -> _RunGraph:
+    def _capture(self, batches: Sequence[Any], routes: Sequence[Any], lanes: list[int], lane_bytes: int,
+                 at: list) -> _RunGraph:
         by_stream = {route.h2d: ptr for route, ptr in zip(routes, lanes)}  # the handles the protocol passes
         enqueue = self.batch_graphs.protocol(alloc=lambda nbytes, stream_h: by_stream[stream_h],
                                              free=lambda ptr, stream_h: None)
