@@ -108,6 +108,21 @@ def test_a_view_registers_its_whole_array_once(pins):
         assert pins.calls["register"] == 2
 
 
+def test_a_slice_of_a_much_larger_array_registers_only_itself(pins):
+    x, out = _arrays(4 << 20)  # 16 MiB each
+    part = slice(1 << 19, (1 << 19) + (1 << 20))  # 4 MiB of them, not at the start
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        for _ in range(2):
+            pipe.run(x[part], out=out[part])
+        assert pins.registered == {x[part].ctypes.data: x[part].nbytes, out[part].ctypes.data: out[part].nbytes}
+        out.fill(0)
+        inner = slice(part.start + 1024, part.stop - 1024)
+        pipe.run(x[inner], out=out[inner])  # inside a registered range: held, nothing new
+        assert pipe.stats.pinned["in_place"]["input"] == "registered before"
+        np.testing.assert_array_equal(out[inner], reference(x[inner], 2))
+        assert pins.calls["register"] == 2
+
+
 @pytest.mark.filterwarnings("ignore:.*nothing to overlap")  # the small array is one chunk
 def test_small_pinned_foreign_and_opted_out_arrays_are_never_registered(pins):
     small, small_out = _arrays(100_000)  # 400 KB < 1 MiB
@@ -178,8 +193,8 @@ def test_run_batches_holds_registered_arrays_but_registers_nothing(pins):
         held = []
         real_hold = pins.cache.hold
 
-        def spy(obj, arr):
-            e = real_hold(obj, arr)
+        def spy(arr):
+            e = real_hold(arr)
             held.append(e is not None and e.users)
             return e
 

@@ -12,9 +12,10 @@ This is the "pin-down cache" of RDMA and MPI libraries, for a GPU.
 Policy, in one place:
 
 - **What.** Arrays of at least ``min_bytes`` (64 MiB), whose memory fullpipe can keep
-  alive: a NumPy array that owns its data (or a view of one: the whole owning array is
-  registered), or a torch CPU tensor (its whole storage). Other buffers are never
-  registered.
+  alive: a NumPy array that owns its data or a view of one, or a torch CPU tensor. The
+  whole allocation is registered (the owning array, the tensor's storage), so that
+  other views of it are pinned too, unless it is more than twice the array: then only
+  the array's own range. Other buffers are never registered.
 - **When.** The second time a pipeline run sees the same range (address and size): a
   range seen once is only remembered, so one-off arrays never pay for a registration.
 - **Keeping the memory alive.** An entry holds a strong reference to the owning array
@@ -57,6 +58,7 @@ from .device import ensure_current
 from .pinned_pool import default_cap_bytes
 
 MIN_BYTES = 64 << 20  # smaller arrays: bulk staging and the ring do well, and they may share pages
+WHOLE_MAX_RATIO = 2  # register a view's whole allocation when it is at most this many times the view
 MAX_SIGHTINGS = 256  # ranges remembered as seen once
 CU_MEMHOSTREGISTER_PORTABLE = 0x01  # cuda.h: pinned for every context
 
@@ -67,6 +69,7 @@ class _Entry:
     nbytes: int
     keep: Any  # strong reference: the memory stays allocated while registered
     user: Any  # weakref to the torch tensor it came from (None for NumPy: keep's refcount tells)
+    alloc_ptr: int = 0  # the allocation's address when registered (a torch storage may move)
     users: int = 0  # runs using it now
     last_used: float = 0.0
 
@@ -106,12 +109,12 @@ class PinCache:
         mem = _owning_memory(obj, arr)
         if mem is None:
             return None, 0.0
-        ptr, nbytes, keep, user = mem
+        ptr, nbytes, keep, user, alloc_ptr = mem
         if nbytes < self.min_bytes:
             return None, 0.0
         key = (ptr, nbytes)
         with self._lock:
-            e = self._entries.get(key)
+            e = self._entries.get(key) or self._covering(ptr, nbytes)
             if e is not None:
                 e.users += 1
                 e.last_used = time.monotonic()
@@ -138,20 +141,17 @@ class PinCache:
             self._register_s += dt
             self._registrations += 1
             self._seen.pop(key, None)
-            e = self._entries[key] = _Entry(ptr, nbytes, keep, user, users=1, last_used=time.monotonic())
+            e = self._entries[key] = _Entry(ptr, nbytes, keep, user, alloc_ptr, users=1, last_used=time.monotonic())
             return e, dt
 
-    def hold(self, obj: Any, arr: np.ndarray) -> _Entry | None:
+    def hold(self, arr: np.ndarray) -> _Entry | None:
         """The entry ``arr`` lies in, acquired, if the cache registered its memory; no
         sighting is counted and nothing is registered (run_batches: its batches are used
         as they come, but one registered by an earlier run must stay so while copied)."""
         if not self._entries:  # (read without the lock: an entry made meanwhile is not ours to hold)
             return None
-        mem = _owning_memory(obj, arr)
-        if mem is None:
-            return None
         with self._lock:
-            e = self._entries.get((mem[0], mem[1]))
+            e = self._covering(int(arr.__array_interface__["data"][0]), int(arr.nbytes))
             if e is not None:
                 e.users += 1
                 e.last_used = time.monotonic()
@@ -191,6 +191,13 @@ class PinCache:
                                  refused=len(self._refused), register_s=self._register_s)
 
     # ------------------------------------------------------------------ inside the lock
+    def _covering(self, ptr: int, nbytes: int) -> _Entry | None:
+        """The registered entry whose range holds [ptr, ptr + nbytes), if any."""
+        for e in self._entries.values():
+            if e.ptr <= ptr and ptr + nbytes <= e.ptr + e.nbytes:
+                return e
+        return None
+
     def _make_room(self, nbytes: int) -> bool:
         if nbytes > self.cap_bytes:
             return False
@@ -213,15 +220,20 @@ class PinCache:
         e.keep = None  # only now may the memory be freed
 
 
-def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any] | None:
-    """(address, bytes, what keeps it allocated, weakref to the user's tensor or None) of
-    the whole allocation ``arr`` lies in, when fullpipe can keep it alive; else None."""
+def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any, int] | None:
+    """(address, bytes, what keeps it allocated, weakref to the user's tensor or None, the
+    allocation's address) of the range to register for ``arr``, when fullpipe can keep
+    its memory alive; else None. The range is the whole allocation ``arr`` lies in (so
+    that other views of it are pinned too) unless that is more than WHOLE_MAX_RATIO times
+    ``arr`` (a slice of a much larger array: only the slice, not gigabytes it never copies)."""
+    own = (int(arr.__array_interface__["data"][0]), int(arr.nbytes))
     if _is_torch_tensor(obj):
         storage = obj.untyped_storage()
-        ptr, nbytes = int(storage.data_ptr()), int(storage.nbytes())
-        if nbytes == 0:
+        whole = (int(storage.data_ptr()), int(storage.nbytes()))
+        if whole[1] == 0:
             return None
-        return ptr, nbytes, storage, weakref.ref(obj)
+        ptr, nbytes = whole if whole[1] <= WHOLE_MAX_RATIO * own[1] else own
+        return ptr, nbytes, storage, weakref.ref(obj), whole[0]
     if not isinstance(obj, np.ndarray):
         return None
     base = obj
@@ -229,14 +241,16 @@ def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any] | Non
         base = base.base
     if base.base is not None or not base.flags.owndata or not base.flags.c_contiguous:
         return None  # memory NumPy did not allocate (a buffer, a mapped file, pinned memory ...)
-    return int(base.ctypes.data), int(base.nbytes), base, None
+    whole = (int(base.ctypes.data), int(base.nbytes))
+    ptr, nbytes = whole if whole[1] <= WHOLE_MAX_RATIO * own[1] else own
+    return ptr, nbytes, base, None, whole[0]
 
 
 def _still_used(e: _Entry) -> bool:
     """Does anyone but the cache still hold the entry's array?"""
     if e.user is not None:  # a torch tensor: alive, and its storage still where it was
         t = e.user()
-        return t is not None and int(t.untyped_storage().data_ptr()) == e.ptr
+        return t is not None and int(t.untyped_storage().data_ptr()) == e.alloc_ptr
     # NumPy: our reference plus getrefcount's own argument, and nothing else
     return sys.getrefcount(e.keep) > 2
 

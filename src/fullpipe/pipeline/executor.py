@@ -583,9 +583,9 @@ class StreamPipeline:
         usage = PinnedUsage()
         notes: list[str] = []
         pins = _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
-        pins.hold(zip(given, arrays))
-        if outs is not None:
-            pins.hold(zip(outs, out_given))  # type: ignore[arg-type]
+        pins.hold(arrays)
+        if out_given is not None:
+            pins.hold(out_given)
         pins.settle()
         try:
             in_pinned = all(self._pinned(b.src) for b in items)
@@ -1304,12 +1304,12 @@ class _Pins:
         self.sides: dict[str, str] = {}  # side -> "registered now" / "registered before"
         self.register_s = 0.0
 
-    def hold(self, pairs: Any) -> None:
+    def hold(self, arrays: Any) -> None:
         """run_batches: hold the entries its arrays lie in (never registers new ones)."""
         if self.cache is None:
             return
-        for obj, arr in pairs:
-            e = self.cache.hold(obj, arr)
+        for arr in arrays:
+            e = self.cache.hold(arr)
             if e is not None:
                 self.held.append(e)
 
