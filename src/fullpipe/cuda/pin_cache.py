@@ -114,13 +114,11 @@ class PinCache:
             return None, 0.0
         key = (ptr, nbytes)
         with self._lock:
-            e = self._entries.get(key) or self._covering(ptr, nbytes)
+            e = self._covering(ptr, nbytes)  # (the range itself, or one holding it)
             if e is not None:
-                e.users += 1
-                e.last_used = time.monotonic()
                 if user is not None:  # the tensor of this run (a view made per call is fine)
                     e.user = user
-                return e, 0.0
+                return self._use(e), 0.0
             if key in self._refused or pinned():
                 return None, 0.0
             if key not in self._seen:
@@ -141,8 +139,8 @@ class PinCache:
             self._register_s += dt
             self._registrations += 1
             self._seen.pop(key, None)
-            e = self._entries[key] = _Entry(ptr, nbytes, keep, user, alloc_ptr, users=1, last_used=time.monotonic())
-            return e, dt
+            e = self._entries[key] = _Entry(ptr, nbytes, keep, user, alloc_ptr)
+            return self._use(e), dt
 
     def hold(self, arr: np.ndarray) -> _Entry | None:
         """The entry ``arr`` lies in, acquired, if the cache registered its memory; no
@@ -152,10 +150,7 @@ class PinCache:
             return None
         with self._lock:
             e = self._covering(int(arr.__array_interface__["data"][0]), int(arr.nbytes))
-            if e is not None:
-                e.users += 1
-                e.last_used = time.monotonic()
-            return e
+            return None if e is None else self._use(e)
 
     def release(self, entry: _Entry) -> None:
         """A run is done with ``entry`` (its copies have completed)."""
@@ -191,6 +186,12 @@ class PinCache:
                                  refused=len(self._refused), register_s=self._register_s)
 
     # ------------------------------------------------------------------ inside the lock
+    def _use(self, e: _Entry) -> _Entry:
+        """One more run holds ``e``."""
+        e.users += 1
+        e.last_used = time.monotonic()
+        return e
+
     def _covering(self, ptr: int, nbytes: int) -> _Entry | None:
         """The registered entry whose range holds [ptr, ptr + nbytes), if any."""
         for e in self._entries.values():

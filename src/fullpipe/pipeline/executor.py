@@ -902,11 +902,11 @@ class StreamPipeline:
             in_dtype = batches[0].src.dtype
             out_dtype = batches[0].dst.dtype if has_out and batches[0].dst is not None else None
             gx = self._graphs if mode.graphs else None  # graph=True: see graphs.py
+            graph_bytes = 0  # graph=True: the device memory of the run's largest batch
             if gx is not None:
-                writes_output = has_out and self.compute is not None
+                graph_bytes = max(_device_bytes(b, has_out and self.compute is not None) for b in batches)
                 gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
-                             self._routes, self._ring_in, self._ring_out,
-                             device_bytes=max(_device_bytes(b, writes_output) for b in batches))
+                             self._routes, self._ring_in, self._ring_out, device_bytes=graph_bytes)
             tc = self._tc if self.form == "tensor" else None
             if tc is not None:
                 tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype)
@@ -943,7 +943,7 @@ class StreamPipeline:
                 if gx is not None:
                     at = [0]
                     try:
-                        whole = self._whole_run(run, gx, batches, ring_in, ring_out, has_out, mode, at)
+                        whole = self._whole_run(run, gx, batches, ring_in, ring_out, graph_bytes, mode, at)
                     finally:
                         pos = at[0]
                         b = batches[pos]
@@ -1061,7 +1061,7 @@ class StreamPipeline:
                 run.wait_s += perf() - t1
 
     def _whole_run(self, run: "_Run", gx: BatchGraphs, batches: list[P.Batch], ring_in: bool, ring_out: bool,
-                   has_out: bool, mode: RunMode, at: list) -> bool:
+                   device_bytes: int, mode: RunMode, at: list) -> bool:
         """graph=True, pinned on both sides: a run that repeats an earlier one (same
         batches, host addresses and compute) is one launch of a graph of the whole run,
         captured the second time it is seen (run_graphs.py). False: go batch by batch."""
@@ -1076,8 +1076,7 @@ class StreamPipeline:
         if g is None:
             if not rg.seen_before(key):
                 return False
-            writes_output = has_out and self.compute is not None
-            g = rg.capture(key, batches, self._routes, max(_device_bytes(b, writes_output) for b in batches), at)
+            g = rg.capture(key, batches, self._routes, device_bytes, at)
             run.off_s += rg.capture_s
         rg.launch(g, self._hs[0])
         n = len(batches)
@@ -1324,9 +1323,16 @@ class _Pins:
         its owner (``is_pinned``), or by the cache, now or before?"""
         if self.cache is None:
             return is_pinned(arr)
-        entry, dt = self.cache.acquire(obj, arr, lambda: is_pinned(arr))
+        known: list[bool] = []  # the driver is asked at most once
+
+        def pinned_by_owner() -> bool:
+            if not known:
+                known.append(is_pinned(arr))
+            return known[0]
+
+        entry, dt = self.cache.acquire(obj, arr, pinned_by_owner)
         if entry is None:
-            return is_pinned(arr)
+            return pinned_by_owner()
         self.held.append(entry)
         self.register_s += dt
         self.sides[side] = "registered now" if dt else "registered before"

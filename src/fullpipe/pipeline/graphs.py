@@ -40,8 +40,8 @@ non-graph path (counted in ``stats.graph["fallback_batches"]``).
 Device memory. Direct staging (graphs per stream): one buffer per stream from the
 pipeline's pool, sized for the largest batch so far, which every graph of that stream
 uses (all their launches are in that stream's order, so they may share it); it is
-held while graphs are cached (``resources()["graph_lane_bytes"]``), grown (that
-stream's graphs recaptured) when a run has larger batches, and freed by :meth:`clear`
+held while graphs are cached (``resources()["graph_lane_bytes"]``), grown (the direct graphs
+recaptured) when a run has larger batches, and freed by :meth:`clear`
 and :meth:`close`. Not mem-alloc/mem-free nodes there: with them, one graph per batch
 of 16 KiB on 3 streams cost 54 us of host time per launch and as much GPU time per
 batch on an H100, 11 us with a buffer per stream (session 11). Ring staging (graphs per
@@ -70,6 +70,7 @@ from typing import Any
 from ..cuda import driver as drv
 from ..cuda.hotpath import HotPath, Memcpy3D, handle_int
 from ..errors import CudaError
+from .lanes import LaneBuffers
 from .protocol import Route, batch_protocol
 from .staging import GpuSignal, make_signal
 
@@ -147,7 +148,7 @@ class BatchGraphs:
         self._direct_unsupported: str | None = None
         self._run: GraphRun | None = None
         self._routes: list[Route] = []
-        self._lanes: dict[int, tuple[int, int, Any]] = {}  # direct staging: lane -> (ptr, bytes, stream)
+        self._lanes: LaneBuffers | None = None  # direct staging: a buffer per stream, made at the first run
         self.launches = self.captures = self.fallbacks = 0
         self.capture_s = 0.0
 
@@ -157,11 +158,11 @@ class BatchGraphs:
     @property
     def lane_bytes(self) -> int:
         """Pool memory held by the per-stream buffers of direct-staging graphs."""
-        return sum(n for _, n, _ in self._lanes.values())
+        return 0 if self._lanes is None else self._lanes.held_bytes
 
     @property
     def lane_buffers(self) -> int:
-        return len(self._lanes)
+        return 0 if self._lanes is None else len(self._lanes)
 
     # ------------------------------------------------------------------ per run
     def begin_run(self, run: GraphRun, routes: list[Route], ring_in: Any, ring_out: Any,
@@ -187,26 +188,20 @@ class BatchGraphs:
         self.capture_s = 0.0
 
     def _reserve_lanes(self, nbytes: int) -> None:
-        """Direct staging: a buffer of at least ``nbytes`` per stream, allocated (and any
-        smaller one freed) in that stream's order; the graphs that held a smaller one go."""
-        for lane, route in enumerate(self._routes):
-            have = self._lanes.get(lane)
-            if have is not None and have[1] >= nbytes:
-                continue
-            for key, g in list(self._cache.items()):
-                if not g.ring and key[1] == lane:
-                    del self._cache[key]
-                    self._destroy(graph=g.graph, exe=g.exec)
-            if have is not None:
-                del self._lanes[lane]
-                self.pool.free_ptr(have[0], have[2])
-            self._lanes[lane] = (self.pool.allocate_ptr(nbytes, route.h2d), nbytes, route.h2d)
+        """Direct staging: a buffer of at least ``nbytes`` per stream, allocated (and a
+        smaller one freed) in that stream's order; the graphs that held smaller ones go."""
+        if self._lanes is None:
+            self._lanes = LaneBuffers(self.pool, [route.h2d for route in self._routes])
+        if len(self._lanes) and self._lanes.nbytes >= nbytes:
+            return
+        self._drop(ring=False)
+        self._lanes.give_back()
+        self._lanes.take(nbytes)
 
     def _free_lanes(self) -> None:
         """Free the streams' buffers in their streams' order (behind every launch there)."""
-        while self._lanes:
-            _, (ptr, _, h) = self._lanes.popitem()
-            self.pool.free_ptr(ptr, h)
+        if self._lanes is not None:
+            self._lanes.give_back()
 
     def ring_signals(self, side: str) -> list[GpuSignal]:
         """The K slot signals of one side ("in": slot free, starts raised; "out": output
@@ -325,9 +320,8 @@ class BatchGraphs:
         assert r is not None
         hot = self.hot
         pool_h = handle_int(self.pool.handle) if hot.native else self.pool.handle
-        if alloc is None and not r.by_slot:  # direct staging: the stream's own buffer
-            by_stream = {h: ptr for ptr, _, h in self._lanes.values()}
-            alloc, free = (lambda nbytes, stream_h: by_stream[stream_h]), (lambda ptr, stream_h: None)
+        if alloc is None and not r.by_slot and self._lanes is not None:  # direct staging: the stream's buffer
+            alloc, free = self._lanes.allocate_ptr, self._lanes.free_ptr
         return batch_protocol(
             hot=hot, routes=self._routes, compute=r.compute, has_out=r.has_out, in_dtype=r.in_dtype,
             out_dtype=r.out_dtype,

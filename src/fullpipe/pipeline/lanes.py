@@ -12,7 +12,9 @@ lane's address stays the same for the whole run, so a tensor function's input
 view can be cut from one tensor made once per lane (tensors.TensorCompute).
 
 Not used where a lane's steps are on several streams (``copy_streams=True``:
-protocol.DeferredFree) or inside graph captures (graphs.py: graph memory).
+protocol.DeferredFree). Graphs use them too, held across runs: graphs.py (direct
+staging, a buffer per stream its graphs share) and run_graphs.py (a whole run's
+lanes, allocated on lane 0's stream, where the graph is launched).
 """
 
 from __future__ import annotations
@@ -23,20 +25,29 @@ from typing import Any, Sequence
 class LaneBuffers:
     """``allocate_ptr``/``free_ptr`` with the pool's signature, answering each lane's
     stream with that lane's buffer. ``handles``: the lanes' stream handles (as the
-    protocol passes them)."""
+    protocol passes them). ``order_h``: the one stream every buffer is allocated and
+    freed in the order of (None: each lane's own stream)."""
 
-    def __init__(self, pool: Any, handles: Sequence[Any]):
+    def __init__(self, pool: Any, handles: Sequence[Any], order_h: Any = None):
         self.pool = pool
         self.handles = list(handles)
+        self.order_h = order_h
         self.nbytes = 0
         self._ptr: dict[Any, int] = {}
 
     def take(self, nbytes: int) -> None:
         """One buffer of at least ``nbytes`` per lane, from the pool, in stream order on
-        the lane's stream."""
+        the lane's stream (or ``order_h``)."""
         for h in self.handles:
-            self._ptr[h] = self.pool.allocate_ptr(nbytes, h)
+            self._ptr[h] = self.pool.allocate_ptr(nbytes, h if self.order_h is None else self.order_h)
         self.nbytes = nbytes
+
+    @property
+    def held_bytes(self) -> int:
+        return self.nbytes * len(self._ptr)
+
+    def __len__(self) -> int:
+        return len(self._ptr)
 
     def allocate_ptr(self, nbytes: int, stream_h: Any) -> int:
         if nbytes > self.nbytes:  # the run sized its lanes for its largest batch: a bug if reached
@@ -57,7 +68,7 @@ class LaneBuffers:
         freed = 0
         while self._ptr:
             h, ptr = self._ptr.popitem()
-            self.pool.free_ptr(ptr, h)
+            self.pool.free_ptr(ptr, h if self.order_h is None else self.order_h)
             freed += 1
         self.nbytes = 0
         return freed

@@ -53,6 +53,7 @@ from ..cuda import events as cuda_events
 from ..cuda.hotpath import HotPath, handle_int
 from ..errors import CudaError
 from .graphs import BatchGraphs, GraphCaptureError, _capture_message
+from .lanes import LaneBuffers
 
 MAX_RUN_GRAPHS = 4  # whole runs kept as graphs (each holds about a batch of device memory per lane)
 MAX_SIGHTINGS = 64  # run keys remembered as seen once
@@ -64,8 +65,7 @@ class _RunGraph:
     exec: Any  # CUgraphExec
     exec_h: Any  # what HotPath takes
     batches: int
-    lanes: list[int]  # the lanes' device buffers (pool memory, freed on lane 0's stream)
-    lane_bytes: int
+    lanes: LaneBuffers  # the lanes' device buffers (pool memory, on lane 0's stream's order)
 
 
 class RunGraphs:
@@ -92,7 +92,7 @@ class RunGraphs:
     @property
     def nbytes(self) -> int:
         """Device memory the cached run graphs hold (pool memory)."""
-        return sum(len(g.lanes) * g.lane_bytes for g in self._cache.values())
+        return sum(g.lanes.held_bytes for g in self._cache.values())
 
     # ------------------------------------------------------------------ per run
     def key(self, compute: Any, run_key: tuple, lanes: int, batches: Sequence[Any]) -> tuple:
@@ -128,15 +128,13 @@ class RunGraphs:
         streams leave capture mode and nothing is kept either way. ``at[0]``: the
         position of the batch being captured (for the failure note)."""
         t0 = time.perf_counter()
-        N = len(routes)
-        lanes: list[int] = []
+        # on lane 0's stream: ordered before every launch (they go there too)
+        lanes = LaneBuffers(self.pool, [route.h2d for route in routes], order_h=self.origin_h)
         try:
-            for _ in range(N):  # on lane 0's stream: ordered before every launch (they go there too)
-                lanes.append(self.pool.allocate_ptr(lane_bytes, self.origin_h))
-            g = self._capture(batches, routes, lanes, lane_bytes, at)
+            lanes.take(lane_bytes)
+            g = self._capture(batches, routes, lanes, at)
         except BaseException:
-            for ptr in lanes:
-                self.pool.free_ptr(ptr, self.origin_h)
+            lanes.give_back()
             raise
         self._cache[key] = g
         while len(self._cache) > self.max_graphs:
@@ -146,11 +144,8 @@ class RunGraphs:
         self.last = "captured"
         return g
 
-    def _capture(self, batches: Sequence[Any], routes: Sequence[Any], lanes: list[int], lane_bytes: int,
-                 at: list) -> _RunGraph:
-        by_stream = {route.h2d: ptr for route, ptr in zip(routes, lanes)}  # the handles the protocol passes
-        enqueue = self.batch_graphs.protocol(alloc=lambda nbytes, stream_h: by_stream[stream_h],
-                                             free=lambda ptr, stream_h: None)
+    def _capture(self, batches: Sequence[Any], routes: Sequence[Any], lanes: LaneBuffers, at: list) -> _RunGraph:
+        enqueue = self.batch_graphs.protocol(alloc=lanes.allocate_ptr, free=lanes.free_ptr)
         N = len(routes)
         if len(self._events) < N + 1:
             self._events = [cuda_events.create_event(self.device, timing=False) for _ in range(N + 1)]
@@ -192,7 +187,7 @@ class RunGraphs:
         except CudaError as exc:
             drv.call("cuGraphDestroy", graph)
             raise GraphCaptureError(_capture_message(b, exc, whole_run=True)) from exc
-        return _RunGraph(graph, exe, handle_int(exe) if self.hot.native else exe, len(batches), lanes, lane_bytes)
+        return _RunGraph(graph, exe, handle_int(exe) if self.hot.native else exe, len(batches), lanes)
 
     def launch(self, g: _RunGraph, stream_h: Any) -> None:
         """The whole run: one cuGraphLaunch on lane 0's stream (its branches fan out to
@@ -211,8 +206,7 @@ class RunGraphs:
         # buffers are freed on lane 0's stream, behind every launch of the graph.
         drv.call("cuGraphExecDestroy", g.exec)
         drv.call("cuGraphDestroy", g.graph)
-        while g.lanes:
-            self.pool.free_ptr(g.lanes.pop(), self.origin_h)
+        g.lanes.give_back()
 
     def clear(self) -> None:
         """Drop every cached run graph and every remembered run."""
