@@ -205,3 +205,29 @@ def test_run_batches_holds_registered_arrays_but_registers_nothing(pins):
         assert all(held) and len(held) == 2 * len(views)  # every batch held its array's entry
         np.testing.assert_array_equal(out, reference(x, 2))
         assert all(e.users == 0 for e in pins.cache._entries.values())  # and gave it back
+
+
+def test_chunk_auto_tuned_through_the_ring_is_reused_once_pinned_in_place(pins):
+    """The second run of a pageable array pins it in place: the staging changes from the
+    ring to direct copies, and chunk='auto' reuses the first run's models (GPU copies and
+    compute as measured, the ring's host copies dropped) instead of probing again."""
+    pins.fake.jitter["value"] = 0.0
+    pins.cache.cap_bytes = 256 * MiB
+    x, out = _arrays(48 * MiB // 4)
+    with StreamPipeline(FakeMix(), streams=2) as pipe:
+        pipe.run(x, out=out)
+        assert pipe.stats.chunk["source"] == "tuned" and pipe.stats.staging["input"] in ("ring", "bulk")
+        (ring,) = pipe._tuned.values()
+        assert {"stage_in", "drain_out"} <= set(ring.models)
+        out.fill(0)
+        pipe.run(x, out=out)
+        np.testing.assert_array_equal(out, reference(x, 2))
+        st = pipe.stats
+        assert st.staging == {"input": "pinned in place", "output": "pinned in place"}
+        assert st.chunk["source"] == "reused from the ring" and st.chunk["probe_batches"] == 0
+        direct = [t for t in pipe._tuned.values() if t is not ring]
+        assert len(direct) == 1 and set(direct[0].models) == {"h2d", "compute", "d2h"}
+        assert all(direct[0].models[k] == ring.models[k] for k in ("h2d", "compute", "d2h"))
+        pipe.run(x, out=out)
+        assert pipe.stats.chunk["source"] == "reused"
+        base._assert_clean(pipe)

@@ -26,7 +26,10 @@ sees the per-row cost even when small chunks are launch-bound.
 
 The models are cached by the pipeline per (row shape, dtype, staging, compute,
 streams): later runs choose from them without probing (``stats.chunk["source"]
-== "reused"``); ``StreamPipeline.retune()`` forgets them.
+== "reused"``); ``StreamPipeline.retune()`` forgets them. A side that went through
+the ring when tuned and is copied directly now (a pageable array pinned in place at
+its second run) reuses those models without the ring's host copies (``"reused from
+the ring"``): the GPU copies were timed from pinned slots already.
 
 The choice and its reason are kept in :class:`ChunkChoice` and shown in the stats.
 """
