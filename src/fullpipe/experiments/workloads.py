@@ -29,11 +29,13 @@ timed by the host's clock from the first batch to the last output in host memory
 - fullpipe with its defaults; also ``y = pipe.run(x)`` with a new output each run, and a
   small sweep of fixed chunks against ``chunk="auto"``.
 
-The peers and fullpipe are timed in alternating rounds (each once per round, in turn; the
-median of the rounds): a host's speed can drift by more than the differences measured.
-Peers use 32 (copy-heavy) or 16 (compute-bound) equal batches. Bounds measured in this run:
-compute alone (``f`` over device-resident batches back to back on one stream, CUDA events;
-at the peers' batches and at the chunk fullpipe chose, the faster); the pinned copy peak
+Compute alone, the peers and fullpipe are timed in alternating rounds (each once per
+round, in turn; the median of the rounds): a host's speed can drift by more than the
+differences measured, and a compute whose Python launches take as long as its kernels runs
+at the host's speed. Peers use 32 (copy-heavy) or 16 (compute-bound) equal batches. Bounds
+measured in this run: compute alone (``f`` over device-resident batches back to back on one
+stream, waited for; at the peers' batches and at the chunk fullpipe's timed runs use, the
+faster); the pinned copy peak
 H2D, D2H and both at once; the host's memmove pageable ↔ pinned with the staging ring's own
 threads, one direction and both at once. Every output is first checked against the naive
 loop's: the output poisoned with NaN first, then each row within 5 % of the reference
@@ -69,6 +71,7 @@ CLAIM = ("With its defaults (a plain tensor function, 3 streams, chunk='auto'), 
          "compute alone, a copy-heavy MLP at ≥ 0.9× the host's copy bound each way; and it beats the naive loop, "
          "a hand-written 3-stream pipeline and a DataLoader on every workload (≥ 2× the best on the pageable "
          "copy-heavy one)")
+PRELOAD = ('torch', 'torchvision')  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "A model applied to data that lives in host memory has three stages per batch: copy in, compute, copy "
     "out, plus the host's own work (staging pageable memory, launching kernels). Run one after another, "
@@ -398,23 +401,23 @@ def _wall_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float]]:
     return median(ts), ts
 
 
-def _compute_alone_ms(torch: Any, tdev: Any, f: Callable, xs: list, stream: Any, repeat: int) -> float:
-    """``f`` over the batches ``xs``, uploaded first, back to back on one stream (after one
-    warm-up pass), timed with events on that stream; the median."""
-    times_ = []
+def _compute_alone(torch: Any, tdev: Any, f: Callable, xs: list, stream: Any) -> Callable[[], None]:
+    """The bound: ``f`` over the batches ``xs``, uploaded first, back to back on one
+    stream, waited for. Returned as a contender (after one warm-up pass), timed in the
+    same rounds as the peers and fullpipe: a compute whose Python launches take about
+    as long as its kernels runs at the host's speed, and this host's speed drifts."""
     with torch.cuda.stream(stream):
         xs_dev = [t.to(tdev) for t in xs]
         for x in xs_dev:
             f(x)
-        for _ in range(repeat):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record(stream)
+    stream.synchronize()
+
+    def run() -> None:
+        with torch.cuda.stream(stream):
             for x in xs_dev:
                 f(x)
-            b.record(stream)
-            b.synchronize()
-            times_.append(a.elapsed_time(b))
-    return median(times_)
+        stream.synchronize()
+    return run
 
 
 def _time_together(torch: Any, tdev: Any, work: list[tuple[Any, Callable]], repeat: int) -> float:
@@ -566,28 +569,28 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         _poison(torch, fout)
         _fp_call(pipe, w, fout, fx)
         check(FULLPIPE, fout)
-        auto = _fp_stats(pipe)
         fresh = _fp_call(pipe, w, None, fx)
         check(FULLPIPE_NEW_OUTPUT, fresh)
         del fresh
 
-        # ---- bounds: compute alone on device-resident data, copies at their peak
+        # fullpipe's calls once more, untimed: its output array is seen for the second time
+        # here, so it is pinned in place now and the chunk for that staging is chosen now,
+        # not inside a timed round (the peers ran in their checks)
+        _fp_call(pipe, w, fout, fx)
+        _fp_call(pipe, w, None, fx)
+        # ---- the bound: compute alone on device-resident data, cut as the peers cut it and
+        # as fullpipe's timed runs do (the faster counts), timed in the rounds below
         progress("compute alone")
-        compute_ms = {"peer batches": _compute_alone_ms(torch, tdev, w.f, w.xs, stream, repeat)}
-        auto_rows = (auto["chunk"] or {}).get("rows")
+        alone = {"peer batches": _compute_alone(torch, tdev, w.f, w.xs, stream)}
+        auto_rows = (_fp_stats(pipe)["chunk"] or {}).get("rows")
         if w.x is not None and is_num(auto_rows) and 0 < int(auto_rows) != w.xs[0].shape[0]:
-            compute_ms["fullpipe's chunk"] = _compute_alone_ms(torch, tdev, w.f, list(w.x.split(int(auto_rows))),
-                                                               stream, repeat)
-        torch.cuda.empty_cache()
-        compute_alone = min(compute_ms.values())
-        copy_ms = max(w.in_bytes, w.out_bytes) / (env.copy_gbps * 1e6)
-        bound_ms = compute_alone if w.name != "copy-heavy" else max(compute_alone, copy_ms)
-
-        # ---- the peers and fullpipe, in alternating rounds: this host's speed drifts by
+            alone["fullpipe's chunk"] = _compute_alone(torch, tdev, w.f, list(w.x.split(int(auto_rows))), stream)
+        # ---- the bound, the peers and fullpipe, in alternating rounds: this host's speed drifts by
         # up to 1.8x over seconds (an H100 host, session 10: the same two contenders ran
         # 125 ms each, then 70 ms each, a few seconds later), so each contender is timed
         # once per round, in turn, and the median of its rounds is taken
-        contenders: list[tuple[str, Callable[[], Any]]] = [
+        contenders: list[tuple[str, Callable[[], Any]]] = [(f"compute alone ({k})", fn) for k, fn in alone.items()]
+        contenders += [
             ("naive loop", lambda: _naive(torch, tdev, w.f, w.xs, w.ys, stream)),
             ("hand-written pipeline", lambda: hand(w.xs, w.ys))]
         if "DataLoader" not in peer_errors:
@@ -595,12 +598,6 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         contenders += [(FULLPIPE, lambda: _fp_call(pipe, w, fout, fx)),
                        (FULLPIPE_NEW_OUTPUT, lambda: _fp_call(pipe, w, None, fx))]
         samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
-        # fullpipe's calls once more, untimed: its output array is seen for the second time
-        # here, so it is pinned in place now and the chunk for that staging is tuned now,
-        # not inside a timed round (the peers ran in their checks)
-        for label, fn in contenders:
-            if label.startswith(FULLPIPE):
-                fn()
         for r in range(repeat):
             progress(f"timing, round {r + 1} of {repeat}")
             for label, fn in contenders:
@@ -613,6 +610,12 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
             runs = sorted(samples[label], key=lambda t: t[0])
             return runs[len(runs) // 2]
 
+        compute_ms = {k: median_run(f"compute alone ({k})")[0] for k in alone}
+        del alone, contenders  # the device-resident copies
+        torch.cuda.empty_cache()
+        compute_alone = min(compute_ms.values())
+        copy_ms = max(w.in_bytes, w.out_bytes) / (env.copy_gbps * 1e6)
+        bound_ms = compute_alone if w.name != "copy-heavy" else max(compute_alone, copy_ms)
         peers_ms: dict[str, float] = {label: median_run(label)[0] for label in PEERS if label in samples}
         rows: list[dict] = []
         for label in PEERS:
