@@ -52,6 +52,25 @@ def test_report_completes_when_experiments_fail(tmp_path):
     assert "not run" in table and "failed" in table
 
 
+def test_a_worker_started_ahead_waits_for_go_and_a_cancelled_one_runs_nothing(tmp_path):
+    """The report starts the next experiment's process while the current one runs: it
+    imports, says READY and touches nothing until told to go; cancelled, it exits."""
+    ahead = runner._Worker("sync", tmp_path, True, 0, wait=True)
+    assert ahead.lines.get(timeout=60) == "READY\n"
+    time.sleep(0.5)
+    assert ahead.proc.poll() is None and not (tmp_path / "sync.json").exists()
+    ahead.cancel()
+    assert ahead.proc.returncode == 0 and not (tmp_path / "sync.json").exists()
+
+
+@no_gpu_only
+def test_a_worker_started_ahead_runs_when_told_to_go(tmp_path):
+    ahead = runner._Worker("copy-engines", tmp_path, True, 0, wait=True)
+    res = runner.run_one("copy-engines", tmp_path, True, lambda f, m: None, worker=ahead)
+    assert res["verdict"] == "failed" and res["notes"][0].strip()  # no GPU here: failed, with the reason
+    assert "READY" not in (tmp_path / "logs" / "copy-engines.log").read_text()
+
+
 def test_precompile_builds_every_kernel_into_the_cache(tmp_path, monkeypatch):
     from fullpipe.cuda import compiler
 

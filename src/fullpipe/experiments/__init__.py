@@ -2,7 +2,9 @@
 
 An experiment module defines ``NAME``, ``TITLE``, ``CLAIM`` and
 ``run(ctx: Context) -> Result``. Register it in ``_MODULES`` below; ``fullpipe
-bench NAME`` and ``fullpipe report`` find it there.
+bench NAME`` and ``fullpipe report`` find it there. Optional: ``PRELOAD``, the
+libraries (e.g. ``("torch",)``) the report's worker may import before the experiment's
+turn, while the previous experiment runs.
 """
 
 from __future__ import annotations

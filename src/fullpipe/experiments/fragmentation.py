@@ -15,6 +15,7 @@ library is capped (PyTorch's cudaMallocAsync backend caps live bytes, not reserv
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 import json
 import subprocess
@@ -84,11 +85,16 @@ def run(ctx) -> Result:
     dev = ctx.device
     budget = (1 if ctx.quick else 2) * common.GiB
     steps = 300 if ctx.quick else 1200
+    # The workers run at once: each caps its own process's allocator at the budget and
+    # nothing here is timed, so they need not take turns (five budgets fit on any GPU
+    # this runs on; a worker that cannot get its memory reports it).
+    with ThreadPoolExecutor(len(ALLOCATORS)) as workers:
+        futures = {kind: workers.submit(run_worker, kind, budget, steps) for kind in ALLOCATORS}
+        for i, fut in enumerate(as_completed(futures.values())):
+            ctx.progress((i + 1) / len(ALLOCATORS), f"{i + 1} of {len(ALLOCATORS)} allocators done")
     results, rows = {}, []
-    for i, kind in enumerate(ALLOCATORS):
-        ctx.progress(i / len(ALLOCATORS), kind)
-        r = run_worker(kind, budget, steps)
-        results[kind] = r
+    for kind in ALLOCATORS:
+        r = results[kind] = futures[kind].result()
         if "skipped" in r or "error" in r:
             rows.append(dict.fromkeys(COLUMNS) | {"allocator": kind, "backend": r.get("skipped") or r.get("error")})
             continue

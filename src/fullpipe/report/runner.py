@@ -154,30 +154,61 @@ def worker_command(name: str, out_dir: Path, quick: bool, device: int) -> list[s
     return cmd + (["--quick"] if quick else [])
 
 
+class _Worker:
+    """One experiment's process, its output read into a queue from the start. Started
+    ahead with ``--wait``, it imports while the previous experiment runs (Python, the
+    package, torch: about a second, on a CPU the running experiment does not use) and
+    touches the GPU only after :meth:`go`."""
+
+    def __init__(self, name: str, out_dir: Path, quick: bool, device: int, *, wait: bool):
+        cmd = worker_command(name, out_dir, quick, device) + (["--wait"] if wait else [])
+        # Its own session, so a time-out kills the experiment's own children too.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if wait else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True, env=worker_env(quick))
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def go(self) -> None:
+        if self.proc.stdin is None:
+            return
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.close()
+        except OSError:  # it died while importing: its output says why
+            pass
+
+    def cancel(self) -> None:
+        """Never told to go (the report was interrupted): end of input makes it exit."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill(self.proc)
+
+
 def run_one(name: str, out_dir: Path, quick: bool, progress: Callable[[float, str], None],
-            device: int = 0, limit_s: float | None = None) -> dict[str, Any]:
-    cmd = worker_command(name, out_dir, quick, device)
+            device: int = 0, limit_s: float | None = None, worker: _Worker | None = None) -> dict[str, Any]:
+    """Run one experiment (in ``worker`` if it was started ahead) within its time limit,
+    counted from when it is told to go."""
     limit = limit_s if limit_s is not None else TIME_LIMIT_S["quick" if quick else "full"]
     log_path = out_dir / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     result_path = out_dir / f"{name}.json"
     result_path.unlink(missing_ok=True)
+    worker = worker or _Worker(name, out_dir, quick, device, wait=False)
+    proc = worker.proc
     t0 = time.monotonic()
+    worker.go()
     timed_out = False
     with open(log_path, "w") as log:
-        # Its own session, so a time-out kills the experiment's own children too.
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, env=worker_env(quick))
-        assert proc.stdout is not None
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:
-            for line in proc.stdout:  # type: ignore[union-attr]
-                lines.put(line)
-            lines.put(None)
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
         try:
             while True:
                 left = limit - (time.monotonic() - t0)
@@ -186,11 +217,13 @@ def run_one(name: str, out_dir: Path, quick: bool, progress: Callable[[float, st
                     _kill(proc)
                     break
                 try:
-                    line = lines.get(timeout=min(1.0, left))
+                    line = worker.lines.get(timeout=min(1.0, left))
                 except queue.Empty:
                     continue
                 if line is None:
                     break
+                if line == "READY\n":
+                    continue
                 log.write(line)
                 if line.startswith("PROGRESS "):
                     _, frac, *msg = line.rstrip("\n").split(" ", 2)
@@ -202,7 +235,7 @@ def run_one(name: str, out_dir: Path, quick: bool, progress: Callable[[float, st
             _kill(proc)
             raise
         proc.wait()
-        reader.join(timeout=5)
+        worker.reader.join(timeout=5)
     wall = time.monotonic() - t0
     if result_path.is_file() and not timed_out:
         res = json.loads(result_path.read_text())
@@ -255,6 +288,9 @@ def run_report(out_dir: Path, *, quick: bool = False, only: Sequence[str] | None
                   console=con, transient=False) as prog:
         overall = prog.add_task("report", total=total_weight, msg="")
         current = prog.add_task("", total=1.0, msg="")
+        # the first experiment imports while the kernels compile; each next one while the
+        # current one runs
+        ahead: _Worker | None = _Worker(names[0], out_dir, quick, device, wait=True) if names else None
         arch = arch_of(facts)
         if arch:
             prog.update(overall, description=f"[0/{len(names)}] compiling kernels ({arch})")
@@ -269,24 +305,31 @@ def run_report(out_dir: Path, *, quick: bool = False, only: Sequence[str] | None
                 doc["compile"] = {"errors": [f"{type(exc).__name__}: {exc}"]}
         done_weight = compile_weight
         prog.update(overall, completed=done_weight)
-        for i, name in enumerate(names):
-            prog.update(overall, description=f"[{i + 1}/{len(names)}] {name}", msg="")
-            prog.reset(current, total=1.0, completed=0.0, description=f"  {name}", msg="starting")
+        try:
+            for i, name in enumerate(names):
+                worker, ahead = ahead, None
+                if i + 1 < len(names):
+                    ahead = _Worker(names[i + 1], out_dir, quick, device, wait=True)
+                prog.update(overall, description=f"[{i + 1}/{len(names)}] {name}", msg="")
+                prog.reset(current, total=1.0, completed=0.0, description=f"  {name}", msg="starting")
 
-            def progress(frac: float, msg: str, base: float = done_weight, w: float = expected[name]) -> None:
-                frac = max(0.0, min(1.0, frac))
-                prog.update(overall, completed=base + w * frac)
-                prog.update(current, completed=frac, msg=msg[:60])
+                def progress(frac: float, msg: str, base: float = done_weight, w: float = expected[name]) -> None:
+                    frac = max(0.0, min(1.0, frac))
+                    prog.update(overall, completed=base + w * frac)
+                    prog.update(current, completed=frac, msg=msg[:60])
 
-            res = run_one(name, out_dir, quick, progress, device)
-            results.append(res)
-            done_weight += expected[name]
-            prog.update(overall, completed=done_weight, msg=res.get("verdict", ""))
-            prog.update(current, completed=1.0, msg=res.get("verdict", ""))
-            why = f": {failure_reason(res)[:100]}" if res.get("verdict") in ("failed", "skipped") else ""
-            prog.console.print(f"  {name:<18} {res.get('verdict', '?'):<17} {res['wall_s']:6.1f} s{why}")
-            doc["wall_s"] = time.monotonic() - t0
-            _write_json(out_dir, doc)
+                res = run_one(name, out_dir, quick, progress, device, worker=worker)
+                results.append(res)
+                done_weight += expected[name]
+                prog.update(overall, completed=done_weight, msg=res.get("verdict", ""))
+                prog.update(current, completed=1.0, msg=res.get("verdict", ""))
+                why = f": {failure_reason(res)[:100]}" if res.get("verdict") in ("failed", "skipped") else ""
+                prog.console.print(f"  {name:<18} {res.get('verdict', '?'):<17} {res['wall_s']:6.1f} s{why}")
+                doc["wall_s"] = time.monotonic() - t0
+                _write_json(out_dir, doc)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
         prog.update(current, visible=False)
     doc["wall_s"] = time.monotonic() - t0
     add_figures(results, out_dir)

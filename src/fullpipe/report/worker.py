@@ -5,12 +5,18 @@ for everything after it, and allocator settings are process-wide. The parent
 reads ``PROGRESS <fraction> <message>`` lines from stdout and the Result JSON
 from ``<out>/<name>.json``.
 
-    python -m fullpipe.report.worker NAME --out DIR [--quick]
+    python -m fullpipe.report.worker NAME --out DIR [--quick] [--wait]
+
+With ``--wait`` (how the report starts the next experiment while the current one
+runs) the worker imports its experiment and the libraries the experiment names in
+``PRELOAD``, prints ``READY`` and waits for a ``go`` line on stdin before it touches
+the GPU; end of input instead of ``go`` makes it exit without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
 from pathlib import Path
@@ -28,14 +34,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--wait", action="store_true", help="import, print READY, run after a 'go' line on stdin")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
         mod = load(args.name)
     except Exception as exc:
+        if args.wait and not _go():
+            return 0
         Result(args.name, "", "failed", {}, {}, {}, notes=[f"cannot load experiment: {exc}"]).to_json(out / f"{args.name}.json")
         return 1
+    if args.wait:
+        for lib in getattr(mod, "PRELOAD", ()):
+            try:  # CPU work only: importing torch does not create a CUDA context
+                importlib.import_module(lib)
+            except Exception:  # noqa: BLE001 - the experiment says what is missing when it runs
+                pass
+        if not _go():
+            return 0
     try:
         from ..cuda.device import Device
 
@@ -54,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     _relative_paths(result, out)
     result.to_json(out / f"{args.name}.json")
     return 0 if result.verdict != "failed" else 1
+
+
+def _go() -> bool:
+    """--wait: say READY, then wait for the runner's 'go' (False at end of input: cancelled)."""
+    print("READY", flush=True)
+    return sys.stdin.readline().strip() == "go"
 
 
 def _relative_paths(result: Result, out: Path) -> None:
