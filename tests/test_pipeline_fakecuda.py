@@ -567,3 +567,35 @@ def test_small_batches_are_staged_by_the_caller_and_large_ones_by_threads(fake, 
     for x, y, z in zip(small + big, outs + got, small + big):
         np.testing.assert_array_equal(y, reference(z, 2))
     _assert_clean(pipe)
+
+
+MiB = 1 << 20
+
+
+def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chunk(fake, monkeypatch):
+    """Probes on an H100 saw a bf16 MLP's host time per batch grow with the size (272 us
+    + 17 us/MiB) while its steady runs took 244 us at any size; the per-byte fit made
+    the host look like the bottleneck and chose 74 MiB chunks, where 16 MiB was the best
+    of a sweep (the first H2D and the last D2H of a big chunk are not overlapped). The
+    host's time per batch is fitted as a constant: a copy-bound run keeps small chunks."""
+    fake.jitter["value"] = 0.0
+    x = np.zeros(256 << 20 >> 2, dtype=np.uint32)
+    probed: list = []
+    real_probe = StreamPipeline._probe
+
+    def probe(self, batches, *a, **k):
+        probed[:] = [b.in_bytes for b in batches]
+        return real_probe(self, batches, *a, **k)
+
+    def point(pst, i, with_compute, with_out):
+        n = probed[i]
+        return {"h2d": 10e-6 + n / 50e9, "compute": n / 120e9, "d2h": 10e-6 + n / 57e9,
+                "host": 272e-6 + 17e-6 * n / MiB}
+
+    monkeypatch.setattr(StreamPipeline, "_probe", probe)
+    monkeypatch.setattr(fexec, "_probe_point", point)
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
+    pipe.run(x)
+    (tuned,) = pipe._tuned.values()
+    assert tuned.host.per_byte_s == 0.0
+    assert 4 * MiB <= pipe.stats.chunk["bytes"] <= 24 * MiB, pipe.stats.chunk["reason"]

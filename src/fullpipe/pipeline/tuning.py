@@ -5,7 +5,7 @@ Each stage's time per chunk is modelled as ``fixed + bytes * per_byte`` (a fit
 through the two largest probe chunks): the GPU stages (H2D, compute, D2H, from
 events), the host's staging copies for pageable arrays (stage-in, drain-out), and
 the host's own time per batch (enqueue plus the user's compute call: for a
-framework model, its Python kernel launches). A run of ``total`` bytes cut into
+framework model, its Python kernel launches; the executor fits it as a constant). A run of ``total`` bytes cut into
 chunks of ``C`` bytes then takes about::
 
     T(C) = ceil(total / C) * P(C) + F(C)
