@@ -1,13 +1,14 @@
 """Small pageable batches staged in bulk (pipeline/bulk.py), against the fake drivers:
 the input copied into one pinned block before the first batch, the outputs D2H'd into
-one and copied into the caller's arrays after the last; no ring slot, no slot signal
-per batch. Outputs exact under the fake streams' jitter; the blocks go back to the
+one and copied into the caller's arrays as their batches finish (the rest after the
+last); no ring slot, no slot signal per batch. Outputs exact under the fake streams' jitter; the blocks go back to the
 pinned pool (reused by the next run); too much in total, an output not known before
 the compute, or a full pinned pool: the ring, as before."""
 
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -112,3 +113,39 @@ def test_a_failure_gives_the_blocks_back(fake, exc):
     outs = pipe.run_batches(xs)
     np.testing.assert_array_equal(outs[49], reference(xs[49], 2))
     assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
+
+
+def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run(fake):
+    """The outputs of batches whose D2H is done go to the caller's arrays while later
+    batches still run (not all after the last one): the copy overlaps the GPU's work."""
+    fake.jitter["value"] = 0.0
+    xs = batches(200)
+    outs = [np.zeros_like(x) for x in xs]
+
+    class SlowCall(FakeMix):  # a compute call that takes host time (the fake streams run meanwhile)
+        def __call__(self, stream, x, y):
+            super().__call__(stream, x, y)
+            time.sleep(2e-4)
+
+    pipe = StreamPipeline(SlowCall(), streams=3)
+    pipe.run_batches(xs, outs=outs)
+    for x, y in zip(xs, outs):
+        np.testing.assert_array_equal(y, reference(x, 2))
+    st = pipe.stats
+    assert st.staging["output"] == "bulk" and 0 < st.bulk_drained_early <= len(xs)
+    assert f"{st.bulk_drained_early} of 200 copied out during the run" in str(st)
+    _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0
+
+
+def test_a_failed_bulk_run_waits_for_its_output_copies_and_gives_the_blocks_back(fake):
+    xs = batches(60)
+    outs = [np.zeros_like(x) for x in xs]
+    pipe = StreamPipeline(FakeMix(fail_at=50), streams=3)
+    with pytest.raises(RuntimeError) as info:
+        pipe.run_batches(xs, outs=outs)
+    assert info.value.batch_index == 50
+    _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0
+    done = [i for i, (x, y) in enumerate(zip(xs, outs)) if np.array_equal(y, reference(x, 2))]
+    assert done == list(range(len(done))) and len(done) < 50  # copied in order, nothing past the failure

@@ -13,11 +13,15 @@ So when a run's pageable side is small in total (at most ``BULK_MAX_BYTES``), it
 moved in bulk instead: every input batch is copied into one pinned block before the
 first H2D (the copier's threads, a few milliseconds at most), and the batches are
 then copied to the GPU straight from there, as pinned inputs are; every output goes
-from the GPU straight into its place in one pinned block, copied into the caller's
-arrays once the run's last batch is done. No slot, no signal, no wait per batch.
-The price: those two copies are not overlapped with the GPU's work (at most
-``BULK_MAX_BYTES`` each way, ~5 ms at this host's 13 GB/s). The blocks come from
-the pinned pool and go back to it at the end of the run.
+from the GPU straight into its place in one pinned block. No slot, no signal, no
+wait per batch. The outputs of the batches whose D2H has finished (the executor
+reads their timing events anyway) are copied into the caller's arrays on a copier
+thread while the run goes on; the rest once the run's last batch is done. The price:
+the input copy is not overlapped with the GPU's work (at most ``BULK_MAX_BYTES``,
+~5 ms at this host's 13 GB/s), nor is the output copy without timing events. On an
+H100 host, a run of 127 encoder batches with 35 MB of output took 68.4 ms with the
+whole output copied at the end, against 64.2 ms with pinned batches (issue 14). The
+blocks come from the pinned pool and go back to it at the end of the run.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class BulkStaging:
         self.blocks: list[Any] = []
         self.outputs: list[tuple[int, int, int]] = []  # (caller's address, pinned address, bytes)
         self.moved: list[Any] = []  # the batches whose addresses now point into a block
+        self._drained = 0  # outputs[:_drained] are being or have been copied out
+        self._copying: list[Any] = []  # the copies started during the run (futures)
 
     def _places(self, sizes: Sequence[int]) -> list[int]:
         block = self.pool.take(max(_aligned_total(sizes), ALIGN), self.usage)
@@ -79,9 +85,30 @@ class BulkStaging:
             b.dst_addr, b.drain_bytes = at, 0
         return {b.index: at for b, at in zip(batches, places)}
 
+    def drain_some(self, done: int, copier: Any) -> None:
+        """The first ``done`` batches' D2Hs have finished: start copying their outputs
+        into the caller's arrays on one of the copier's threads, while the run goes on."""
+        if done > self._drained:
+            self._copying.append(copier.submit_many(self.outputs[self._drained:done]))
+            self._drained = done
+
+    @property
+    def drained_early(self) -> int:
+        """How many outputs were copied out during the run."""
+        return self._drained
+
     def drain_outputs(self, copier: Any) -> None:
-        """After the run's last D2H: copy every output into the caller's array."""
-        copier.copy_many(self.outputs)
+        """After the run's last D2H: the rest of the outputs into the caller's arrays."""
+        self.wait_copies()
+        copier.copy_many(self.outputs[self._drained:])
+        self._drained = len(self.outputs)
+
+    def wait_copies(self) -> None:
+        """Wait for the copies started by :meth:`drain_some` (before the blocks go back,
+        and before a failed run returns: they write the caller's arrays)."""
+        copying, self._copying = self._copying, []
+        for f in copying:
+            f.result()
 
     def cancel(self) -> None:
         """Before the run: the batches read and write the caller's arrays again (the ring
@@ -94,7 +121,8 @@ class BulkStaging:
         self.give_back()
 
     def give_back(self) -> None:
-        """The blocks go back to the pinned pool (no copy may be in flight)."""
+        """The blocks go back to the pinned pool (no GPU copy may be in flight)."""
+        self.wait_copies()
         while self.blocks:
             self.pool.give(self.blocks.pop())
         self.outputs = []

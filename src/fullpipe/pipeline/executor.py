@@ -950,6 +950,7 @@ class StreamPipeline:
 
         run = _Run(batches, stop=threading.Event())
         run.lazy_out = outputs is not None
+        run.bulk_out = bulk if bulk is not None and staging["output"] == "bulk" else None
         # Who does the ring's memmoves: this thread for small batches, staging threads
         # for the rest (pageable.py says why).
         run.inline_in = ring_in and max(b.in_bytes for b in batches) <= pageable.INLINE_MAX_BYTES
@@ -996,6 +997,7 @@ class StreamPipeline:
                 stats.gpu_span_ms = self._finish_run(run)
                 if bulk is not None:  # every D2H is done: the outputs to the caller's arrays
                     t_drain = time.perf_counter()
+                    stats.bulk_drained_early = bulk.drained_early
                     bulk.drain_outputs(self._copier("out"))
                     stats.bulk_drain_ms = (time.perf_counter() - t_drain) * 1e3
         except BaseException as exc:
@@ -1005,7 +1007,9 @@ class StreamPipeline:
             _annotate(exc, b, pos, n, released, K)
             raise
         finally:
-            if bulk is not None and drained:  # (not drained: a copy may still read or write them)
+            if bulk is not None:
+                bulk.wait_copies()  # host copies started during the run write the caller's arrays
+            if bulk is not None and drained:  # (not drained: a GPU copy may still read or write them)
                 bulk.give_back()
             if drained:
                 for sig in run.signals:
@@ -1084,6 +1088,8 @@ class StreamPipeline:
             # ---- bookkeeping, off the critical path of the GPU
             if timing:
                 self._harvest(run.inflight, run.timings, block=False)
+                if run.bulk_out is not None:  # the outputs of the batches done, to the caller's arrays
+                    run.bulk_out.drain_some(len(run.timings), self._copier("out"))
             if synchronous:
                 with drv.translated("cuStreamSynchronize"):
                     routes[pos % N].d2h_stream.sync()
@@ -1403,6 +1409,7 @@ class _Run:
         self.front_us: list[float] = []  # per batch: the front half's host time
         self.clock = [0.0]  # seconds in the compute calls
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
+        self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
         self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
 

@@ -33,7 +33,7 @@ import queue
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
 from .staging import GpuSignal, SlotRing, Stopped
@@ -95,8 +95,7 @@ class HostCopier:
         total = sum(n for _, _, n in copies)
         parts = min(self.threads, len(copies), max(1, total // MIN_PIECE_BYTES))
         if self._pool is None or parts < 2:
-            for dst, src, n in copies:
-                ctypes.memmove(dst, src, n)
+            _copy_each(copies)
             return
         runs: list[list[tuple[int, int, int]]] = [[]]
         share, acc = total / parts, 0
@@ -105,20 +104,30 @@ class HostCopier:
                 runs.append([])
             runs[-1].append(c)
             acc += c[2]
-
-        def run(cs: list[tuple[int, int, int]]) -> None:
-            for dst, src, n in cs:
-                ctypes.memmove(dst, src, n)
-
-        futures = [self._pool.submit(run, cs) for cs in runs[1:]]
-        run(runs[0])
+        futures = [self._pool.submit(_copy_each, cs) for cs in runs[1:]]
+        _copy_each(runs[0])
         for f in futures:
             f.result()
+
+    def submit_many(self, copies: Sequence[tuple[int, int, int]]) -> Future:
+        """``copy_many`` on one of the copier's threads (on the caller's, done, with one
+        thread): a future to wait for."""
+        if self._pool is None:
+            done: Future = Future()
+            _copy_each(copies)
+            done.set_result(None)
+            return done
+        return self._pool.submit(_copy_each, list(copies))
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _copy_each(copies: Sequence[tuple[int, int, int]]) -> None:
+    for dst, src, n in copies:
+        ctypes.memmove(dst, src, n)
 
 
 class _Worker:

@@ -81,8 +81,10 @@ class PipelineStats:
     # who does the ring's memmoves, per side through the ring: "caller" (the enqueueing
     # thread, small batches) or "threads" (staging threads)
     host_copies: dict[str, str] = dataclasses.field(default_factory=dict)
-    # staging "bulk" (bulk.py): ms spent after the last batch copying the outputs to the caller's arrays
+    # staging "bulk" (bulk.py): ms spent after the last batch copying the outputs to the caller's arrays,
+    # and how many outputs had been copied during the run (their batches done)
     bulk_drain_ms: float = 0.0
+    bulk_drained_early: int = 0
     recycle: str = ""
     pinned_ring_bytes: int = 0
     wall_ms: float = 0.0  # host wall clock of the run (end to end)
@@ -168,6 +170,9 @@ class PipelineStats:
         if self.host_us:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_us.items())
             lines.append(f"host per batch (us): {parts}; prefetch {self.prefetch}")
+        if self.staging.get("output") == "bulk":
+            lines.append(f"bulk outputs: {self.bulk_drained_early} of {self.batches} copied out during the run, "
+                         f"the rest in {self.bulk_drain_ms:.2f} ms after it")
         if self.pinned:
             lines.append(f"pinned: {self.pinned.get('allocated_bytes', 0) / 2**20:.1f} MiB newly pinned this run "
                          f"({self.pinned.get('allocations', 0)} allocations, {self.pinned.get('reuses', 0)} reuses)"
