@@ -735,7 +735,8 @@ def test_other_addresses_shapes_or_compute_are_not_replayed(gfake):
         assert pipe.stats.graph["run_graph"] == "captured"
         np.testing.assert_array_equal(out, reference(x, 1))
         pipe.reset_graphs()
-        pipe.streams[0].sync()  # the lane buffers are freed in stream order, behind every launch
+        for s in pipe.streams:  # the buffers are freed in stream order (the run's lanes on lane 0,
+            s.sync()            # the per-batch graphs' on each stream), behind every launch
         r = pipe.resources()
         assert r["run_graph_execs"] == 0 and r["run_graph_bytes"] == 0 and r["pool_used_bytes"] == 0
         pipe.run(x, out=out)
