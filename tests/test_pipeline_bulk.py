@@ -18,7 +18,7 @@ from fullpipe.cuda.pinned_pool import default_pinned_pool
 from fullpipe.pipeline import StreamPipeline, bulk
 from fullpipe.pipeline.workload import reference
 from tests.test_pipeline_fakecuda import FakeMix, _assert_clean, fake  # noqa: F401 - fixture
-from tests.test_pipeline_tensors import RowStats, fakefw, want  # noqa: F401 - fixture
+from tests.test_pipeline_tensors import FakeTensor, RowStats, _current, fakefw, want  # noqa: F401 - fixture
 
 
 def batches(n=120, seed=0, most=3000):
@@ -60,12 +60,46 @@ def test_a_tensor_function_with_outs_goes_in_bulk_both_ways(fake, fakefw):
     for x, y in zip(xs, outs):
         np.testing.assert_allclose(y, want(x), rtol=1e-6)
     assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
-    # without outs= the outputs are made from the first y: the input in bulk, the outputs by the ring
+    # without outs= each output is made from its y, and given its place in a pinned block then
     ys = pipe.run_batches(xs)
     for x, y in zip(xs, ys):
         np.testing.assert_allclose(y, want(x), rtol=1e-6)
-    assert pipe.stats.staging == {"input": "bulk", "output": "ring"}
+        assert isinstance(y, np.ndarray) and not pipe._pinned(y)  # pageable in, pageable out
+    assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
     _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0
+
+
+def test_outputs_made_from_y_whose_rows_outgrow_the_block_go_straight_to_their_arrays(fake, fakefw, monkeypatch):
+    """The block for outputs made from y is sized from the first y's rows; a later batch
+    with longer rows (e.g. another sequence length) that no longer fits is copied
+    straight into its array: correct, only not asynchronous."""
+
+    class Repeat:  # y: each row repeated k times, k growing with the batch (enqueued, as RowStats)
+        def __init__(self):
+            self.calls, self.outputs = 0, []
+
+        def __call__(self, x):
+            self.calls += 1
+            k = self.calls
+            y = FakeTensor.empty((x.shape[0], x.shape[1] * k), x.dtype)
+            self.outputs.append(y)
+            _current.stream.put(lambda: y.host().__setitem__(slice(None), np.tile(x.host(), (1, k))))
+            return y
+
+    places = []
+    real = bulk.BulkStaging.place_output
+    monkeypatch.setattr(bulk.BulkStaging, "place_output",
+                        lambda self, dst, estimate: places.append(real(self, dst, estimate)) or places[-1])
+    xs = [np.full((50, 1000), i, np.float32) for i in range(10)]  # 200 KB each
+    pipe = StreamPipeline(Repeat(), form="torch", streams=2)
+    ys = pipe.run_batches(xs)
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        np.testing.assert_array_equal(y, np.tile(x, (1, i + 1)))
+    assert pipe.stats.staging["output"] == "bulk"
+    assert places[0] != 0 and places[-1] == 0  # the first in the block, the last (2 MB) past its end
+    _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0
 
 
 def test_too_much_in_total_or_in_one_batch_takes_the_ring(fake, monkeypatch):

@@ -56,6 +56,7 @@ class BulkStaging:
         self.outputs: list[tuple[int, int, int]] = []  # (caller's address, pinned address, bytes)
         self.moved: list[Any] = []  # the batches whose addresses now point into a block
         self._drained = 0  # outputs[:_drained] are being or have been copied out
+        self._lazy: list[int] | None = None  # place_output's [next free address, end] in its block
         self._copying: list[Any] = []  # the copies started during the run (futures)
 
     def _places(self, sizes: Sequence[int]) -> list[int]:
@@ -84,6 +85,30 @@ class BulkStaging:
             self.outputs.append((d.ctypes.data, at, d.nbytes))
             b.dst_addr, b.drain_bytes = at, 0
         return {b.index: at for b, at in zip(batches, places)}
+
+    def place_output(self, dst: Any, estimate: int) -> int:
+        """A tensor function's output made after its compute (``run_batches`` without
+        ``outs``), in batch order: its place in a pinned block, taken at the first call
+        for ``estimate`` bytes (the run's rows times the first output's row size). 0 when
+        it does not fit (another row size, the pinned pool full): the D2H then goes
+        straight into ``dst``, correct but not asynchronous."""
+        if self._lazy is None:
+            self._lazy = [0, 0]
+            if estimate <= BULK_MAX_BYTES:
+                try:
+                    block = self.pool.take(max(_aligned(estimate), ALIGN), self.usage)
+                except Exception:  # noqa: BLE001 - PinnedPoolFull or a refused pinning: not in bulk
+                    block = None
+                if block is not None:
+                    self.blocks.append(block)
+                    self._lazy = [block.ptr, block.ptr + block.nbytes]
+        at, end = self._lazy
+        if at + dst.nbytes > end:
+            self.outputs.append((0, 0, 0))  # (keeps outputs[i] batch i's, for drain_some)
+            return 0
+        self._lazy[0] = at + _aligned(dst.nbytes)
+        self.outputs.append((dst.ctypes.data, at, dst.nbytes))
+        return at
 
     def drain_some(self, done: int, copier: Any) -> None:
         """The first ``done`` batches' D2Hs have finished: start copying their outputs

@@ -692,13 +692,17 @@ class StreamPipeline:
               usage: PinnedUsage | None) -> tuple[BulkStaging | None, str, str | None]:
         """Small pageable sides of a run moved in bulk (bulk.py) instead of through the
         ring: the input copied into one pinned block before the first batch, the outputs
-        D2H'd into one and copied out after the last. Returns (the run's BulkStaging or
+        D2H'd into one and copied out as their batches finish. Returns (the run's BulkStaging or
         None, stage_in, stage_out), a bulk side now "direct"."""
         small = pageable.INLINE_MAX_BYTES
         bulk_in = stage_in == "ring" and bulk_staging.fits([b.in_bytes for b in batches], small)
         dsts = _known_outputs(batches, outputs) if stage_out == "ring" else None
         bulk_out = dsts is not None and bulk_staging.fits([d.nbytes for d in dsts], small)
-        if not (bulk_in or bulk_out):
+        # run_batches of a tensor function without outs=: each output is made from its y,
+        # so its place in a block is given then (BulkStaging.place_output); small batches only
+        lazy_out = (stage_out == "ring" and dsts is None and outputs is not None and outputs.rows is None
+                    and not outputs.given and len(batches) > 1 and max(b.in_bytes for b in batches) <= small)
+        if not (bulk_in or bulk_out or lazy_out):
             return None, stage_in, stage_out
         staged = BulkStaging(self._pinned_pool, usage)
         try:
@@ -710,11 +714,14 @@ class StreamPipeline:
                 if outputs is not None:
                     outputs.bulk = places
                 stage_out = "direct"
+            elif lazy_out:
+                outputs.lazy_bulk = staged  # type: ignore[union-attr]
+                stage_out = "direct"
         except PinnedPoolFull:  # no room in the pinned pool: the ring it is (it may still fit)
             staged.cancel()
             if outputs is not None:
-                outputs.bulk = None
-            return None, "ring" if bulk_in else stage_in, "ring" if bulk_out else stage_out
+                outputs.bulk = outputs.lazy_bulk = None
+            return None, "ring" if bulk_in else stage_in, "ring" if (bulk_out or lazy_out) else stage_out
         except BaseException:  # a copy failed, Ctrl-C: nothing was enqueued; the blocks go back
             staged.give_back()
             raise
@@ -907,7 +914,7 @@ class StreamPipeline:
         staging = {"input": stage_in, "output": stage_out or "none"}
         bulk = None
         if outputs is not None:
-            outputs.bulk = None
+            outputs.bulk = outputs.lazy_bulk = None
         # chunk="auto" probes measure the ring's per-batch costs (the chunks they choose are
         # staged through it), never bulk staging
         if self.staging == "auto" and "ring" in (stage_in, stage_out) and mode is not PROBE_RUN:
@@ -1448,6 +1455,7 @@ class _Outputs:
         self._ring_sized = True
         self._estimate = 0
         self.bulk: dict[int, int] | None = None  # bulk staging: each batch's pinned place for its D2H
+        self.lazy_bulk: BulkStaging | None = None  # bulk staging, places given as the outputs are made
 
     def begin_execute(self, batches: list[P.Batch], ring: Any) -> None:
         """A new _execute (probes, then the rest): the ring, if any, is sized at its
@@ -1456,6 +1464,7 @@ class _Outputs:
         self._ring_sized = ring is None
         self._max_in = max(b.in_bytes for b in batches)
         self._max_rows = max(b.in_shape[0] for b in batches)
+        self._rows_total = sum(b.in_shape[0] for b in batches)
 
     def _new(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         if self.pinned:
@@ -1503,6 +1512,10 @@ class _Outputs:
         b.dst, b.dst_addr, b.out_bytes, b.out_shape = dst, dst.ctypes.data, dst.nbytes, tuple(shape)
         if self.bulk is not None:  # the D2H goes to the batch's place in the run's pinned block
             b.dst_addr, b.drain_bytes = self.bulk[b.index], 0
+            return False
+        if self.lazy_bulk is not None:  # ... given now (0: no room, straight into dst)
+            b.dst_addr = self.lazy_bulk.place_output(dst, self.row_bytes * self._rows_total) or b.dst_addr
+            b.drain_bytes = 0
             return False
         ring = self._ring
         if ring is None:
