@@ -9,6 +9,7 @@ import pytest
 
 from fullpipe.cuda import driver as drv
 from fullpipe.cuda import hostfn
+from fullpipe.cuda.interop import torch_stream
 from fullpipe.cuda.memory import is_pinned, pinned_empty
 from fullpipe.errors import CudaError
 from fullpipe.pipeline import StreamPipeline
@@ -123,7 +124,7 @@ def test_torch_compute_zero_copy(device, own_pool):
         pytest.skip("torch without CUDA")
 
     def compute(stream, x, y):
-        with torch.cuda.stream(torch.cuda.ExternalStream(int(stream.handle))):
+        with torch.cuda.stream(torch_stream(stream)):
             tx = torch.as_tensor(x, device="cuda")
             ty = torch.as_tensor(y, device="cuda")
             assert tx.data_ptr() == x.ptr and ty.data_ptr() == y.ptr  # no copies

@@ -166,7 +166,8 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
         ys = pipe.run_batches(batches)  # some batches over 1 MiB: through the ring
         assert pipe.stats.staging == {"input": "ring", "output": "ring"}
         ys_small = pipe.run_batches(small)
-        assert pipe.stats.staging == {"input": "bulk", "output": "ring"}  # outputs sized from y: the ring
+        # outputs made from each y: placed in the run's pinned block as they are made
+        assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
         outs = [torch.full_like(b, float("nan")) for b in small]
         pipe.run_batches(small, outs=outs)  # outs given: in bulk both ways
         assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
@@ -195,12 +196,13 @@ def test_auto_chunk_is_reused(device, pool):
     with StreamPipeline(f, pool=pool, device=device) as pipe:
         pipe.run(x)
         first = pipe.stats.chunk
-        pipe.run(x)  # x seen again: pinned in place, another kind of staging, tuned for it
+        pipe.run(x)  # x seen again: pinned in place, the ring's models without its host copies
         second, staged = pipe.stats.chunk, pipe.stats.staging["input"]
         pipe.run(x)
         third = pipe.stats.chunk
     assert first["source"] == "tuned" and first["probe_batches"] >= 4
-    assert staged == "pinned in place" and second["source"] == "tuned"
+    assert staged == "pinned in place" and second["source"] == "reused from the ring"
+    assert second["probe_batches"] == 0
     assert third["source"] == "reused" and third["probe_batches"] == 0
     print(first["reason"])
 

@@ -99,8 +99,9 @@ def torch_on(stream: Any):
     """Run PyTorch work (cuBLAS) on ``stream``, so that it is timed like our kernels."""
     import torch
 
-    ext = torch.cuda.ExternalStream(int(stream.handle))
-    with torch.cuda.stream(ext):
+    from ..cuda.interop import torch_stream
+
+    with torch.cuda.stream(torch_stream(stream)):
         yield
 
 
