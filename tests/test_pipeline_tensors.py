@@ -8,7 +8,6 @@ host memory the fake streams work on), and outputs f allocates itself."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import threading
 
@@ -57,14 +56,11 @@ class FakeFramework:
     def stream(self, fp_stream):
         return fp_stream
 
-    @contextlib.contextmanager
-    def current(self, fs):
-        old = getattr(_current, "stream", None)
+    def current_stream(self):
+        return getattr(_current, "stream", None)
+
+    def set_current(self, fs):
         _current.stream = fs
-        try:
-            yield
-        finally:
-            _current.stream = old
 
     def tensor(self, x, in_dtype):
         return FakeTensor(x.ptr, x.shape, x.dtype, owner=x)
@@ -244,9 +240,11 @@ def test_y_with_wrong_rows_is_refused(fake, fakefw):
 def test_failure_in_f_drains_and_returns_everything(fake, fakefw, fail_at):
     x = np.random.default_rng(4).random((3000, 4), dtype=np.float32)
     pipe = StreamPipeline(RowStats(fail_at=fail_at), form="torch", streams=3, chunk=200)
+    _current.stream = "the caller's stream"
     with pytest.raises(RuntimeError, match="on purpose") as info:
         pipe.run(x)
     assert info.value.batch_index == fail_at
+    assert _current.stream == "the caller's stream"  # each call ran on its lane's stream; the caller's is back
     _assert_clean(pipe)
     pipe.compute = RowStats()
     pipe._tc = None  # a new compute object: the adapter is made again

@@ -289,3 +289,25 @@ def test_bfloat16_tensors_in_and_out(device, pool):
     with StreamPipeline(lambda a: a.to(torch.bfloat16), form="torch", pool=pool, device=device) as pipe:
         with pytest.raises(TypeError, match="NumPy output cannot hold"):
             pipe.run(np.ones((100, 256), np.float32))  # a NumPy input: a bfloat16 y has nowhere to go
+
+
+def test_each_call_runs_on_its_lane_stream_and_the_callers_stream_comes_back(device, pool):
+    caller = torch.cuda.Stream()
+    seen = []
+
+    def f(x):
+        seen.append(torch.cuda.current_stream().cuda_stream)
+        if len(seen) == 13:
+            raise RuntimeError("failed on purpose")
+        return x * 2
+
+    x = torch.randn(40_000, 64)
+    with torch.cuda.stream(caller), StreamPipeline(f, streams=3, chunk=1000, pool=pool, device=device) as pipe:
+        y = pipe.run(x)
+        assert torch.cuda.current_stream() == caller
+        lanes = {int(s.handle) for s in pipe.streams}
+        assert set(seen) == lanes and caller.cuda_stream not in seen
+        torch.testing.assert_close(y, x * 2)
+        with pytest.raises(RuntimeError, match="on purpose"):
+            pipe.run(x)
+        assert torch.cuda.current_stream() == caller

@@ -156,8 +156,13 @@ class TorchFramework:
 
         return torch_stream(fp_stream, device=self.device_index)
 
-    def current(self, fs: Any) -> Any:
-        return self.torch.cuda.stream(fs)
+    def current_stream(self) -> Any:
+        return self.torch.cuda.current_stream(self.device_index)
+
+    def set_current(self, fs: Any) -> None:
+        # (not ``with torch.cuda.stream(fs)`` per batch: saving and restoring the stream
+        # around every call costs more host time than the call's own framework overhead)
+        self.torch.cuda.set_stream(fs)
 
     def tensor(self, x: Any, in_dtype: Any) -> Any:
         return self._as_torch(x, torch_dtype=in_dtype)
@@ -186,7 +191,7 @@ class TorchFramework:
         if not isinstance(y, self.torch.Tensor):
             raise TypeError(f"the compute returned {type(y).__name__}; a tensor function must return one "
                             "torch tensor (one output row per input row)")
-        if y.device.type != "cuda" or y.device.index != self.device_index:
+        if y.get_device() != self.device_index:  # (-1 on the CPU)
             raise ValueError(f"the compute returned a tensor on {y.device}; it must stay on cuda:{self.device_index} "
                              "(fullpipe copies it to the host)")
         if not y.is_contiguous():
@@ -212,8 +217,11 @@ class CupyFramework:
 
         return cupy_stream(fp_stream, device=self.device_index)
 
-    def current(self, fs: Any) -> Any:
-        return fs
+    def current_stream(self) -> Any:
+        return self.cupy.cuda.get_current_stream()
+
+    def set_current(self, fs: Any) -> None:
+        fs.use()
 
     def tensor(self, x: Any, in_dtype: Any) -> Any:
         from ..cuda.interop import as_cupy
@@ -283,6 +291,7 @@ class TensorCompute:
         self._bases: list[tuple[int, Any]] = []  # per lane: (address, 1-D tensor over its buffer)
         self.last: tuple[tuple[int, ...], np.dtype, Any] | None = None
         self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
+        self._caller_stream: Any = None  # the framework's current stream before the run, restored after
 
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
@@ -292,6 +301,7 @@ class TensorCompute:
         self._bases = []
         self.last = None
         self.call_s = 0.0
+        self._caller_stream = self.fw.current_stream()
 
     def use_lanes(self, buffers: list[tuple[int, int]]) -> None:
         """This run's lane buffers, (address, bytes) per lane: batch inputs are cut from
@@ -314,8 +324,8 @@ class TensorCompute:
         xt = self._input(lane, ptr, b.in_shape)
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
-            with fw.current(fs):
-                y = self.fn(xt)
+            fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
+            y = self.fn(xt)
         else:
             y = g
         y, shape, dtype, ptr = fw.output(y, fs)
@@ -332,9 +342,13 @@ class TensorCompute:
 
     def release(self) -> None:
         """Drop the outputs kept for the D2H and the lane tensors (the streams have
-        drained; the lane buffers go back to the pool)."""
+        drained; the lane buffers go back to the pool), and make the caller's stream
+        current again."""
         self._keep = [None] * len(self._keep)
         self._bases = []
+        if self._caller_stream is not None:
+            self.fw.set_current(self._caller_stream)
+            self._caller_stream = None
 
     def close(self) -> None:
         self.release()
