@@ -293,11 +293,11 @@ def test_bfloat16_tensors_in_and_out(device, pool):
 
 def test_each_call_runs_on_its_lane_stream_and_the_callers_stream_comes_back(device, pool):
     caller = torch.cuda.Stream()
-    seen = []
+    seen, fail_at = [], [None]
 
     def f(x):
         seen.append(torch.cuda.current_stream().cuda_stream)
-        if len(seen) == 13:
+        if len(seen) == fail_at[0]:
             raise RuntimeError("failed on purpose")
         return x * 2
 
@@ -308,6 +308,7 @@ def test_each_call_runs_on_its_lane_stream_and_the_callers_stream_comes_back(dev
         lanes = {int(s.handle) for s in pipe.streams}
         assert set(seen) == lanes and caller.cuda_stream not in seen
         torch.testing.assert_close(y, x * 2)
+        fail_at[0] = len(seen) + 13
         with pytest.raises(RuntimeError, match="on purpose"):
             pipe.run(x)
         assert torch.cuda.current_stream() == caller
