@@ -60,13 +60,35 @@ def test_a_tensor_function_with_outs_goes_in_bulk_both_ways(fake, fakefw):
     for x, y in zip(xs, outs):
         np.testing.assert_allclose(y, want(x), rtol=1e-6)
     assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
-    # without outs= each output is made from its y, and given its place in a pinned block then
+    # without outs= each output is made from its y, and given its place in a pinned block
+    # then: the earlier run showed how big the output rows are, and they are small
     ys = pipe.run_batches(xs)
     for x, y in zip(xs, ys):
         np.testing.assert_allclose(y, want(x), rtol=1e-6)
         assert isinstance(y, np.ndarray) and not pipe._pinned(y)  # pageable in, pageable out
     assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
     _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0
+
+
+def test_outputs_made_from_y_go_in_bulk_once_a_run_showed_they_are_small(fake, fakefw, monkeypatch):
+    """Small inputs may have large outputs (token ids in, logits out): the first run of a
+    compute without outs= stages its outputs through the ring; later runs put them in a
+    pinned block when the rows seen so far fit it, and never when they do not."""
+    rng = np.random.default_rng(2)
+    xs = [rng.random((int(rng.integers(1, 300)), 5), dtype=np.float32) for _ in range(40)]
+    pipe = StreamPipeline(RowStats(), form="torch", streams=3)
+    for staged in ("ring", "bulk", "bulk"):
+        ys = pipe.run_batches(xs)
+        assert pipe.stats.staging == {"input": "bulk", "output": staged}
+        for x, y in zip(xs, ys):
+            np.testing.assert_allclose(y, want(x), rtol=1e-6)
+    _assert_clean(pipe)
+    # the same outputs (16 bytes a row), but a block too small for them: the ring
+    monkeypatch.setattr(bulk, "BULK_MAX_BYTES", sum(len(x) for x in xs) * 16 - 1)
+    pipe.run_batches(xs)
+    assert pipe.stats.staging["output"] == "ring"
+    pipe.close()  # (the ring's slots are the pipeline's until then)
     assert default_pinned_pool().stats.in_use_bytes == 0
 
 
@@ -93,12 +115,15 @@ def test_outputs_made_from_y_whose_rows_outgrow_the_block_go_straight_to_their_a
                         lambda self, dst, estimate: places.append(real(self, dst, estimate)) or places[-1])
     xs = [np.full((50, 1000), i, np.float32) for i in range(10)]  # 200 KB each
     pipe = StreamPipeline(Repeat(), form="torch", streams=2)
-    ys = pipe.run_batches(xs)
+    pipe.run_batches(xs[:2])  # the first run: rows of 4 and 8 KB, through the ring
+    assert pipe.stats.staging["output"] == "ring"
+    ys = pipe.run_batches(xs)  # rows of 12 ... 48 KB; the block is sized for 10 x 50 rows of 12 KB
     for i, (x, y) in enumerate(zip(xs, ys)):
-        np.testing.assert_array_equal(y, np.tile(x, (1, i + 1)))
+        np.testing.assert_array_equal(y, np.tile(x, (1, i + 3)))
     assert pipe.stats.staging["output"] == "bulk"
-    assert places[0] != 0 and places[-1] == 0  # the first in the block, the last (2 MB) past its end
+    assert places[0] != 0 and places[-1] == 0  # the first in the block, the last (2.4 MB) past its end
     _assert_clean(pipe)
+    pipe.close()  # (the first run's ring slots are the pipeline's until then)
     assert default_pinned_pool().stats.in_use_bytes == 0
 
 

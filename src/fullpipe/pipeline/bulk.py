@@ -89,9 +89,10 @@ class BulkStaging:
     def place_output(self, dst: Any, estimate: int) -> int:
         """A tensor function's output made after its compute (``run_batches`` without
         ``outs``), in batch order: its place in a pinned block, taken at the first call
-        for ``estimate`` bytes (the run's rows times the first output's row size). 0 when
-        it does not fit (another row size, the pinned pool full): the D2H then goes
-        straight into ``dst``, correct but not asynchronous."""
+        for ``estimate`` bytes (the run's rows times the larger of the first output's and
+        an earlier run's largest row size). 0 when it does not fit (longer rows than
+        those, the pinned pool full): the D2H then goes straight into ``dst``, correct
+        but not asynchronous."""
         if self._lazy is None:
             self._lazy = [0, 0]
             if estimate <= BULK_MAX_BYTES:

@@ -699,9 +699,14 @@ class StreamPipeline:
         dsts = _known_outputs(batches, outputs) if stage_out == "ring" else None
         bulk_out = dsts is not None and bulk_staging.fits([d.nbytes for d in dsts], small)
         # run_batches of a tensor function without outs=: each output is made from its y,
-        # so its place in a block is given then (BulkStaging.place_output); small batches only
+        # so its place in a block is given then (BulkStaging.place_output). Small batches
+        # only, and only once an earlier run of this compute showed how big its output rows
+        # are (small inputs may have large outputs: those go through the ring, which
+        # overlaps their copies; an output that does not fit the block is copied directly)
+        hint = self._tc.out_row_bytes if self._tc is not None else 0
         lazy_out = (stage_out == "ring" and dsts is None and outputs is not None and outputs.rows is None
-                    and not outputs.given and len(batches) > 1 and max(b.in_bytes for b in batches) <= small)
+                    and not outputs.given and len(batches) > 1 and max(b.in_bytes for b in batches) <= small
+                    and 0 < hint * sum(b.in_shape[0] for b in batches) <= bulk_staging.BULK_MAX_BYTES)
         if not (bulk_in or bulk_out or lazy_out):
             return None, stage_in, stage_out
         staged = BulkStaging(self._pinned_pool, usage)
@@ -715,7 +720,7 @@ class StreamPipeline:
                     outputs.bulk = places
                 stage_out = "direct"
             elif lazy_out:
-                outputs.lazy_bulk = staged  # type: ignore[union-attr]
+                outputs.lazy_bulk, outputs.row_bytes_hint = staged, hint  # type: ignore[union-attr]
                 stage_out = "direct"
         except PinnedPoolFull:  # no room in the pinned pool: the ring it is (it may still fit)
             staged.cancel()
@@ -1007,6 +1012,8 @@ class StreamPipeline:
                     stats.bulk_drained_early = bulk.drained_early
                     bulk.drain_outputs(self._copier("out"))
                     stats.bulk_drain_ms = (time.perf_counter() - t_drain) * 1e3
+                if tc is not None and outputs is not None and outputs.rows is None:  # for the next run's _bulk
+                    tc.out_row_bytes = max(tc.out_row_bytes, outputs.max_row_bytes)
         except BaseException as exc:
             released, drained = self._abort(run)
             if gx is not None:
@@ -1456,6 +1463,8 @@ class _Outputs:
         self._estimate = 0
         self.bulk: dict[int, int] | None = None  # bulk staging: each batch's pinned place for its D2H
         self.lazy_bulk: BulkStaging | None = None  # bulk staging, places given as the outputs are made
+        self.row_bytes_hint = 0  # ... sized for rows this big at least (an earlier run's largest)
+        self.max_row_bytes = 0  # the largest output row of this run (bytes)
 
     def begin_execute(self, batches: list[P.Batch], ring: Any) -> None:
         """A new _execute (probes, then the rest): the ring, if any, is sized at its
@@ -1510,11 +1519,14 @@ class _Outputs:
                 raise ValueError(f"outs[{i}] has shape {dst.shape} and dtype {dst.dtype}; the compute returned "
                                  f"{tuple(shape)} {dtype}")
         b.dst, b.dst_addr, b.out_bytes, b.out_shape = dst, dst.ctypes.data, dst.nbytes, tuple(shape)
+        if shape[0]:
+            self.max_row_bytes = max(self.max_row_bytes, dst.nbytes // shape[0])
         if self.bulk is not None:  # the D2H goes to the batch's place in the run's pinned block
             b.dst_addr, b.drain_bytes = self.bulk[b.index], 0
             return False
         if self.lazy_bulk is not None:  # ... given now (0: no room, straight into dst)
-            b.dst_addr = self.lazy_bulk.place_output(dst, self.row_bytes * self._rows_total) or b.dst_addr
+            estimate = max(self.row_bytes, self.row_bytes_hint) * self._rows_total
+            b.dst_addr = self.lazy_bulk.place_output(dst, estimate) or b.dst_addr
             b.drain_bytes = 0
             return False
         ring = self._ring

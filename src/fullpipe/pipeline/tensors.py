@@ -292,6 +292,7 @@ class TensorCompute:
         self.last: tuple[tuple[int, ...], np.dtype, Any] | None = None
         self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
         self._caller_stream: Any = None  # the framework's current stream before the run, restored after
+        self.out_row_bytes = 0  # the largest output row seen in run_batches (the executor's bulk staging)
 
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
