@@ -95,14 +95,13 @@ class BulkStaging:
         but not asynchronous."""
         if self._lazy is None:
             self._lazy = [0, 0]
-            if estimate <= BULK_MAX_BYTES:
-                try:
-                    block = self.pool.take(max(_aligned(estimate), ALIGN), self.usage)
-                except Exception:  # noqa: BLE001 - PinnedPoolFull or a refused pinning: not in bulk
-                    block = None
-                if block is not None:
-                    self.blocks.append(block)
-                    self._lazy = [block.ptr, block.ptr + block.nbytes]
+            try:  # (at most BULK_MAX_BYTES: the outputs past it go straight to their arrays)
+                block = self.pool.take(max(_aligned(min(estimate, BULK_MAX_BYTES)), ALIGN), self.usage)
+            except Exception:  # noqa: BLE001 - PinnedPoolFull or a refused pinning: not in bulk
+                block = None
+            if block is not None:
+                self.blocks.append(block)
+                self._lazy = [block.ptr, block.ptr + block.nbytes]
         at, end = self._lazy
         if at + dst.nbytes > end:
             self.outputs.append((0, 0, 0))  # (keeps outputs[i] batch i's, for drain_some)
