@@ -94,3 +94,38 @@ def test_software_versions_name_everything_the_page_lists():
     v = runner.software_versions()
     for k in ("python", "fullpipe", "cuda-core", "numpy", "torch", "cupy", "cupti-python", "NVRTC wheel"):
         assert k in v
+
+
+def test_a_worker_started_ahead_imports_on_one_cpu_and_runs_on_all(tmp_path, monkeypatch):
+    """The imports of a worker started ahead run beside the current experiment: on one CPU.
+    The experiment itself gets every CPU the process had."""
+    import io
+    import os
+    import types
+
+    from fullpipe.report import worker
+    from fullpipe.experiments.result import Result
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs CPU affinity and two CPUs")
+    cpus = os.sched_getaffinity(0)
+    seen = {}
+
+    def run(ctx):
+        seen["run"] = os.sched_getaffinity(0)
+        return Result("fake", "", "supported", {}, {}, {})
+
+    real_import = worker.importlib.import_module
+
+    def fake_import(name, *args):  # the preloaded library: records where it was imported
+        if name != "somelib":
+            return real_import(name, *args)
+        seen["import"] = os.sched_getaffinity(0)
+        return types.SimpleNamespace()
+
+    monkeypatch.setattr("fullpipe.cuda.device.Device", lambda index: None)
+    monkeypatch.setattr(worker, "load", lambda name: types.SimpleNamespace(PRELOAD=("somelib",), run=run))
+    monkeypatch.setattr(worker.importlib, "import_module", fake_import)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("go\n"))
+    assert worker.main(["fake", "--out", str(tmp_path), "--wait"]) == 0
+    assert seen["import"] == {max(cpus)} and seen["run"] == cpus

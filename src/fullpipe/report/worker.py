@@ -16,7 +16,9 @@ the GPU; end of input instead of ``go`` makes it exit without running anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -46,11 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         Result(args.name, "", "failed", {}, {}, {}, notes=[f"cannot load experiment: {exc}"]).to_json(out / f"{args.name}.json")
         return 1
     if args.wait:
-        for lib in getattr(mod, "PRELOAD", ()):
-            try:  # CPU work only: importing torch does not create a CUDA context
-                importlib.import_module(lib)
-            except Exception:  # noqa: BLE001 - the experiment says what is missing when it runs
-                pass
+        with _one_cpu():  # beside the experiment that runs now: keep off all but one CPU
+            for lib in getattr(mod, "PRELOAD", ()):
+                try:  # CPU work only: importing torch does not create a CUDA context
+                    importlib.import_module(lib)
+                except Exception:  # noqa: BLE001 - the experiment says what is missing when it runs
+                    pass
         if not _go():
             return 0
     try:
@@ -71,6 +74,24 @@ def main(argv: list[str] | None = None) -> int:
     _relative_paths(result, out)
     result.to_json(out / f"{args.name}.json")
     return 0 if result.verdict != "failed" else 1
+
+
+@contextlib.contextmanager
+def _one_cpu():
+    """Run the block on this process's last allowed CPU, then give it every CPU back."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    cpus = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {max(cpus)})
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
 
 
 def _go() -> bool:
