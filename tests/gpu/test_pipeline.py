@@ -234,3 +234,33 @@ def test_cuda_error_in_compute_is_reported_with_batch(device, own_pool):
             s.sync()
         after = own_pool.stats()
         assert (after.used_bytes, after.allocations) == (before.used_bytes, before.allocations)
+
+
+def test_mix_kernel_checks_new_arrays_and_reuses_its_checks(device, own_pool):
+    """MixKernel checks each new (x, y) pair once (the pipeline hands a lane the same views
+    batch after batch) and still refuses bad arrays, whichever came before them."""
+    from fullpipe.cuda.hotpath import HotPath, handle_int
+    from fullpipe.cuda.memory import DeviceArray
+    from fullpipe.cuda.streams import create_stream
+
+    mix, hot = MixKernel(device, rounds=2), HotPath()
+    s = create_stream(device)
+    x = own_pool.empty(4096, np.uint32, s)
+    y = own_pool.empty(4096, np.uint32, s)
+    zero = pinned_empty(4096, np.uint32)
+    zero[:] = 0
+    hot.memcpy_htod(x.ptr, zero.ctypes.data, zero.nbytes, handle_int(s))
+    for _ in range(3):
+        mix(s, x, y)
+    out = pinned_empty(4096, np.uint32)
+    hot.memcpy_dtoh(out.ctypes.data, y.ptr, out.nbytes, handle_int(s))
+    s.sync()
+    np.testing.assert_array_equal(out, reference(zero, 2))
+    short = own_pool.empty(1024, np.uint32, s)
+    with pytest.raises(ValueError, match="of one size"):
+        mix(s, x, short)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        mix(s, DeviceArray(x.ptr + 4, (1024,), np.uint32), DeviceArray(y.ptr, (1024,), np.uint32))
+    with pytest.raises(ValueError, match="output='same'"):
+        mix(s, x, None)
+    s.sync()
