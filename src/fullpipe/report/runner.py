@@ -161,8 +161,8 @@ def worker_command(name: str, out_dir: Path, quick: bool, device: int) -> list[s
 class _Worker:
     """One experiment's process, its output read into a queue from the start. Started
     ahead with ``--wait``, it imports while the previous experiment runs (Python, the
-    package, torch: about a second, on a CPU the running experiment does not use) and
-    touches the GPU only after :meth:`go`."""
+    package, torch: one to several seconds, on one CPU: worker.py) and touches the GPU
+    only after :meth:`go`."""
 
     def __init__(self, name: str, out_dir: Path, quick: bool, device: int, *, wait: bool):
         cmd = worker_command(name, out_dir, quick, device) + (["--wait"] if wait else [])
