@@ -81,6 +81,11 @@ def test_sm_busy_from_the_trace():
     assert claims(result(busy=0.5))[T.SM_BUSY_KEY]["verdict"] == "not supported"
     c = claims(result(busy=None))[T.SM_BUSY_KEY]
     assert c["verdict"] == "skipped" and "no CUPTI trace" in c["measured"]
+    # three traced prefills: the median one is judged, the spread is said
+    r = result(busy=0.9)
+    r["metrics"]["sm_busy_fractions"] = [0.43, 0.9, 0.96]
+    c = claims(r)[T.SM_BUSY_KEY]
+    assert c["verdict"] == "supported" and c["measured"].startswith("the median of 3 traced prefills (43%–96%)")
 
 
 def test_memory_held_against_preallocating_for_the_longest():
