@@ -46,7 +46,7 @@ CLAIM = (
     "64 and 128, causal and not (B=4, S=4096); a variable-length batch keeps >= 0.9x the fixed-length rate and beats "
     "padding in wall time; its memory grows O(S) where the materialized path grows O(S^2)"
 )
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "Attention is softmax(Q Kᵀ / √d) V. FlashAttention never writes the S × S score matrix: a block keeps a "
     "tile of queries in registers, streams the K/V tiles through a multistage cp.async ring in shared memory, "

@@ -47,7 +47,7 @@ CLAIM = (
     "fullpipe's mma.sync kernel at head dim 128 (causal and not), and keeps the tensor pipe >= 1.3x as busy (ncu) "
     "(B=4, S=4096, fp16)"
 )
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "FlashAttention-3's structure on Hopper: in each block a producer warpgroup loads the K and V tiles with "
     "the Tensor Memory Accelerator (one thread issues a bulk copy of a whole tile, its arrival counted on an "

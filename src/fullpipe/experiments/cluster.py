@@ -41,7 +41,7 @@ CLAIM = (
     "With 4-block clusters, the A tile every block needs is read from global memory once per cluster "
     "(through distributed shared memory) instead of once per block, and the GEMM is not slower for it"
 )
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "On Hopper the blocks of a thread-block cluster can read each other's shared memory (distributed "
     "shared memory). Blocks that need the same tile can load it from global memory once per cluster and "

@@ -47,7 +47,7 @@ CLAIM = (
     "Multi-stage async copies make a GEMM faster than load-then-compute (double_buffer >= 1.3x tiled), "
     "warp specialization is at least as fast, and wmma tensor cores reach >= 0.4x cuBLAS fp16 at 8192^3"
 )
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "The same overlap inside a kernel: copy the next tiles from global to shared memory asynchronously "
     "(cp.async, cuda::pipeline) while computing on the current ones (double buffering, more stages); warp"

@@ -38,7 +38,7 @@ CLAIM = (
     "A from-scratch TMA + wgmma kernel reaches cuBLAS (best rung >= 0.95x cuBLAS at 8192^3, >= 0.9x at 4096^3), "
     "and on Hopper warp specialization beats double buffering (rung 3 >= 1.2x rung 2)"
 )
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "Hopper moves tiles with the Tensor Memory Accelerator (TMA: one thread issues a bulk copy of a whole "
     "tile, its arrival counted on an mbarrier) and multiplies from shared memory with asynchronous "

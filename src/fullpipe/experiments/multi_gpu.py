@@ -71,7 +71,7 @@ NAME = "multi-gpu"
 TITLE = "Two GPUs: peer copies vs the link's rate, and peer copies beside H2D, D2H and compute"
 CLAIM = ("Peer copies between two GPUs reach >= 0.9x the link's nominal rate each way (nvidia-smi), and a peer "
          "copy overlaps an H2D copy, a D2H copy and a kernel on the same GPU")
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (
     "GPUs of one host reach each other's memory over NVLink or PCIe. A copy engine moves a buffer from one GPU "
     "to the other (cuMemcpyPeerAsync) like any asynchronous copy, ordered on a stream; or, once peer access is "

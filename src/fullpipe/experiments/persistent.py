@@ -40,7 +40,7 @@ NAME = "persistent"
 TITLE = "Persistent kernels: resident blocks, work queues and grid-wide barriers"
 CLAIM = ("On many small tiles where launch and tail effects matter (a chain of dependent steps of small tiles), "
          "one persistent launch is >= 1.5x faster than one block per tile")
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "A persistent kernel launches one grid that just fills the GPU; its blocks loop, taking tile indices "
     "from an atomic queue, instead of one block per tile. It saves block launches and per-tile pipeline "

@@ -69,7 +69,7 @@ TITLE = "The two levels together: an LLM-style layer stack prefilling variable-l
 CLAIM = ("Both levels together (streams, pool, micro-batches + pipelined kernels) prefill variable-length "
          "requests at >= 1.3x PyTorch eager's tokens/s with the SMs busy >= 90 % of the span, no cudaMalloc in "
          "steady state and <= 0.6x the memory of preallocating for the longest request")
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (
     "A decoder-only transformer stack (12 layers, width 2048, bf16) serving prompts of random lengths. Level 1 "
     "packs the requests into micro-batches, takes each one's scratch exact-size from a stream-ordered pool and "

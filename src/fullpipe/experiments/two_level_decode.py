@@ -59,7 +59,7 @@ TITLE = "The two levels together: an LLM-style layer stack decoding a small batc
 CLAIM = ("Both levels together (fullpipe's decode kernels over a paged KV cache, CUDA-graph steps, a stream-ordered "
          "pool) decode a batch of <= 8 sequences at >= 1.5x PyTorch eager's tokens/s and at least "
          "torch.compile(mode='reduce-overhead')'s")
-PRELOAD = ('torch',)  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch",)  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (
     "A decode step has one token per sequence: every kernel is small, so the host's launch time and the GPU's "
     "idle gaps between kernels decide the speed. Level 1 removes them (the step's kernels replayed as one CUDA "

@@ -71,7 +71,7 @@ CLAIM = ("With its defaults (a plain tensor function, 3 streams, chunk='auto'), 
          "compute alone, a copy-heavy MLP at ≥ 0.9× the host's copy bound each way; and it beats the naive loop, "
          "a hand-written 3-stream pipeline and a DataLoader on every workload (≥ 2× the best on the pageable "
          "copy-heavy one)")
-PRELOAD = ('torch', 'torchvision')  # imported ahead while the previous experiment runs (report/worker.py)
+PRELOAD = ("torch", "torchvision")  # imported ahead while the previous experiment runs (report/worker.py)
 TECHNIQUE = (  # what the technique is, for a reader who has not met it (the report's page)
     "A model applied to data that lives in host memory has three stages per batch: copy in, compute, copy "
     "out, plus the host's own work (staging pageable memory, launching kernels). Run one after another, "
