@@ -535,7 +535,6 @@ class StreamPipeline:
         if choice is not None:
             stats.chunk.update(choice.as_dict())
             stats.chunk["probe_batches"] = n_probe
-            self._refine_host(x_np, stage_in, stage_out, stats)
         stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run -> _run_array -> here)
         pins.annotate(stats)
         self.stats = stats
@@ -821,21 +820,6 @@ class StreamPipeline:
                 dropped = {name for name, b, now in zip(HOST_STAGES, before, (stage_in, stage_out)) if b != now}
                 return dataclasses.replace(tuned, models={k: m for k, m in tuned.models.items() if k not in dropped})
         return None
-
-    def _refine_host(self, x: np.ndarray, stage_in: str, stage_out: str | None, stats: PipelineStats) -> None:
-        """chunk="auto": this run's host time per batch (its median batch), when lower than
-        the model's, is the model's from the next run on (``stats.chunk["host_refined_us"]``:
-        before, after). The probes run one batch at a time beside the ring's threads: on an
-        H100 they saw 1153 us per batch for a bf16 MLP whose steady runs took 297 us. Only
-        ever lower: a run's host time also holds waits for a full launch queue."""
-        tuned = self._tuned.get(self._tune_key(x, stage_in, stage_out))
-        if tuned is None or len(stats.enqueue_us) < 3:
-            return
-        measured = float(np.median(stats.enqueue_us)) * 1e-6
-        if measured < tuned.host.fixed_s:
-            self._tuned[self._tune_key(x, stage_in, stage_out)] = dataclasses.replace(
-                tuned, host=StageModel(measured, 0.0))
-            stats.chunk["host_refined_us"] = [tuned.host.fixed_s * 1e6, measured * 1e6]
 
     def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args) -> tuple["_Tuned", int, int]:
         """Probe chunks, each waited for alone with stage timing: the sizes of

@@ -26,10 +26,7 @@ sees the per-row cost even when small chunks are launch-bound.
 
 The models are cached by the pipeline per (row shape, dtype, staging, compute,
 streams): later runs choose from them without probing (``stats.chunk["source"]
-== "reused"``); ``StreamPipeline.retune()`` forgets them. Each run's median host time
-per batch replaces the model's when it is lower (``stats.chunk["host_refined_us"]``):
-the probes, one batch at a time beside the ring's threads, can see several times the
-host time the runs take. A side that went through
+== "reused"``); ``StreamPipeline.retune()`` forgets them. A side that went through
 the ring when tuned and is copied directly now (a pageable array pinned in place at
 its second run) reuses those models without the ring's host copies (``"reused from
 the ring"``): the GPU copies were timed from pinned slots already.
