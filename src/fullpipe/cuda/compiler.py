@@ -221,12 +221,15 @@ def compile_source(
     options: Iterable[str] = (),
     use_cache: bool = True,
     device: Any = None,
+    spill_retries: int = 0,
 ) -> CompiledModule:
     """Compile CUDA C++ source text to a cubin.
 
     ``arch`` is e.g. ``"sm_90a"``; without it, the current device's architecture
     is used (so pass it explicitly when there is no GPU, as CI does). ``defines``
-    become ``-D`` macros; ``options`` are extra NVRTC options.
+    become ``-D`` macros; ``options`` are extra NVRTC options. ``spill_retries``: when
+    ptxas spills registers, compile again up to this many times and keep the build with
+    the fewest spilled bytes (the package's own kernels: see :func:`compile_file`).
     """
     if not isinstance(text, str):
         raise TypeError(f"source must be CUDA C++ text (str), got {type(text).__name__}")
@@ -268,11 +271,29 @@ def compile_source(
             pass  # a damaged entry: compile again and overwrite it
 
     cubin, log = _nvrtc_compile(text, name, arch, flags)
+    spilled = _spilled_bytes(cubin, log)
+    for _ in range(spill_retries if spilled else 0):
+        # NVRTC 13's ptxas does not allocate registers the same way every time: the same
+        # source and options gave gemm_double_buffer_s3 126 registers in 40 compiles and
+        # 128 registers with an 8-byte spill in one (CI, 2026-11-26). Kernels that sit at
+        # their register cap then spill now and then; another compile rarely does.
+        again = _nvrtc_compile(text, name, arch, flags)
+        n = _spilled_bytes(*again)
+        if n < spilled:
+            (cubin, log), spilled = again, n
+        if not spilled:
+            break
     seconds = time.perf_counter() - t0
     if use_cache:
         _write_atomic(cubin_path, cubin)
         _write_atomic(meta_path, json.dumps({"name": name, "arch": arch, "log": log}).encode())
     return CompiledModule(name, arch, cubin, log, False, seconds, key)
+
+
+def _spilled_bytes(cubin: bytes, log: str) -> int:
+    """Spill stores and loads over every kernel of a build (the ptxas report, else the cubin)."""
+    res = parse_ptxas_log(log) or resource_usage(cubin)
+    return sum(r.spill_store_bytes + r.spill_load_bytes for r in res.values())
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -318,11 +339,15 @@ def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[b
 
 
 def compile_file(path: str | os.PathLike, **kwargs: Any) -> CompiledModule:
-    """Compile a ``.cu`` file; see :func:`compile_source` for the options."""
+    """Compile a ``.cu`` file; see :func:`compile_source` for the options. The package's
+    own sources are compiled again when ptxas spills (up to twice): none of them spills
+    with the allocation ptxas usually makes."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"kernel source {path} does not exist")
     kwargs.setdefault("name", path.name)
+    if path.resolve().is_relative_to(PACKAGE_ROOT.resolve()):
+        kwargs.setdefault("spill_retries", 2)
     return compile_source(path.read_text(), **kwargs)
 
 
