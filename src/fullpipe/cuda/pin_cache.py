@@ -55,6 +55,7 @@ import numpy as np
 
 from . import driver as drv
 from .device import ensure_current
+from .interop import _is_torch_tensor
 from .pinned_pool import default_cap_bytes
 
 MIN_BYTES = 64 << 20  # smaller arrays: bulk staging and the ring do well, and they may share pages
@@ -254,11 +255,6 @@ def _still_used(e: _Entry) -> bool:
         return t is not None and int(t.untyped_storage().data_ptr()) == e.alloc_ptr
     # NumPy: our reference plus getrefcount's own argument, and nothing else
     return sys.getrefcount(e.keep) > 2
-
-
-def _is_torch_tensor(x: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
 
 
 _default: PinCache | None = None

@@ -489,7 +489,7 @@ class StreamPipeline:
         ensure_current(self._dev_index)
         usage = PinnedUsage()
         notes: list[str] = []
-        pins = _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
+        pins = self._pins()
         try:
             return self._run_array(x, x_np, kind, out, out_np, tensor, spec, rows, row_bytes, out_shape, out_dtype,
                                    fixed_rows, usage, notes, pins)
@@ -583,7 +583,7 @@ class StreamPipeline:
         kind = views[0][1]
         usage = PinnedUsage()
         notes: list[str] = []
-        pins = _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
+        pins = self._pins()
         pins.hold(arrays)
         if out_given is not None:
             pins.hold(out_given)
@@ -626,6 +626,10 @@ class StreamPipeline:
             pins.release()
 
     # ------------------------------------------------------------------ helpers
+    def _pins(self) -> "_Pins":
+        """This run's holder of arrays pinned in place (inert unless pin_in_place and staging='auto')."""
+        return _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
+
     def _tensor_compute(self, kind: HostKind) -> TensorCompute:
         """The tensor-function adapter, made at the first run (its library may depend
         on the first input's kind)."""
@@ -1070,6 +1074,7 @@ class StreamPipeline:
         enqueue_us, front_us, pending = run.enqueue_us, run.front_us, run.pending
         perf = time.perf_counter
         ring_addr = ring_out and not run.lazy_out
+        bulk_out, copier_out = run.bulk_out, (self._copier("out") if run.bulk_out is not None else None)
         nxt = 0
         for pos in range(n):
             while nxt < n and nxt <= pos + L:
@@ -1102,8 +1107,8 @@ class StreamPipeline:
             # ---- bookkeeping, off the critical path of the GPU
             if timing:
                 self._harvest(run.inflight, run.timings, block=False)
-                if run.bulk_out is not None:  # the outputs of the batches done, to the caller's arrays
-                    run.bulk_out.drain_some(len(run.timings), self._copier("out"))
+                if bulk_out is not None:  # the outputs of the batches done, to the caller's arrays
+                    bulk_out.drain_some(len(run.timings), copier_out)
             if synchronous:
                 with drv.translated("cuStreamSynchronize"):
                     routes[pos % N].d2h_stream.sync()
@@ -1460,7 +1465,6 @@ class _Outputs:
         self.row_bytes = 0
         self._ring: Any = None
         self._ring_sized = True
-        self._estimate = 0
         self.bulk: dict[int, int] | None = None  # bulk staging: each batch's pinned place for its D2H
         self.lazy_bulk: BulkStaging | None = None  # bulk staging, places given as the outputs are made
         self.row_bytes_hint = 0  # ... sized for rows this big at least (an earlier run's largest)

@@ -281,13 +281,7 @@ class BatchGraphs:
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
             failure = exc
         graph, end_error = self.end_capture(sh)  # always: the stream must leave capture mode
-        if failure is not None:
-            self._destroy(graph=graph)
-            if isinstance(failure, Exception) and (isinstance(failure, CudaError) or end_error is not None):
-                raise GraphCaptureError(_capture_message(b, failure)) from failure
-            raise failure  # the compute's own error (or Ctrl-C): as without a graph
-        if end_error is not None:
-            raise GraphCaptureError(_capture_message(b, end_error)) from end_error
+        self.check_capture(graph, failure, end_error, b)
         exe = None
         try:
             h2d = None if r.ring_in else self._find_copy(graph, "h2d", src, ptr, b.in_bytes)
@@ -330,6 +324,19 @@ class BatchGraphs:
             free_in=[s.arm_in_capture for s in self._signals["in"]] if r.ring_in else None,
             ready_out=[s.arm_in_capture for s in self._signals["out"]] if r.ring_out else None,
         )
+
+    def check_capture(self, graph: Any, failure: BaseException | None, end_error: BaseException | None,
+                      b: Any, whole_run: bool = False) -> None:
+        """After a capture has ended: nothing when it worked; else the graph is destroyed
+        and the error raised: GraphCaptureError for what the capture refused, the
+        compute's own error (or Ctrl-C) as it would be without a graph."""
+        if failure is None and end_error is None:
+            return
+        self._destroy(graph=graph)
+        err = failure or end_error
+        if isinstance(err, Exception) and (isinstance(err, CudaError) or end_error is not None):
+            raise GraphCaptureError(_capture_message(b, err, whole_run)) from err
+        raise err  # type: ignore[misc]
 
     def end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
         """cuStreamEndCapture; never raises (an invalidated capture returns its error)."""

@@ -64,7 +64,6 @@ class _RunGraph:
     graph: Any  # CUgraph
     exec: Any  # CUgraphExec
     exec_h: Any  # what HotPath takes
-    batches: int
     lanes: LaneBuffers  # the lanes' device buffers (pool memory, on lane 0's stream's order)
 
 
@@ -175,19 +174,13 @@ class RunGraphs:
                 failure = failure or exc
         graph, end_error = self.batch_graphs.end_capture(origin)
         b = batches[at[0]]
-        if failure is not None or end_error is not None:
-            if graph is not None:
-                drv.call("cuGraphDestroy", graph)
-            err = failure or end_error
-            if isinstance(err, Exception) and (isinstance(err, CudaError) or end_error is not None):
-                raise GraphCaptureError(_capture_message(b, err, whole_run=True)) from err
-            raise err  # type: ignore[misc]  # the compute's own error (or Ctrl-C): as without a graph
+        self.batch_graphs.check_capture(graph, failure, end_error, b, whole_run=True)
         try:
             exe = drv.call("cuGraphInstantiate", graph, 0)
         except CudaError as exc:
             drv.call("cuGraphDestroy", graph)
             raise GraphCaptureError(_capture_message(b, exc, whole_run=True)) from exc
-        return _RunGraph(graph, exe, handle_int(exe) if self.hot.native else exe, len(batches), lanes)
+        return _RunGraph(graph, exe, handle_int(exe) if self.hot.native else exe, lanes)
 
     def launch(self, g: _RunGraph, stream_h: Any) -> None:
         """The whole run: one cuGraphLaunch on lane 0's stream (its branches fan out to
