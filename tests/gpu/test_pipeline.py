@@ -9,7 +9,7 @@ import pytest
 
 from fullpipe.cuda import driver as drv
 from fullpipe.cuda import hostfn
-from fullpipe.cuda.interop import torch_stream
+from fullpipe.cuda.interop import cupy_stream, torch_stream
 from fullpipe.cuda.memory import is_pinned, pinned_empty
 from fullpipe.errors import CudaError
 from fullpipe.pipeline import StreamPipeline
@@ -141,7 +141,7 @@ def test_cupy_compute_zero_copy(device, own_pool):
     cp = pytest.importorskip("cupy")
 
     def compute(stream, x, y):
-        with cp.cuda.ExternalStream(int(stream.handle)):
+        with cupy_stream(stream):
             cx, cy = cp.asarray(x), cp.asarray(y)
             assert cx.data.ptr == x.ptr
             cp.sqrt(cx, out=cy)
@@ -156,7 +156,7 @@ def test_other_output_shape(device, own_pool):
     cp = pytest.importorskip("cupy")
 
     def row_sums(stream, x, y):
-        with cp.cuda.ExternalStream(int(stream.handle)):
+        with cupy_stream(stream):
             cp.sum(cp.asarray(x), axis=1, out=cp.asarray(y))
 
     x = np.random.default_rng(8).integers(0, 1000, (10_000, 32)).astype(np.int64)
