@@ -6,6 +6,7 @@ go, the cap, refusals, and the same bytes as through the ring."""
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 
 import numpy as np
@@ -45,7 +46,7 @@ def pins(fake, monkeypatch):
 
     fake.driver.cuMemHostRegister = register
     fake.driver.cuMemHostUnregister = unregister
-    cache = PinCache(cap_bytes=64 * MiB, min_bytes=1 * MiB)
+    cache = PinCache(cap_bytes=64 * MiB, min_bytes=1 * MiB, reap_interval_s=None)  # (the reaper: its own test)
     monkeypatch.setattr(fpc, "_default", cache)
     return type("Pins", (), dict(cache=cache, registered=registered, refuse=refuse, calls=calls, fake=fake))
 
@@ -92,6 +93,35 @@ def test_the_cache_keeps_a_registered_array_alive_until_the_next_run_after_the_u
         assert gone() is None and addr not in pins.registered
         assert out.ctypes.data in pins.registered  # still held by the caller
         assert pins.cache.stats.unregistrations == 1
+
+
+def test_the_reaper_lets_go_of_a_dropped_array_without_another_run(pins):
+    cache = PinCache(cap_bytes=64 * MiB, min_bytes=1 * MiB, reap_interval_s=0.02)
+    x = np.zeros(1 << 20, np.uint32)
+    kept = np.zeros(1 << 20, np.uint32)
+    for arr in (x, kept):
+        cache.acquire(arr, arr)  # seen
+        e, _ = cache.acquire(arr, arr)  # registered
+        cache.release(e)
+    del arr
+    view = x[10:]  # a view holds the array: still used
+    gone = weakref.ref(x)
+    addr = x.ctypes.data
+    del x
+    time.sleep(0.2)
+    assert addr in pins.registered and gone() is not None
+    del view
+    deadline = time.monotonic() + 5
+    while gone() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone() is None and addr not in pins.registered  # unregistered, then freed
+    assert kept.ctypes.data in pins.registered and cache.stats.unregistrations == 1
+    del kept
+    deadline = time.monotonic() + 5
+    while cache._reaper is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache._reaper is None and not pins.registered  # nothing left: the reaper stopped
+    cache.close()
 
 
 def test_a_view_registers_its_whole_array_once(pins):
@@ -177,6 +207,53 @@ def test_the_cap_lets_the_least_recently_used_idle_array_go(pins):
     assert cache.acquire(d, d)[0] is None and a.ctypes.data in pins.registered
     cache.release(held)
     assert cache.clear() == 2 and not pins.registered
+
+
+def test_making_room_lets_go_of_dropped_arrays_before_used_ones(pins):
+    pins.cache.cap_bytes = 10 * MiB
+    cache = pins.cache
+    a, b = (np.zeros(1 << 20, np.uint32) for _ in range(2))  # 4 MiB each
+    for arr in (a, b):  # a is the least recently used
+        cache.acquire(arr, arr)
+        cache.release(cache.acquire(arr, arr)[0])
+    b_addr = b.ctypes.data
+    del b, arr  # dropped, but more recently used than a: it goes first
+    c = np.zeros(1 << 20, np.uint32)
+    cache.acquire(c, c)
+    e, _ = cache.acquire(c, c)
+    assert e is not None and set(pins.registered) == {a.ctypes.data, c.ctypes.data} and b_addr not in pins.registered
+    cache.release(e)
+
+
+def test_the_cache_and_the_pinned_pool_share_one_cap(pins, monkeypatch):
+    import fullpipe.cuda.pinned_pool as fpp
+
+    pinned = {"next": 1 << 40}
+
+    def alloc(n):
+        pinned["next"] += n
+        return pinned["next"]
+
+    pool = fpp.PinnedPool(16 * MiB, alloc=alloc, free=lambda p: None, on_growth=fpp._default_pool_grows)
+    monkeypatch.setattr(fpp, "_default_pool", pool)
+    monkeypatch.setattr(fpp, "_growth_hooks", [])
+    cache = PinCache(cap_bytes=10 * MiB, min_bytes=1 * MiB, others=fpp.default_pool_held_bytes,
+                     reap_interval_s=None)
+    fpp.on_default_pool_growth(cache.yield_to_others)
+    a, b = (np.zeros(1 << 20, np.uint32) for _ in range(2))  # 4 MiB each
+    block = pool.take(4 * MiB)  # the pool holds 4 MiB: room for one array beside it under 10, not two
+    for arr in (a, b):
+        cache.acquire(arr, arr)
+        cache.release(cache.acquire(arr, arr)[0])
+    assert set(pins.registered) == {b.ctypes.data} and cache.stats.unregistrations == 1  # a made room
+    held, _ = cache.acquire(b, b)  # in use: the pool's growth cannot take it
+    block2 = pool.take(4 * MiB)
+    assert set(pins.registered) == {b.ctypes.data}
+    cache.release(held)
+    block3 = pool.take(4 * MiB)  # now idle: the cache lets go, the pool has the first claim
+    assert not pins.registered and cache.stats.unregistrations == 2
+    for blk in (block, block2, block3):
+        pool.give(blk)
 
 
 def test_run_batches_holds_registered_arrays_but_registers_nothing(pins):

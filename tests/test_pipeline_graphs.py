@@ -365,12 +365,12 @@ def gfake(fake, monkeypatch):
 
 def _assert_graph_clean(pipe, d):
     """Nothing left behind but what cached graphs hold: direct-staging graphs one pool
-    buffer per stream (resources()["graph_lane_bytes"]), each cached whole-run graph one
-    per stream (["run_graph_bytes"])."""
+    buffer per stream (resources()["graph_lane_bytes"]), the cached whole-run graphs one
+    per stream between them (["run_graph_bytes"])."""
     for s in pipe.streams:
         s.sync()
     r = pipe.resources()
-    held = r.get("run_graph_execs", 0) * pipe.n_streams + r.get("graph_lane_buffers", 0)
+    held = (pipe.n_streams if r.get("run_graph_execs", 0) else 0) + r.get("graph_lane_buffers", 0)
     assert r["pool_allocations"] == held
     assert r["pool_used_bytes"] == r.get("run_graph_bytes", 0) + r.get("graph_lane_bytes", 0)
     assert r["timing_events_out"] == 0 and not r["running"]
@@ -778,7 +778,9 @@ def test_at_most_max_run_graphs_are_kept(gfake, monkeypatch):
             pipe.run(x, out=out)
             pipe.run(x, out=out)
             assert pipe.stats.graph["run_graph"] == "captured"
-        assert pipe.resources()["run_graph_execs"] == 2
+        r = pipe.resources()  # two graphs, one set of lane buffers: a batch's input (4000 bytes,
+        assert r["run_graph_execs"] == 2  # 256-byte aligned) and output per stream
+        assert r["run_graph_bytes"] == pipe.n_streams * (4096 + 4000)
         x0, out0 = runs[0]  # the least recently used went: seen again from scratch
         pipe.run(x0, out=out0)
         assert pipe.stats.graph["run_graph"] == "seen"
@@ -787,6 +789,38 @@ def test_at_most_max_run_graphs_are_kept(gfake, monkeypatch):
         pipe.run(x2, out=out2)
         assert pipe.stats.graph["run_graph"] == "replayed"
         np.testing.assert_array_equal(out2, reference(x2, 2))
+        _assert_graph_clean(pipe, d)
+    _assert_closed(d)
+
+
+def test_larger_batches_take_larger_shared_lane_buffers_and_drop_the_graphs_on_the_old(gfake):
+    d = gfake.driver
+    x, out = _pinned_run(gfake, n=8000)
+    with StreamPipeline(FakeMix(), streams=2, chunk=1000, graph=True) as pipe:
+        for _ in range(2):
+            pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "captured"
+        small = pipe.resources()["run_graph_bytes"]
+        pipe.chunk = 2000  # the same arrays in larger batches: another run, which outgrows the lanes
+        for _ in range(2):
+            out.fill(0)
+            pipe.run(x, out=out)
+            np.testing.assert_array_equal(out, reference(x, 2))
+        r = pipe.resources()
+        assert pipe.stats.graph["run_graph"] == "captured" and r["run_graph_execs"] == 1  # the first was dropped
+        assert r["run_graph_bytes"] == pipe.n_streams * (8192 + 8000) > small
+        pipe.chunk = 1000  # smaller batches fit the larger lanes: captured beside, no new buffers
+        for _ in range(2):
+            out.fill(0)
+            pipe.run(x, out=out)
+            np.testing.assert_array_equal(out, reference(x, 2))
+        r = pipe.resources()
+        assert r["run_graph_execs"] == 2 and r["run_graph_bytes"] == pipe.n_streams * (8192 + 8000)
+        out.fill(0)
+        pipe.chunk = 2000
+        pipe.run(x, out=out)
+        assert pipe.stats.graph["run_graph"] == "replayed"
+        np.testing.assert_array_equal(out, reference(x, 2))
         _assert_graph_clean(pipe, d)
     _assert_closed(d)
 

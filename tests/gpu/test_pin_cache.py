@@ -26,7 +26,7 @@ MiB = 1 << 20
 
 @pytest.fixture
 def cache(monkeypatch):
-    c = PinCache()
+    c = PinCache(reap_interval_s=None)  # lets go at runs only (the reaper: its own test)
     monkeypatch.setattr(fpc, "_default", c)
     yield c
     gc.collect()
@@ -107,3 +107,38 @@ def test_a_tensor_passed_as_a_new_view_each_call_stays_registered(device, own_po
         assert pipe.stats.staging == {"input": "pinned in place", "output": "pinned in place"}
     s = cache.stats
     assert s.registrations == 2 and s.unregistrations == 0, s  # registered once, never let go in between
+
+
+def _wait_for(cond, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_the_reaper_unregisters_arrays_the_caller_dropped_without_another_run(device, own_pool, monkeypatch):
+    """A NumPy array and a torch tensor (passed as a new view each call, so only the
+    storage's use count can tell that the caller still holds it) stay registered while
+    held, and are unregistered within a second or so of being dropped, with no run after."""
+    torch = pytest.importorskip("torch")
+    cache = PinCache(reap_interval_s=0.1)
+    monkeypatch.setattr(fpc, "_default", cache)
+    x = np.random.default_rng(3).standard_normal(24 * MiB, dtype=np.float32)  # 96 MiB
+    t = torch.randn(24 * MiB, dtype=torch.float32)
+    with StreamPipeline(lambda v: v * 2, streams=2, chunk="16MiB", pool=own_pool, device=device) as pipe:
+        for _ in range(3):
+            y = pipe.run(x)
+            u = pipe.run(t.view(-1, 1024))
+        np.testing.assert_array_equal(y, x * 2)
+        assert torch.equal(u.view(-1), t * 2)
+    del y, u
+    assert cache.stats.entries == 2 and is_pinned(x)
+    time.sleep(0.5)  # several looks of the reaper: both still held by the caller
+    assert cache.stats.entries == 2 and cache.stats.unregistrations == 0
+    del t
+    assert _wait_for(lambda: cache.stats.entries == 1), cache.stats
+    del x
+    assert _wait_for(lambda: cache.stats.entries == 0), cache.stats
+    assert cache.stats.unregistrations == 2
+    assert _wait_for(lambda: cache._reaper is None)  # nothing registered: the reaper stopped
+    cache.close()

@@ -20,17 +20,26 @@ Policy, in one place:
   range seen once is only remembered, so one-off arrays never pay for a registration.
 - **Keeping the memory alive.** An entry holds a strong reference to the owning array
   (or the tensor's storage), so the registered memory cannot be freed, and its
-  addresses reused by a new array, while it is registered. That is why entries are
-  dropped at safe points, never from a finalizer: at every pipeline run, once the run
-  holds the entries it uses (:meth:`PinCache.flush`), an idle entry whose array nobody
-  else refers to any more (NumPy: the owning array's reference count; torch: the last
-  tensor a run was given, by weak reference) is unregistered, then let go; its memory
-  is freed then. (A torch storage resized in place while registered moves its memory
-  under the registration: flush unregisters it then, but copies made in between by
-  other libraries would use the old pages. Do not resize a tensor a pipeline runs on.)
-- **Cap.** At most ``cap_bytes`` registered (a quarter of physical memory, as the pinned
-  pool): least recently used idle entries are unregistered first; if that is not enough
-  the array goes through the ring.
+  addresses reused by a new array, while it is registered. An idle entry whose array
+  nobody else refers to any more (NumPy: the owning array's reference count; torch: the
+  storage's use count where PyTorch exposes it, else the last tensor a run was given, by
+  weak reference) is unregistered, then let go, and its memory is freed then. That
+  happens at every pipeline run, once the run holds the entries it uses, and on the
+  cache's reaper thread, which looks once a second while the cache holds entries: an
+  array the caller drops is given back within about a second, even if no pipeline runs
+  again. Not from a finalizer: the memory must stay registered until it is unregistered,
+  then freed, in that order. Unregistering runs in relaxed stream-capture mode, so it
+  never invalidates a graph capture that another thread has in progress. (A torch
+  storage resized in place while registered moves its memory under the registration:
+  it is unregistered at the next look, but copies made in between by other libraries
+  would use the old pages. Do not resize a tensor a pipeline runs on.)
+- **Cap, one budget with the pinned pool.** The cache's bytes plus those the
+  process-wide pinned pool holds stay under ``cap_bytes`` (a quarter of physical
+  memory, the pool's own cap): to make room the cache unregisters idle entries, those
+  nobody refers to first, then the least recently used; if that is not enough the
+  array goes through the ring. The pool has the first claim: when it grows, the cache
+  lets go of idle entries until both fit again (entries in use stay until their runs
+  end).
 - **In use.** A run holds (``acquire``) the entries it copies from or to; an entry in use
   is never unregistered (runs on other threads may share it).
 - **Failures.** A registration the driver refuses (locked-memory limit, a range that
@@ -44,6 +53,7 @@ The cache is process-wide (:func:`default_pin_cache`): pipelines and threads sha
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import sys
 import threading
@@ -54,13 +64,15 @@ from typing import Any, Callable
 import numpy as np
 
 from . import driver as drv
+from . import pinned_pool
 from .device import ensure_current
 from .interop import _is_torch_tensor
-from .pinned_pool import default_cap_bytes
 
 MIN_BYTES = 64 << 20  # smaller arrays: bulk staging and the ring do well, and they may share pages
 WHOLE_MAX_RATIO = 2  # register a view's whole allocation when it is at most this many times the view
 MAX_SIGHTINGS = 256  # ranges remembered as seen once
+MAX_REFUSED = 256  # ranges remembered as refused by the driver
+REAP_INTERVAL_S = 1.0  # how often the reaper thread looks for arrays nobody holds any more
 CU_MEMHOSTREGISTER_PORTABLE = 0x01  # cuda.h: pinned for every context
 
 
@@ -68,8 +80,10 @@ CU_MEMHOSTREGISTER_PORTABLE = 0x01  # cuda.h: pinned for every context
 class _Entry:
     ptr: int
     nbytes: int
-    keep: Any  # strong reference: the memory stays allocated while registered
-    user: Any  # weakref to the torch tensor it came from (None for NumPy: keep's refcount tells)
+    keep: Any  # strong reference: the memory stays allocated while registered (NumPy: the owning
+    # array; torch: a tensor of ours on the storage)
+    user: Any  # weakref to the torch tensor it came from (None for NumPy: keep's refcount tells;
+    # torch: used only where the storage's use count cannot be read)
     alloc_ptr: int = 0  # the allocation's address when registered (a torch storage may move)
     users: int = 0  # runs using it now
     last_used: float = 0.0
@@ -89,15 +103,24 @@ class PinCache:
     """See the module docstring. Thread-safe: one lock, not held across driver calls
     that take long, except registration (so that two threads never register one range)."""
 
-    def __init__(self, cap_bytes: int | None = None, min_bytes: int = MIN_BYTES):
-        self.cap_bytes = default_cap_bytes() if cap_bytes is None else int(cap_bytes)
+    def __init__(self, cap_bytes: int | None = None, min_bytes: int = MIN_BYTES,
+                 others: Callable[[], int] = lambda: 0, reap_interval_s: float | None = REAP_INTERVAL_S):
+        """``others()``: page-locked bytes held elsewhere that count against the same cap
+        (the process-wide cache: the process-wide pinned pool's). ``reap_interval_s``:
+        how often the reaper thread looks for dropped arrays (None: no reaper; only runs
+        and :meth:`flush` let them go)."""
+        self.cap_bytes = pinned_pool.default_cap_bytes() if cap_bytes is None else int(cap_bytes)
         self.min_bytes = int(min_bytes)
+        self._others = others
         self._lock = threading.RLock()
         self._entries: dict[tuple[int, int], _Entry] = {}
         self._seen: dict[tuple[int, int], None] = {}
-        self._refused: set[tuple[int, int]] = set()
+        self._refused: dict[tuple[int, int], None] = {}
         self._registrations = self._unregistrations = 0
         self._register_s = 0.0
+        self._reap_interval_s = reap_interval_s
+        self._reaper: threading.Thread | None = None
+        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ per run
     def acquire(self, obj: Any, arr: np.ndarray, pinned: Callable[[], bool] = lambda: False,
@@ -133,7 +156,9 @@ class PinCache:
             try:
                 drv.call("cuMemHostRegister", ptr, nbytes, CU_MEMHOSTREGISTER_PORTABLE)
             except Exception:  # noqa: BLE001 - a limit, an overlap: the ring it is, for good
-                self._refused.add(key)
+                self._refused[key] = None
+                while len(self._refused) > MAX_REFUSED:
+                    del self._refused[next(iter(self._refused))]
                 self._seen.pop(key, None)
                 return None, 0.0
             dt = time.perf_counter() - t0
@@ -141,6 +166,7 @@ class PinCache:
             self._registrations += 1
             self._seen.pop(key, None)
             e = self._entries[key] = _Entry(ptr, nbytes, keep, user, alloc_ptr)
+            self._start_reaper()
             return self._use(e), dt
 
     def hold(self, arr: np.ndarray) -> _Entry | None:
@@ -158,15 +184,32 @@ class PinCache:
         with self._lock:
             entry.users -= 1
 
-    def flush(self) -> int:
+    def flush(self, reaper: bool = False) -> int:
         """Unregister idle entries whose arrays nobody else holds any more (and entries
-        whose tensor's memory moved); returns how many. Call where no stream capture
-        of this thread can be in progress (a pipeline run's start)."""
+        whose tensor's memory moved); returns how many. Safe from any thread at any
+        time (a pipeline run's start, the reaper: ``reaper=True``)."""
         with self._lock:
-            dropped = [e for e in self._entries.values() if e.users == 0 and not _still_used(e)]
+            dropped = [e for e in self._entries.values() if e.users == 0 and not _still_used(e, reaper)]
             for e in dropped:
                 self._unregister(e)
             return len(dropped)
+
+    def yield_to_others(self) -> int:
+        """Unregister idle entries (nobody else's first, then the least recently used)
+        until this cache and ``others()`` fit under the cap again; returns how many.
+        The pinned pool calls this when it grows."""
+        with self._lock:
+            before = self._unregistrations
+            self._make_room(0)
+            return self._unregistrations - before
+
+    def close(self) -> None:
+        """Stop the reaper thread (at exit) and unregister every idle entry."""
+        self._stop.set()
+        t = self._reaper
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5 * (self._reap_interval_s or 1.0))
+        self.clear()
 
     def clear(self) -> int:
         """Unregister every idle entry and forget what was seen; returns how many."""
@@ -201,10 +244,15 @@ class PinCache:
         return None
 
     def _make_room(self, nbytes: int) -> bool:
+        """Unregister idle entries until ``nbytes`` more fit beside the cache's entries
+        and ``others()`` under the cap: those nobody else holds first, then the least
+        recently used. True when they fit."""
         if nbytes > self.cap_bytes:
             return False
-        held = sum(e.nbytes for e in self._entries.values())
-        for e in sorted((e for e in self._entries.values() if e.users == 0), key=lambda e: e.last_used):
+        held = sum(e.nbytes for e in self._entries.values()) + self._others()
+        idle = sorted((e for e in self._entries.values() if e.users == 0),
+                      key=lambda e: (_still_used(e), e.last_used))
+        for e in idle:
             if held + nbytes <= self.cap_bytes:
                 break
             self._unregister(e)
@@ -215,11 +263,49 @@ class PinCache:
         del self._entries[(e.ptr, e.nbytes)]
         try:
             ensure_current()  # (registered PORTABLE: any context will do)
-            drv.call("cuMemHostUnregister", e.ptr)
+            with _relaxed_capture_mode():
+                drv.call("cuMemHostUnregister", e.ptr)
         except Exception:  # noqa: BLE001 - context gone (at exit): the OS unpins with the process
             pass
         self._unregistrations += 1
         e.keep = None  # only now may the memory be freed
+
+    # ------------------------------------------------------------------ the reaper
+    def _start_reaper(self) -> None:
+        """(Inside the lock.) Look for dropped arrays once a second while entries exist."""
+        if self._reap_interval_s is None or self._stop.is_set():
+            return
+        if self._reaper is None or not self._reaper.is_alive():
+            self._reaper = threading.Thread(target=self._reap, name="fullpipe-pin-cache-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        while not self._stop.wait(self._reap_interval_s):
+            with self._lock:
+                self.flush(reaper=True)
+                if not self._entries:
+                    self._reaper = None
+                    return
+
+
+class _relaxed_capture_mode:
+    """This thread in relaxed stream-capture mode for a call that global-mode capture
+    forbids (cuMemHostUnregister): another thread's graph capture stays valid."""
+
+    def __enter__(self) -> None:
+        self._old = None
+        d = drv.driver()
+        relaxed = getattr(getattr(d, "CUstreamCaptureMode", None), "CU_STREAM_CAPTURE_MODE_RELAXED", None)
+        exchange = getattr(d, "cuThreadExchangeStreamCaptureMode", None)
+        if relaxed is None or exchange is None:  # (a test's fake driver)
+            return
+        err, old = exchange(relaxed)
+        if int(err) == 0:
+            self._old = old
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            drv.driver().cuThreadExchangeStreamCaptureMode(self._old)
 
 
 def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any, int] | None:
@@ -235,7 +321,9 @@ def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any, int] 
         if whole[1] == 0:
             return None
         ptr, nbytes = whole if whole[1] <= WHOLE_MAX_RATIO * own[1] else own
-        return ptr, nbytes, storage, weakref.ref(obj), whole[0]
+        # keep: a tensor of our own on the storage (not the storage's Python object), so
+        # that the storage's use count is ours plus the caller's tensors (_torch_storage_users)
+        return ptr, nbytes, obj.detach(), weakref.ref(obj), whole[0]
     if not isinstance(obj, np.ndarray):
         return None
     base = obj
@@ -248,13 +336,48 @@ def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any, int] 
     return ptr, nbytes, base, None, whole[0]
 
 
-def _still_used(e: _Entry) -> bool:
-    """Does anyone but the cache still hold the entry's array?"""
-    if e.user is not None:  # a torch tensor: alive, and its storage still where it was
-        t = e.user()
-        return t is not None and int(t.untyped_storage().data_ptr()) == e.alloc_ptr
+def _still_used(e: _Entry, reaper: bool = False) -> bool:
+    """Does anyone but the cache still hold the entry's array? ``reaper``: asked off a
+    run, where a torch entry without a readable use count counts as held (its weak
+    reference is to the last tensor a run was given, which may be a view made per call)."""
+    if e.user is not None:  # a torch storage: its memory still where it was, and held by a tensor
+        if int(e.keep.untyped_storage().data_ptr()) != e.alloc_ptr:
+            return False
+        count = _torch_storage_users(e.keep)
+        if count is not None:
+            return count > 0
+        return reaper or e.user() is not None
     # NumPy: our reference plus getrefcount's own argument, and nothing else
     return sys.getrefcount(e.keep) > 2
+
+
+_torch_own_count: list[int | None] = []  # the use count of a storage held by one tensor only (None: unreadable)
+
+
+def _torch_storage_users(keep: Any) -> int | None:
+    """How many holders besides the cache's own tensor ``keep`` its storage has (the
+    caller's tensors and views), from PyTorch's storage use count; None where this
+    PyTorch does not expose it or it does not count as measured here once: a storage
+    held by one tensor, then by that tensor and a second one on it."""
+    import torch
+
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is None:
+        return None
+    try:
+        if not _torch_own_count:
+            first = torch.empty(1)
+            second = first.detach()
+            both = int(use_count(second.untyped_storage()._cdata))
+            del first
+            alone = int(use_count(second.untyped_storage()._cdata))
+            _torch_own_count.append(alone if both == alone + 1 else None)
+        own = _torch_own_count[0]
+        if own is None:
+            return None
+        return int(use_count(keep.untyped_storage()._cdata)) - own
+    except Exception:  # noqa: BLE001 - a PyTorch where this private call changed
+        return None
 
 
 _default: PinCache | None = None
@@ -262,9 +385,13 @@ _default_lock = threading.Lock()
 
 
 def default_pin_cache() -> PinCache:
-    """The process-wide pin-down cache that pipelines share."""
+    """The process-wide pin-down cache that pipelines share. It shares one cap with the
+    process-wide pinned pool: its bytes count here, and when the pool grows the cache
+    lets go of idle entries first."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = PinCache()
+            _default = PinCache(others=pinned_pool.default_pool_held_bytes)
+            pinned_pool.on_default_pool_growth(_default.yield_to_others)
+            atexit.register(_default.close)
         return _default

@@ -215,8 +215,10 @@ class PinnedPool:
     """
 
     def __init__(self, cap_bytes: int, device: Any = None, *,
-                 alloc: Callable[[int], int] | None = None, free: Callable[[int], None] | None = None):
+                 alloc: Callable[[int], int] | None = None, free: Callable[[int], None] | None = None,
+                 on_growth: Callable[[], Any] | None = None):
         self._cap = _check_bytes(cap_bytes, "cap_bytes", positive=True)
+        self._on_growth = on_growth  # called before the pool pins new memory (outside its lock)
         self.device = device
         self._alloc = alloc if alloc is not None else _pinned_alloc(device)
         self._free = free if free is not None else _pinned_free
@@ -274,6 +276,8 @@ class PinnedPool:
             self._in_use += size
             self._held_high = max(self._held_high, self._held)
         self._free_blocks(evicted)
+        if self._on_growth is not None:
+            self._on_growth()
         try:
             ptr = self._pin(size)
         except BaseException:
@@ -362,6 +366,12 @@ class PinnedPool:
         return self._closed
 
     # ------------------------------------------------------------------ statistics
+    @property
+    def held_bytes(self) -> int:
+        """Bytes pinned by the pool now (in use, idle, being pinned); frees nothing."""
+        with self._lock:
+            return self._held
+
     @property
     def stats(self) -> PinnedPoolStats:
         with self._lock:
@@ -489,9 +499,32 @@ def default_cap_bytes() -> int:
 def default_pinned_pool() -> PinnedPool:
     """The process-wide pinned pool that pipelines share, so that consecutive runs (and
     pipelines, and threads) reuse buffers. Made on first use with
-    :func:`default_cap_bytes`; change ``default_pinned_pool().cap_bytes`` to resize it."""
+    :func:`default_cap_bytes`; change ``default_pinned_pool().cap_bytes`` to resize it.
+    It shares its cap with the process-wide pin-down cache (cuda/pin_cache.py): before
+    it pins new memory, the cache lets go of idle registrations beyond the cap."""
     global _default_pool
     with _default_lock:
         if _default_pool is None or _default_pool.closed:
-            _default_pool = PinnedPool(default_cap_bytes())
+            _default_pool = PinnedPool(default_cap_bytes(), on_growth=_default_pool_grows)
         return _default_pool
+
+
+_growth_hooks: list[Callable[[], Any]] = []
+
+
+def on_default_pool_growth(hook: Callable[[], Any]) -> None:
+    """Call ``hook()`` whenever the process-wide pool is about to pin new memory (the
+    pin-down cache's ``yield_to_others``)."""
+    _growth_hooks.append(hook)
+
+
+def _default_pool_grows() -> None:
+    for hook in list(_growth_hooks):
+        hook()
+
+
+def default_pool_held_bytes() -> int:
+    """Bytes the process-wide pool holds (in use and idle); 0 when it was never made.
+    Never makes the pool."""
+    pool = _default_pool
+    return 0 if pool is None or pool.closed else pool.held_bytes

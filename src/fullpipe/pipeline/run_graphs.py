@@ -29,10 +29,14 @@ The capture, on the lanes' streams::
 
 Each batch is the executor's protocol (H2D, compute, D2H), on its lane, in the
 executor's issue order; the fork and joins make the lanes branches of one graph.
-Device memory: one buffer per lane, sized for the run's largest batch, taken from
-the pipeline's pool when the run is captured and held while its graph is cached
-(``resources()["run_graph_bytes"]``); a lane's batches reuse it in graph order, as
-the eager path's lanes do (lanes.py). Not the per-batch graphs' mem-alloc and
+Device memory: one buffer per lane, sized for the largest batch of the cached runs,
+taken from the pipeline's pool at the first capture and shared by every cached run
+graph (``resources()["run_graph_bytes"]``); a lane's batches reuse it in graph order,
+as the eager path's lanes do (lanes.py). Sharing is safe because every run graph is
+launched on lane 0's stream and joins all its lanes before it ends: one launch
+finishes before the next begins. A capture that needs larger buffers drops the
+cached graphs (they point at the old ones), gives the old buffers back and takes
+larger ones. Not the per-batch graphs' mem-alloc and
 mem-free nodes: ``cuGraphLaunch`` costs the host per node, and those two are 2 of a
 batch's 5.
 
@@ -55,7 +59,7 @@ from ..errors import CudaError
 from .graphs import BatchGraphs, GraphCaptureError, _capture_message
 from .lanes import LaneBuffers
 
-MAX_RUN_GRAPHS = 4  # whole runs kept as graphs (each holds about a batch of device memory per lane)
+MAX_RUN_GRAPHS = 4  # whole runs kept as graphs (together they hold one batch of device memory per lane)
 MAX_SIGHTINGS = 64  # run keys remembered as seen once
 
 
@@ -64,7 +68,6 @@ class _RunGraph:
     graph: Any  # CUgraph
     exec: Any  # CUgraphExec
     exec_h: Any  # what HotPath takes
-    lanes: LaneBuffers  # the lanes' device buffers (pool memory, on lane 0's stream's order)
 
 
 class RunGraphs:
@@ -82,6 +85,7 @@ class RunGraphs:
         self._seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
         self._compute: Any = None
         self._events: list[Any] = []  # fork, then one join per lane (non-timing, made at the first capture)
+        self._lanes: LaneBuffers | None = None  # the lanes' device buffers every cached graph uses
         self.last = "none"  # what the last run did: none / seen / captured / replayed
         self.capture_s = 0.0
 
@@ -91,7 +95,7 @@ class RunGraphs:
     @property
     def nbytes(self) -> int:
         """Device memory the cached run graphs hold (pool memory)."""
-        return sum(g.lanes.held_bytes for g in self._cache.values())
+        return self._lanes.held_bytes if self._lanes is not None else 0
 
     # ------------------------------------------------------------------ per run
     def key(self, compute: Any, run_key: tuple, lanes: int, batches: Sequence[Any]) -> tuple:
@@ -127,13 +131,12 @@ class RunGraphs:
         streams leave capture mode and nothing is kept either way. ``at[0]``: the
         position of the batch being captured (for the failure note)."""
         t0 = time.perf_counter()
-        # on lane 0's stream: ordered before every launch (they go there too)
-        lanes = LaneBuffers(self.pool, [route.h2d for route in routes], order_h=self.origin_h)
+        lanes = self._lanes_for([route.h2d for route in routes], lane_bytes)
         try:
-            lanes.take(lane_bytes)
             g = self._capture(batches, routes, lanes, at)
         except BaseException:
-            lanes.give_back()
+            if not self._cache:  # nothing else uses them
+                self._give_back_lanes()
             raise
         self._cache[key] = g
         while len(self._cache) > self.max_graphs:
@@ -142,6 +145,35 @@ class RunGraphs:
         self.capture_s = time.perf_counter() - t0
         self.last = "captured"
         return g
+
+    def _lanes_for(self, handles: list[Any], lane_bytes: int) -> LaneBuffers:
+        """The shared lane buffers, holding at least ``lane_bytes`` for each of
+        ``handles``. Larger or other buffers than the cached graphs use: those graphs
+        are dropped (they point at the old buffers), which go back in stream order on
+        lane 0 (behind every launch), and new ones are taken there."""
+        lanes = self._lanes
+        if lanes is not None and lanes.nbytes >= lane_bytes and set(handles) <= set(lanes.handles):
+            return lanes
+        all_handles = handles
+        if lanes is not None:  # (grown by a quarter at least: runs whose batches creep up do not thrash)
+            all_handles = list(dict.fromkeys([*lanes.handles, *handles]))
+            lane_bytes = max(lane_bytes, lanes.nbytes + lanes.nbytes // 4)
+        self._drop_graphs()
+        self._give_back_lanes()
+        # on lane 0's stream: ordered before every launch (they go there too)
+        lanes = LaneBuffers(self.pool, all_handles, order_h=self.origin_h)
+        try:
+            lanes.take(lane_bytes)
+        except BaseException:
+            lanes.give_back()
+            raise
+        self._lanes = lanes
+        return lanes
+
+    def _give_back_lanes(self) -> None:
+        if self._lanes is not None:
+            self._lanes.give_back()
+            self._lanes = None
 
     def _capture(self, batches: Sequence[Any], routes: Sequence[Any], lanes: LaneBuffers, at: list) -> _RunGraph:
         enqueue = self.batch_graphs.protocol(alloc=lanes.allocate_ptr, free=lanes.free_ptr)
@@ -180,7 +212,7 @@ class RunGraphs:
         except CudaError as exc:
             drv.call("cuGraphDestroy", graph)
             raise GraphCaptureError(_capture_message(b, exc, whole_run=True)) from exc
-        return _RunGraph(graph, exe, handle_int(exe) if self.hot.native else exe, lanes)
+        return _RunGraph(graph, exe, handle_int(exe) if self.hot.native else exe)
 
     def launch(self, g: _RunGraph, stream_h: Any) -> None:
         """The whole run: one cuGraphLaunch on lane 0's stream (its branches fan out to
@@ -195,17 +227,20 @@ class RunGraphs:
 
     # ------------------------------------------------------------------ lifetime
     def _destroy(self, g: _RunGraph) -> None:
-        # A launch still in flight finishes first (cuGraphExecDestroy's contract); the lane
-        # buffers are freed on lane 0's stream, behind every launch of the graph.
+        # A launch still in flight finishes first (cuGraphExecDestroy's contract).
         drv.call("cuGraphExecDestroy", g.exec)
         drv.call("cuGraphDestroy", g.graph)
-        g.lanes.give_back()
 
-    def clear(self) -> None:
-        """Drop every cached run graph and every remembered run."""
+    def _drop_graphs(self) -> None:
         while self._cache:
             _, g = self._cache.popitem()
             self._destroy(g)
+
+    def clear(self) -> None:
+        """Drop every cached run graph, their lane buffers (freed on lane 0's stream,
+        behind every launch) and every remembered run."""
+        self._drop_graphs()
+        self._give_back_lanes()
         self._seen.clear()
 
     def close(self) -> None:
