@@ -143,7 +143,20 @@ def test_compute_form_from_the_signature():
     assert compute_form(Stream3()) == "stream"
     assert compute_form(lambda *a: None, "torch") == "tensor"
     assert compute_form(lambda x: x, "stream") == "stream"
-    for ambiguous in (lambda *args: None, lambda a, b: None, lambda a, b=None, c=None: None):
+    # what a new user passes most: a builtin (no readable signature), a ufunc, a decorator's
+    # (*args, **kwargs) wrapper (torch.inference_mode()(f) has no functools.wraps)
+    assert compute_form(np.sin) == compute_form(len) == "tensor"
+
+    def wrapper(*args, **kwargs):
+        return None
+
+    assert compute_form(wrapper) == compute_form(lambda x, *rest: x) == "tensor"
+    assert compute_form(lambda s, x, y, *rest: None) == compute_form(lambda s, x, *rest: None) == "stream"
+
+    def needs_keyword(x, *, scale):
+        return x
+
+    for ambiguous in (lambda a, b: None, lambda a, b=None, c=None: None, needs_keyword):
         with pytest.raises(TensorFormError, match="form="):
             compute_form(ambiguous)
     with pytest.raises(ValueError, match="form must be one of"):
@@ -305,6 +318,24 @@ def test_numpy_input_with_torch_and_cupy_imported_is_a_torch_function(monkeypatc
     assert tensor_framework(lambda x: x, "cupy", kind) == "cupy"
     monkeypatch.delitem(sys.modules, "torch")
     assert tensor_framework(lambda x: x, "auto", kind) == "cupy"
+
+
+def test_a_function_of_cupys_or_torchs_own_picks_its_library():
+    """cupy.tanh with PyTorch imported was handed torch tensors and returned a CuPy array
+    (refused: H100, session 13); a library's own function (or ufunc) now decides."""
+    import types
+
+    from fullpipe.cuda.interop import host_view
+    from fullpipe.pipeline.tensors import tensor_framework
+
+    _, kind = host_view(np.ones((4, 2), np.float32))
+    ufunc_type = type("ufunc", (), {"__call__": lambda self, x: x, "__module__": "cupy._core._kernel"})
+    tanh = ufunc_type()
+    sin = types.FunctionType((lambda x: x).__code__, {}, "sin")
+    sin.__module__ = "torch"
+    assert compute_form(tanh) == compute_form(sin) == "tensor"
+    assert tensor_framework(tanh, "auto", kind) == "cupy" and tensor_framework(sin, "auto", kind) == "torch"
+    assert tensor_framework(tanh, "torch", kind) == "torch"  # the explicit form still wins
 
 
 def test_auto_chunk_probes_a_tensor_function_and_reuses_the_choice(fake, fakefw):

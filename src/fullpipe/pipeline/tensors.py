@@ -58,24 +58,28 @@ def _is_torch_module(obj: Any) -> bool:
     return any(c.__name__ == "Module" and c.__module__.startswith("torch.nn") for c in type(obj).__mro__)
 
 
-def _positional_arity(fn: Any) -> tuple[int, int] | None:
-    """(required positional parameters, most positional parameters) of ``fn``, or None
-    when its signature cannot be read or it takes ``*args``."""
+_ANY = math.inf  # most positional arguments of a callable that takes *args
+
+
+def _positional_arity(fn: Any) -> tuple[int, float] | str | None:
+    """(required positional parameters, most positional parameters, ``_ANY`` with
+    ``*args``) of ``fn``; "keyword" when it needs a keyword fullpipe cannot supply;
+    None when its signature cannot be read (a builtin such as ``torch.sin``, a ufunc)."""
     target = fn.forward if _is_torch_module(fn) else fn
     try:
         sig = inspect.signature(target)
     except (TypeError, ValueError):
         return None
-    required = most = 0
+    required, most = 0, 0.0
     for p in sig.parameters.values():
         if p.kind is p.VAR_POSITIONAL:
-            return None
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            most = _ANY
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             most += 1
             if p.default is p.empty:
                 required += 1
         elif p.kind is p.KEYWORD_ONLY and p.default is p.empty:
-            return None  # needs a keyword fullpipe cannot supply
+            return "keyword"
     return required, most
 
 
@@ -84,9 +88,13 @@ def compute_form(compute: Any, form: str = "auto") -> str:
     the framework is decided by :func:`tensor_framework`).
 
     ``form="auto"``: a torch.nn.Module is a tensor function; otherwise the signature
-    decides: callable with exactly one positional argument -> "tensor"; with three ->
-    "stream". Anything else (``*args``, two required arguments, a signature that
-    accepts both, no readable signature) raises TensorFormError asking for ``form=``.
+    decides: callable with one positional argument and not three -> "tensor"; with
+    three and not one -> "stream". A signature that cannot be read (``torch.sin``,
+    ``cupy.tanh``) or that takes ``*args`` after at most one named parameter (a
+    decorator's wrapper, such as ``torch.inference_mode()(f)``) is a tensor function: the stream form is
+    fullpipe's own, written with its three parameters. Anything else (two required
+    arguments, named parameters that fit both, a required keyword) raises
+    TensorFormError asking for ``form=``.
     """
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
@@ -103,14 +111,20 @@ def compute_form(compute: Any, form: str = "auto") -> str:
     if _is_torch_module(compute):
         return "tensor"
     arity = _positional_arity(compute)
-    one = arity is not None and arity[0] <= 1 <= arity[1]
-    three = arity is not None and arity[0] <= 3 <= arity[1]
-    if one and not three:
+    if arity is None:
         return "tensor"
-    if three and not one:
-        return "stream"
-    what = ("takes *args, a required keyword, or has no readable signature" if arity is None
-            else f"takes {arity[0]} required of {arity[1]} positional arguments")
+    if arity != "keyword":
+        required, most = arity
+        one, three = required <= 1 <= most, required <= 3 <= most
+        if one and not three:
+            return "tensor"
+        if three and not one:
+            return "stream"
+        if one and most == _ANY:  # f(*args, **kwargs), f(x, *rest): a wrapper, or a function of x
+            return "tensor"
+    what = ("needs a keyword argument" if arity == "keyword"
+            else f"takes {arity[0]} required of {'any number of' if arity[1] == _ANY else int(arity[1])} "
+                 "positional arguments")
     raise TensorFormError(
         f"cannot tell how to call {getattr(compute, '__name__', type(compute).__name__)} (it {what}). "
         "Pass form='torch' or form='cupy' for a tensor function y = f(x), or form='stream' for "
@@ -119,13 +133,19 @@ def compute_form(compute: Any, form: str = "auto") -> str:
 
 def tensor_framework(compute: Any, form: str, kind: HostKind) -> str:
     """"torch" or "cupy" for a tensor function, decided at the first run: the explicit
-    form; else torch for a torch.nn.Module or a torch input; else PyTorch when it is
+    form; else torch for a torch.nn.Module; else the library a function of PyTorch's or
+    CuPy's own belongs to (``cupy.tanh``); else torch for a torch input; else PyTorch when it is
     imported (a tensor function is a PyTorch function unless ``form="cupy"`` says
     otherwise: CuPy being imported by some other library must not break a PyTorch
     compute); else CuPy when only it is imported; else an error."""
     if form in ("torch", "cupy"):
         return form
-    if _is_torch_module(compute) or kind.library == "torch":
+    if _is_torch_module(compute):
+        return "torch"
+    own = _library_of(compute)
+    if own is not None:  # torch.sin, cupy.tanh: the library the function itself belongs to
+        return own
+    if kind.library == "torch":
         return "torch"
     import sys
 
@@ -135,6 +155,14 @@ def tensor_framework(compute: Any, form: str, kind: HostKind) -> str:
     raise TensorFormError(
         "a tensor function on a NumPy input, and neither PyTorch nor CuPy is imported: "
         "import the library the function uses, or pass form='torch' or form='cupy'.")
+
+
+def _library_of(compute: Any) -> str | None:
+    """"torch" or "cupy" when ``compute`` is one of that library's own functions (or
+    ufuncs), by the module it was defined in; None for anything else (a user's function)."""
+    module = getattr(compute, "__module__", None) or type(compute).__module__
+    top = module.split(".", 1)[0] if isinstance(module, str) else ""
+    return top if top in ("torch", "cupy") else None
 
 
 # --------------------------------------------------------------------------- frameworks
@@ -190,7 +218,7 @@ class TorchFramework:
         """(y made contiguous on fs if needed, shape, framework dtype, device address)."""
         if not isinstance(y, self.torch.Tensor):
             raise TypeError(f"the compute returned {type(y).__name__}; a tensor function must return one "
-                            "torch tensor (one output row per input row)")
+                            f"torch tensor (one output row per input row){_pick_one_hint(y)}")
         if y.get_device() != self.device_index:  # (-1 on the CPU)
             raise ValueError(f"the compute returned a tensor on {y.device}; it must stay on cuda:{self.device_index} "
                              "(fullpipe copies it to the host)")
@@ -238,7 +266,7 @@ class CupyFramework:
     def output(self, y: Any, fs: Any) -> tuple[Any, tuple[int, ...], Any, int]:
         if not isinstance(y, self.cupy.ndarray):
             raise TypeError(f"the compute returned {type(y).__name__}; a CuPy tensor function must return "
-                            "one cupy.ndarray (one output row per input row)")
+                            f"one cupy.ndarray (one output row per input row){_pick_one_hint(y)}")
         if y.device.id != self.device_index:
             raise ValueError(f"the compute returned an array on device {y.device.id}; it must stay on "
                              f"device {self.device_index}")
@@ -249,6 +277,18 @@ class CupyFramework:
 
     def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+
+
+def _pick_one_hint(y: Any) -> str:
+    """For a model that returns several outputs: how to pick the one to keep."""
+    if isinstance(y, dict) or hasattr(y, "keys"):
+        keys = list(y.keys())[:4]
+        return (f". It returned a mapping with keys {keys}: wrap it to return one, e.g. "
+                f"lambda x: model(x)[{keys[0]!r}]" if keys else "")
+    if isinstance(y, (tuple, list)):
+        return (f". It returned {len(y)} values: wrap it to return one, e.g. lambda x: model(x)[0] (or run "
+                "one pipeline per output)")
+    return ""
 
 
 def make_framework(name: str, device_index: int) -> Any:
