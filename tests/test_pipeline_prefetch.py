@@ -145,6 +145,31 @@ def test_auto_chunk_is_tuned_once_and_reused(fake):
     assert pipe.stats.chunk["source"] == "tuned"
 
 
+def test_auto_chunk_choice_is_weighed_once_per_run_size(fake, monkeypatch):
+    """choose_chunk weighs a few hundred sizes (~1.5 ms of Python per call): a loop over
+    same-sized arrays reuses its answer; another size, or a retune, weighs again."""
+    import fullpipe.pipeline.executor as fexec
+
+    fake.jitter["value"] = 0.0
+    calls = []
+    real = fexec.choose_chunk
+    monkeypatch.setattr(fexec, "choose_chunk", lambda *a, **k: calls.append(k["total_bytes"]) or real(*a, **k))
+    x = np.random.default_rng(5).integers(0, 2**32, 48 * MiB // 4, dtype=np.uint32)
+    pipe = StreamPipeline(FakeMix(0), streams=2, chunk="auto", staging="direct")
+    for _ in range(3):
+        np.testing.assert_array_equal(pipe.run(x), x)
+    assert len(calls) == 2  # the first run (after its probes), then one for the whole array
+    chosen = pipe.stats.chunk["rows"]
+    for _ in range(2):
+        pipe.run(x)
+    assert len(calls) == 2 and pipe.stats.chunk["rows"] == chosen
+    pipe.run(x[: len(x) // 2])
+    assert len(calls) == 3
+    pipe.retune()
+    pipe.run(x)
+    assert len(calls) == 4 and pipe.stats.chunk["source"] == "tuned"
+
+
 def test_compute_bound_with_launch_overhead_gets_big_chunks():
     """A framework model: 4 ms of Python launch per batch, GPU 0.07 ms per image; the
     old '4 chunks per stream' cap gave 12 chunks of 341 images. The choice must keep
