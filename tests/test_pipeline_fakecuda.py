@@ -31,7 +31,6 @@ import fullpipe.cuda.pinned_pool as fpinned
 import fullpipe.cuda.pool as fpool
 import fullpipe.cuda.streams as fstreams
 import fullpipe.pipeline.executor as fexec
-from fullpipe.pipeline.hold import FIRST_HOLD_S
 import fullpipe.pipeline.pageable as fpageable
 from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.workload import reference
@@ -571,76 +570,6 @@ def test_small_batches_are_staged_by_the_caller_and_large_ones_by_threads(fake, 
 
 
 MiB = 1 << 20
-
-
-class SlowLaunchMix(FakeMix):
-    """Its host call takes ``launch_s`` (a framework model's Python and launches) before it
-    enqueues GPU work that takes almost none."""
-
-    def __init__(self, launch_s):
-        super().__init__(rounds=0)
-        self.launch_s = launch_s
-
-    def __call__(self, stream, x, y):
-        time.sleep(self.launch_s)
-        super().__call__(stream, x, y)
-
-
-class FakeHold(fexec.StreamHold):
-    """hold.StreamHold on the fake driver: the stream's thread sleeps instead of a spin kernel."""
-
-    def __init__(self, device):
-        self.longest_call_s = 0.0
-        self.holds = []
-
-    def __call__(self, stream_h):
-        s = self.seconds()
-        self.holds.append(s)
-        stream_h.put(lambda: time.sleep(s))
-
-
-def test_chunk_auto_probes_time_the_compute_not_the_host_call(fake, monkeypatch):
-    """A probe waits for each batch, so its H2D is long done when the host calls the
-    compute: timed from there, the compute stage was the call's host time (a cheap
-    torch.sin over 800 MB, H100, session 13, read as 20 GB/s of compute and got chunks
-    that left the run host-bound). A hold on the compute's stream, about twice the
-    longest call so far, keeps the GPU from starting before the compute's work is all
-    enqueued; the compute stage starts at an event behind it. The host's time is
-    measured on its own (the model's host stage). Without the hold's kernel (here the
-    fake driver's), the probes time as before."""
-    fake.jitter["value"] = 0.0
-    x = np.zeros(48 << 20 >> 2, dtype=np.uint32)
-
-    def compute_stages(pipe):
-        pst = pipe.probe_stats
-        return [fexec._probe_point(pst, i, True, True) for i in range(pst.batches)]
-
-    pipe = StreamPipeline(SlowLaunchMix(0.02), streams=2, chunk="auto", staging="direct")
-    pipe.run(x)
-    assert all(m["compute"] >= 0.02 for m in compute_stages(pipe))  # no hold: the call's 20 ms
-    monkeypatch.setattr(fexec, "StreamHold", FakeHold)
-    pipe = StreamPipeline(SlowLaunchMix(0.02), streams=2, chunk="auto", staging="direct")
-    pipe.run(x)
-    stages = compute_stages(pipe)
-    assert pipe._hold.holds[0] == FIRST_HOLD_S and pipe._hold.longest_call_s >= 0.02
-    for m in stages[1:]:  # (the first probe batch is a warm-up: its call outlasted the first hold)
-        assert m["compute"] < 0.01 and m["host"] >= 0.02, m  # the 20 ms are the host's, not the GPU's
-    pst = pipe.probe_stats
-    for t in pst.timings:
-        assert t.compute_start is not None and t.stage("compute")[0] <= t.compute_start <= t.stage("compute")[1]
-    assert pipe.stats.timings and all(t.compute_start is None for t in pipe.stats.timings)  # four events per batch
-    assert len(pipe._hold.holds) == pst.batches  # probes only
-    _assert_clean(pipe)
-
-
-def test_the_probes_stream_hold_spins_on_the_global_timer_and_touches_no_memory():
-    from fullpipe.cuda import compiler, sass
-
-    text = sass.disassemble(compiler.compile_package_kernel("pipeline/stamps.cu", arch="sm_90a").cubin)
-    body = text.split(".text.hold_stream:", 1)[1].split(".section", 1)[0]
-    ops = sass.opcode_counts(body)
-    assert body.count("SR_GLOBALTIMER") >= 2 and ops["BRA"] >= 1  # a loop on the GPU's clock
-    assert not any(op.startswith(("LDG", "STG", "ATOM", "RED", "LDS", "STS")) for op in ops), ops
 
 
 def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chunk(fake, monkeypatch):

@@ -61,7 +61,6 @@ from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Route, protocol_halves
-from .hold import StreamHold
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
 
@@ -276,8 +275,6 @@ class StreamPipeline:
         self._choices_from: dict[tuple, Any] = {}  # the models each key's choices came from
         self.stats: PipelineStats | None = None
         self.probe_stats: PipelineStats | None = None
-        self._hold: Any = None  # the probes' StreamHold (False: its kernel would not load)
-        self._hold_error = ""
 
     # ------------------------------------------------------------------ lifetime
     def _start(self) -> None:
@@ -760,30 +757,15 @@ class StreamPipeline:
             setattr(self, attr, HostCopier(self.copy_threads))
         return getattr(self, attr)
 
-    def _events(self, index: int = 0, count: int = 4) -> list[tuple[Any, Any]]:
-        """``count`` timing events for batch ``index`` (from the free list, made when it is
-        empty): four per batch, five for a probe (protocol.py: the compute's start)."""
-        while len(self._free_events) < count:
+    def _events(self, index: int = 0) -> list[tuple[Any, Any]]:
+        """Four timing events for batch ``index`` (from the free list, made when it is empty)."""
+        while len(self._free_events) < 4:
             ev = self._create_event(self.device, timing=True)
             self._free_events.append((ev, handle_int(ev.handle) if self._hot.native else ev.handle))
-        got = self._free_events[-count:]
-        del self._free_events[-count:]
-        self._events_out += count
+        got = self._free_events[-4:]
+        del self._free_events[-4:]
+        self._events_out += 4
         return got
-
-    def _probe_events(self, index: int = 0) -> list[tuple[Any, Any]]:
-        return self._events(index, 5)
-
-    def _stream_hold(self) -> Any:
-        """The probes' stream hold (hold.py), made once; None where its kernel cannot be
-        loaded (then a probe's compute stage holds the call's host time, as it did)."""
-        if self._hold is None:
-            try:
-                self._hold = StreamHold(self.device)
-            except Exception as exc:  # noqa: BLE001 - a tuning aid, never a reason to fail a run
-                self._hold = False
-                self._hold_error = f"{type(exc).__name__}: {exc}"
-        return self._hold or None
 
     def _give_back_events(self, evs: list[tuple[Any, Any]]) -> None:
         self._free_events.extend(evs)
@@ -823,7 +805,7 @@ class StreamPipeline:
             self._tuned[key] = tuned
             source = "tuned"
         choice_key = (key, rows - start, row_bytes)
-        choice = self._choices.get(choice_key) if source != "tuned" else None
+        choice = self._choices.get(choice_key)
         if choice is None or self._choices_from.get(key) is not tuned:
             in_flight = (self._lag + 1) if self.copy_streams else 3 * self.n_streams - 1
             choice = choose_chunk(
@@ -1262,11 +1244,10 @@ class StreamPipeline:
             out_dtype=out_dtype, alloc=alloc, free=free, deferred=run.deferred,
             live=live, free_in=None if free_in is None else [sig.arm for sig in free_in],
             ready_out=None if ready_out is None else [sig.arm for sig in ready_out],
-            stage_events=(self._probe_events if mode is PROBE_RUN else self._events) if mode.timing else None,
+            stage_events=self._events if mode.timing else None,
             in_flight=(lambda index, evs: inflight.append((index, evs))) if mode.timing else None,
             acquire_out=run.acquire_out if ring_out else None,
             compute_out=tc if tc is not None else None, dst_of=dst_of, clock=run.clock,
-            hold=self._stream_hold() if mode is PROBE_RUN and self.compute is not None else None,
             device_index=self._dev_index,
         )
 
@@ -1319,7 +1300,7 @@ class StreamPipeline:
                 return
             t = (elapsed(start_h, evs[0][1]), elapsed(start_h, evs[1][1]), elapsed(start_h, evs[2][1]),
                  elapsed(start_h, evs[3][1]))
-            timings.append(BatchTiming(index, t, elapsed(start_h, evs[4][1]) if len(evs) > 4 else None))
+            timings.append(BatchTiming(index, t))
             inflight.popleft()
             self._give_back_events(evs)
 
@@ -1634,10 +1615,7 @@ def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool)
     t = pst.timings[i]
     m = {"h2d": (t.stage("h2d")[1] - t.stage("h2d")[0]) / 1e3}
     if with_compute:
-        # from the event recorded just before the compute call, not from the H2D's end: a
-        # probe waits for each batch, so its H2D is done long before the host has called
-        # a framework model, and that wait is the host's time (m["host"]), not the GPU's
-        m["compute"] = (t.stage("compute")[1] - t.compute_start_or_h2d_end) / 1e3
+        m["compute"] = (t.stage("compute")[1] - t.stage("compute")[0]) / 1e3
     if with_out:
         m["d2h"] = (t.stage("d2h")[1] - t.stage("d2h")[0]) / 1e3
     m["host"] = pst.enqueue_us[i] * 1e-6

@@ -139,7 +139,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                     acquire_out: Callable[[int], None] | None = None,
                     compute_out: Callable[[int, Any, int, Any], int] | None = None,
                     dst_of: Callable[[Pending, int], int] | None = None,
-                    clock: list | None = None, hold: Any = None,
+                    clock: list | None = None,
                     device_index: int = 0) -> tuple[Callable[..., Pending], Callable[..., tuple[int, int]]]:
     """The protocol for one run, in two halves, so that the executor can enqueue the
     H2D of the next batches before it calls the compute of this one (prefetch):
@@ -160,11 +160,8 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     ``free_in`` / ``ready_out``: per ring slot, the callable that signals it on a
     stream (None: that side is not staged through the ring).
     ``stage_events(batch_index)``: four timing events ``[(event, handle)] * 4`` for
-    this batch (before H2D, after H2D, after compute, after D2H), or None (no
-    per-stage timing); a fifth, if given, is recorded on the compute stream just
-    before the compute is called (chunk="auto" probes: the compute's own start),
-    after ``hold(stream_h)`` if given (hold.StreamHold);
-    ``in_flight(batch_index, events)`` is told once the fourth is recorded (in back).
+    this batch, or None (no per-stage timing); ``in_flight(batch_index, events)`` is
+    told once the last one is recorded (in back).
     ``acquire_out(slot)``: the host wait for the output slot, just before the D2H.
     ``compute_out(lane, stream, ptr, b) -> y_ptr``: a compute that makes its own output
     (a tensor function, pipeline/tensors.py) from the batch's input at device address
@@ -175,8 +172,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     ``dst_of(pending, dst) -> dst``: the host address of the D2H, decided after the
     compute (a tensor function's output is sized from ``y``).
     ``clock``: a one-element list the seconds spent in the compute call are added to
-    (the per-call breakdown in the stats). ``hold``: a probe's stream hold (hold.py),
-    told how long each compute call took.
+    (the per-call breakdown in the stats).
 
     Closures rather than an object: they run once per batch, and names bound here are
     read faster than attributes (the executor's enqueue time is a target).
@@ -219,12 +215,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         b, lane, slot, ptr, out_off, ev, entry = p
         _, stream, s_out, h_in, h, h_out, _, compute_done = routes[lane]
         # compute
-        if ev and len(ev) > 4:  # a probe: the compute's own start, behind a hold (hold.py)
-            if hold is not None:
-                hold(h)
-            record(ev[4][1], h)
-        timed = clock is not None or hold is not None
-        if timed:
+        if clock is not None:
             t0 = perf_counter()
         if compute_out is not None:
             y_ptr = compute_out(lane, stream, ptr, b)
@@ -239,12 +230,8 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
             compute(stream, seen[1], seen[2])
         else:
             y_ptr = ptr  # the input goes back as is
-        if timed:
-            call_s = perf_counter() - t0
-            if clock is not None:
-                clock[0] += call_s
-            if hold is not None:
-                hold.saw_call(call_s)
+        if clock is not None:
+            clock[0] += perf_counter() - t0
         if dst_of is not None:
             dst = dst_of(p, dst)
         if ev:

@@ -18,11 +18,3 @@ extern "C" __global__ void spin_stamp_sm(unsigned long long ns, unsigned long lo
         out[4 * blockIdx.x + 3] = tag;
     }
 }
-
-// Hold a stream for `ns` nanoseconds (one warp spins): a chunk="auto" probe launches it
-// before the compute call, so that the compute's kernels are all queued behind it when
-// the GPU gets there, and the events around them time the GPU, not the host's launches
-// (pipeline/hold.py).
-extern "C" __global__ void hold_stream(unsigned long long ns) {
-    fp_spin_ns(ns);
-}

@@ -59,19 +59,14 @@ def max_concurrency(intervals: Sequence[tuple[float, float]]) -> int:
 @dataclasses.dataclass
 class BatchTiming:
     """Milliseconds from the run's start event: before H2D, after H2D, after compute,
-    after D2H; and, for a chunk="auto" probe, just before the compute was called."""
+    after D2H."""
 
     index: int
     t: tuple[float, float, float, float]
-    compute_start: float | None = None
 
     def stage(self, name: str) -> tuple[float, float]:
         k = STAGES.index(name)
         return self.t[k], self.t[k + 1]
-
-    @property
-    def compute_start_or_h2d_end(self) -> float:
-        return self.t[1] if self.compute_start is None else max(self.t[1], self.compute_start)
 
 
 @dataclasses.dataclass
