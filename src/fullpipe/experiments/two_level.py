@@ -62,6 +62,7 @@ from ..cuda.device import device_info
 from ..cuda.timing import median, spread
 from . import Bound, Context, Result
 from .claims import UNJUDGED, Data, Judged, at_least, at_most, is_num, rule, times, with_claims
+from .measure import in_turn
 from .figures import GREY, PINNED, RING, WIDE, need, pyplot, ratio_bars, save
 
 NAME = "two-level"
@@ -324,7 +325,7 @@ def measure_prefill(config: Any, requests: list[np.ndarray], *, device_index: in
         walls: dict[str, list[float]] = {n: [] for n in prefill}
         for rep in range(repeat):
             progress(0.3 + 0.3 * rep / repeat, f"timing: round {rep + 1} of {repeat}")
-            for name, fn in prefill.items():
+            for name, fn in in_turn(list(prefill.items()), rep):
                 sync()
                 t0 = time.perf_counter()
                 fn()

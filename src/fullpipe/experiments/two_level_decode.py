@@ -52,6 +52,7 @@ from ..cuda.device import device_info
 from ..cuda.timing import median, spread
 from . import Bound, Context, Result
 from .claims import UNJUDGED, Data, Judged, at_least, at_most, is_num, rule, times, with_claims
+from .measure import in_turn
 from .figures import GREY, PINNED, RING, WIDE, need, pyplot, ratio_bars, save
 
 NAME = "two-level-decode"
@@ -272,7 +273,7 @@ def measure_decode(config: Any, prompts: list[np.ndarray], *, device_index: int 
     memory: dict[str, Any] = {}
     names = list(torch_forms) + list(fullpipe_forms)
     for rep in range(repeat):
-        for j, name in enumerate(names):
+        for j, name in enumerate(in_turn(names, rep)):
             progress(0.35 + 0.6 * (rep * len(names) + j) / (repeat * len(names)), f"round {rep + 1}: {name}")
             if name in torch_forms:
                 form = peers[name]

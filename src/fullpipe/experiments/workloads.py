@@ -30,7 +30,7 @@ timed by the host's clock from the first batch to the last output in host memory
   small sweep of fixed chunks against ``chunk="auto"``.
 
 Compute alone, the peers and fullpipe are timed in alternating rounds (each once per
-round, in turn; the median of the rounds): a host's speed can drift by more than the
+round, in turn, the first one further along each round; the median of the rounds): a host's speed can drift by more than the
 differences measured, and a compute whose Python launches take as long as its kernels runs
 at the host's speed. Peers use 32 (copy-heavy) or 16 (compute-bound) equal batches. Bounds
 measured in this run: compute alone (``f`` over device-resident batches back to back on one
@@ -60,6 +60,7 @@ from ..cuda.pool import DevicePool
 from ..cuda.timing import median
 from ..pipeline import StreamPipeline
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
+from .measure import in_turn
 from .figures import (BOUND, GREY, PAGEABLE, PINNED, PLAIN, RING, WIDE, label_bars, need, plain_log, pyplot,
                       rows_of, save)
 from .result import Bound, Result
@@ -600,7 +601,7 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
         for r in range(repeat):
             progress(f"timing, round {r + 1} of {repeat}")
-            for label, fn in contenders:
+            for label, fn in in_turn(contenders, r):
                 t0 = time.perf_counter()
                 fn()
                 ms = (time.perf_counter() - t0) * 1e3
@@ -645,9 +646,9 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
             times_: dict[str, list[float]] = {chunk: [] for chunk in chunks}
             for r in range(env.sweep_repeat if chunks else 0):
                 progress(f"fullpipe, chunk sweep: round {r + 1} of {env.sweep_repeat}")
-                auto_in_sweep.append(_wall_ms(lambda: _fp_call(pipe, w, fout, fx), 1)[0])
-                for chunk, p in sweep.items():
-                    times_[chunk].append(_wall_ms(lambda: _fp_call(p, w, fout, fx), 1)[0])
+                for chunk, p in in_turn([("auto", pipe), *sweep.items()], r):
+                    ms = _wall_ms(lambda: _fp_call(p, w, fout, fx), 1)[0]
+                    (auto_in_sweep if chunk == "auto" else times_[chunk]).append(ms)
             for chunk, p in sweep.items():
                 sweep_ms[chunk] = median(times_[chunk])
                 st = _fp_stats(p)
