@@ -203,12 +203,16 @@ class PinCache:
             self._make_room(0)
             return self._unregistrations - before
 
-    def close(self) -> None:
-        """Stop the reaper thread (at exit) and unregister every idle entry."""
+    def stop_reaper(self) -> None:
+        """Stop the reaper thread (at exit: the OS unpins what is left with the process)."""
         self._stop.set()
         t = self._reaper
         if t is not None and t is not threading.current_thread():
             t.join(timeout=5 * (self._reap_interval_s or 1.0))
+
+    def close(self) -> None:
+        """Stop the reaper thread and unregister every idle entry."""
+        self.stop_reaper()
         self.clear()
 
     def clear(self) -> int:
@@ -393,5 +397,5 @@ def default_pin_cache() -> PinCache:
         if _default is None:
             _default = PinCache(others=pinned_pool.default_pool_held_bytes)
             pinned_pool.on_default_pool_growth(_default.yield_to_others)
-            atexit.register(_default.close)
+            atexit.register(_default.stop_reaper)
         return _default
