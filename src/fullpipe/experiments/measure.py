@@ -21,7 +21,7 @@ def in_turn(contenders: list, round_index: int) -> list:
     """The order of one round of alternating rounds: every contender once, starting one
     further along each round. A fixed order gave the first of each round a handicap
     (session 13, `bench workloads`: chunk='auto', always first after the progress line,
-    read 28.5 ms where a fixed pipeline at nearly its chunk read 25.5 ms; run alone, the
-    two agreed within 0.5 ms), and the bound, timed first, a handicap of its own."""
+    read 28.5 ms where a fixed pipeline at nearly its chunk read 25.5 ms; timed with no
+    progress line between them, the two agreed within about 1 ms), and the bound, timed first, a handicap of its own."""
     k = round_index % len(contenders) if contenders else 0
     return contenders[k:] + contenders[:k]
