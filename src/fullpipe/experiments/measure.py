@@ -22,6 +22,7 @@ def in_turn(contenders: list, round_index: int) -> list:
     further along each round. A fixed order gave the first of each round a handicap
     (session 13, `bench workloads`: chunk='auto', always first after the progress line,
     read 28.5 ms where a fixed pipeline at nearly its chunk read 25.5 ms; timed with no
-    progress line between them, the two agreed within about 1 ms), and the bound, timed first, a handicap of its own."""
+    progress line between them, the two agreed within about 1 ms), and the bound, timed
+    first, a handicap of its own."""
     k = round_index % len(contenders) if contenders else 0
     return contenders[k:] + contenders[:k]

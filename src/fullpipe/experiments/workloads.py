@@ -30,12 +30,12 @@ timed by the host's clock from the first batch to the last output in host memory
   small sweep of fixed chunks against ``chunk="auto"``.
 
 Compute alone, the peers and fullpipe are timed in alternating rounds (each once per
-round, in turn, the first one further along each round; the median of the rounds): a host's speed can drift by more than the
-differences measured, and a compute whose Python launches take as long as its kernels runs
-at the host's speed. Peers use 32 (copy-heavy) or 16 (compute-bound) equal batches. Bounds
-measured in this run: compute alone (``f`` over device-resident batches back to back on one
-stream, waited for; at the peers' batches and at the chunk fullpipe's timed runs use, the
-faster); the pinned copy peak
+round, in turn, the first one further along each round; the median of the rounds): a
+host's speed can drift by more than the differences measured, and a compute whose Python
+launches take as long as its kernels runs at the host's speed. Peers use 32 (copy-heavy)
+or 16 (compute-bound) equal batches. Bounds measured in this run: compute alone (``f``
+over device-resident batches back to back on one stream, waited for; at the peers'
+batches and at the chunk fullpipe's timed runs use, the faster); the pinned copy peak
 H2D, D2H and both at once; the host's memmove pageable ↔ pinned with the staging ring's own
 threads, one direction and both at once. Every output is first checked against the naive
 loop's: the output poisoned with NaN first, then each row within 5 % of the reference

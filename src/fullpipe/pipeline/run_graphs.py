@@ -36,9 +36,8 @@ as the eager path's lanes do (lanes.py). Sharing is safe because every run graph
 launched on lane 0's stream and joins all its lanes before it ends: one launch
 finishes before the next begins. A capture that needs larger buffers drops the
 cached graphs (they point at the old ones), gives the old buffers back and takes
-larger ones. Not the per-batch graphs' mem-alloc and
-mem-free nodes: ``cuGraphLaunch`` costs the host per node, and those two are 2 of a
-batch's 5.
+larger ones. Not the per-batch graphs' mem-alloc and mem-free nodes: ``cuGraphLaunch``
+costs the host per node, and those two are 2 of a batch's 5.
 
 As with per-batch graphs the compute is called only at capture; what it reads then
 is frozen into the graph. A new compute object drops the cached runs, and

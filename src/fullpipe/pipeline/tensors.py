@@ -91,9 +91,9 @@ def compute_form(compute: Any, form: str = "auto") -> str:
     decides: callable with one positional argument and not three -> "tensor"; with
     three and not one -> "stream". A signature that cannot be read (``torch.sin``,
     ``cupy.tanh``) or that takes ``*args`` after at most one named parameter (a
-    decorator's wrapper, such as ``torch.inference_mode()(f)``) is a tensor function: the stream form is
-    fullpipe's own, written with its three parameters. Anything else (two required
-    arguments, named parameters that fit both, a required keyword) raises
+    decorator's wrapper, such as ``torch.inference_mode()(f)``) is a tensor function:
+    the stream form is fullpipe's own, written with its three parameters. Anything else
+    (two required arguments, named parameters that fit both, a required keyword) raises
     TensorFormError asking for ``form=``.
     """
     if form not in FORMS:
@@ -134,8 +134,8 @@ def compute_form(compute: Any, form: str = "auto") -> str:
 def tensor_framework(compute: Any, form: str, kind: HostKind) -> str:
     """"torch" or "cupy" for a tensor function, decided at the first run: the explicit
     form; else torch for a torch.nn.Module; else the library a function of PyTorch's or
-    CuPy's own belongs to (``cupy.tanh``); else torch for a torch input; else PyTorch when it is
-    imported (a tensor function is a PyTorch function unless ``form="cupy"`` says
+    CuPy's own belongs to (``cupy.tanh``); else torch for a torch input; else PyTorch
+    when it is imported (a tensor function is a PyTorch function unless ``form="cupy"`` says
     otherwise: CuPy being imported by some other library must not break a PyTorch
     compute); else CuPy when only it is imported; else an error."""
     if form in ("torch", "cupy"):
