@@ -144,8 +144,8 @@ class StreamPipeline:
       same input or output buffer) is page-locked where it is (``cuMemHostRegister``,
       once) and from then on copied directly, with no staging memmove: the process-wide
       pin-down cache, :mod:`fullpipe.cuda.pin_cache` (it keeps the array's memory
-      alive while registered and lets it go at the first run after nobody else holds
-      it). ``stats.staging`` says "pinned in place"; ``stats.pinned["in_place"]``
+      alive while registered and lets it go within about a second after nobody else
+      holds it). ``stats.staging`` says "pinned in place"; ``stats.pinned["in_place"]``
       what it cost. False: never.
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
       for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
