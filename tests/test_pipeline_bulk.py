@@ -174,12 +174,23 @@ def test_a_failure_gives_the_blocks_back(fake, exc):
     assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
 
 
-def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run(fake):
+def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_groups(fake, monkeypatch):
     """The outputs of batches whose D2H is done go to the caller's arrays while later
-    batches still run (not all after the last one): the copy overlaps the GPU's work."""
+    batches still run (not all after the last one): the copy overlaps the GPU's work.
+    They go a group of at least DRAIN_GROUP_BYTES at a time, not one copier job per
+    batch (each job wakes a thread that takes the GIL between the compute calls)."""
     fake.jitter["value"] = 0.0
-    xs = batches(200)
+    xs = batches(200)  # ~1.2 MB of outputs
     outs = [np.zeros_like(x) for x in xs]
+    monkeypatch.setattr(bulk, "DRAIN_GROUP_BYTES", 64 << 10)
+    jobs = []
+    real = fexec.HostCopier.submit_many
+
+    def spy(self, copies):
+        jobs.append(sum(n for _, _, n in copies))
+        return real(self, copies)
+
+    monkeypatch.setattr(fexec.HostCopier, "submit_many", spy)
 
     class SlowCall(FakeMix):  # a compute call that takes host time (the fake streams run meanwhile)
         def __call__(self, stream, x, y):
@@ -193,6 +204,7 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run(fake):
     st = pipe.stats
     assert st.staging["output"] == "bulk" and 0 < st.bulk_drained_early <= len(xs)
     assert f"{st.bulk_drained_early} of 200 copied out during the run" in str(st)
+    assert jobs and all(n >= 64 << 10 for n in jobs) and len(jobs) <= sum(o.nbytes for o in outs) // (64 << 10)
     _assert_clean(pipe)
     assert default_pinned_pool().stats.in_use_bytes == 0
 
