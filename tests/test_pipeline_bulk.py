@@ -197,7 +197,7 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
             super().__call__(stream, x, y)
             time.sleep(2e-4)
 
-    pipe = StreamPipeline(SlowCall(), streams=3)
+    pipe = StreamPipeline(SlowCall(), streams=3, timing=True)  # (timing="sampled": all after the last batch)
     pipe.run_batches(xs, outs=outs)
     for x, y in zip(xs, outs):
         np.testing.assert_array_equal(y, reference(x, 2))

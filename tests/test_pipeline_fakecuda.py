@@ -298,8 +298,32 @@ def test_ring_random_batches_bit_exact(fake, recycle, slots, copy_streams):
         np.testing.assert_array_equal(o, reference(b, 2))
     st = pipe.stats
     assert st.staging == {"input": "ring", "output": "ring"} and st.batches == 300
-    assert len(st.timings) == 300 and set(st.busy_ms) == {"h2d", "compute", "d2h"}
+    # timing="sampled" (the default): the first 2 x 3 batches, then every 8th
+    assert st.timed_batches == len(st.timings) == 6 + len(range(6, 300, 8))
+    assert set(st.busy_ms) == {"h2d", "compute", "d2h"}
     _assert_clean(pipe)
+
+
+def test_timing_every_batch_sampled_or_none(fake):
+    """timing=True times every batch; "sampled" (the default) the first 2 x streams and
+    every 8th after them, its busy times scaled to the run and said to be estimates;
+    False none. The events all go back to the pipeline."""
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(2).integers(0, 2**32, 200 * 1000, dtype=np.uint32)
+    seen = {}
+    for timing in (True, "sampled", False):
+        with StreamPipeline(FakeMix(), streams=3, chunk=1000, timing=timing) as pipe:
+            np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+            st = pipe.stats
+            seen[timing] = (st.timed_batches, sorted(t.index for t in st.timings), dict(st.busy_ms), str(st))
+            _assert_clean(pipe)
+    assert seen[True][0] == 200 and "estimated" not in seen[True][3]
+    n, idx, busy, text = seen["sampled"]
+    assert n == 6 + len(range(6, 200, 8)) and idx == [*range(6), *range(6, 200, 8)]
+    assert f"estimated from {n} of 200 batches timed" in text and set(busy) == set(seen[True][2])
+    assert seen[False][:3] == (0, [], {})
+    with pytest.raises(TypeError, match="timing must be True, False or 'sampled'"):
+        StreamPipeline(FakeMix(), timing="some")
 
 
 def test_direct_pinned_and_run_chunks(fake):
@@ -465,8 +489,9 @@ def test_chunk_auto_probes_then_chooses(fake):
     np.testing.assert_array_equal(y, x)  # rounds=0: identity, every row once
     c = pipe.stats.chunk
     assert c["probe_batches"] == 3 and c["rows"] >= 1 and "MiB" in c["reason"]
-    assert pipe.probe_stats.batches == 3
-    assert pipe.stats.batches + 3 == len(pipe.stats.timings) + 3
+    assert pipe.probe_stats.batches == 3 and len(pipe.probe_stats.timings) == 3  # probes: every batch
+    assert pipe.stats.timed_batches == len(pipe.stats.timings) <= pipe.stats.batches
+    assert all(t.index >= 3 for t in pipe.stats.timings)  # the run's own batches, after the probes
 
 
 def test_chunk_auto_is_not_misled_by_one_slow_probe(fake, monkeypatch):

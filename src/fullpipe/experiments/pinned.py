@@ -173,7 +173,9 @@ def run(ctx) -> Result:
     ctx.progress(0.8, "executor: chunk sizes")
     chunk_rows = []
     for mib in (1, 2, 4, 8, 16, 32):
-        with StreamPipeline(None, streams=3, chunk=mib * MiB // 4, pool=pool, device=dev, output=None) as pipe:
+        # timing=True: the H2D stage's rate from every batch's events, not an estimate
+        with StreamPipeline(None, streams=3, chunk=mib * MiB // 4, pool=pool, device=dev, output=None,
+                            timing=True) as pipe:
             st = median_pipeline_run(pipe, pin_src, None, repeat)
         h2d_stage = st.stage_gbps("h2d")
         chunk_rows.append({"test": "executor H2D stage", "memory": "pinned", "what": f"chunk {mib} MiB",

@@ -152,7 +152,13 @@ class StreamPipeline:
     - ``pinned_pool``: the :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the ring's
       slots and the outputs of pinned inputs come from (default: the process-wide
       ``default_pinned_pool()``). ``stats.pinned`` says what a run pinned.
-    - ``timing``: record four events per batch for per-stage stats (a few us per batch).
+    - ``timing``: per-stage stats from four events per timed batch. ``"sampled"``
+      (default): the first ``2 x streams`` batches of a run and then every
+      ``TIMING_STRIDE``-th (8th) are timed, and ``stats.busy_ms`` (and the bound,
+      overlap and stage rates made from it) are estimates scaled from them
+      (``stats.timed_batches`` says how many). ``True``: every batch, exact. ``False``:
+      none. Timing every batch cost a host-bound encoder layer 12-20 % of its speed on
+      an H100 host (its compute calls got slower, not just the event calls; session 13).
     - ``synchronous``: wait for each batch before the next (the serial baseline).
     - ``pool``: a :class:`~fullpipe.DevicePool` (one is made if not given).
     - ``graph``: False (default). True, stream form: the per-batch sequence (allocate,
@@ -205,7 +211,7 @@ class StreamPipeline:
         recycle: str = "hostfn",
         staging: str = "auto",
         output: Any = "same",
-        timing: bool = True,
+        timing: bool | str = "sampled",
         synchronous: bool = False,
         copy_streams: bool = False,
         pool: Any = None,
@@ -229,7 +235,9 @@ class StreamPipeline:
         self.output = P.parse_output(output)
         if compute is None and (self.output.row_shape is not None or self.output.dtype is not None):
             raise ValueError("compute=None copies the input back unchanged: output must be 'same' or None")
-        self.timing = bool(timing)
+        if not (isinstance(timing, bool) or timing == "sampled"):
+            raise TypeError(f"timing must be True, False or 'sampled', got {timing!r}")
+        self.timing = timing
         self.synchronous = bool(synchronous)
         self.copy_streams = bool(copy_streams)
         if not (isinstance(graph, bool) or graph == "batch"):
@@ -767,6 +775,18 @@ class StreamPipeline:
         self._events_out += 4
         return got
 
+    def _stage_events(self, run: "_Run", mode: RunMode) -> Callable[[int], Any] | None:
+        """The protocol's source of timing events for this run: every batch, the
+        sampled ones (``timing="sampled"``), or none."""
+        if not mode.timing:
+            return None
+        timed = timed_positions(len(run.batches), self.n_streams, mode)
+        if timed is None:
+            return self._events
+        first = run.batches[0].index
+        events = self._events
+        return lambda index: events(index) if index - first in timed else None
+
     def _give_back_events(self, evs: list[tuple[Any, Any]]) -> None:
         self._free_events.extend(evs)
         self._events_out -= len(evs)
@@ -910,7 +930,8 @@ class StreamPipeline:
     def _run_mode(self) -> RunMode:
         # A graph's nodes are fixed: no per-batch timing events in graph mode (stream form).
         graphs = self.graph and self.form != "tensor"
-        return RunMode(timing=self.timing and not graphs, synchronous=self.synchronous, graphs=graphs)
+        return RunMode(timing=bool(self.timing) and not graphs, synchronous=self.synchronous, graphs=graphs,
+                       every_batch=self.timing is True)
 
     def _prefetch_for(self, mode: RunMode, ring_in: bool) -> int:
         """Batches whose front half (allocate, H2D) is enqueued before this batch's
@@ -1071,8 +1092,11 @@ class StreamPipeline:
             stats.graph = self._run_graphs.stats(gx.run_stats(n))  # type: ignore[union-attr]
         elif tc is not None and tc.graphs is not None:
             stats.graph = tc.graphs.run_stats(n)
+        stats.timed_batches = len(run.timings)
         if run.timings:
             stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)
+            if len(run.timings) < n:  # sampled: scaled by the bytes each stage moved, at most the span
+                stats.busy_ms = _scaled_busy(stats.busy_ms, run.timings, batches, stats.gpu_span_ms)
         return stats
 
     def _eager_loop(self, run: "_Run", front: Any, back: Any, batches: list[P.Batch], L: int, ring_in: bool,
@@ -1120,8 +1144,8 @@ class StreamPipeline:
             # ---- bookkeeping, off the critical path of the GPU
             if timing:
                 self._harvest(run.inflight, run.timings, block=False)
-                if bulk_out is not None:  # the outputs of the batches done, to the caller's arrays
-                    bulk_out.drain_some(len(run.timings), copier_out)
+                if bulk_out is not None and mode.every_batch:  # the outputs of the batches done
+                    bulk_out.drain_some(len(run.timings), copier_out)  # to the caller's arrays
             if synchronous:
                 with drv.translated("cuStreamSynchronize"):
                     routes[pos % N].d2h_stream.sync()
@@ -1244,7 +1268,7 @@ class StreamPipeline:
             out_dtype=out_dtype, alloc=alloc, free=free, deferred=run.deferred,
             live=live, free_in=None if free_in is None else [sig.arm for sig in free_in],
             ready_out=None if ready_out is None else [sig.arm for sig in ready_out],
-            stage_events=self._events if mode.timing else None,
+            stage_events=self._stage_events(run, mode),
             in_flight=(lambda index, evs: inflight.append((index, evs))) if mode.timing else None,
             acquire_out=run.acquire_out if ring_out else None,
             compute_out=tc if tc is not None else None, dst_of=dst_of, clock=run.clock,
@@ -1351,12 +1375,23 @@ class StreamPipeline:
 class RunMode:
     """How one run treats its batches."""
 
-    timing: bool  # four timing events per batch: per-stage stats
+    timing: bool  # four timing events per timed batch: per-stage stats
     synchronous: bool  # wait for each batch before the next
     graphs: bool  # one CUDA graph launch per batch (graphs.py)
+    every_batch: bool = True  # False: timing="sampled" (timed_positions)
 
 
 PROBE_RUN = RunMode(timing=True, synchronous=True, graphs=False)  # chunk="auto" probes: stage times
+TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, every 8th is timed
+
+
+def timed_positions(n: int, streams: int, mode: RunMode) -> set[int] | None:
+    """The positions in a run of the batches that get timing events; None: all of them."""
+    if not mode.timing:
+        return set()
+    if mode.every_batch or n <= 2 * streams:
+        return None
+    return set(range(2 * streams)) | set(range(2 * streams, n, TIMING_STRIDE))
 
 
 class _Pins:
@@ -1607,6 +1642,21 @@ def _largest_output(batches: list[P.Batch], outputs: "_Outputs | None") -> int |
         return int(a.nbytes // max(a.shape[0], 1)) * max(b.in_shape[0] for b in batches)
     sizes = [getattr(x, "nbytes", None) for x in outputs.items]
     return None if any(n is None for n in sizes) or not sizes else int(max(sizes))
+
+
+def _scaled_busy(busy: dict[str, float], timings: list[BatchTiming], batches: list[P.Batch],
+                 span_ms: float | None) -> dict[str, float]:
+    """timing="sampled": each stage's busy time over the timed batches, scaled to the run
+    by the bytes the stage moved (the input's for H2D and compute, the output's for
+    D2H), at most the run's GPU span."""
+    timed = {t.index for t in timings}
+    def ratio(nbytes: Callable[[P.Batch], int]) -> float:
+        part = sum(nbytes(b) for b in batches if b.index in timed)
+        whole = sum(nbytes(b) for b in batches)
+        return whole / part if part else len(batches) / max(len(timed), 1)
+    in_ratio, out_ratio = ratio(lambda b: b.in_bytes), ratio(lambda b: b.out_bytes)
+    out = {k: v * (out_ratio if k == "d2h" else in_ratio) for k, v in busy.items()}
+    return {k: min(v, span_ms) if span_ms else v for k, v in out.items()}
 
 
 def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool) -> dict[str, float]:

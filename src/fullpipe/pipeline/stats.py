@@ -89,7 +89,10 @@ class PipelineStats:
     pinned_ring_bytes: int = 0
     wall_ms: float = 0.0  # host wall clock of the run (end to end)
     gpu_span_ms: float | None = None  # start event -> end event
+    # per stage: the union of its intervals; with timing="sampled" and fewer timed batches
+    # than batches, scaled from the timed ones (an estimate: timed_batches < batches)
     busy_ms: dict[str, float] = dataclasses.field(default_factory=dict)
+    timed_batches: int = 0
     enqueue_us_per_batch: float = 0.0  # host time in the per-batch GPU calls
     loop_us_per_batch: float = 0.0  # all host time per batch except waiting for slots
     host_wait_ms: float = 0.0  # main thread blocked on the staging ring
@@ -159,8 +162,10 @@ class PipelineStats:
         ]
         if self.busy_ms:
             busy = ", ".join(f"{k} {v:.2f} ms" for k, v in self.busy_ms.items())
+            how = (f" (estimated from {self.timed_batches} of {self.batches} batches timed)"
+                   if 0 < self.timed_batches < self.batches else "")
             lines.append(
-                f"busy: {busy}; bound {self.bound_stage} {self.bound_ms:.2f} ms -> "
+                f"busy{how}: {busy}; bound {self.bound_stage} {self.bound_ms:.2f} ms -> "
                 f"{self.ratio_to_bound:.1%} of bound; overlap {self.overlap:.2f}"
             )
         lines.append(
