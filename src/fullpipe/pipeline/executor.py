@@ -157,8 +157,9 @@ class StreamPipeline:
       ``TIMING_STRIDE``-th (8th) are timed, and ``stats.busy_ms`` (and the bound,
       overlap and stage rates made from it) are estimates scaled from them
       (``stats.timed_batches`` says how many). ``True``: every batch, exact. ``False``:
-      none. Timing every batch cost a host-bound encoder layer 12-20 % of its speed on
-      an H100 host (its compute calls got slower, not just the event calls; session 13).
+      none. Timing every batch made a host-bound encoder layer 4-17 % slower than the
+      sampled default on a slow H100 host (its compute calls got slower too, not just the
+      event calls; session 13).
     - ``synchronous``: wait for each batch before the next (the serial baseline).
     - ``pool``: a :class:`~fullpipe.DevicePool` (one is made if not given).
     - ``graph``: False (default). True, stream form: the per-batch sequence (allocate,
