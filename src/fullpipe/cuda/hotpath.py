@@ -43,6 +43,8 @@ _SIGNATURES: dict[str, tuple[str, list[Any]]] = {
     # Per-stage timing (StreamPipeline(timing=True)): four events read per batch.
     "cuEventQuery": ("cuEventQuery", [_vp]),
     "cuEventElapsedTime": ("cuEventElapsedTime_v2", [ctypes.POINTER(ctypes.c_float), _vp, _vp]),
+    # run_batches asks for every batch and output whether it is pinned already.
+    "cuMemHostGetFlags": ("cuMemHostGetFlags", [ctypes.POINTER(_uint), _vp]),
 }
 _OLDER_SYMBOLS = {"cuEventElapsedTime_v2": "cuEventElapsedTime"}  # a driver before CUDA 12.8
 CUDA_ERROR_NOT_READY = 600
@@ -94,6 +96,8 @@ class HotPath:
         self._ptr_ref = ctypes.byref(self._ptr)
         self._ms = ctypes.c_float()
         self._ms_ref = ctypes.byref(self._ms)
+        self._flags = ctypes.c_uint()
+        self._flags_ref = ctypes.byref(self._flags)
 
     # ------------------------------------------------------------------ errors
     @staticmethod
@@ -183,6 +187,14 @@ class HotPath:
         if err:
             self._raise("cuEventElapsedTime", err)
         return self._ms.value
+
+    def host_pinned(self, ptr: int) -> bool | None:
+        """cuMemHostGetFlags: is the host memory at ``ptr`` page-locked and known to the
+        driver (the calling thread's context must be current)? None without libcuda: ask
+        ``memory.is_pinned``. Not thread-safe per HotPath object (one output slot)."""
+        if not self.native:
+            return None
+        return self._fn["cuMemHostGetFlags"](self._flags_ref, ptr) == 0
 
     def stream_wait_event(self, stream: int, event: int) -> None:
         if self.native:

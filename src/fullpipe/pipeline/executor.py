@@ -702,6 +702,11 @@ class StreamPipeline:
             raise ValueError(f"{type(self.compute).__name__} takes {np.dtype(want)} input, got {dtype}")
 
     def _pinned(self, arr: np.ndarray) -> bool:
+        """Is ``arr`` page-locked? (Called once the run's context is current.) Through the
+        ctypes hot path where it can: run_batches asks for every batch and output."""
+        got = self._hot.host_pinned(arr.__array_interface__["data"][0])
+        if got is not None:
+            return got
         try:
             return bool(is_pinned(arr))
         except Exception:
