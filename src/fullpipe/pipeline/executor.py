@@ -280,8 +280,8 @@ class StreamPipeline:
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
+        # (a key's models change only after retune(), which clears both)
         self._choices: dict[tuple, ChunkChoice] = {}
-        self._choices_from: dict[tuple, Any] = {}  # the models each key's choices came from
         self.stats: PipelineStats | None = None
         self.probe_stats: PipelineStats | None = None
 
@@ -471,7 +471,6 @@ class StreamPipeline:
         (after changing the compute, the machine's load, or anything the chunk depends on)."""
         self._tuned.clear()
         self._choices.clear()
-        self._choices_from.clear()
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: Any = None) -> Any:
@@ -832,7 +831,7 @@ class StreamPipeline:
             source = "tuned"
         choice_key = (key, rows - start, row_bytes)
         choice = self._choices.get(choice_key)
-        if choice is None or self._choices_from.get(key) is not tuned:
+        if choice is None:
             in_flight = (self._lag + 1) if self.copy_streams else 3 * self.n_streams - 1
             choice = choose_chunk(
                 tuned.models, total_bytes=(rows - start) * row_bytes, row_bytes=row_bytes, streams=self.n_streams,
@@ -844,7 +843,6 @@ class StreamPipeline:
             if len(self._choices) >= 256:
                 self._choices.clear()
             self._choices[choice_key] = choice
-            self._choices_from[key] = tuned
         return choice.rows, choice, start, n_probe, source
 
     def _tuned_through_ring(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> "_Tuned | None":
@@ -1392,9 +1390,8 @@ TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, ever
 
 
 def timed_positions(n: int, streams: int, mode: RunMode) -> set[int] | None:
-    """The positions in a run of the batches that get timing events; None: all of them."""
-    if not mode.timing:
-        return set()
+    """The positions in a run of the batches that get timing events (``mode.timing``);
+    None: all of them."""
     if mode.every_batch or n <= 2 * streams:
         return None
     return set(range(2 * streams)) | set(range(2 * streams, n, TIMING_STRIDE))

@@ -281,7 +281,7 @@ class CupyFramework:
 
 def _pick_one_hint(y: Any) -> str:
     """For a model that returns several outputs: how to pick the one to keep."""
-    if isinstance(y, dict) or hasattr(y, "keys"):
+    if hasattr(y, "keys"):  # a dict, an OrderedDict, a ModelOutput
         keys = list(y.keys())[:4]
         return (f". It returned a mapping with keys {keys}: wrap it to return one, e.g. "
                 f"lambda x: model(x)[{keys[0]!r}]" if keys else "")
