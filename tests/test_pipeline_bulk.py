@@ -174,11 +174,14 @@ def test_a_failure_gives_the_blocks_back(fake, exc):
     assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
 
 
-def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_groups(fake, monkeypatch):
+@pytest.mark.parametrize("timing", [True, "sampled"])
+def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_groups(fake, monkeypatch, timing):
     """The outputs of batches whose D2H is done go to the caller's arrays while later
     batches still run (not all after the last one): the copy overlaps the GPU's work.
     They go a group of at least DRAIN_GROUP_BYTES at a time, not one copier job per
-    batch (each job wakes a thread that takes the GIL between the compute calls)."""
+    batch (each job wakes a thread that takes the GIL between the compute calls).
+    Sampled timing (the default) knows a batch is done from a later timed batch of its
+    stream."""
     fake.jitter["value"] = 0.0
     xs = batches(200)  # ~1.2 MB of outputs
     outs = [np.zeros_like(x) for x in xs]
@@ -197,7 +200,7 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
             super().__call__(stream, x, y)
             time.sleep(2e-4)
 
-    pipe = StreamPipeline(SlowCall(), streams=3, timing=True)  # (timing="sampled": all after the last batch)
+    pipe = StreamPipeline(SlowCall(), streams=3, timing=timing)
     pipe.run_batches(xs, outs=outs)
     for x, y in zip(xs, outs):
         np.testing.assert_array_equal(y, reference(x, 2))

@@ -326,6 +326,39 @@ def test_timing_every_batch_sampled_or_none(fake):
         StreamPipeline(FakeMix(), timing="some")
 
 
+@pytest.mark.parametrize("streams", [1, 2, 3, 4, 6, 8])
+def test_sampled_timing_visits_every_stream(streams):
+    """Batch i runs on stream i % streams: the sampled batches after the first 2 x streams
+    fall on every stream in turn (a stride of 8 on 2, 4 or 8 streams would time one)."""
+    mode = fexec.RunMode(timing=True, synchronous=False, graphs=False, every_batch=False)
+    timed = sorted(fexec.timed_positions(400, streams, mode))
+    later = [p for p in timed if p >= 2 * streams]
+    assert timed[:2 * streams] == list(range(2 * streams))
+    assert {p % streams for p in later[:streams]} == set(range(streams))
+    gaps = {b - a for a, b in zip(later, later[1:])}
+    assert len(gaps) == 1 and 8 <= gaps.pop() <= 11  # about every 8th
+    assert fexec.timed_positions(400, streams, fexec.RunMode(True, False, False)) is None  # every batch
+
+
+def test_finished_prefix_from_timed_batches():
+    """A timed batch done on its stream means every earlier batch of that stream is done;
+    the prefix of batches known done is the least over the streams."""
+    from fullpipe.pipeline.stats import BatchTiming
+
+    f = fexec._Finished(lanes=3, first_index=10)  # positions 0.. are batch indices 10..
+    t = lambda pos: BatchTiming(10 + pos, (0.0, 0.0, 0.0, 0.0))  # noqa: E731
+    timings = []
+    assert f.prefix(timings) == 0
+    timings += [t(0), t(1)]
+    assert f.prefix(timings) == 2  # lane 2's batch 2 is not known done
+    timings += [t(2), t(3), t(4), t(5)]  # every batch so far: the prefix is every batch read
+    assert f.prefix(timings) == 6
+    timings += [t(14)]  # lane 2 done up to 14; lanes 0 and 1 only up to 3 and 4
+    assert f.prefix(timings) == 6
+    timings += [t(22), t(30)]  # lane 1 up to 22, lane 0 up to 30: lane 2 (14) holds the prefix
+    assert f.prefix(timings) == 17
+
+
 def test_direct_pinned_and_run_chunks(fake):
     rng = np.random.default_rng(1)
     x = rng.integers(0, 2**32, 100_003, dtype=np.uint32)

@@ -351,3 +351,15 @@ def test_auto_chunk_probes_a_tensor_function_and_reuses_the_choice(fake, fakefw)
     calls = f.calls
     np.testing.assert_allclose(pipe.run(x[:1000]), want(x[:1000]), rtol=1e-5)
     assert pipe.stats.chunk["source"] == "reused" and f.calls - calls == pipe.stats.batches
+
+
+def test_batch_views_are_row_major_like_numpys():
+    """Each batch's input is cut from its lane's buffer with these strides (as_strided):
+    they must be NumPy's C order for every non-empty shape."""
+    from fullpipe.pipeline.tensors import _contiguous_strides
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        shape = tuple(int(e) for e in rng.integers(1, 9, size=int(rng.integers(1, 5))))
+        want = tuple(s // 4 for s in np.empty(shape, np.float32).strides)
+        assert _contiguous_strides(shape) == want, shape

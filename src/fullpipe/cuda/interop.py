@@ -104,20 +104,34 @@ def host_view(x: Any, what: str = "input") -> tuple[np.ndarray, HostKind]:
             f"protocol, got {type(x).__name__}") from exc
 
 
-def _torch_host_view(t: Any, what: str) -> tuple[np.ndarray, HostKind]:
-    import torch
+_TORCH_KINDS: dict[Any, HostKind] = {}  # per torch dtype NumPy has: its HostKind (run_batches views each batch)
 
-    if t.device.type != "cpu":
+
+def _torch_host_view(t: Any, what: str) -> tuple[np.ndarray, HostKind]:
+    if not t.is_cpu:
         raise _device_array_error(t, what)
     if not t.is_contiguous():
         raise ValueError(f"{what} is a non-contiguous tensor; pass {what}.contiguous()")
-    t = t.detach()  # a view: no copy, and .numpy() refuses tensors that require grad
+    if t.requires_grad:
+        t = t.detach()  # a view: no copy, and .numpy() refuses tensors that require grad
     if t.is_conj() or t.is_neg():
         raise ValueError(f"{what} has a lazy conjugate/negation bit; pass {what}.resolve_conj().resolve_neg()")
+    dtype = t.dtype
+    kind = _TORCH_KINDS.get(dtype)
+    if kind is not None:
+        return t.numpy(), kind
     try:
-        return t.numpy(), HostKind("torch", torch_dtype=t.dtype)
+        arr = t.numpy()
     except TypeError:  # a dtype NumPy lacks: bfloat16, float8_*, complex32 ...
-        pass
+        return _torch_carried_view(t, what)
+    kind = _TORCH_KINDS[dtype] = HostKind("torch", torch_dtype=dtype)
+    return arr, kind
+
+
+def _torch_carried_view(t: Any, what: str) -> tuple[np.ndarray, HostKind]:
+    """A tensor of a dtype NumPy lacks, viewed as the unsigned integer of its size."""
+    import torch
+
     itemsize = t.element_size()
     carrier = _CARRIER_BY_ITEMSIZE.get(itemsize)
     if carrier is None:

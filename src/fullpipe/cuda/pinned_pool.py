@@ -121,7 +121,9 @@ def _view(ptr: int, nbytes: int, shape: Any, dtype: Any, owner: Any) -> np.ndarr
     need = math.prod(shape) * dtype.itemsize
     if need > nbytes:
         raise ValueError(f"a view of {need} bytes does not fit a {nbytes}-byte pinned buffer")
-    raw = (ctypes.c_byte * max(need, 1)).from_address(ptr)
+    # A ctypes array type the size of the whole buffer: buffers come in few size classes,
+    # and ctypes caches one type per length (a type per request size cost ~9 us more)
+    raw = (ctypes.c_byte * max(nbytes, 1)).from_address(ptr)
     raw.owner = owner  # the array's base chain ends at raw, which keeps owner alive
     return np.frombuffer(raw, dtype=np.uint8, count=need).view(dtype).reshape(shape)
 

@@ -15,7 +15,8 @@ first H2D (the copier's threads, a few milliseconds at most), and the batches ar
 then copied to the GPU straight from there, as pinned inputs are; every output goes
 from the GPU straight into its place in one pinned block. No slot, no signal, no
 wait per batch. The outputs of the batches whose D2H has finished (the executor
-reads their timing events anyway) are copied into the caller's arrays on a copier
+reads their timing events anyway; sampled, a timed batch done says every earlier
+batch of its stream is done) are copied into the caller's arrays on a copier
 thread while the run goes on, a group of at least ``DRAIN_GROUP_BYTES`` at a time;
 the rest once the run's last batch is done. The price:
 the input copy is not overlapped with the GPU's work (at most ``BULK_MAX_BYTES``,
