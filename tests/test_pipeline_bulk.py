@@ -178,22 +178,31 @@ def test_a_failure_gives_the_blocks_back(fake, exc):
 def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_groups(fake, monkeypatch, timing):
     """The outputs of batches whose D2H is done go to the caller's arrays while later
     batches still run (not all after the last one): the copy overlaps the GPU's work.
-    They go a group of at least DRAIN_GROUP_BYTES at a time, not one copier job per
-    batch (each job wakes a thread that takes the GIL between the compute calls).
-    Sampled timing (the default) knows a batch is done from a later timed batch of its
-    stream."""
+    While batches are still being enqueued they go a group of at least DRAIN_GROUP_BYTES
+    at a time, not one copier job per batch (each job wakes a thread that takes the GIL
+    between the compute calls); once every batch is enqueued, each goes as its batch is
+    done. Sampled timing (the default) knows a batch is done from a later timed batch of
+    its stream."""
     fake.jitter["value"] = 0.0
     xs = batches(200)  # ~1.2 MB of outputs
     outs = [np.zeros_like(x) for x in xs]
     monkeypatch.setattr(bulk, "DRAIN_GROUP_BYTES", 64 << 10)
-    jobs = []
+    jobs, tail_jobs = [], []
     real = fexec.HostCopier.submit_many
+    real_finishing = fexec.StreamPipeline._drain_while_finishing
 
     def spy(self, copies):
-        jobs.append(sum(n for _, _, n in copies))
+        (tail_jobs if finishing else jobs).append(sum(n for _, _, n in copies))
         return real(self, copies)
 
+    def spy_finishing(self, run):
+        nonlocal finishing
+        finishing = True
+        real_finishing(self, run)
+
+    finishing = False
     monkeypatch.setattr(fexec.HostCopier, "submit_many", spy)
+    monkeypatch.setattr(fexec.StreamPipeline, "_drain_while_finishing", spy_finishing)
 
     class SlowCall(FakeMix):  # a compute call that takes host time (the fake streams run meanwhile)
         def __call__(self, stream, x, y):
@@ -208,6 +217,8 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
     assert st.staging["output"] == "bulk" and 0 < st.bulk_drained_early <= len(xs)
     assert f"{st.bulk_drained_early} of 200 copied out during the run" in str(st)
     assert jobs and all(n >= 64 << 10 for n in jobs) and len(jobs) <= sum(o.nbytes for o in outs) // (64 << 10)
+    # the last batches are timed too: every output was on its way before the run's end
+    assert finishing and st.bulk_drained_early == len(xs) and sum(jobs) + sum(tail_jobs) == sum(o.nbytes for o in outs)
     _assert_clean(pipe)
     assert default_pinned_pool().stats.in_use_bytes == 0
 

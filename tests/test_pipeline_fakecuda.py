@@ -298,15 +298,15 @@ def test_ring_random_batches_bit_exact(fake, recycle, slots, copy_streams):
         np.testing.assert_array_equal(o, reference(b, 2))
     st = pipe.stats
     assert st.staging == {"input": "ring", "output": "ring"} and st.batches == 300
-    # timing="sampled" (the default): the first 2 x 3 batches, then every 8th
-    assert st.timed_batches == len(st.timings) == 6 + len(range(6, 300, 8))
+    # timing="sampled" (the default): the first and last 2 x 3 batches, every 8th between
+    assert st.timed_batches == len(st.timings) == len({*range(6), *range(6, 300, 8), *range(294, 300)})
     assert set(st.busy_ms) == {"h2d", "compute", "d2h"}
     _assert_clean(pipe)
 
 
 def test_timing_every_batch_sampled_or_none(fake):
-    """timing=True times every batch; "sampled" (the default) the first 2 x streams and
-    every 8th after them, its busy times scaled to the run and said to be estimates;
+    """timing=True times every batch; "sampled" (the default) the first and last 2 x
+    streams and every 8th between, its busy times scaled to the run and said to be estimates;
     False none. The events all go back to the pipeline."""
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(2).integers(0, 2**32, 200 * 1000, dtype=np.uint32)
@@ -319,7 +319,7 @@ def test_timing_every_batch_sampled_or_none(fake):
             _assert_clean(pipe)
     assert seen[True][0] == 200 and "estimated" not in seen[True][3]
     n, idx, busy, text = seen["sampled"]
-    assert n == 6 + len(range(6, 200, 8)) and idx == [*range(6), *range(6, 200, 8)]
+    assert idx == sorted({*range(6), *range(6, 200, 8), *range(194, 200)}) and n == len(idx)
     assert f"estimated from {n} of 200 batches timed" in text and set(busy) == set(seen[True][2])
     assert seen[False][:3] == (0, [], {})
     with pytest.raises(TypeError, match="timing must be True, False or 'sampled'"):
@@ -332,8 +332,8 @@ def test_sampled_timing_visits_every_stream(streams):
     fall on every stream in turn (a stride of 8 on 2, 4 or 8 streams would time one)."""
     mode = fexec.RunMode(timing=True, synchronous=False, graphs=False, every_batch=False)
     timed = sorted(fexec.timed_positions(400, streams, mode))
-    later = [p for p in timed if p >= 2 * streams]
-    assert timed[:2 * streams] == list(range(2 * streams))
+    later = [p for p in timed if 2 * streams <= p < 400 - 2 * streams]
+    assert timed[:2 * streams] == list(range(2 * streams)) and timed[-2 * streams:] == list(range(400 - 2 * streams, 400))
     assert {p % streams for p in later[:streams]} == set(range(streams))
     gaps = {b - a for a, b in zip(later, later[1:])}
     assert len(gaps) == 1 and 8 <= gaps.pop() <= 11  # about every 8th

@@ -155,7 +155,8 @@ class StreamPipeline:
       ``default_pinned_pool()``). ``stats.pinned`` says what a run pinned.
     - ``timing``: per-stage stats from four events per timed batch. ``"sampled"``
       (default): the first ``2 x streams`` batches of a run and then every
-      ``TIMING_STRIDE``-th (8th; 9th on 2 or 4 streams, so every lane is sampled) are timed, and ``stats.busy_ms`` (and the bound,
+      ``TIMING_STRIDE``-th (8th; 9th on 2 or 4 streams, so every lane is sampled) and the last
+      ``2 x streams`` are timed, and ``stats.busy_ms`` (and the bound,
       overlap and stage rates made from it) are estimates scaled from them
       (``stats.timed_batches`` says how many). ``True``: every batch, exact. ``False``:
       none. Timing every batch made a host-bound encoder layer 4-17 % slower than the
@@ -1049,6 +1050,8 @@ class StreamPipeline:
                 if run.lanes is not None:  # in stream order, behind each lane's last batch
                     run.lanes.give_back()
                 loop_s, loop_wait_s = time.perf_counter() - t_loop, run.wait_s
+                if run.finished is not None:
+                    self._drain_while_finishing(run)
                 stats.gpu_span_ms = self._finish_run(run)
                 if bulk is not None:  # every D2H is done: the outputs to the caller's arrays
                     t_drain = time.perf_counter()
@@ -1117,7 +1120,7 @@ class StreamPipeline:
         perf = time.perf_counter
         ring_addr = ring_out and not run.lazy_out
         bulk_out, copier_out = run.bulk_out, (self._copier("out") if run.bulk_out is not None else None)
-        finished = _Finished(N, batches[0].index) if bulk_out is not None and timing else None
+        finished = run.finished = _Finished(N, batches[0].index) if bulk_out is not None and timing else None
         nxt = 0
         for pos in range(n):
             while nxt < n and nxt <= pos + L:
@@ -1319,6 +1322,18 @@ class StreamPipeline:
         self._harvest(run.inflight, run.timings, block=True)
         return self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
 
+    def _drain_while_finishing(self, run: "_Run") -> None:
+        """Every batch is enqueued, and the last ones are timed (timed_positions): copy
+        each bulk-staged output to the caller's array as soon as its batch is done,
+        while the GPU finishes the rest, rather than all of them after the last batch."""
+        bulk_out, copier, d = run.bulk_out, self._copier("out"), self._drv
+        tw = time.perf_counter()
+        while run.inflight:
+            self._check("cuEventSynchronize", d.cuEventSynchronize(run.inflight[0][1][3][1]))
+            self._harvest(run.inflight, run.timings, block=False)
+            bulk_out.drain_some(run.finished.prefix(run.timings), copier, group_bytes=0)  # type: ignore[union-attr]
+        run.wait_s += time.perf_counter() - tw
+
     def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], block: bool) -> None:
         """Read the stage times of batches whose last event has completed (in order).
         Only batches whose back half is enqueued are in ``inflight``."""
@@ -1405,10 +1420,13 @@ def timing_stride(streams: int) -> int:
 
 def timed_positions(n: int, streams: int, mode: RunMode) -> set[int] | None:
     """The positions in a run of the batches that get timing events (``mode.timing``);
-    None: all of them."""
-    if mode.every_batch or n <= 2 * streams:
+    None: all of them. Sampled: the first and the last 2 x streams, and about every 8th
+    between them (the last ones say when each of the run's last outputs can be copied
+    out: _drain_while_finishing)."""
+    if mode.every_batch or n <= 4 * streams:
         return None
-    return set(range(2 * streams)) | set(range(2 * streams, n, timing_stride(streams)))
+    edge = 2 * streams
+    return set(range(edge)) | set(range(edge, n, timing_stride(streams))) | set(range(n - edge, n))
 
 
 class _Finished:
@@ -1516,6 +1534,7 @@ class _Run:
         self.clock = [0.0]  # seconds in the compute calls
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
+        self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)
         self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
         self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
 
