@@ -15,7 +15,7 @@ import pytest
 
 import fullpipe.pipeline.executor as fexec
 from fullpipe.cuda.pinned_pool import default_pinned_pool
-from fullpipe.pipeline import StreamPipeline, bulk
+from fullpipe.pipeline import StreamPipeline, bulk, pageable
 from fullpipe.pipeline.workload import reference
 from tests.test_pipeline_fakecuda import FakeMix, _assert_clean, fake  # noqa: F401 - fixture
 from tests.test_pipeline_tensors import FakeTensor, RowStats, _current, fakefw, want  # noqa: F401 - fixture
@@ -187,6 +187,7 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
     xs = batches(200)  # ~1.2 MB of outputs
     outs = [np.zeros_like(x) for x in xs]
     monkeypatch.setattr(bulk, "DRAIN_GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(bulk, "FIRST_INPUT_BYTES", 1 << 30)  # the inputs in one go: the copier's jobs are outputs
     jobs, tail_jobs = [], []
     real = fexec.HostCopier.submit_many
     real_finishing = fexec.StreamPipeline._drain_while_finishing
@@ -234,3 +235,43 @@ def test_a_failed_bulk_run_waits_for_its_output_copies_and_gives_the_blocks_back
     assert default_pinned_pool().stats.in_use_bytes == 0
     done = [i for i, (x, y) in enumerate(zip(xs, outs)) if np.array_equal(y, reference(x, 2))]
     assert done == list(range(len(done))) and len(done) < 50  # copied in order, nothing past the failure
+
+
+def test_bulk_input_groups_cover_every_batch_in_order():
+    """The input block is filled in groups: the first at least FIRST_INPUT_BYTES, the
+    others at least INPUT_GROUP_BYTES, consecutive, every batch in exactly one."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        sizes = [int(n) for n in rng.integers(1, 400_000, size=int(rng.integers(1, 60)))]
+        groups = bulk._groups(sizes, 256 << 10, 1 << 20)
+        assert groups[0][0] == 0 and groups[-1][1] == len(sizes)
+        assert all(a < b for a, b in groups) and all(b == c for (_, b), (c, _) in zip(groups, groups[1:]))
+        want = ([256 << 10] + [1 << 20] * len(groups))[:len(groups) - 1]
+        assert all(sum(sizes[a:b]) >= w for (a, b), w in zip(groups, want))  # every group but the last is full
+
+
+def test_bulk_inputs_are_copied_in_groups_ahead_of_their_batches(fake, monkeypatch):
+    """Only the first group is copied before the first H2D; the others on the copier's
+    threads, each waited for before the first batch that reads it. The outputs are
+    bit-exact, and a slow copy of a later group holds back only the batches after it."""
+    monkeypatch.setattr(bulk, "FIRST_INPUT_BYTES", 16 << 10)
+    monkeypatch.setattr(bulk, "INPUT_GROUP_BYTES", 64 << 10)
+    xs = batches(120)
+    real_submit = fexec.HostCopier.submit_many
+    started = []
+
+    def slow_submit(self, copies):
+        def later():
+            time.sleep(0.02)  # a later group arrives late: its batches must wait for it
+            pageable._copy_each(copies)
+        started.append(len(copies))
+        return self._pool.submit(later) if self._pool is not None else real_submit(self, copies)
+
+    monkeypatch.setattr(fexec.HostCopier, "submit_many", slow_submit)
+    pipe = StreamPipeline(FakeMix(), streams=3, copy_threads=2, timing=False)
+    outs = pipe.run_batches(xs)
+    for x, y in zip(xs, outs):
+        np.testing.assert_array_equal(y, reference(x, 2))
+    assert pipe.stats.staging["input"] == "bulk" and len(started) >= 2
+    _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0

@@ -135,9 +135,9 @@ class StreamPipeline:
       semaphore), ``"pyhostfn"`` (a Python host function), ``"event"``.
     - ``staging``: ``"auto"`` (pinned arrays are copied directly; pageable ones through
       the ring, or, for a run of small batches (each at most 1 MiB, at most 64 MiB in
-      all per side), in bulk: the whole input copied into one pinned block before the
-      first batch and the outputs copied out of one after the last, with no slot or
-      signal per batch: see :mod:`fullpipe.pipeline.bulk`; ``stats.staging`` says
+      all per side), in bulk: the whole input copied into one pinned block ahead of
+      the batches that read it and the outputs copied out of one as their batches
+      finish, with no slot or signal per batch: see :mod:`fullpipe.pipeline.bulk`; ``stats.staging`` says
       which), ``"ring"`` (always the ring), ``"direct"`` (hand every array to
       cuMemcpyAsync as is: pageable memory then blocks; a baseline for experiments).
     - ``pin_in_place``: True (default), with ``staging="auto"``: a pageable array of at
@@ -1007,6 +1007,7 @@ class StreamPipeline:
         run = _Run(batches, stop=threading.Event())
         run.lazy_out = outputs is not None
         run.bulk_out = bulk if bulk is not None and staging["output"] == "bulk" else None
+        run.bulk_in = bulk if bulk is not None and staging["input"] == "bulk" else None
         # Who does the ring's memmoves: this thread for small batches, staging threads
         # for the rest (pageable.py says why).
         run.inline_in = ring_in and max(b.in_bytes for b in batches) <= pageable.INLINE_MAX_BYTES
@@ -1027,6 +1028,8 @@ class StreamPipeline:
                                              tc, outputs, usage)
                 t_loop = time.perf_counter()
                 if gx is not None:
+                    if run.bulk_in is not None:  # (a graph's H2Ds may read any batch's input)
+                        run.bulk_in.wait_inputs()
                     at = [0]
                     try:
                         whole = self._whole_run(run, gx, batches, ring_in, ring_out, graph_bytes, mode, at)
@@ -1120,6 +1123,7 @@ class StreamPipeline:
         perf = time.perf_counter
         ring_addr = ring_out and not run.lazy_out
         bulk_out, copier_out = run.bulk_out, (self._copier("out") if run.bulk_out is not None else None)
+        bulk_in = run.bulk_in  # inputs copied into their block in groups while the first batches run
         finished = run.finished = _Finished(N, batches[0].index) if bulk_out is not None and timing else None
         nxt = 0
         for pos in range(n):
@@ -1133,6 +1137,8 @@ class StreamPipeline:
                     run.wait_s += perf() - tw
                     src = ring_in_addr(slot)
                 else:
+                    if bulk_in is not None:
+                        bulk_in.wait_input(nxt)
                     src = bb.src_addr
                 t0 = perf()
                 pending.append(front(bb, nxt % N, slot, src))
@@ -1535,6 +1541,7 @@ class _Run:
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)
+        self.bulk_in: BulkStaging | None = None  # inputs staged in bulk: copied in groups ahead of their H2Ds
         self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
         self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
 
