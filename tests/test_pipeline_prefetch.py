@@ -125,6 +125,94 @@ def test_stats_break_the_host_time_down(fake):
 
 
 # --------------------------------------------------------------------------- chunk="auto"
+def test_auto_chunk_learns_from_its_runs_when_the_probes_overstate_the_host(fake):
+    """The probes read the host time of a compute call that is slow only at first (a
+    framework's first calls, the ring's threads competing for the host). The runs show
+    the call's real cost: the models are lowered to it, the stats say so, and the next
+    run chooses again from them, still exact. retune() forgets the refinements."""
+    import time
+
+    fake.jitter["value"] = 0.0
+
+    class SlowInProbes(FakeMix):
+        probing = False
+
+        def __call__(self, stream, x, y):
+            super().__call__(stream, x, y)
+            if self.probing:
+                time.sleep(0.02)
+
+    x = np.random.default_rng(9).integers(0, 2**32, 64 * MiB // 4, dtype=np.uint32)
+    f = SlowInProbes()
+    pipe = StreamPipeline(f, streams=2, chunk="auto")
+    real_probe = pipe._probe
+
+    def slow_probe(*args, **kwargs):
+        f.probing = True
+        try:
+            return real_probe(*args, **kwargs)
+        finally:
+            f.probing = False
+
+    pipe._probe = slow_probe
+    np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+    assert pipe.stats.chunk["source"] == "tuned" and pipe.stats.chunk["refined_runs"] == 0
+    (tuned,) = pipe._tuned.values()
+    assert tuned.refined == 1 and tuned.host.fixed_s < 0.01  # the run's calls took well under the probes' 20 ms
+    np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+    second = pipe.stats.chunk
+    assert second["source"] == "reused" and second["probe_batches"] == 0 and second["refined_runs"] >= 1
+    assert "models refined from" in str(pipe.stats)
+    pipe.retune()
+    pipe.run(x)
+    assert pipe.stats.chunk["source"] == "tuned" and pipe.stats.chunk["refined_runs"] == 0
+    _assert_clean(pipe)
+
+
+def test_refined_models_choose_a_smaller_chunk_for_a_cheaper_host(fake):
+    """_refine on known numbers: a stage the run took less time for than its model
+    predicts is scaled down to it (fixed and per-byte alike), one it took about as long
+    for is kept, the host time per batch becomes the run's; the cached choices of that
+    work are dropped, and the refined models choose a smaller chunk."""
+    from fullpipe.pipeline import executor as fexec
+    from fullpipe.pipeline.stats import PipelineStats
+    from fullpipe.pipeline.tuning import StageModel, choose_chunk
+
+    models = {"h2d": StageModel(20e-6, 1 / 50e9), "compute": StageModel(1e-3, 1 / 16e9),
+              "d2h": StageModel(20e-6, 1 / 50e9)}
+    tuned = fexec._Tuned(models, StageModel(2e-3, 0.0), 1.0, 0.0, 8 << 30, 1 * MiB)
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk="auto")
+    key = ("some work",)
+    pipe._tuned[key] = tuned
+    pipe._choices[(key, 1000, 4)] = "a choice"
+    pipe._choices[(("other work",), 1000, 4)] = "another"
+    chunk, total = 64 * MiB, 1024 * MiB
+    per_chunk = {"h2d": models["h2d"].time(chunk), "compute": models["compute"].time(chunk) / 8,
+                 "d2h": models["d2h"].time(chunk) * 0.9}  # compute 8x faster than probed, d2h about as probed
+    stats = PipelineStats(batches=16, bytes_in=total, busy_ms={k: v * 1e3 * total / chunk for k, v in per_chunk.items()},
+                          enqueue_us_per_batch=250.0)
+    pipe._refine(key, stats, chunk)
+    got = pipe._tuned[key]
+    assert got.refined == 1 and got.host == StageModel(250e-6, 0.0)
+    assert got.models["compute"].time(chunk) == pytest.approx(per_chunk["compute"])
+    assert got.models["compute"].fixed_s == pytest.approx(1e-3 / 8)
+    assert got.models["h2d"] == models["h2d"] and got.models["d2h"] == models["d2h"]
+    assert list(pipe._choices) == [(("other work",), 1000, 4)]
+
+    def choose(t):
+        return choose_chunk(t.models, total_bytes=total, row_bytes=4, streams=3, host_s=t.host.fixed_s,
+                            device_budget_bytes=t.budget_bytes, min_bytes=t.fitted_from_bytes).nbytes
+
+    assert choose(got) < choose(tuned)
+    pipe._refine(key, stats, chunk)  # the same run again: nothing left to lower
+    assert pipe._tuned[key].refined == 1
+    faster = PipelineStats(batches=16, bytes_in=total, busy_ms={}, enqueue_us_per_batch=100.0)
+    for _ in range(5):  # each a quarter faster again: refined at most MAX_REFINES times in all
+        faster.enqueue_us_per_batch *= 0.75
+        pipe._refine(key, faster, chunk)
+    assert pipe._tuned[key].refined == fexec.MAX_REFINES
+
+
 def test_auto_chunk_is_tuned_once_and_reused(fake):
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(5).integers(0, 2**32, 48 * MiB // 4, dtype=np.uint32)
@@ -151,6 +239,7 @@ def test_auto_chunk_choice_is_weighed_once_per_run_size(fake, monkeypatch):
     import fullpipe.pipeline.executor as fexec
 
     fake.jitter["value"] = 0.0
+    monkeypatch.setattr(fexec, "REFINE_BELOW", 0.0)  # (runs that refine the models weigh again: tested above)
     calls = []
     real = fexec.choose_chunk
     monkeypatch.setattr(fexec, "choose_chunk", lambda *a, **k: calls.append(k["total_bytes"]) or real(*a, **k))

@@ -183,7 +183,9 @@ class PipelineStats:
                          f"({self.pinned.get('allocations', 0)} allocations, {self.pinned.get('reuses', 0)} reuses)"
                          + (f"; {self.pinned['fallback']}" if self.pinned.get("fallback") else ""))
         if self.chunk:
-            lines.append(f"chunk: {self.chunk.get('reason', self.chunk)}")
+            refined = self.chunk.get("refined_runs")
+            lines.append(f"chunk: {self.chunk.get('reason', self.chunk)}"
+                         + (f" (models refined from {refined} run{'s' if refined > 1 else ''})" if refined else ""))
         if self.graph:
             lines.append(f"graph: {self.graph.get('reason', self.graph)}")
         return "\n".join(lines)

@@ -26,7 +26,11 @@ sees the per-row cost even when small chunks are launch-bound.
 
 The models are cached by the pipeline per (row shape, dtype, staging, compute,
 streams): later runs choose from them without probing (``stats.chunk["source"]
-== "reused"``); ``StreamPipeline.retune()`` forgets them. A side that went through
+== "reused"``); ``StreamPipeline.retune()`` forgets them. Each run at a chosen chunk
+also corrects them: a probe runs one chunk alone and waits for it, and can read the
+host and the compute several times slower than a steady run does, so a stage the
+run took less time for than its model predicts is lowered to what the run took,
+and the next run chooses again (``stats.chunk["refined_runs"]``). A side that went through
 the ring when tuned and is copied directly now (a pageable array pinned in place at
 its second run) reuses those models without the ring's host copies (``"reused from
 the ring"``): the GPU copies were timed from pinned slots already.
