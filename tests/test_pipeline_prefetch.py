@@ -213,6 +213,31 @@ def test_refined_models_choose_a_smaller_chunk_for_a_cheaper_host(fake):
     assert pipe._tuned[key].refined == fexec.MAX_REFINES
 
 
+def test_refined_choice_keeps_the_chunk_in_use_when_it_is_about_as_good():
+    """After a refinement, a chunk within KEEP_WITHIN of the best predicted time is kept
+    (a new size would be a new batch shape for a framework model); one clearly worse
+    is not, and the reason says which."""
+    from fullpipe.pipeline.tuning import KEEP_WITHIN, StageModel, choose_chunk, predicted_time
+
+    models = {"h2d": StageModel(20e-6, 1 / 50e9), "compute": StageModel(50e-6, 1 / 100e9),
+              "d2h": StageModel(20e-6, 1 / 50e9)}
+    total, host = 1024 * MiB, StageModel(200e-6, 0.0)
+
+    def choose(keep):
+        return choose_chunk(models, total_bytes=total, row_bytes=4096, streams=3, host_s=host.fixed_s,
+                            device_budget_bytes=8 << 30, keep_bytes=keep)
+
+    best = choose(0)
+    t_best = predicted_time(models, host, total, best.nbytes)
+    near = [c * MiB for c in range(2, 256) if c * MiB != best.nbytes
+            and predicted_time(models, host, total, c * MiB) <= t_best * (1 + KEEP_WITHIN / 2)]
+    far = [c * MiB for c in range(2, 256) if predicted_time(models, host, total, c * MiB) > t_best * 1.2]
+    assert near and far
+    kept = choose(near[-1])
+    assert kept.nbytes == near[-1] and "the chunk of the runs before" in kept.reason
+    assert choose(far[-1]).nbytes == best.nbytes
+
+
 def test_auto_chunk_is_tuned_once_and_reused(fake):
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(5).integers(0, 2**32, 48 * MiB // 4, dtype=np.uint32)

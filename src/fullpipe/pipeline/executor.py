@@ -844,7 +844,7 @@ class StreamPipeline:
                 host_s=tuned.host.fixed_s, host_per_byte_s=tuned.host.per_byte_s,
                 device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
                 device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
-                min_bytes=tuned.fitted_from_bytes,
+                min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes,
             )
             if len(self._choices) >= 256:
                 self._choices.clear()
@@ -859,7 +859,8 @@ class StreamPipeline:
         at 0.93x the best fixed chunk (16 MiB; session 14). So after a run at the chosen
         chunk, each stage the run spent less time on than its model predicts (the run's
         busy time per chunk, and its host time per batch) is scaled down to what the run
-        took, and the next run chooses again. Models are only lowered: a steady run's
+        took, and the next run chooses again (keeping this run's chunk if it is still
+        predicted within 5 % of the best). Models are only lowered: a steady run's
         stages overlap and share the GPU, so their times are upper bounds. At most
         MAX_REFINES times per kind of work: the probes' error is corrected by the first
         runs; after that, a loop over the same work keeps its choice."""
@@ -886,7 +887,8 @@ class StreamPipeline:
         if 0.0 < seen_host < REFINE_BELOW * host.time(chunk_bytes):
             host, changed = StageModel(seen_host, 0.0), True
         if changed:
-            self._tuned[key] = dataclasses.replace(tuned, models=models, host=host, refined=tuned.refined + 1)
+            self._tuned[key] = dataclasses.replace(tuned, models=models, host=host, refined=tuned.refined + 1,
+                                                   kept_bytes=chunk_bytes)
             for choice_key in [ck for ck in self._choices if ck[0] == key]:
                 del self._choices[choice_key]
 
@@ -1720,6 +1722,7 @@ class _Tuned:
     budget_bytes: int  # device memory the chunks in flight may use
     fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
     refined: int = 0  # runs whose own times lowered these models (StreamPipeline._refine)
+    kept_bytes: int = 0  # the chunk of the last run that refined them (kept if still about as good)
 
 
 def _device_bytes(b: P.Batch, writes_output: bool) -> int:

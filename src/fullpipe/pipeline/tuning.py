@@ -117,6 +117,7 @@ class StageModel:
 
 
 TIE = 0.01  # predicted times this close are equal: take the smaller chunk
+KEEP_WITHIN = 0.05  # refined models: the chunk in use is kept when predicted this close to the best
 HOST_MARGIN = 1.5  # the host's time per batch must stay this far under the GPU's, to stay ahead
 
 
@@ -177,6 +178,7 @@ def choose_chunk(
     device_bytes_per_byte: float = 0.0,
     host_margin: float = HOST_MARGIN,
     min_bytes: int = 0,
+    keep_bytes: int = 0,
 ) -> ChunkChoice:
     """Chunk size (bytes, whole rows) for a run of ``total_bytes``: the C that
     minimises the predicted time T(C) (module docstring) within the limits.
@@ -186,7 +188,10 @@ def choose_chunk(
     ``device_bytes_per_byte``: device memory the compute itself uses per input byte
     (a framework's activations), on top of the input and output buffers.
     ``min_bytes``: no smaller chunk (the smallest size the models were fitted at: below
-    it they extrapolate, e.g. a memmove split over fewer threads is slower per byte)."""
+    it they extrapolate, e.g. a memmove split over fewer threads is slower per byte).
+    ``keep_bytes``: the chunk earlier runs used, kept when its predicted time is within
+    KEEP_WITHIN of the best (each new chunk size is a new batch shape: a framework
+    model's first calls at it can take a second)."""
     if not models or any(k not in STAGES + HOST_STAGES for k in models):
         raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
     row_bytes = max(int(row_bytes), 1)
@@ -246,6 +251,10 @@ def choose_chunk(
             target = up
         else:
             target = down
+    if (keep_bytes and target != keep_bytes and floor_bytes <= keep_bytes <= upper
+            and predicted_time(models, host, total_bytes, keep_bytes, host_margin) <= best_t * (1 + KEEP_WITHIN)):
+        target = keep_bytes
+        why = f"the chunk of the runs before, within {KEEP_WITHIN:.0%} of the shortest predicted total time"
     rows = max(1, int(target // row_bytes))
     nbytes = rows * row_bytes
     eff = _efficiency(models, host_s, nbytes, host_per_byte_s)
