@@ -356,10 +356,10 @@ def test_auto_chunk_probes_a_tensor_function_and_reuses_the_choice(fake, fakefw)
 def test_batch_views_are_row_major_like_numpys():
     """Each batch's input is cut from its lane's buffer with these strides (as_strided):
     they must be NumPy's C order for every non-empty shape."""
-    from fullpipe.pipeline.tensors import _contiguous_strides
+    from fullpipe.cuda.memory import contiguous_strides
 
     rng = np.random.default_rng(3)
     for _ in range(200):
         shape = tuple(int(e) for e in rng.integers(1, 9, size=int(rng.integers(1, 5))))
         want = tuple(s // 4 for s in np.empty(shape, np.float32).strides)
-        assert _contiguous_strides(shape) == want, shape
+        assert contiguous_strides(shape) == want, shape

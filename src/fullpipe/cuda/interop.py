@@ -116,15 +116,13 @@ def _torch_host_view(t: Any, what: str) -> tuple[np.ndarray, HostKind]:
         t = t.detach()  # a view: no copy, and .numpy() refuses tensors that require grad
     if t.is_conj() or t.is_neg():
         raise ValueError(f"{what} has a lazy conjugate/negation bit; pass {what}.resolve_conj().resolve_neg()")
-    dtype = t.dtype
-    kind = _TORCH_KINDS.get(dtype)
-    if kind is not None:
-        return t.numpy(), kind
     try:
         arr = t.numpy()
     except TypeError:  # a dtype NumPy lacks: bfloat16, float8_*, complex32 ...
         return _torch_carried_view(t, what)
-    kind = _TORCH_KINDS[dtype] = HostKind("torch", torch_dtype=dtype)
+    kind = _TORCH_KINDS.get(t.dtype)
+    if kind is None:
+        kind = _TORCH_KINDS[t.dtype] = HostKind("torch", torch_dtype=t.dtype)
     return arr, kind
 
 

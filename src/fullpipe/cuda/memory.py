@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import math
 import weakref
 from typing import Any, Callable
@@ -201,6 +202,17 @@ def device_empty(shape: Any, dtype: Any, stream: Any, memory_resource: Any) -> D
     return DeviceArray(int(buf.handle), shape, dtype, owner=buf)
 
 
+@functools.lru_cache(maxsize=1024)
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major (C-contiguous) strides, in elements, of an array of ``shape``; an extent
+    of 0 counts as 1, as PyTorch's contiguous strides do."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
 def as_device_array(obj: Any, stream: Any = None) -> DeviceArray:
     """View a PyTorch/CuPy/Numba/fullpipe device array (no copy) as a DeviceArray.
 
@@ -225,12 +237,7 @@ def as_device_array(obj: Any, stream: Any = None) -> DeviceArray:
     dtype = np.dtype(view.dtype)
     shape = tuple(view.shape)
     if view.strides is not None:
-        expected = []
-        acc = 1
-        for s in reversed(shape):
-            expected.append(acc)
-            acc *= s
-        if tuple(view.strides) != tuple(reversed(expected)) and math.prod(shape) > 1:
+        if tuple(view.strides) != contiguous_strides(shape) and math.prod(shape) > 1:
             raise ValueError(
                 f"{type(obj).__name__} is not C-contiguous (strides {view.strides} in elements); "
                 "call .contiguous() / cupy.ascontiguousarray first"

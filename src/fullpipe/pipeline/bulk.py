@@ -104,9 +104,10 @@ class BulkStaging:
         The first ``FIRST_INPUT_BYTES`` are copied now; the rest in groups of
         ``INPUT_GROUP_BYTES`` on the copier's threads while the first batches run: call
         :meth:`wait_input` before batch ``pos``'s H2D (or :meth:`wait_inputs` for all)."""
-        places = self._places([b.in_bytes for b in batches])
-        copies = [(at, b.src_addr, b.in_bytes) for b, at in zip(batches, places)]
-        groups = _groups([b.in_bytes for b in batches], FIRST_INPUT_BYTES, INPUT_GROUP_BYTES)
+        sizes = [b.in_bytes for b in batches]
+        places = self._places(sizes)
+        copies = [(at, b.src_addr, n) for b, at, n in zip(batches, places, sizes)]
+        groups = _groups(sizes, FIRST_INPUT_BYTES, INPUT_GROUP_BYTES)
         first_end = groups[0][1]
         copier.copy_many(copies[:first_end])
         for start, end in groups[1:]:
@@ -125,8 +126,8 @@ class BulkStaging:
 
     def wait_inputs(self) -> None:
         """Return once every input is in the block."""
-        while self._inputs_pending:
-            self._inputs_pending.popleft()[1].result()
+        if self._inputs_pending:
+            self.wait_input(self._inputs_pending[-1][0])
 
     def route_outputs(self, batches: Sequence[Any], dsts: Sequence[Any]) -> dict[int, int]:
         """Give each batch a place in one pinned block for its D2H (``dsts``: the caller's

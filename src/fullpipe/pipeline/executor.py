@@ -48,6 +48,7 @@ from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.interop import HostKind, host_view, like_input
 from ..cuda.memory import DeviceArray, free_collected, is_pinned
 from ..cuda.pin_cache import default_pin_cache
+from ..cuda.timing import median
 from ..cuda.pinned_pool import PinnedPoolFull, PinnedUsage, default_pinned_pool
 from . import plan as P
 from . import pageable
@@ -872,7 +873,7 @@ class StreamPipeline:
         seen_per_chunk = {stage: ms / 1e3 * share for stage, ms in stats.busy_ms.items()}
         for stage, copies in stats.host_copy_s.items():  # the ring's memmoves, per batch
             if copies:
-                seen_per_chunk[stage] = sorted(copies)[len(copies) // 2]
+                seen_per_chunk[stage] = median(copies)
         for stage, seen in seen_per_chunk.items():
             m = models.get(stage)
             if m is None:

@@ -36,7 +36,6 @@ and ``graph.replay()`` on the lane's stream, and the D2H reads ``static_y``.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 import time
@@ -45,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..cuda.interop import HostKind
-from ..cuda.memory import DeviceArray
+from ..cuda.memory import DeviceArray, contiguous_strides
 
 FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
@@ -167,16 +166,6 @@ def _library_of(compute: Any) -> str | None:
 
 
 # --------------------------------------------------------------------------- frameworks
-@functools.lru_cache(maxsize=1024)
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Row-major strides, in elements, of a tensor of ``shape``."""
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
-
-
 class TorchFramework:
     name = "torch"
 
@@ -211,7 +200,7 @@ class TorchFramework:
         """The first ``n`` elements of the 1-D tensor ``base`` as a tensor of ``shape``.
         One ``as_strided`` (1.9 us on an H100 host) rather than ``base[:n].view(shape)``
         (6.8 us: Python indexing, then a view), once per batch (session 14)."""
-        return base.as_strided(shape, _contiguous_strides(shape))
+        return base.as_strided(shape, contiguous_strides(shape))
 
     def host_dtype(self, fw_dtype: Any) -> tuple[np.dtype, Any]:
         """(the NumPy dtype of the host output, the torch dtype to give back or None)."""
