@@ -256,32 +256,98 @@ def test_the_cache_and_the_pinned_pool_share_one_cap(pins, monkeypatch):
         pool.give(blk)
 
 
-def test_run_batches_holds_registered_arrays_but_registers_nothing(pins):
+def _batches(n, words, gap_words, seed=0):
+    """``n`` batches of ``words`` uint32 each, views of one buffer (much larger than any of
+    them: each is registered as its own range), the first on a page boundary, each
+    ``gap_words`` after the one before."""
+    buf = np.zeros(n * (words + gap_words) + 1024, np.uint32)
+    first = (-buf.ctypes.data % 4096) // 4
+    rng = np.random.default_rng(seed)
+    views = [buf[first + i * (words + gap_words):][:words] for i in range(n)]
+    for v in views:
+        v[:] = rng.integers(0, 2**32, words, dtype=np.uint32)
+    return views
+
+
+def test_a_list_of_batches_seen_again_is_pinned_in_place_as_a_whole(pins):
+    xs = _batches(4, 300 * 1024, 1024)  # 1.2 MiB each (over the bulk size: the ring), a page apart
+    outs = _batches(4, 300 * 1024, 1024, seed=1)
+    with StreamPipeline(FakeMix(), streams=2) as pipe:
+        pipe.run_batches(xs, outs=outs)
+        assert pipe.stats.staging == {"input": "ring", "output": "ring"} and not pins.registered
+        for o in outs:
+            o.fill(0)
+        pipe.run_batches(xs, outs=outs)  # the same batches again: every one of them registered now
+        for x, o in zip(xs, outs):
+            np.testing.assert_array_equal(o, reference(x, 2))
+        st = pipe.stats
+        assert st.staging == {"input": "pinned in place", "output": "pinned in place"}
+        assert st.pinned["in_place"]["input"] == "registered now"
+        assert pins.registered == {a.ctypes.data: a.nbytes for a in xs + outs}  # (no page shared: one each)
+        pipe.run_batches(xs, outs=outs)
+        assert pipe.stats.pinned["in_place"]["input"] == "registered before" and pins.calls["register"] == 8
+        assert all(e.users == 0 for e in pins.cache._entries.values())  # every run gave its entries back
+        base._assert_clean(pipe)
+
+
+def test_batches_that_share_pages_are_registered_as_one_range_and_let_go_together(pins):
+    x, out = _arrays(4 * 300_001 + 7)
+    cut = [0, 300_001, 600_002, 900_003, x.size]  # not page multiples: neighbours share a page
+    xs = [x[a:b] for a, b in zip(cut, cut[1:])]
+    outs = [out[a:b] for a, b in zip(cut, cut[1:])]
+    del x
+    with StreamPipeline(FakeMix(), streams=2) as pipe:
+        for _ in range(2):
+            pipe.run_batches(xs, outs=outs)
+        assert pipe.stats.staging == {"input": "pinned in place", "output": "pinned in place"}
+        assert pins.registered == {xs[0].ctypes.data: sum(v.nbytes for v in xs),
+                                   outs[0].ctypes.data: sum(v.nbytes for v in outs)}
+        np.testing.assert_array_equal(np.concatenate(outs), reference(np.concatenate(xs), 2))
+        addr, last = xs[0].ctypes.data, xs[-1]
+        del xs
+        gc.collect()
+        other, other_out = _arrays(1 << 18, seed=5)
+        pipe.run(other, out=other_out)  # a safe point: one batch is still held by the caller
+        assert addr in pins.registered
+        del last
+        gc.collect()
+        pipe.run(other, out=other_out)
+        assert addr not in pins.registered and outs[0].ctypes.data in pins.registered
+        base._assert_clean(pipe)
+
+
+def test_a_list_with_a_batch_that_cannot_be_registered_is_pinned_not_at_all(pins):
+    xs = _batches(4, 300 * 1024, 1024)
+    outs = _batches(4, 300 * 1024, 1024, seed=1)
+    pins.refuse.add(xs[2].ctypes.data)
+    with StreamPipeline(FakeMix(), streams=2) as pipe:
+        for _ in range(3):
+            for o in outs:
+                o.fill(0)
+            pipe.run_batches(xs, outs=outs)
+            for x, o in zip(xs, outs):
+                np.testing.assert_array_equal(o, reference(x, 2))
+        assert pipe.stats.staging == {"input": "ring", "output": "pinned in place"}
+    assert pins.registered == {o.ctypes.data: o.nbytes for o in outs}  # the inputs registered first went back
+    assert pins.calls["register"] == 3 + 4  # tried once: two registered and undone, the third refused
+
+
+def test_run_batches_holds_arrays_registered_by_a_run_of_the_whole(pins):
     x, out = _arrays(2 << 20)
     views = [x[i:i + (1 << 18)] for i in range(0, x.size, 1 << 18)]
     outs = [out[i:i + (1 << 18)] for i in range(0, out.size, 1 << 18)]
     with StreamPipeline(FakeMix(), streams=2) as pipe:
-        for _ in range(3):
-            pipe.run_batches(views, outs=outs)
-        assert not pins.registered  # run_batches counts no sightings
         pipe.run(x, out=out)
         pipe.run(x, out=out)
         assert set(pins.registered) == {x.ctypes.data, out.ctypes.data}
-        held = []
-        real_hold = pins.cache.hold
-
-        def spy(arr):
-            e = real_hold(arr)
-            held.append(e is not None and e.users)
-            return e
-
-        pins.cache.hold = spy
         for o in outs:
             o.fill(0)
-        pipe.run_batches(views, outs=outs)
-        assert all(held) and len(held) == 2 * len(views)  # every batch held its array's entry
+        pipe.run_batches(views, outs=outs)  # inside registered arrays: held, nothing new registered
+        assert pipe.stats.pinned["in_place"] == {"input": "registered before", "output": "registered before",
+                                                 "register_ms": 0.0, "cache_bytes": 2 * x.nbytes}
         np.testing.assert_array_equal(out, reference(x, 2))
-        assert all(e.users == 0 for e in pins.cache._entries.values())  # and gave it back
+        assert pins.calls["register"] == 2
+        assert all(e.users == 0 for e in pins.cache._entries.values())  # and gave them back
 
 
 def test_chunk_auto_tuned_through_the_ring_is_reused_once_pinned_in_place(pins):

@@ -4,6 +4,8 @@ test_pipeline_fakecuda.py, with the driver calls recorded in order."""
 
 from __future__ import annotations
 
+import gc
+
 import warnings
 
 import numpy as np
@@ -408,9 +410,16 @@ def test_run_batches_of_pinned_inputs_get_pinned_outputs_from_the_pool(fake):
         fake.pinned.add(x.ctypes.data)
     pipe = StreamPipeline(FakeMix(), streams=2)
     ys = pipe.run_batches(xs)
-    assert pipe.stats.pinned["allocations"] == 3 and pipe.stats.staging["input"] == "direct"
+    # one block for the run's outputs, not one per batch; each output 256-byte aligned in it
+    assert pipe.stats.pinned["allocations"] == 1 and pipe.stats.staging["input"] == "direct"
+    addrs = [y.ctypes.data for y in ys]
+    assert all((a - addrs[0]) % 256 == 0 for a in addrs) and addrs[2] - addrs[0] < 5 * 4096
     for x, y in zip(xs, ys):
         np.testing.assert_array_equal(y, reference(x, 2))
+    del y, ys
+    gc.collect()
+    pipe.run_batches(xs)  # the block went back when the last output did: taken again, nothing pinned
+    assert pipe.stats.pinned["allocations"] == 0 and pipe.stats.pinned["reuses"] == 1
 
 
 def test_a_full_pinned_pool_makes_the_output_pageable_and_says_so(fake):

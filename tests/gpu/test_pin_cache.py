@@ -142,3 +142,38 @@ def test_the_reaper_unregisters_arrays_the_caller_dropped_without_another_run(de
     assert cache.stats.unregistrations == 2
     assert _wait_for(lambda: cache._reaper is None)  # nothing registered: the reaper stopped
     cache.close()
+
+
+def test_a_list_of_mid_size_torch_batches_seen_again_is_pinned_in_place(device, own_pool, cache):
+    """run_batches of 40 pageable torch tensors of 1.5-3 MiB (96 MiB in all: each too
+    large for bulk staging, too small to be pinned by itself) through a tensor function:
+    the second run registers the list, those sharing heap pages together; from then on
+    the copies are direct, the outputs are cut from one pinned block per run, and the
+    results are right. Dropping the list lets every registration go."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(4)
+    xs = [torch.randn(int(torch.randint(384, 768, (1,), generator=gen)), 1024, generator=gen) for _ in range(40)]
+    want = [x.sum(dim=1) * 2 for x in xs]
+
+    def f(t):
+        return t.sum(dim=1) * 2
+
+    with StreamPipeline(f, streams=3, pool=own_pool, device=device) as pipe:
+        for run in range(3):
+            ys = pipe.run_batches(xs)
+            for y, w in zip(ys, want):
+                torch.testing.assert_close(y, w, rtol=1e-4, atol=1e-4)  # (sums of 1024 in another order)
+            st = pipe.stats
+            if run == 0:
+                assert st.staging["input"] == "ring" and cache.stats.entries == 0
+            else:
+                assert st.staging == {"input": "pinned in place", "output": "direct"}, st.staging
+                assert st.pinned["in_place"]["input"] == ("registered now" if run == 1 else "registered before")
+                assert st.pinned["allocations"] + st.pinned["reuses"] == 1  # one block for the 40 outputs
+            del ys
+        s = cache.stats
+        assert s.registrations >= 1 and s.registered_bytes >= sum(x.nbytes for x in xs), s
+        del xs
+        gc.collect()
+        pipe.run(np.zeros(1 << 16, np.float32).reshape(-1, 1024))  # a run: the safe point to let go
+    assert cache.stats.entries == 0, cache.stats

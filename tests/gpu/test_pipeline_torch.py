@@ -173,6 +173,15 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
         assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
         pipe.run_batches(small, outs=outs)
         assert pipe.stats.pinned["allocated_bytes"] == 0  # the bulk blocks come back from the pinned pool
+        # pinned batches: pinned outputs cut from one block for the run, sized from the first
+        # batch's rows (a later, longer sequence that does not fit gets a block of its own)
+        pinned = [b.pin_memory() for b in batches]
+        yp = pipe.run_batches(pinned)
+        assert pipe.stats.staging == {"input": "direct", "output": "direct"}
+        assert all(y.is_pinned() for y in yp)
+        assert pipe.stats.pinned["allocations"] + pipe.stats.pinned["reuses"] < len(batches) // 2
+    for y, z in zip(ys, yp):
+        torch.testing.assert_close(z, y, rtol=1e-3, atol=1e-3)
     for b, y in zip(batches, ys):
         assert y.shape == b.shape
         torch.testing.assert_close(y, f(b.cuda()).cpu(), rtol=1e-3, atol=1e-3)

@@ -18,6 +18,14 @@ Policy, in one place:
   the array's own range. Other buffers are never registered.
 - **When.** The second time a pipeline run sees the same range (address and size): a
   range seen once is only remembered, so one-off arrays never pay for a registration.
+- **Lists of batches** (``run_batches``, :meth:`PinCache.acquire_list`): a list of at
+  least ``min_bytes`` in all is pinned as a whole, whatever the size of each batch,
+  the second time the same batches come: all of them or none (the run copies directly
+  only when every batch is pinned). Batches whose ranges share a page (NumPy and torch
+  allocate mid-size arrays next to one another on the heap; the driver refuses to
+  register a page twice) are registered together as one range, which also pins the
+  bytes between them; that entry holds every one of them alive and is let go when
+  none of them is held any more.
 - **Keeping the memory alive.** An entry holds a strong reference to the owning array
   (or the tensor's storage), so the registered memory cannot be freed, and its
   addresses reused by a new array, while it is registered. An idle entry whose array
@@ -70,7 +78,8 @@ from .interop import _is_torch_tensor
 
 MIN_BYTES = 64 << 20  # smaller arrays: bulk staging and the ring do well, and they may share pages
 WHOLE_MAX_RATIO = 2  # register a view's whole allocation when it is at most this many times the view
-MAX_SIGHTINGS = 256  # ranges remembered as seen once
+MAX_SIGHTINGS = 16384  # ranges remembered as seen once (a list of batches counts one per batch)
+PAGE = 4096  # the driver registers whole pages
 MAX_REFUSED = 256  # ranges remembered as refused by the driver
 REAP_INTERVAL_S = 1.0  # how often the reaper thread looks for arrays nobody holds any more
 CU_MEMHOSTREGISTER_PORTABLE = 0x01  # cuda.h: pinned for every context
@@ -87,6 +96,15 @@ class _Entry:
     alloc_ptr: int = 0  # the allocation's address when registered (a torch storage may move)
     users: int = 0  # runs using it now
     last_used: float = 0.0
+    # Several arrays registered as one range (acquire_list): ``parts`` keep them alive, one
+    # per owning array or storage (keep/user/alloc_ptr as above; not registered by
+    # themselves), and ``found_by`` lists the batches' own ranges.
+    parts: list["_Entry"] | None = None
+    found_by: list[tuple[int, int]] | None = None
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The (address, bytes) ranges this entry is found by."""
+        return self.found_by or [(self.ptr, self.nbytes)]
 
 
 @dataclasses.dataclass
@@ -114,6 +132,7 @@ class PinCache:
         self._others = others
         self._lock = threading.RLock()
         self._entries: dict[tuple[int, int], _Entry] = {}
+        self._by_range: dict[tuple[int, int], _Entry] = {}  # every range an entry is found by (parts too)
         self._seen: dict[tuple[int, int], None] = {}
         self._refused: dict[tuple[int, int], None] = {}
         self._registrations = self._unregistrations = 0
@@ -138,7 +157,7 @@ class PinCache:
             return None, 0.0
         key = (ptr, nbytes)
         with self._lock:
-            e = self._covering(ptr, nbytes)  # (the range itself, or one holding it)
+            e = self._find(ptr, nbytes)  # (the range itself, or one holding it)
             if e is not None:
                 if user is not None:  # the tensor of this run (a view made per call is fine)
                     e.user = user
@@ -165,9 +184,95 @@ class PinCache:
             self._register_s += dt
             self._registrations += 1
             self._seen.pop(key, None)
-            e = self._entries[key] = _Entry(ptr, nbytes, keep, user, alloc_ptr)
+            e = self._add(_Entry(ptr, nbytes, keep, user, alloc_ptr))
             self._start_reaper()
             return self._use(e), dt
+
+    def acquire_list(self, items: list[tuple[Any, np.ndarray]], ranges: list[tuple[int, int]] | None = None,
+                     ) -> tuple[list[_Entry] | None, float]:
+        """run_batches: the entries holding every batch of a list, acquired for the
+        caller's run (one per batch: give each back with :meth:`release`), registering
+        what is missing if every batch was seen before; or None, and nothing held, when
+        not all of them are (or can be) pinned in place. ``items``: (the user's object,
+        its host view) per batch; ``ranges``: each view's (address, bytes), if the caller
+        has them (a list registered as it is is then found without looking at its
+        owners: ~10 us per batch). Returns (entries or None, seconds spent registering now)."""
+        if ranges is not None and self._by_range:
+            with self._lock:
+                found = [self._by_range.get(r) for r in ranges]
+                if None not in found:
+                    return [self._use(e) for e in found], 0.0  # type: ignore[arg-type]
+        mems = []
+        for obj, arr in items:
+            mem = _owning_memory(obj, arr)
+            if mem is None:
+                return None, 0.0
+            mems.append(mem)
+        if sum(m[1] for m in {(m[0], m[1]): m for m in mems}.values()) < self.min_bytes:
+            return None, 0.0
+        with self._lock:
+            found = [self._find(m[0], m[1]) for m in mems]
+            held = [self._use(e) for e in found if e is not None]  # (so that making room keeps them)
+            missing = {(m[0], m[1]): m for m, e in zip(mems, found) if e is None}
+            if not missing:
+                return held, 0.0
+            made, dt = None, 0.0
+            if all(k in self._seen for k in missing) and not any(k in self._refused for k in missing):
+                made, dt = self._register_clusters(list(missing.values()))
+            if made is None:
+                for k in missing:
+                    self._seen[k] = None
+                while len(self._seen) > MAX_SIGHTINGS:
+                    del self._seen[next(iter(self._seen))]
+                for e in held:
+                    e.users -= 1
+                return None, dt
+            held += [self._use(self._by_range[(m[0], m[1])]) for m, e in zip(mems, found) if e is None]
+            return held, dt
+
+    def _register_clusters(self, mems: list[tuple]) -> tuple[list[_Entry] | None, float]:
+        """(Inside the lock.) Register ``mems`` (from _owning_memory), those sharing a page
+        as one range each; all or none: on a refusal, what this call registered is
+        unregistered again and the refused ranges are remembered."""
+        mems.sort(key=lambda m: m[0])
+        clusters: list[list[tuple]] = []
+        end = -1
+        for m in mems:
+            if clusters and m[0] // PAGE <= (end - 1) // PAGE:  # shares a page with the cluster so far
+                clusters[-1].append(m)
+                end = max(end, m[0] + m[1])
+            else:
+                clusters.append([m])
+                end = m[0] + m[1]
+        spans = [(c[0][0], max(m[0] + m[1] for m in c) - c[0][0]) for c in clusters]
+        if not self._make_room(sum(n for _, n in spans)):
+            return None, 0.0
+        made: list[_Entry] = []
+        t0 = time.perf_counter()
+        for c, (ptr, nbytes) in zip(clusters, spans):
+            try:
+                drv.call("cuMemHostRegister", ptr, nbytes, CU_MEMHOSTREGISTER_PORTABLE)
+            except Exception:  # noqa: BLE001 - an overlap with memory registered by someone else, a limit
+                for e in made:
+                    self._unregister(e)
+                for m in c:
+                    self._refused[(m[0], m[1])] = None
+                while len(self._refused) > MAX_REFUSED:
+                    del self._refused[next(iter(self._refused))]
+                return None, time.perf_counter() - t0
+            self._registrations += 1
+            if len(c) == 1:
+                made.append(self._add(_Entry(*c[0])))
+                continue
+            owners = {_owner_id(m[2]): m for m in c}  # one part per array kept: each holds one reference
+            made.append(self._add(_Entry(ptr, nbytes, None, None, ptr, parts=[_Entry(*m) for m in owners.values()],
+                                         found_by=[(m[0], m[1]) for m in c])))
+        dt = time.perf_counter() - t0
+        self._register_s += dt
+        for m in mems:
+            self._seen.pop((m[0], m[1]), None)
+        self._start_reaper()
+        return made, dt
 
     def hold(self, arr: np.ndarray) -> _Entry | None:
         """The entry ``arr`` lies in, acquired, if the cache registered its memory; no
@@ -176,7 +281,7 @@ class PinCache:
         if not self._entries:  # (read without the lock: an entry made meanwhile is not ours to hold)
             return None
         with self._lock:
-            e = self._covering(int(arr.__array_interface__["data"][0]), int(arr.nbytes))
+            e = self._find(int(arr.__array_interface__["data"][0]), int(arr.nbytes))
             return None if e is None else self._use(e)
 
     def release(self, entry: _Entry) -> None:
@@ -240,6 +345,17 @@ class PinCache:
         e.last_used = time.monotonic()
         return e
 
+    def _add(self, e: _Entry) -> _Entry:
+        self._entries[(e.ptr, e.nbytes)] = e
+        for r in e.ranges():
+            self._by_range[r] = e
+        return e
+
+    def _find(self, ptr: int, nbytes: int) -> _Entry | None:
+        """The registered entry whose range holds [ptr, ptr + nbytes), if any: a range
+        registered as such at once (a list's batches, every run), else by a scan."""
+        return self._by_range.get((ptr, nbytes)) or self._covering(ptr, nbytes)
+
     def _covering(self, ptr: int, nbytes: int) -> _Entry | None:
         """The registered entry whose range holds [ptr, ptr + nbytes), if any."""
         for e in self._entries.values():
@@ -265,6 +381,8 @@ class PinCache:
 
     def _unregister(self, e: _Entry) -> None:
         del self._entries[(e.ptr, e.nbytes)]
+        for r in e.ranges():
+            self._by_range.pop(r, None)
         try:
             ensure_current()  # (registered PORTABLE: any context will do)
             with _relaxed_capture_mode():
@@ -272,7 +390,7 @@ class PinCache:
         except Exception:  # noqa: BLE001 - context gone (at exit): the OS unpins with the process
             pass
         self._unregistrations += 1
-        e.keep = None  # only now may the memory be freed
+        e.keep = e.parts = None  # only now may the memory be freed
 
     # ------------------------------------------------------------------ the reaper
     def _start_reaper(self) -> None:
@@ -340,10 +458,20 @@ def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any, int] 
     return ptr, nbytes, base, None, whole[0]
 
 
+def _owner_id(keep: Any) -> int:
+    """What one kept array stands for: the NumPy array itself; a torch tensor's storage."""
+    if _is_torch_tensor(keep):
+        return int(keep.untyped_storage().data_ptr())
+    return id(keep)
+
+
 def _still_used(e: _Entry, reaper: bool = False) -> bool:
     """Does anyone but the cache still hold the entry's array? ``reaper``: asked off a
     run, where a torch entry without a readable use count counts as held (its weak
-    reference is to the last tensor a run was given, which may be a view made per call)."""
+    reference is to the last tensor a run was given, which may be a view made per call).
+    Several arrays registered as one range: while any of them is."""
+    if e.parts:
+        return any(_still_used(p, reaper) for p in e.parts)
     if e.user is not None:  # a torch storage: its memory still where it was, and held by a tensor
         if int(e.keep.untyped_storage().data_ptr()) != e.alloc_ptr:
             return False
