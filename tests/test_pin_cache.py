@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import fullpipe.cuda.pin_cache as fpc
+import fullpipe.pipeline.executor as fexec
 from fullpipe.cuda.pin_cache import PinCache
 from fullpipe.pipeline import StreamPipeline
 from fullpipe.pipeline.workload import reference
@@ -46,6 +47,12 @@ def pins(fake, monkeypatch):
 
     fake.driver.cuMemHostRegister = register
     fake.driver.cuMemHostUnregister = unregister
+
+    def is_pinned(a):  # as the driver answers: memory it allocated pinned, or any address inside a registered range
+        addr = a.__array_interface__["data"][0]
+        return addr in fake.pinned or any(p <= addr < p + n for p, n in registered.items())
+
+    monkeypatch.setattr(fexec, "is_pinned", is_pinned)
     cache = PinCache(cap_bytes=64 * MiB, min_bytes=1 * MiB, reap_interval_s=None)  # (the reaper: its own test)
     monkeypatch.setattr(fpc, "_default", cache)
     return type("Pins", (), dict(cache=cache, registered=registered, refuse=refuse, calls=calls, fake=fake))
@@ -166,11 +173,20 @@ def test_small_pinned_foreign_and_opted_out_arrays_are_never_registered(pins):
             pipe.run(pinned, out=pinned_out)
             pipe.run(foreign, out=big_out[: foreign.size])
         assert pipe.stats.staging["input"] == "ring"
-    for opts in ({"pin_in_place": False}, {"staging": "ring"}):
+    held = []
+    real_hold = pins.cache.hold
+    pins.cache.hold = lambda arr: held.append(real_hold(arr)) or held[-1]
+    for opts, out_staging in (({"pin_in_place": False}, "direct"), ({"staging": "ring"}, "ring")):
+        held.clear()
         with StreamPipeline(FakeMix(), streams=2, chunk="2MiB", **opts) as pipe:
             for _ in range(3):
                 pipe.run(big, out=big_out)
-            assert pipe.stats.staging == {"input": "ring", "output": "ring"}
+            # big_out was registered by the run of ``foreign`` above: the driver says it is pinned.
+            # Without pin_in_place it is copied directly, its entry held by each run (another
+            # thread may not let it go meanwhile); staging="ring" copies it by memmove, holds nothing
+            assert pipe.stats.staging == {"input": "ring", "output": out_staging}
+            assert [e is not None for e in held] == [out_staging == "direct"] * len(held)
+            assert len(held) == (3 if out_staging == "direct" else 0)
     assert pins.registered == {big_out.ctypes.data: big_out.nbytes}  # (the foreign run's output)
     with pytest.raises(TypeError, match="pin_in_place must be True or False"):
         StreamPipeline(FakeMix(), pin_in_place="yes")

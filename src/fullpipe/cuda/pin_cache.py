@@ -188,20 +188,25 @@ class PinCache:
             self._start_reaper()
             return self._use(e), dt
 
-    def acquire_list(self, items: list[tuple[Any, np.ndarray]], ranges: list[tuple[int, int]] | None = None,
-                     ) -> tuple[list[_Entry] | None, float]:
+    def find_list(self, ranges: list[tuple[int, int]]) -> list[_Entry] | None:
+        """run_batches, the cheap look first: the entries of a list registered as it is
+        (each batch's (address, bytes) a range the cache registered), acquired as by
+        :meth:`acquire_list`; None, and nothing held, unless every batch is one. No look
+        at the batches' owners (~10 us each)."""
+        if not self._by_range:
+            return None
+        with self._lock:
+            found = [self._by_range.get(r) for r in ranges]
+            if None in found:
+                return None
+            return [self._use(e) for e in found]  # type: ignore[arg-type]
+
+    def acquire_list(self, items: list[tuple[Any, np.ndarray]]) -> tuple[list[_Entry] | None, float]:
         """run_batches: the entries holding every batch of a list, acquired for the
         caller's run (one per batch: give each back with :meth:`release`), registering
         what is missing if every batch was seen before; or None, and nothing held, when
         not all of them are (or can be) pinned in place. ``items``: (the user's object,
-        its host view) per batch; ``ranges``: each view's (address, bytes), if the caller
-        has them (a list registered as it is is then found without looking at its
-        owners: ~10 us per batch). Returns (entries or None, seconds spent registering now)."""
-        if ranges is not None and self._by_range:
-            with self._lock:
-                found = [self._by_range.get(r) for r in ranges]
-                if None not in found:
-                    return [self._use(e) for e in found], 0.0  # type: ignore[arg-type]
+        its host view) per batch. Returns (entries or None, seconds spent registering now)."""
         mems = []
         for obj, arr in items:
             mem = _owning_memory(obj, arr)

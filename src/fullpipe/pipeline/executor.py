@@ -606,11 +606,13 @@ class StreamPipeline:
         usage = PinnedUsage()
         notes: list[str] = []
         pins = self._pins()
-        pinned_in_place = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items])
-        outs_in_place = out_given is not None and pins.pinned_list("output", outs, out_given)
-        pins.settle()
         try:
-            in_pinned = pinned_in_place or all(self._pinned(b.src) for b in items)
+            in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
+                                         self._pinned)
+            outs_pinned = out_given is not None and pins.pinned_list(
+                "output", outs, out_given, [(o.__array_interface__["data"][0], o.nbytes) for o in out_given],
+                self._pinned)
+            pins.settle()
             outputs = None
             if tensor:
                 self._tensor_compute(kind)
@@ -618,7 +620,7 @@ class StreamPipeline:
                     outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
                                        n_batches=len(items), given=out_given, torch_input=kind.library == "torch")
                     outputs.row_bytes_hint = self._tc.out_row_bytes  # type: ignore[union-attr]
-                out_pinned = in_pinned if out_given is None else (outs_in_place or all(self._pinned(o) for o in out_given))
+                out_pinned = in_pinned if out_given is None else outs_pinned
             elif out_arrays is not None and out_given is None and in_pinned:
                 # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
                 for i, (it, po) in enumerate(zip(items, self._new_outputs(out_arrays, usage, notes))):
@@ -626,7 +628,7 @@ class StreamPipeline:
                     out_arrays[i] = po
                 out_pinned = not notes
             else:
-                out_pinned = out_arrays is not None and (outs_in_place or all(self._pinned(o) for o in out_arrays))
+                out_pinned = out_arrays is not None and (outs_pinned or all(self._pinned(o) for o in out_arrays))
             stage_in = self._staging_mode(in_pinned)
             stage_out = None if spec.none else self._staging_mode(out_pinned)
             self.probe_stats = None
@@ -649,8 +651,11 @@ class StreamPipeline:
 
     # ------------------------------------------------------------------ helpers
     def _pins(self) -> "_Pins":
-        """This run's holder of arrays pinned in place (inert unless pin_in_place and staging='auto')."""
-        return _Pins(default_pin_cache() if self.pin_in_place and self.staging == "auto" else None)
+        """This run's holder of arrays pinned in place: registers only with pin_in_place and
+        staging='auto'; holds what the cache registered unless staging='ring' (no direct copy)."""
+        if self.staging == "ring":
+            return _Pins(None)
+        return _Pins(default_pin_cache(), register=self.pin_in_place and self.staging == "auto")
 
     def _tensor_compute(self, kind: HostKind) -> TensorCompute:
         """The tensor-function adapter, made at the first run (its library may depend
@@ -1524,34 +1529,58 @@ class _Finished:
 
 class _Pins:
     """One run's arrays pinned in place by the pin-down cache (cuda/pin_cache.py): the
-    entries it holds until it ends, and what they cost, for ``stats``. ``cache`` None:
-    pin_in_place is off for this pipeline (or staging is not "auto")."""
+    entries it holds until it ends, and what they cost, for ``stats``. ``register``
+    False (pin_in_place off, or staging not "auto"): nothing new is registered, but
+    memory the cache registered for other runs is held while this run copies it
+    directly (the driver says it is pinned; it must stay so). ``cache`` None: staging
+    through the ring only, nothing to hold."""
 
-    def __init__(self, cache: Any):
+    def __init__(self, cache: Any, register: bool = True):
         self.cache = cache
+        self.register = register
         self.held: list[Any] = []
         self.sides: dict[str, str] = {}  # side -> "registered now" / "registered before"
         self.register_s = 0.0
 
     def pinned_list(self, side: str, objs: Sequence[Any], arrays: Sequence[np.ndarray],
-                    ranges: list[tuple[int, int]] | None = None) -> bool:
-        """run_batches: are all of a side's batches pinned in place, by the cache, now
-        or before (a list seen again: PinCache.acquire_list)? If not, the entries some
-        of them lie in are held all the same (registered by an earlier run: they must
-        stay so while copied)."""
+                    ranges: list[tuple[int, int]], is_pinned: Callable[[np.ndarray], bool]) -> bool:
+        """run_batches: is every batch of a side page-locked for this run? In the order
+        of cost: a list the cache registered as it is (found by each batch's range); memory
+        pinned by its owner (``is_pinned``: pin_memory(), the pool; the driver says the
+        same of memory the cache registered, so what the cache holds is held all the
+        same); else a list seen again, registered now (PinCache.acquire_list)."""
         if self.cache is None:
+            return all(is_pinned(a) for a in arrays)
+        if not self.register:
+            if all(is_pinned(a) for a in arrays):
+                self._hold_each(arrays)
+                return True
             return False
-        entries, dt = self.cache.acquire_list(list(zip(objs, arrays)), ranges)
-        if entries is not None:
-            self.held += entries
-            self.register_s += dt
-            self.sides[side] = "registered now" if dt else "registered before"
-            return True
+        entries = self.cache.find_list(ranges)
+        dt = 0.0
+        if entries is None:
+            if all(is_pinned(a) for a in arrays):
+                if self._hold_each(arrays) == len(arrays):  # all of them inside ranges the cache registered
+                    self.sides[side] = "registered before"
+                return True
+            entries, dt = self.cache.acquire_list(list(zip(objs, arrays)))
+        if entries is None:
+            self._hold_each(arrays)  # (registered by an earlier run: must stay so while copied)
+            return False
+        self.held += entries
+        self.register_s += dt
+        self.sides[side] = "registered now" if dt else "registered before"
+        return True
+
+    def _hold_each(self, arrays: Sequence[np.ndarray]) -> int:
+        """Hold the entries the arrays lie in, if any; returns how many were."""
+        n = 0
         for arr in arrays:
             e = self.cache.hold(arr)
             if e is not None:
                 self.held.append(e)
-        return False
+                n += 1
+        return n
 
     def settle(self) -> None:
         """After this run holds its entries: let go of arrays nobody holds any more (a
@@ -1564,6 +1593,11 @@ class _Pins:
         its owner (``is_pinned``), or by the cache, now or before?"""
         if self.cache is None:
             return is_pinned(arr)
+        if not self.register:
+            if is_pinned(arr):
+                self._hold_each([arr])
+                return True
+            return False
         known: list[bool] = []  # the driver is asked at most once
 
         def pinned_by_owner() -> bool:
