@@ -184,3 +184,20 @@ def test_without_cuda_in_pytorch_the_experiment_is_skipped(monkeypatch):
     r = W.run(Context(device=object()))
     assert r.verdict == "skipped"
     assert "no CUDA" in r.notes[0]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7])
+def test_rounds_put_each_contender_in_every_position_and_after_every_other_equally_often(n):
+    from collections import Counter
+
+    from fullpipe.experiments.measure import in_turn
+
+    names = [f"c{i}" for i in range(n)]
+    cycle = n if n % 2 == 0 else 2 * n
+    rounds = [in_turn(names, r) for r in range(cycle)]
+    assert all(sorted(order) == names for order in rounds)
+    positions = Counter((pos, c) for order in rounds for pos, c in enumerate(order))
+    assert set(positions.values()) == {cycle // n}  # every contender once per position (per n rounds)
+    follows = Counter((a, b) for order in rounds for a, b in zip(order, order[1:]))
+    assert len(follows) == n * (n - 1) and set(follows.values()) == {cycle // n}
+    assert in_turn(names, cycle) == rounds[0] and in_turn(names[:1], 5) == names[:1] and in_turn([], 0) == []
