@@ -310,27 +310,44 @@ class _BatchList:
         return t.clone() if t.untyped_storage().nbytes() != t.nbytes else t
 
 
-def _dataloader(torch: Any, tdev: Any, f: Callable, xs: list, ys: list, stream: Any, lag: int = 2) -> None:
-    """DataLoader(pin_memory=True, num_workers=4), non_blocking copies both ways; each output
-    is copied out of its pinned buffer ``lag`` batches later."""
-    loader = torch.utils.data.DataLoader(
-        _BatchList(xs), batch_size=None, shuffle=False, num_workers=DATALOADER_WORKERS, pin_memory=True,
-        persistent_workers=False, multiprocessing_context="fork", timeout=DATALOADER_TIMEOUT_S)
-    pending: collections.deque = collections.deque()
-    with torch.cuda.stream(stream):
-        for i, xb in enumerate(loader):
-            y = f(xb.to(tdev, non_blocking=True)).to("cpu", non_blocking=True)  # pinned, by torch
-            ev = torch.cuda.Event()
-            ev.record(stream)
-            pending.append((ev, y, ys[i]))
-            if len(pending) > lag:
+class _DataLoaderPeer:
+    """DataLoader(pin_memory=True, num_workers=4, persistent_workers=True) over a
+    workload's batches, made once and iterated once per call, with non_blocking copies
+    both ways; each output is copied out of its pinned buffer ``lag`` batches later.
+
+    Persistent workers, as a user running epochs would keep them: made per call, the
+    four forked workers' start took 0.2-1.4 s of every round (session 15, quick report:
+    the DataLoader peer was most of the workloads experiment's time) and their exit
+    overlapped the next contender's timing."""
+
+    def __init__(self, torch: Any, xs: list):
+        self.loader = torch.utils.data.DataLoader(
+            _BatchList(xs), batch_size=None, shuffle=False, num_workers=DATALOADER_WORKERS, pin_memory=True,
+            persistent_workers=True, multiprocessing_context="fork", timeout=DATALOADER_TIMEOUT_S)
+
+    def __call__(self, torch: Any, tdev: Any, f: Callable, ys: list, stream: Any, lag: int = 2) -> None:
+        pending: collections.deque = collections.deque()
+        with torch.cuda.stream(stream):
+            for i, xb in enumerate(self.loader):
+                y = f(xb.to(tdev, non_blocking=True)).to("cpu", non_blocking=True)  # pinned, by torch
+                ev = torch.cuda.Event()
+                ev.record(stream)
+                pending.append((ev, y, ys[i]))
+                if len(pending) > lag:
+                    ev0, src, dst = pending.popleft()
+                    ev0.synchronize()
+                    dst.copy_(src)
+            while pending:
                 ev0, src, dst = pending.popleft()
                 ev0.synchronize()
                 dst.copy_(src)
-        while pending:
-            ev0, src, dst = pending.popleft()
-            ev0.synchronize()
-            dst.copy_(src)
+
+    def close(self) -> None:
+        """Stop the workers (they would otherwise live until the loader is collected)."""
+        it = getattr(self.loader, "_iterator", None)
+        if it is not None:
+            it._shutdown_workers()
+        self.loader = None
 
 
 # --------------------------------------------------------------------------- fullpipe
@@ -549,12 +566,16 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
     check("hand-written pipeline", w.outputs())
     progress("DataLoader: check")
     _poison(torch, w.ys)
+    loader: _DataLoaderPeer | None = None
     try:
-        _dataloader(torch, tdev, w.f, w.xs, w.ys, stream)
+        loader = _DataLoaderPeer(torch, w.xs)
+        loader(torch, tdev, w.f, w.ys, stream)
         check("DataLoader", w.outputs())
     except _Mismatch:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. a small /dev/shm: the peer is reported, not fatal
+        if loader is not None:
+            loader.close()
         peer_errors["DataLoader"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         notes.append(f"{w.name}: the DataLoader peer did not run: {peer_errors['DataLoader']}")
     progress("fullpipe: check (chunk='auto' tunes here)")
@@ -595,7 +616,7 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
             ("naive loop", lambda: _naive(torch, tdev, w.f, w.xs, w.ys, stream)),
             ("hand-written pipeline", lambda: hand(w.xs, w.ys))]
         if "DataLoader" not in peer_errors:
-            contenders.append(("DataLoader", lambda: _dataloader(torch, tdev, w.f, w.xs, w.ys, stream)))
+            contenders.append(("DataLoader", lambda: loader(torch, tdev, w.f, w.ys, stream)))  # type: ignore[misc]
         contenders += [(FULLPIPE, lambda: _fp_call(pipe, w, fout, fx)),
                        (FULLPIPE_NEW_OUTPUT, lambda: _fp_call(pipe, w, None, fx))]
         samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
@@ -613,6 +634,8 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
 
         compute_ms = {k: median_run(f"compute alone ({k})")[0] for k in alone}
         del alone, contenders  # the device-resident copies
+        if loader is not None and loader.loader is not None:
+            loader.close()  # (its workers: not alive while the sweep below is timed)
         torch.cuda.empty_cache()
         compute_alone = min(compute_ms.values())
         copy_ms = max(w.in_bytes, w.out_bytes) / (env.copy_gbps * 1e6)

@@ -1563,7 +1563,8 @@ class _Pins:
                 if self._hold_each(arrays) == len(arrays):  # all of them inside ranges the cache registered
                     self.sides[side] = "registered before"
                 return True
-            entries, dt = self.cache.acquire_list(list(zip(objs, arrays)))
+            if sum(n for _, n in ranges) >= self.cache.min_bytes:  # (a small list: not worth a look at owners)
+                entries, dt = self.cache.acquire_list(list(zip(objs, arrays)))
         if entries is None:
             self._hold_each(arrays)  # (registered by an earlier run: must stay so while copied)
             return False
