@@ -344,9 +344,9 @@ class _DataLoaderPeer:
 
     def close(self) -> None:
         """Stop the workers (they would otherwise live until the loader is collected)."""
-        it = getattr(self.loader, "_iterator", None)
-        if it is not None:
-            it._shutdown_workers()
+        shutdown = getattr(getattr(self.loader, "_iterator", None), "_shutdown_workers", None)
+        if shutdown is not None:  # (a private method of PyTorch's; without it, at collection)
+            shutdown()
         self.loader = None
 
 
