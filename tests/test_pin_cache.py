@@ -5,6 +5,7 @@ go, the cap, refusals, and the same bytes as through the ring."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 import weakref
@@ -387,6 +388,12 @@ def test_chunk_auto_tuned_through_the_ring_is_reused_once_pinned_in_place(pins):
         assert pipe._tuned[ring_key] is ring  # (the ring's own models stay as they were)
         direct = [t for k, t in pipe._tuned.items() if k != ring_key]
         assert len(direct) == 1 and set(direct[0].models) == {"h2d", "compute", "d2h"}
+        # the chunk the ring's runs kept is not carried over: it was chosen for the ring's host costs
+        assert "the chunk of the runs before" not in st.chunk["reason"]
+        ring_kept = dataclasses.replace(ring, kept_bytes=st.chunk["bytes"] * 2)
+        pipe._tuned[ring_key] = ring_kept
+        assert pipe._tuned_through_ring(x, "direct", "direct").kept_bytes == 0
+        pipe._tuned[ring_key] = ring
         # the ring's GPU models, as taken; lowered only where this run refined them
         c = st.chunk["bytes"]
         for k in ("h2d", "compute", "d2h"):
