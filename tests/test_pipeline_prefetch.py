@@ -5,7 +5,6 @@ test_pipeline_fakecuda.py, with the driver calls recorded in order."""
 from __future__ import annotations
 
 import gc
-
 import warnings
 
 import numpy as np
