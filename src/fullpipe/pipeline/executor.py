@@ -1782,13 +1782,13 @@ class _Outputs:
             elif tuple(dst.shape) != tuple(shape) or dst.dtype != dtype:
                 raise ValueError(f"outs[{i}] has shape {dst.shape} and dtype {dst.dtype}; the compute returned "
                                  f"{tuple(shape)} {dtype}")
-        b.dst, b.dst_addr, b.out_bytes, b.out_shape = (dst, addr if addr else dst.__array_interface__["data"][0],
-                                                       dst.nbytes, tuple(shape))
+        b.dst, b.out_bytes, b.out_shape = dst, dst.nbytes, tuple(shape)
         if shape[0]:
             self.max_row_bytes = max(self.max_row_bytes, dst.nbytes // shape[0])
         if self.bulk is not None:  # the D2H goes to the batch's place in the run's pinned block
             b.dst_addr, b.drain_bytes = self.bulk[b.index], 0
             return False
+        b.dst_addr = addr or dst.__array_interface__["data"][0]  # (~2 us: not for the bulk case above)
         if self.lazy_bulk is not None:  # ... given now (0: no room, straight into dst)
             estimate = max(self.row_bytes, self.row_bytes_hint) * self._rows_total
             b.dst_addr = self.lazy_bulk.place_output(dst, estimate) or b.dst_addr
