@@ -31,6 +31,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Sequence
 
+from .plan import align_up
+
 BULK_MAX_BYTES = 64 << 20  # per side and run
 ALIGN = 256  # each batch's place in a block
 # Outputs copied out during the run go in groups of at least this many bytes: one copier
@@ -67,7 +69,7 @@ def fits(sizes: Sequence[int], batch_max: int) -> bool:
 
 
 def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+    return align_up(n, ALIGN)
 
 
 def _aligned_total(sizes: Sequence[int]) -> int:

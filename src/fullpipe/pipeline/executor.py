@@ -71,7 +71,6 @@ class PipelineWarning(UserWarning):
     """A run that will work but probably not as meant (e.g. fewer batches than streams)."""
 
 STAGING_MODES = ("auto", "ring", "direct")
-OUT_ALIGN = 256  # run_batches: each output cut from the run's pinned block starts on this boundary
 
 ComputeFn = Callable[[Any, DeviceArray, "DeviceArray | None"], Any]
 
@@ -688,7 +687,7 @@ class StreamPipeline:
         """run_batches of pinned inputs: pinned outputs shaped like ``like``, cut from one
         block of the pinned pool (one take per run, not one per batch), or pageable
         arrays when the pool has no room."""
-        sizes = [-(-max(o.nbytes, 1) // OUT_ALIGN) * OUT_ALIGN for o in like]
+        sizes = [P.align_up(max(o.nbytes, 1), bulk_staging.ALIGN) for o in like]
         try:
             block = self._pinned_pool.empty((sum(sizes),), np.uint8, usage)
         except PinnedPoolFull as exc:
@@ -1552,13 +1551,8 @@ class _Pins:
         pinned by its owner (``is_pinned``: pin_memory(), the pool; the driver says the
         same of memory the cache registered, so what the cache holds is held all the
         same); else a list seen again, registered now (PinCache.acquire_list)."""
-        if self.cache is None:
-            return all(is_pinned(a) for a in arrays)
-        if not self.register:
-            if all(is_pinned(a) for a in arrays):
-                self._hold_each(arrays)
-                return True
-            return False
+        if self.cache is None or not self.register:
+            return self._pinned_held(arrays, is_pinned)
         entries = self.cache.find_list(ranges)
         dt = 0.0
         if entries is None:
@@ -1574,6 +1568,15 @@ class _Pins:
         self.held += entries
         self.register_s += dt
         self.sides[side] = "registered now" if dt else "registered before"
+        return True
+
+    def _pinned_held(self, arrays: Sequence[np.ndarray], is_pinned: Callable[[np.ndarray], bool]) -> bool:
+        """Without registering: are the arrays page-locked (by their owner, or by the cache
+        for another run: then held for this one)?"""
+        if not all(is_pinned(a) for a in arrays):
+            return False
+        if self.cache is not None:
+            self._hold_each(arrays)
         return True
 
     def _hold_each(self, arrays: Sequence[np.ndarray]) -> int:
@@ -1595,13 +1598,8 @@ class _Pins:
     def pinned(self, side: str, obj: Any, arr: np.ndarray, is_pinned: Callable[[np.ndarray], bool]) -> bool:
         """Is ``arr`` (the host view of the user's ``obj``) page-locked for this run: by
         its owner (``is_pinned``), or by the cache, now or before?"""
-        if self.cache is None:
-            return is_pinned(arr)
-        if not self.register:
-            if is_pinned(arr):
-                self._hold_each([arr])
-                return True
-            return False
+        if self.cache is None or not self.register:
+            return self._pinned_held([arr], is_pinned)
         known: list[bool] = []  # the driver is asked at most once
 
         def pinned_by_owner() -> bool:
@@ -1720,7 +1718,7 @@ class _Outputs:
         if self._block is None:
             if self._block_failed:
                 return None
-            size = max(self.row_bytes, self.row_bytes_hint) * self._rows_total + OUT_ALIGN * len(self.items)
+            size = max(self.row_bytes, self.row_bytes_hint) * self._rows_total + bulk_staging.ALIGN * len(self.items)
             try:
                 self._block = self.pool.empty((max(size, 1),), np.uint8, self.usage)
             except PinnedPoolFull:
@@ -1730,7 +1728,7 @@ class _Outputs:
         at = self._block_used
         if at + nbytes > self._block.nbytes:
             return None
-        self._block_used = at + -(-max(nbytes, 1) // OUT_ALIGN) * OUT_ALIGN
+        self._block_used = at + P.align_up(max(nbytes, 1), bulk_staging.ALIGN)
         return self._block[at:at + nbytes].view(dtype).reshape(shape), self._block_addr + at
 
     def _new(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
