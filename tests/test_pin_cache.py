@@ -390,14 +390,17 @@ def test_chunk_auto_tuned_through_the_ring_is_reused_once_pinned_in_place(pins):
         assert len(direct) == 1 and set(direct[0].models) == {"h2d", "compute", "d2h"}
         # the chunk the ring's runs kept is not carried over: it was chosen for the ring's host costs
         assert "the chunk of the runs before" not in st.chunk["reason"]
-        ring_kept = dataclasses.replace(ring, kept_bytes=st.chunk["bytes"] * 2)
+        # nor are the ring's runs' corrections: the direct runs make their own
+        ring_kept = dataclasses.replace(ring, kept_bytes=st.chunk["bytes"] * 2, refined=2,
+                                        seen={"compute": {st.chunk["bytes"]: 1e-3}})
         pipe._tuned[ring_key] = ring_kept
-        assert pipe._tuned_through_ring(x, "direct", "direct").kept_bytes == 0
+        carried = pipe._tuned_through_ring(x, "direct", "direct")
+        assert carried.kept_bytes == 0 and carried.refined == 0 and carried.seen == {}
         pipe._tuned[ring_key] = ring
         # the ring's GPU models, as taken; lowered only where this run refined them
         c = st.chunk["bytes"]
         for k in ("h2d", "compute", "d2h"):
-            assert (direct[0].models[k] == ring.models[k] if direct[0].refined == ring.refined
+            assert (direct[0].models[k] == ring.models[k] if direct[0].refined == 0
                     else direct[0].models[k].time(c) <= ring.models[k].time(c))
         pipe.run(x, out=out)
         assert pipe.stats.chunk["source"] == "reused"

@@ -193,6 +193,38 @@ def test_auto_chunk_grows_when_host_enqueue_dominates():
     assert slow_host.nbytes / 55e9 >= 0.95 * 2e-3
 
 
+def test_auto_chunk_takes_the_middle_of_the_sizes_predicted_about_as_good():
+    """Copy-bound work with small fixed costs: T(C) is within 1 % of its best over a wide
+    range. The choice sits inside that range, not at its small edge, where a host time
+    per batch larger than measured makes the run host-bound."""
+    models, total, host = _models(compute_gbps=500), 1 << 30, tuning.StageModel(100e-6, 0.0)
+    c = tuning.choose_chunk(models, total_bytes=total, row_bytes=4096, streams=3, host_s=host.fixed_s,
+                            device_budget_bytes=40 << 30)
+    sizes = [n * MiB for n in range(1, 257)]
+    best = min(tuning.predicted_time(models, host, total, n) for n in sizes)
+    band = [n for n in sizes if tuning.predicted_time(models, host, total, n) <= best * (1 + tuning.TIE)]
+    assert band[-1] >= 3 * band[0]  # (a wide band: the case this is about)
+    assert 1.5 * band[0] <= c.nbytes <= band[-1] / 1.5, (c.nbytes, band[0], band[-1])
+
+
+def test_auto_chunk_counts_a_streams_batches_one_after_another():
+    """Each batch's H2D, compute and D2H run on one of the streams, and a stream's next H2D
+    waits for its last D2H: with two streams and three equal stages, a chunk takes 1.5x
+    its slowest stage, so fixed costs weigh more and the choice is larger."""
+    models = _models(copy_latency=40e-6, launch=40e-6)
+    host = tuning.StageModel(20e-6, 0.0)
+    total, n = 1 << 30, 8 * MiB
+    one_stage = models["h2d"].time(n)
+    assert tuning.predicted_time(models, host, total, n, lanes=2) == pytest.approx(
+        tuning.predicted_time(models, host, total, n) + (total // n) * 0.5 * one_stage)
+
+    def choose(lanes):
+        return tuning.choose_chunk(models, total_bytes=total, row_bytes=4096, streams=2, host_s=host.fixed_s,
+                                   device_budget_bytes=40 << 30, lanes=lanes).nbytes
+
+    assert choose(2) > choose(0)
+
+
 def test_auto_chunk_capped_by_input_size_and_memory():
     small = tuning.choose_chunk(_models(), total_bytes=24 * MiB, row_bytes=4, streams=3,
                                 host_s=20e-6, device_budget_bytes=40 << 30)

@@ -214,6 +214,57 @@ def test_refined_models_choose_a_smaller_chunk_for_a_cheaper_host(fake):
     assert pipe._tuned[key].refined == fexec.MAX_REFINES
 
 
+def test_runs_at_two_sizes_refit_a_fixed_cost_per_chunk_the_probes_missed():
+    """A compute with a fixed GPU cost per chunk (it reads its weights once per chunk:
+    400 us for 1.2 GB of weights at 3 TB/s) that the probes' fit missed (a fixed part
+    clamped to 0), and a host time per batch 10x the steady runs' (as carried over from
+    the ring; session 16 measured 7.7x). Runs simulated from the steady times: the first
+    lowers the models and its chunk is not kept (chosen from a host time far off);
+    lowering alone then rates small chunks by their per-byte time and picks one several
+    times slower; the run at that second size refits the compute through both sizes,
+    and the choice ends within 2 % of the best size by the steady times."""
+    from fullpipe.pipeline import executor as fexec
+    from fullpipe.pipeline.stats import PipelineStats
+    from fullpipe.pipeline.tuning import StageModel, choose_chunk, predicted_time
+
+    total, row = 1024 * MiB, 4096
+    steady = {"h2d": StageModel(5e-6, 1 / 42e9), "compute": StageModel(400e-6, 1 / 30e9),
+              "d2h": StageModel(5e-6, 1 / 48e9)}
+    steady_host = StageModel(100e-6, 0.0)
+    carried = {"h2d": StageModel(0.0, 1 / 38e9), "compute": StageModel(0.0, 1 / 10e9),
+               "d2h": StageModel(1e-6, 1 / 48e9)}
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk="auto")
+    key = ("some work",)
+    pipe._tuned[key] = fexec._Tuned(carried, StageModel(1e-3, 0.0), 1.0, 0.0, 8 << 30, 1 * MiB)
+
+    def choose():
+        t = pipe._tuned[key]
+        return choose_chunk(t.models, total_bytes=total, row_bytes=row, streams=3, host_s=t.host.fixed_s,
+                            device_budget_bytes=t.budget_bytes, min_bytes=t.fitted_from_bytes,
+                            keep_bytes=t.kept_bytes).nbytes
+
+    def run(chunk):
+        busy = {k: m.time(chunk) * 1e3 * total / chunk for k, m in steady.items()}
+        pipe._refine(key, PipelineStats(batches=total // chunk, bytes_in=total, busy_ms=busy,
+                                        enqueue_us_per_batch=steady_host.fixed_s * 1e6), chunk)
+
+    def steady_ms(chunk):
+        return predicted_time(steady, steady_host, total, chunk) * 1e3
+
+    best = min(steady_ms(c * MiB) for c in range(1, 257))
+    run(choose())
+    assert pipe._tuned[key].kept_bytes == 0  # chosen from a host time 10x too large
+    lowered_only = choose()
+    assert steady_ms(lowered_only) > 2 * best  # no fixed compute time: far too small a chunk
+    run(lowered_only)
+    t = pipe._tuned[key]
+    assert len(t.seen["compute"]) == 2 and t.models["compute"].fixed_s == pytest.approx(400e-6, rel=0.01)
+    final = choose()
+    assert steady_ms(final) <= 1.02 * best
+    run(final)  # the refitted models predicted this run: nothing to correct, the choice stands
+    assert pipe._tuned[key].refined == 2 and choose() == final
+
+
 def test_refined_choice_keeps_the_chunk_in_use_when_it_is_about_as_good():
     """After a refinement, a chunk within KEEP_WITHIN of the best predicted time is kept
     (a new size would be a new batch shape for a framework model); one clearly worse

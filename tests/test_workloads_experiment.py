@@ -190,10 +190,10 @@ def test_without_cuda_in_pytorch_the_experiment_is_skipped(monkeypatch):
 def test_rounds_put_each_contender_in_every_position_and_after_every_other_equally_often(n):
     from collections import Counter
 
-    from fullpipe.experiments.measure import in_turn
+    from fullpipe.experiments.measure import in_turn, square_rounds
 
     names = [f"c{i}" for i in range(n)]
-    cycle = n if n % 2 == 0 else 2 * n
+    cycle = square_rounds(n)
     rounds = [in_turn(names, r) for r in range(cycle)]
     assert all(sorted(order) == names for order in rounds)
     positions = Counter((pos, c) for order in rounds for pos, c in enumerate(order))
@@ -201,3 +201,13 @@ def test_rounds_put_each_contender_in_every_position_and_after_every_other_equal
     follows = Counter((a, b) for order in rounds for a, b in zip(order, order[1:]))
     assert len(follows) == n * (n - 1) and set(follows.values()) == {cycle // n}
     assert in_turn(names, cycle) == rounds[0] and in_turn(names[:1], 5) == names[:1] and in_turn([], 0) == []
+
+
+def test_cheap_rounds_are_timed_up_to_a_whole_square_and_slow_ones_at_least_the_minimum():
+    from fullpipe.experiments.measure import rounds_within
+
+    # 5 contenders: a whole balanced square is 10 rounds
+    assert rounds_within(5, round_s=0.135, budget_s=4.0, least=3) == 10  # copy-heavy sweep: all of it fits
+    assert rounds_within(5, round_s=0.5, budget_s=4.0, least=3) == 8  # as many as fit
+    assert rounds_within(4, round_s=1.2, budget_s=1.5, least=3) == 3  # resnet rounds: the minimum
+    assert rounds_within(6, round_s=0.0, budget_s=1.0, least=3) == 6  # (a round too short to time)

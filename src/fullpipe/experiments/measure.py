@@ -45,3 +45,19 @@ def in_turn(contenders: list, round_index: int) -> list:
     if r >= n:  # odd n: the mirrored rows complete the design
         order.reverse()
     return [contenders[i] for i in order]
+
+
+def square_rounds(n_contenders: int) -> int:
+    """Rounds of one whole balanced Latin square of ``in_turn``: n, or 2n for odd n."""
+    return 1 if n_contenders < 2 else n_contenders * (1 if n_contenders % 2 == 0 else 2)
+
+
+def rounds_within(n_contenders: int, round_s: float, budget_s: float, least: int) -> int:
+    """How many alternating rounds to time, given that one took ``round_s``: a whole
+    balanced square when it fits in ``budget_s``, else as many rounds as fit, and never
+    fewer than ``least``. Cheap contenders get more rounds, so their medians stand on
+    more samples where the host's drift is as large as the differences measured
+    (session 15: chunk='auto' read 27.0 ms in three rounds of a sweep and 25.9 ms in
+    the rounds before, at the chunk a fixed pipeline ran in 25.5 ms)."""
+    fit = int(budget_s // round_s) if round_s > 0 else square_rounds(n_contenders)
+    return max(least, min(square_rounds(n_contenders), fit))

@@ -30,8 +30,8 @@ timed by the host's clock from the first batch to the last output in host memory
   small sweep of fixed chunks against ``chunk="auto"``.
 
 Compute alone, the peers and fullpipe are timed in alternating rounds (each once per
-round, in turn, the first one further along each round; the median of the rounds): a
-host's speed can drift by more than the differences measured, and a compute whose Python
+round, in the orders of a balanced Latin square; at least 3 rounds, up to a whole square
+where rounds are cheap; the median of the rounds): a host's speed can drift by more than the differences measured, and a compute whose Python
 launches take as long as its kernels runs at the host's speed. Peers use 32 (copy-heavy)
 or 16 (compute-bound) equal batches. Bounds measured in this run: compute alone (``f``
 over device-resident batches back to back on one stream, waited for; at the peers'
@@ -60,7 +60,7 @@ from ..cuda.pool import DevicePool
 from ..cuda.timing import median
 from ..pipeline import StreamPipeline
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
-from .measure import in_turn
+from .measure import in_turn, rounds_within
 from .figures import (BOUND, GREY, PAGEABLE, PINNED, PLAIN, RING, WIDE, label_bars, need, plain_log, pyplot,
                       rows_of, save)
 from .result import Bound, Result
@@ -114,7 +114,9 @@ DATALOADER_TIMEOUT_S = 30  # a stuck worker raises instead of hanging the run
 def _sizes(quick: bool) -> dict[str, int]:
     return {"copy_bytes": (256 if quick else 1024) * MiB, "images": 1024 if quick else 4096,
             "tokens": (256 if quick else 1024) * 1024, "peak_bytes": (128 if quick else 256) * MiB,
-            "repeat": 3, "sweep_repeat": 3}
+            "repeat": 3, "sweep_repeat": 3,
+            # more rounds where they are cheap: up to a whole balanced square within this time
+            "rounds_budget_s": 2.0 if quick else 5.0, "sweep_budget_s": 1.5 if quick else 4.0}
 
 
 class _Mismatch(Exception):
@@ -516,8 +518,10 @@ class _Env:
     dev: Any
     pool: Any
     stream: Any
-    repeat: int
+    repeat: int  # alternating rounds at least (more within rounds_budget_s)
     sweep_repeat: int
+    rounds_budget_s: float
+    sweep_budget_s: float
     copy_gbps: float  # min(host memmove, pinned peak) each way with both directions at once
     progress: Callable[[float, str], None]
 
@@ -620,13 +624,18 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         contenders += [(FULLPIPE, lambda: _fp_call(pipe, w, fout, fx)),
                        (FULLPIPE_NEW_OUTPUT, lambda: _fp_call(pipe, w, None, fx))]
         samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
-        for r in range(repeat):
-            progress(f"timing, round {r + 1} of {repeat}")
+        r, rounds = 0, repeat
+        while r < rounds:
+            progress(f"timing, round {r + 1} of {rounds}")
+            t_round = time.perf_counter()
             for label, fn in in_turn(contenders, r):
                 t0 = time.perf_counter()
                 fn()
                 ms = (time.perf_counter() - t0) * 1e3
                 samples[label].append((ms, _fp_stats(pipe) if label.startswith(FULLPIPE) else {}))
+            if r == 0:
+                rounds = rounds_within(len(contenders), time.perf_counter() - t_round, env.rounds_budget_s, repeat)
+            r += 1
 
         def median_run(label: str) -> tuple[float, dict[str, Any]]:
             runs = sorted(samples[label], key=lambda t: t[0])
@@ -667,11 +676,18 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
                 _fp_call(p, w, fout, fx)
                 check(f"{FULLPIPE}, chunk {chunk}", fout)
             times_: dict[str, list[float]] = {chunk: [] for chunk in chunks}
-            for r in range(env.sweep_repeat if chunks else 0):
-                progress(f"fullpipe, chunk sweep: round {r + 1} of {env.sweep_repeat}")
-                for chunk, p in in_turn([("auto", pipe), *sweep.items()], r):
+            swept = [("auto", pipe), *sweep.items()]
+            r, rounds = 0, (env.sweep_repeat if chunks else 0)
+            while r < rounds:
+                progress(f"fullpipe, chunk sweep: round {r + 1} of {rounds}")
+                t_round = time.perf_counter()
+                for chunk, p in in_turn(swept, r):
                     ms = _wall_ms(lambda: _fp_call(p, w, fout, fx), 1)[0]
                     (auto_in_sweep if chunk == "auto" else times_[chunk]).append(ms)
+                if r == 0:
+                    rounds = rounds_within(len(swept), time.perf_counter() - t_round, env.sweep_budget_s,
+                                           env.sweep_repeat)
+                r += 1
             for chunk, p in sweep.items():
                 sweep_ms[chunk] = median(times_[chunk])
                 st = _fp_stats(p)
@@ -728,7 +744,7 @@ def _measure_all(ctx: Any, torch: Any, tv: Any, tv_missing: str | None, tdev: An
     copy_gbps = min(bounds["pinned_peak"]["both_each_way"],
                     host_copy_rate(bounds["host_memmove"], bounds["host_torch_copy"])[0])
     env = _Env(torch, tdev, dev, pool, torch.cuda.Stream(tdev), sizes["repeat"], sizes["sweep_repeat"],
-               copy_gbps, ctx.progress)
+               sizes["rounds_budget_s"], sizes["sweep_budget_s"], copy_gbps, ctx.progress)
     params = {"quick": ctx.quick, "streams": STREAMS, "chunk": "auto",
               "torch": torch.__version__, "torchvision": getattr(tv, "__version__", None), **sizes,
               "row_tolerance": ROW_TOLERANCE, "dataloader_workers": DATALOADER_WORKERS, "hand_slots": HAND_SLOTS,

@@ -867,6 +867,7 @@ class StreamPipeline:
                 device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
                 device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
                 min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes,
+                lanes=0 if self.copy_streams else self.n_streams,
             )
             if len(self._choices) >= 256:
                 self._choices.clear()
@@ -878,41 +879,68 @@ class StreamPipeline:
         for it, and what they read can be several times what a steady run takes: on an
         H100 a bf16 MLP probed through the ring read 1857 us of host time per batch and a
         16 GB/s compute, its steady runs 290 us and 119 GB/s, and the choice (94 MiB) ran
-        at 0.93x the best fixed chunk (16 MiB; session 14). So after a run at the chosen
-        chunk, each stage the run spent less time on than its model predicts (the run's
-        busy time per chunk, and its host time per batch) is scaled down to what the run
-        took, and the next run chooses again (keeping this run's chunk if it is still
-        predicted within 5 % of the best). Models are only lowered: a steady run's
-        stages overlap and share the GPU, so their times are upper bounds. At most
-        MAX_REFINES times per kind of work: the probes' error is corrected by the first
-        runs; after that, a loop over the same work keeps its choice."""
+        at 0.93x the best fixed chunk (16 MiB; session 14). So after each run at a chosen
+        chunk, each stage's time per chunk in that run (its busy time, and for the ring's
+        copies the median per batch) is kept, the smallest per size seen, and:
+
+        - once runs have been seen at two sizes at least 1.5x apart, the stage's model is
+          the line through the smallest and the largest of them. The probes' fit can miss
+          a fixed cost per chunk: on an H100 they fitted 0 us of fixed compute time to
+          that MLP (a 10.5 GB/s probe, scaled down by a run), its steady runs took
+          150 us per 8 MiB chunk and 240 us per 18 MiB chunk, and the refined models
+          rated 8 MiB chunks as good as 18 where they ran 11 % slower (session 16);
+        - before that, a stage the run took less time for than its model predicts is
+          scaled down to what the run took (a steady run's stages share the GPU, so one
+          run's time alone is not evidence that a stage is slower than probed).
+
+        The host time per batch is only lowered. The next run chooses again, keeping this
+        run's chunk if it is still predicted within 5 % of the best and the models that
+        chose it were not far off. At most MAX_REFINES times per kind of work: after
+        that, a loop over the same work keeps its choice."""
         tuned = self._tuned.get(key)
         if tuned is None or tuned.refined >= MAX_REFINES or stats.bytes_in <= 0:
             return
         share = chunk_bytes / stats.bytes_in  # of the run's busy time, one chunk's
-        models, changed = dict(tuned.models), False
         seen_per_chunk = {stage: ms / 1e3 * share for stage, ms in stats.busy_ms.items()}
         for stage, copies in stats.host_copy_s.items():  # the ring's memmoves, per batch
             if copies:
                 seen_per_chunk[stage] = median(copies)
-        for stage, seen in seen_per_chunk.items():
+        seen = {stage: dict(by_size) for stage, by_size in tuned.seen.items()}
+        models, changed, lowest = dict(tuned.models), False, 1.0
+        for stage, t in seen_per_chunk.items():
             m = models.get(stage)
-            if m is None:
+            if m is None or t <= 0.0:
                 continue
+            by_size = seen.setdefault(stage, {})
+            by_size[chunk_bytes] = min(t, by_size.get(chunk_bytes, t))
+            small, large = min(by_size), max(by_size)
             predicted = m.time(chunk_bytes)
-            if 0.0 < seen < REFINE_BELOW * predicted:
-                k = seen / predicted
+            if large >= FIT_SPREAD * small:
+                fitted = StageModel.fit(small, by_size[small], large, by_size[large])
+                if abs(fitted.time(chunk_bytes) - predicted) > REFIT_ABOVE * predicted or any(
+                        abs(fitted.time(n) - m.time(n)) > REFIT_ABOVE * m.time(n) for n in (small, large)):
+                    models[stage], changed = fitted, True
+                    lowest = min(lowest, fitted.time(chunk_bytes) / predicted)
+            elif t < REFINE_BELOW * predicted:
+                k = t / predicted
                 models[stage] = StageModel(m.fixed_s * k, m.per_byte_s * k)
-                changed = True
+                changed, lowest = True, min(lowest, k)
         host = tuned.host
         seen_host = stats.enqueue_us_per_batch * 1e-6
         if 0.0 < seen_host < REFINE_BELOW * host.time(chunk_bytes):
-            host, changed = StageModel(seen_host, 0.0), True
+            changed, lowest = True, min(lowest, seen_host / host.time(chunk_bytes))
+            host = StageModel(seen_host, 0.0)
         if changed:
+            # This run's chunk is kept only if the models that chose it were about right: one
+            # chosen from a host time 7.7x too large (carried over from the ring; session 16)
+            # is no better a start than any other size.
+            kept = chunk_bytes if lowest >= KEEP_IF_CORRECTED_ABOVE else 0
             self._tuned[key] = dataclasses.replace(tuned, models=models, host=host, refined=tuned.refined + 1,
-                                                   kept_bytes=chunk_bytes)
+                                                   kept_bytes=kept, seen=seen)
             for choice_key in [ck for ck in self._choices if ck[0] == key]:
                 del self._choices[choice_key]
+        else:
+            self._tuned[key] = dataclasses.replace(tuned, seen=seen)
 
     def _tuned_through_ring(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> "_Tuned | None":
         """The models of the same work tuned through the ring, for a side that is now
@@ -923,7 +951,9 @@ class StreamPipeline:
         chunks. Saves a second tune (for a framework model, new probe shapes and their
         first calls: 2.1 s for a torchvision model on an H100). The chunk the ring's runs
         kept is not kept here: it was chosen for the ring's host costs (a 1 GiB MLP kept
-        128 MiB chunks pinned in place at 0.92x the best fixed chunk, 32 MiB; session 15)."""
+        128 MiB chunks pinned in place at 0.92x the best fixed chunk, 32 MiB; session 15).
+        The runs' corrections start over too: their host and compute times were the
+        ring's, whose threads compete with the compute for the host."""
         was_in = [stage_in] + (["ring"] if stage_in == "direct" else [])
         was_out = [stage_out] + (["ring"] if stage_out == "direct" else [])
         for before in sorted(itertools.product(was_in, was_out), key=lambda k: -k.count("ring")):
@@ -931,7 +961,7 @@ class StreamPipeline:
             if tuned is not None:
                 dropped = {name for name, b, now in zip(HOST_STAGES, before, (stage_in, stage_out)) if b != now}
                 return dataclasses.replace(tuned, models={k: m for k, m in tuned.models.items() if k not in dropped},
-                                           kept_bytes=0)
+                                           kept_bytes=0, refined=0, seen={})
         return None
 
     def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args) -> tuple["_Tuned", int, int]:
@@ -1481,6 +1511,9 @@ class RunMode:
 PROBE_RUN = RunMode(timing=True, synchronous=True, graphs=False)  # chunk="auto" probes: stage times
 REFINE_BELOW = 0.8  # chunk="auto": a stage a run took less than this share of its model's time for is refined
 MAX_REFINES = 3  # ... by at most this many runs per kind of work
+FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
+REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
+KEEP_IF_CORRECTED_ABOVE = 0.5  # ... and the run's chunk kept (if still nearly the best) only when no model fell below this share
 TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, about every 8th is timed
 
 
@@ -1822,6 +1855,7 @@ class _Tuned:
     fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
     refined: int = 0  # runs whose own times lowered these models (StreamPipeline._refine)
     kept_bytes: int = 0  # the chunk of the last run that refined them (kept if still about as good)
+    seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
 
 
 def _device_bytes(b: P.Batch, writes_output: bool) -> int:

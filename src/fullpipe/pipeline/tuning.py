@@ -9,7 +9,8 @@ framework model, its Python kernel launches; the executor fits it as a constant)
 chunks of ``C`` bytes then takes about::
 
     T(C) = ceil(total / C) * P(C) + F(C)
-    P(C) = max(every stage's time, HOST_MARGIN * host time)   # the steady state
+    P(C) = max(every stage's time, HOST_MARGIN * host time,   # the steady state
+               sum of the GPU stages' times / streams)         # (a stream's batches in order)
     F(C) = sum of the stages' times - the slowest one          # fill and drain
 
 P falls as C grows while fixed costs (copy latency, launch overhead, the Python of
@@ -29,8 +30,10 @@ streams): later runs choose from them without probing (``stats.chunk["source"]
 == "reused"``); ``StreamPipeline.retune()`` forgets them. Each run at a chosen chunk
 also corrects them: a probe runs one chunk alone and waits for it, and can read the
 host and the compute several times slower than a steady run does, so a stage the
-run took less time for than its model predicts is lowered to what the run took,
-and the next run chooses again (``stats.chunk["refined_runs"]``). A side that went through
+run took less time for than its model predicts is lowered to what the run took; once
+runs at two sizes have been seen, each stage is refitted through them (a fixed cost
+per chunk the probes missed shows there); the next run chooses again
+(``stats.chunk["refined_runs"]``). A side that went through
 the ring when tuned and is copied directly now (a pageable array pinned in place at
 its second run) reuses those models without the ring's host copies (``"reused from
 the ring"``): the GPU copies were timed from pinned slots already.
@@ -116,7 +119,7 @@ class StageModel:
         return cls(fixed, per_byte)
 
 
-TIE = 0.01  # predicted times this close are equal: take the smaller chunk
+TIE = 0.01  # predicted times this close are equal: take the middle of the sizes within it
 KEEP_WITHIN = 0.05  # refined models: the chunk in use is kept when predicted this close to the best
 HOST_MARGIN = 1.5  # the host's time per batch must stay this far under the GPU's, to stay ahead
 
@@ -153,11 +156,16 @@ def smallest_efficient_chunk(models: dict[str, StageModel], host_s: float, effic
 
 
 def predicted_time(models: dict[str, StageModel], host: StageModel, total_bytes: float, nbytes: float,
-                   host_margin: float = HOST_MARGIN) -> float:
-    """T(C) of the module docstring, in seconds, for chunks of ``nbytes``."""
+                   host_margin: float = HOST_MARGIN, lanes: int = 0) -> float:
+    """T(C) of the module docstring, in seconds, for chunks of ``nbytes``. ``lanes``: when
+    each batch runs all its GPU stages on one of that many streams (the default layout),
+    a stream's next H2D waits for its last D2H, so a chunk takes at least the sum of the
+    GPU stages over the lanes."""
     times = [m.time(nbytes) for m in models.values()]
     h = host.time(nbytes)
     steady = max(max(times), host_margin * h)
+    if lanes:
+        steady = max(steady, sum(m.time(nbytes) for k, m in models.items() if k in STAGES) / lanes)
     fill = sum(times) + h - max(max(times), h)
     return math.ceil(total_bytes / nbytes) * steady + fill
 
@@ -179,6 +187,7 @@ def choose_chunk(
     host_margin: float = HOST_MARGIN,
     min_bytes: int = 0,
     keep_bytes: int = 0,
+    lanes: int = 0,
 ) -> ChunkChoice:
     """Chunk size (bytes, whole rows) for a run of ``total_bytes``: the C that
     minimises the predicted time T(C) (module docstring) within the limits.
@@ -191,12 +200,16 @@ def choose_chunk(
     it they extrapolate, e.g. a memmove split over fewer threads is slower per byte).
     ``keep_bytes``: the chunk earlier runs used, kept when its predicted time is within
     KEEP_WITHIN of the best (each new chunk size is a new batch shape: a framework
-    model's first calls at it can take a second)."""
+    model's first calls at it can take a second). ``lanes``: see predicted_time."""
     if not models or any(k not in STAGES + HOST_STAGES for k in models):
         raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
     row_bytes = max(int(row_bytes), 1)
     total_bytes = max(int(total_bytes), row_bytes)
     host = StageModel(host_s, host_per_byte_s)
+
+    def T(nbytes: float) -> float:
+        return predicted_time(models, host, total_bytes, nbytes, host_margin, lanes)
+
     bound_stage = max(models, key=lambda k: models[k].per_byte_s)
     if host_per_byte_s > models[bound_stage].per_byte_s:
         bound_stage = "host"
@@ -213,8 +226,7 @@ def choose_chunk(
     upper = max(min(limits.values()), row_bytes)
     limiter = min(limits, key=limits.get)
     # T(C) on whole-row sizes: a 5 % geometric grid, and every size that cuts the run
-    # into k equal chunks (T jumps with ceil(total / C)); the smallest C within TIE of
-    # the best T (a smaller chunk holds less memory and fills the pipeline sooner)
+    # into k equal chunks (T jumps with ceil(total / C))
     total_rows = max(1, total_bytes // row_bytes)
     sizes = set()
     c = float(row_bytes)
@@ -226,14 +238,21 @@ def choose_chunk(
     for k in range(k_min, min(total_rows, k_min + 512) + 1):
         sizes.add(-(-total_rows // k))
     floor_bytes = min(max(min_bytes, row_bytes), upper)
-    grid = [(float(r * row_bytes), predicted_time(models, host, total_bytes, r * row_bytes, host_margin))
+    grid = [(float(r * row_bytes), T(r * row_bytes))
             for r in sorted(sizes) if floor_bytes <= r * row_bytes <= upper]
     if not grid:
-        grid = [(float(upper), predicted_time(models, host, total_bytes, upper, host_margin))]
+        grid = [(float(upper), T(upper))]
     best_t = min(t for _, t in grid)
-    target = min(c for c, t in grid if t <= best_t * (1 + TIE))
+    # The middle (geometric) of the sizes predicted within TIE of the best, not an edge: the
+    # model's errors cost more on the small side, where the host's time per batch (which
+    # varied 130-380 us between runs of one MLP on one H100) can overtake the GPU's and the
+    # time climbs steeply (a 1 GiB MLP, H100: 8 MiB chunks 22 % slower than 16 MiB; on the
+    # large side, 128 MiB 11 % slower; session 16).
+    band = [c for c, t in grid if t <= best_t * (1 + TIE)]
+    middle = math.sqrt(band[0] * band[-1])
+    target = min(band, key=lambda c: abs(math.log(c / middle)))
     lower = smallest_efficient_chunk(models, host_s * host_margin, efficiency)
-    beyond = predicted_time(models, host, total_bytes, max(2 * upper, row_bytes), host_margin)
+    beyond = T(max(2 * upper, row_bytes))
     if beyond < best_t * (1 - TIE):  # a bigger chunk than the limits allow would be faster
         why = f"capped by {limiter}; the model's best size is larger"
     elif target < lower:
@@ -246,13 +265,12 @@ def choose_chunk(
     # Whole rows; MiB-aligned when rows are small, so copies stay large and aligned.
     if target >= MiB and row_bytes * 64 <= MiB:  # (a MiB is many rows: the rounding barely moves T)
         down, up = max(MiB, target // MiB * MiB), -(-target // MiB) * MiB
-        if up <= upper and (predicted_time(models, host, total_bytes, up, host_margin)
-                            < predicted_time(models, host, total_bytes, down, host_margin) * (1 - TIE)):
+        if up <= upper and T(up) < T(down) * (1 - TIE):
             target = up
         else:
             target = down
     if (keep_bytes and target != keep_bytes and floor_bytes <= keep_bytes <= upper
-            and predicted_time(models, host, total_bytes, keep_bytes, host_margin) <= best_t * (1 + KEEP_WITHIN)):
+            and T(keep_bytes) <= best_t * (1 + KEEP_WITHIN)):
         target = keep_bytes
         why = f"the chunk of the runs before, within {KEEP_WITHIN:.0%} of the shortest predicted total time"
     rows = max(1, int(target // row_bytes))
@@ -263,7 +281,7 @@ def choose_chunk(
     balance = (
         f"compute/copy time per byte {comp_pb / copy_pb:.2f}" if copy_pb > 0 else "no copies"
     )
-    t_ms = predicted_time(models, host, total_bytes, nbytes, host_margin) * 1e3
+    t_ms = T(nbytes) * 1e3
     reason = (
         f"{nbytes / MiB:.2f} MiB ({rows} rows): {why}. Rates: {rates}; {balance}; host "
         f"{host_s * 1e6:.0f} us + {host_per_byte_s * MiB * 1e6:.1f} us/MiB per batch; "
