@@ -363,3 +363,40 @@ def test_batch_views_are_row_major_like_numpys():
         shape = tuple(int(e) for e in rng.integers(1, 9, size=int(rng.integers(1, 5))))
         want = tuple(s // 4 for s in np.empty(shape, np.float32).strides)
         assert contiguous_strides(shape) == want, shape
+
+
+def test_a_type_error_at_the_first_call_with_cupy_imported_suggests_form_cupy(fake, fakefw, monkeypatch):
+    """A CuPy function over a NumPy input with PyTorch and CuPy both imported is handed a
+    torch tensor, and CuPy's error ("The input array a must be a cupy.ndarray") does not
+    say why: the failure carries a note naming form='cupy'. Only at the first call, and
+    only when the other framework is imported."""
+    import sys
+
+    monkeypatch.setattr(fexec, "make_framework", lambda name, index: type("Torchish", (FakeFramework,),
+                                                                          {"name": "torch"})(index))
+    x = np.ones((400, 4), np.float32)
+
+    def cupy_function(t):
+        raise TypeError("The input array a must be a cupy.ndarray")
+
+    def notes_of(compute, cupy_imported):
+        if cupy_imported:
+            monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or object())
+        else:
+            monkeypatch.delitem(sys.modules, "cupy", raising=False)
+        pipe = StreamPipeline(compute, form="torch", streams=2, chunk=100)
+        with pytest.raises(TypeError) as info:
+            pipe.run(x)
+        _assert_clean(pipe)
+        return " ".join(getattr(info.value, "__notes__", []))
+
+    assert "pass form='cupy'" in notes_of(cupy_function, cupy_imported=True)
+    assert "form='cupy'" not in notes_of(cupy_function, cupy_imported=False)
+    later = RowStats()
+
+    def fails_later(t):
+        if later.calls == 2:
+            raise TypeError("a bug of the compute's own, at its third call")
+        return later(t)
+
+    assert "form='cupy'" not in notes_of(fails_later, cupy_imported=True)

@@ -335,6 +335,7 @@ class TensorCompute:
         self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
         self._caller_stream: Any = None  # the framework's current stream before the run, restored after
         self.out_row_bytes = 0  # the largest output row seen in run_batches (the executor's bulk staging)
+        self.called = False  # f has returned once (a TypeError before that may be the wrong framework)
 
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
@@ -368,7 +369,15 @@ class TensorCompute:
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
-            y = self.fn(xt)
+            if self.called:
+                y = self.fn(xt)
+            else:
+                try:
+                    y = self.fn(xt)
+                except TypeError as exc:
+                    _note_framework(exc, fw.name)
+                    raise
+                self.called = True
         else:
             y = g
         y, shape, dtype, ptr = fw.output(y, fs)
@@ -397,6 +406,21 @@ class TensorCompute:
         self.release()
         if self.graphs is not None:
             self.graphs.clear()
+
+
+def _note_framework(exc: BaseException, given: str) -> None:
+    """A TypeError from ``f``'s first call, with the other framework imported: most likely
+    ``f`` is that framework's function and was handed the other's tensor (a NumPy input
+    goes to PyTorch when both are imported). Say so beside the framework's own message
+    (CuPy's reads "The input array a must be a cupy.ndarray")."""
+    import sys
+
+    other = "cupy" if given == "torch" else "torch"
+    if other in sys.modules and hasattr(exc, "add_note"):
+        kind = "torch.Tensor" if given == "torch" else "cupy.ndarray"
+        exc.add_note(f"fullpipe handed the compute a {kind}. If it is a "
+                     f"{'CuPy' if other == 'cupy' else 'PyTorch'} function, pass form={other!r} to StreamPipeline "
+                     "(a NumPy input goes to PyTorch when both are imported).")
 
 
 class TorchGraphs:
