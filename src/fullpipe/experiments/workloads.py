@@ -31,8 +31,9 @@ timed by the host's clock from the first batch to the last output in host memory
 
 Compute alone, the peers and fullpipe are timed in alternating rounds (each once per
 round, in the orders of a balanced Latin square; at least 3 rounds, up to a whole square
-where rounds are cheap; the median of the rounds): a host's speed can drift by more than the differences measured, and a compute whose Python
-launches take as long as its kernels runs at the host's speed. Peers use 32 (copy-heavy)
+where rounds are cheap; the median of the rounds): a host's speed can drift by more than
+the differences measured, and a compute whose Python launches take as long as its kernels
+runs at the host's speed. Peers use 32 (copy-heavy)
 or 16 (compute-bound) equal batches. Bounds measured in this run: compute alone (``f``
 over device-resident batches back to back on one stream, waited for; at the peers'
 batches and at the chunk fullpipe's timed runs use, the faster); the pinned copy peak
