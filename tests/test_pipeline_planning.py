@@ -3,6 +3,8 @@ stats arithmetic, the staging helpers, and the workload's NumPy reference."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 import time
 
@@ -264,6 +266,23 @@ def test_pipeline_stats_bound_and_overlap():
     assert st.bound_ms == pytest.approx(10.0) and st.ratio_to_bound == pytest.approx(10 / 12)
     assert st.overlap == pytest.approx(30 / 12) and st.stage_gbps("h2d") == pytest.approx(1.0)
     assert "of bound" in str(st) and st.as_dict()["bound_stage"] in ("h2d", "compute", "d2h")
+
+
+def test_stats_say_when_the_host_is_the_limit():
+    """Numbers of session 16's recorded `bench workloads` (H100): the encoder layer's call
+    took 441 us per batch (478 us with fullpipe's enqueue) against 516 us of GPU compute
+    per batch: host-bound, and the stats say so with the remedy. The bf16 MLP's call took
+    185 us against 650 us per batch of H2D: not host-bound. Graph runs: no hint."""
+    enc = stats.PipelineStats(batches=127, wall_ms=69.1, gpu_span_ms=68.0, busy_ms={"h2d": 20.0, "compute": 127 * 0.516, "d2h": 5.0},
+                              enqueue_us_per_batch=478.0, host_us={"front": 15.0, "compute_call": 441.0, "back": 22.0})
+    hint = enc.host_bound_hint
+    assert hint and "441 us" in hint and "516 us" in hint and "graph=True" in hint
+    assert f"hint: {hint}" in str(enc) and enc.as_dict()["host_bound_hint"] == hint
+    mlp = stats.PipelineStats(batches=37, wall_ms=24.9, gpu_span_ms=24.5, busy_ms={"h2d": 37 * 0.650, "compute": 10.0, "d2h": 22.0},
+                              enqueue_us_per_batch=233.0, host_us={"front": 16.0, "compute_call": 185.0, "back": 32.0})
+    assert mlp.host_bound_hint is None and "hint:" not in str(mlp)
+    graphed = dataclasses.replace(enc, graph={"reason": "replayed"})
+    assert graphed.host_bound_hint is None
 
 
 # --------------------------------------------------------------------------- staging helpers

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any, Iterable, Sequence
 
 STAGES = ("h2d", "compute", "d2h")
+HOST_BOUND_SHARE = 0.8  # host time per batch over the GPU's compute per batch that counts as host-bound
 
 
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:
@@ -135,6 +136,26 @@ class PipelineStats:
             return None
         return sum(self.busy_ms.values()) / self.gpu_span_ms
 
+    @property
+    def host_bound_hint(self) -> str | None:
+        """A sentence when the host's time per batch (the compute's own call, or fullpipe's
+        enqueue around it) is about as long as the busiest GPU stage's time per batch (at
+        least HOST_BOUND_SHARE of it: when the host is the limit, the compute's busy time
+        is stretched by the launches it waits for, so the two meet). The GPU then waits for
+        the host, and overlap cannot help; replaying captured calls can. None otherwise,
+        and for graph runs."""
+        call_us = self.host_us.get("compute_call") if self.host_us else None
+        bound = self.bound_ms
+        if self.graph or not call_us or not bound or not self.batches:
+            return None
+        gpu_us = bound * 1e3 / self.batches
+        if max(call_us, self.enqueue_us_per_batch) < HOST_BOUND_SHARE * gpu_us:
+            return None
+        return (f"host-bound: the compute's call took {call_us:.0f} us per batch and fullpipe's enqueue with it "
+                f"{self.enqueue_us_per_batch:.0f} us, about as long as the busiest GPU stage ({self.bound_stage}, "
+                f"{gpu_us:.0f} us per batch), so the GPU waits for Python; graph=True replays captured calls "
+                "(docs/notes/pipeline-pytorch.md), and larger batches amortise the call")
+
     def stage_gbps(self, stage: str) -> float | None:
         """Bytes moved by a copy stage over that stage's busy time (GB/s)."""
         ms = self.busy_ms.get(stage)
@@ -151,6 +172,7 @@ class PipelineStats:
             overlap=self.overlap,
             h2d_gbps=self.stage_gbps("h2d"),
             d2h_gbps=self.stage_gbps("d2h"),
+            host_bound_hint=self.host_bound_hint,
         )
         return d
 
@@ -188,6 +210,9 @@ class PipelineStats:
                          + (f" (models refined from {refined} run{'s' if refined > 1 else ''})" if refined else ""))
         if self.graph:
             lines.append(f"graph: {self.graph.get('reason', self.graph)}")
+        hint = self.host_bound_hint
+        if hint:
+            lines.append(f"hint: {hint}")
         return "\n".join(lines)
 
 
