@@ -286,7 +286,7 @@ class PinCache:
         if not self._entries:  # (read without the lock: an entry made meanwhile is not ours to hold)
             return None
         with self._lock:
-            e = self._find(int(arr.__array_interface__["data"][0]), int(arr.nbytes))
+            e = self._find(arr.ctypes.data, int(arr.nbytes))
             return None if e is None else self._use(e)
 
     def release(self, entry: _Entry) -> None:

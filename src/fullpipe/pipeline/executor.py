@@ -609,7 +609,7 @@ class StreamPipeline:
             in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
                                          self._pinned)
             outs_pinned = out_given is not None and pins.pinned_list(
-                "output", outs, out_given, [(o.__array_interface__["data"][0], o.nbytes) for o in out_given],
+                "output", outs, out_given, [(o.ctypes.data, o.nbytes) for o in out_given],
                 self._pinned)
             pins.settle()
             outputs = None
@@ -623,7 +623,7 @@ class StreamPipeline:
             elif out_arrays is not None and out_given is None and in_pinned:
                 # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
                 for i, (it, po) in enumerate(zip(items, self._new_outputs(out_arrays, usage, notes))):
-                    it.dst, it.dst_addr = po, po.__array_interface__["data"][0]
+                    it.dst, it.dst_addr = po, po.ctypes.data
                     out_arrays[i] = po
                 out_pinned = not notes
             else:
@@ -731,7 +731,7 @@ class StreamPipeline:
     def _pinned(self, arr: np.ndarray) -> bool:
         """Is ``arr`` page-locked? (Called once the run's context is current.) Through the
         ctypes hot path where it can: run_batches asks for every batch and output."""
-        got = self._hot.host_pinned(arr.__array_interface__["data"][0])
+        got = self._hot.host_pinned(arr.ctypes.data)  # (ctypes.data: 1.4 us, __array_interface__: 3 us)
         if got is not None:
             return got
         try:
@@ -1819,7 +1819,7 @@ class _Outputs:
         if self.bulk is not None:  # the D2H goes to the batch's place in the run's pinned block
             b.dst_addr, b.drain_bytes = self.bulk[b.index], 0
             return False
-        b.dst_addr = addr or dst.__array_interface__["data"][0]  # (~2 us: not for the bulk case above)
+        b.dst_addr = addr or dst.ctypes.data  # (~1.4 us: not for the bulk case above)
         if self.lazy_bulk is not None:  # ... given now (0: no room, straight into dst)
             estimate = max(self.row_bytes, self.row_bytes_hint) * self._rows_total
             b.dst_addr = self.lazy_bulk.place_output(dst, estimate) or b.dst_addr

@@ -168,7 +168,7 @@ class _Worker:
 
 
 def host_address(array: Any) -> int:
-    return int(array.__array_interface__["data"][0])
+    return int(array.ctypes.data)
 
 
 class InputStager(_Worker):
