@@ -108,6 +108,14 @@ _TORCH_KINDS: dict[Any, HostKind] = {}  # per torch dtype NumPy has: its HostKin
 
 
 def _torch_host_view(t: Any, what: str) -> tuple[np.ndarray, HostKind]:
+    kind = _TORCH_KINDS.get(t.dtype)
+    if kind is not None and not t.requires_grad:  # the common case in one call (run_batches views each batch)
+        try:
+            arr = t.numpy()  # (refuses GPU tensors and a set conjugate or negation bit)
+        except (TypeError, RuntimeError):
+            arr = None
+        if arr is not None and arr.flags.c_contiguous:
+            return arr, kind
     if not t.is_cpu:
         raise _device_array_error(t, what)
     if not t.is_contiguous():
