@@ -4,7 +4,6 @@ stats arithmetic, the staging helpers, and the workload's NumPy reference."""
 from __future__ import annotations
 
 import dataclasses
-
 import threading
 import time
 
@@ -273,13 +272,15 @@ def test_stats_say_when_the_host_is_the_limit():
     took 441 us per batch (478 us with fullpipe's enqueue) against 516 us of GPU compute
     per batch: host-bound, and the stats say so with the remedy. The bf16 MLP's call took
     185 us against 650 us per batch of H2D: not host-bound. Graph runs: no hint."""
-    enc = stats.PipelineStats(batches=127, wall_ms=69.1, gpu_span_ms=68.0, busy_ms={"h2d": 20.0, "compute": 127 * 0.516, "d2h": 5.0},
-                              enqueue_us_per_batch=478.0, host_us={"front": 15.0, "compute_call": 441.0, "back": 22.0})
+    enc = stats.PipelineStats(batches=127, wall_ms=69.1, gpu_span_ms=68.0,
+                              busy_ms={"h2d": 20.0, "compute": 127 * 0.516, "d2h": 5.0}, enqueue_us_per_batch=478.0,
+                              host_us={"front": 15.0, "compute_call": 441.0, "back": 22.0})
     hint = enc.host_bound_hint
     assert hint and "441 us" in hint and "516 us" in hint and "graph=True" in hint
     assert f"hint: {hint}" in str(enc) and enc.as_dict()["host_bound_hint"] == hint
-    mlp = stats.PipelineStats(batches=37, wall_ms=24.9, gpu_span_ms=24.5, busy_ms={"h2d": 37 * 0.650, "compute": 10.0, "d2h": 22.0},
-                              enqueue_us_per_batch=233.0, host_us={"front": 16.0, "compute_call": 185.0, "back": 32.0})
+    mlp = stats.PipelineStats(batches=37, wall_ms=24.9, gpu_span_ms=24.5,
+                              busy_ms={"h2d": 37 * 0.650, "compute": 10.0, "d2h": 22.0}, enqueue_us_per_batch=233.0,
+                              host_us={"front": 16.0, "compute_call": 185.0, "back": 32.0})
     assert mlp.host_bound_hint is None and "hint:" not in str(mlp)
     graphed = dataclasses.replace(enc, graph={"reason": "replayed"})
     assert graphed.host_bound_hint is None

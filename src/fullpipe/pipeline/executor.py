@@ -1513,7 +1513,7 @@ REFINE_BELOW = 0.8  # chunk="auto": a stage a run took less than this share of i
 MAX_REFINES = 3  # ... by at most this many runs per kind of work
 FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
-KEEP_IF_CORRECTED_ABOVE = 0.5  # ... and the run's chunk kept (if still nearly the best) only when no model fell below this share
+KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
 TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, about every 8th is timed
 
 
