@@ -317,6 +317,7 @@ def test_auto_chunk_choice_is_weighed_once_per_run_size(fake, monkeypatch):
 
     fake.jitter["value"] = 0.0
     monkeypatch.setattr(fexec, "REFINE_BELOW", 0.0)  # (runs that refine the models weigh again: tested above)
+    monkeypatch.setattr(fexec, "FIT_SPREAD", float("inf"))  # (so do runs at two sizes that refit them)
     calls = []
     real = fexec.choose_chunk
     monkeypatch.setattr(fexec, "choose_chunk", lambda *a, **k: calls.append(k["total_bytes"]) or real(*a, **k))
