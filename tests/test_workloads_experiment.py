@@ -211,3 +211,13 @@ def test_cheap_rounds_are_timed_up_to_a_whole_square_and_slow_ones_at_least_the_
     assert rounds_within(5, round_s=0.5, budget_s=4.0, least=3) == 8  # as many as fit
     assert rounds_within(4, round_s=1.2, budget_s=1.5, least=3) == 3  # resnet rounds: the minimum
     assert rounds_within(6, round_s=0.0, budget_s=1.0, least=3) == 6  # (a round too short to time)
+
+
+def test_timed_rounds_plan_from_the_first_round_and_give_each_rounds_order():
+    from fullpipe.experiments.measure import in_turn, timed_rounds
+
+    names = [f"c{i}" for i in range(5)]
+    got = [(r, rounds, order) for r, rounds, order in timed_rounds(names, 3, budget_s=60.0)]  # cheap: a whole square
+    assert [r for r, _, _ in got] == list(range(10)) and got[0][1] == 3 and {n for _, n, _ in got[1:]} == {10}
+    assert all(order == in_turn(names, r) for r, _, order in got)
+    assert list(timed_rounds(names, 0, budget_s=60.0)) == []

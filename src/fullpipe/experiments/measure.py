@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Iterator
 
 
 def median_pipeline_run(pipe: Any, x: Any, out: Any, repeat: int):
@@ -61,3 +62,17 @@ def rounds_within(n_contenders: int, round_s: float, budget_s: float, least: int
     the rounds before, at the chunk a fixed pipeline ran in 25.5 ms)."""
     fit = int(budget_s // round_s) if round_s > 0 else square_rounds(n_contenders)
     return max(least, min(square_rounds(n_contenders), fit))
+
+
+def timed_rounds(contenders: list, least: int, budget_s: float) -> Iterator[tuple[int, int, list]]:
+    """Alternating rounds: (round index, rounds planned, that round's order from
+    ``in_turn``) for at least ``least`` rounds, and up to a whole balanced square when the
+    first round's time (the caller's loop body) says they fit in ``budget_s``
+    (:func:`rounds_within`). ``least`` 0: none."""
+    r, rounds = 0, least
+    while r < rounds:
+        t0 = time.perf_counter()
+        yield r, rounds, in_turn(contenders, r)
+        if r == 0:
+            rounds = rounds_within(len(contenders), time.perf_counter() - t0, budget_s, least)
+        r += 1

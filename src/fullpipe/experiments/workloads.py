@@ -61,7 +61,7 @@ from ..cuda.pool import DevicePool
 from ..cuda.timing import median
 from ..pipeline import StreamPipeline
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, is_num, rule, times, with_claims
-from .measure import in_turn, rounds_within
+from .measure import timed_rounds
 from .figures import (BOUND, GREY, PAGEABLE, PINNED, PLAIN, RING, WIDE, label_bars, need, plain_log, pyplot,
                       rows_of, save)
 from .result import Bound, Result
@@ -625,18 +625,13 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         contenders += [(FULLPIPE, lambda: _fp_call(pipe, w, fout, fx)),
                        (FULLPIPE_NEW_OUTPUT, lambda: _fp_call(pipe, w, None, fx))]
         samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
-        r, rounds = 0, repeat
-        while r < rounds:
+        for r, rounds, order in timed_rounds(contenders, repeat, env.rounds_budget_s):
             progress(f"timing, round {r + 1} of {rounds}")
-            t_round = time.perf_counter()
-            for label, fn in in_turn(contenders, r):
+            for label, fn in order:
                 t0 = time.perf_counter()
                 fn()
                 ms = (time.perf_counter() - t0) * 1e3
                 samples[label].append((ms, _fp_stats(pipe) if label.startswith(FULLPIPE) else {}))
-            if r == 0:
-                rounds = rounds_within(len(contenders), time.perf_counter() - t_round, env.rounds_budget_s, repeat)
-            r += 1
 
         def median_run(label: str) -> tuple[float, dict[str, Any]]:
             runs = sorted(samples[label], key=lambda t: t[0])
@@ -678,17 +673,11 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
                 check(f"{FULLPIPE}, chunk {chunk}", fout)
             times_: dict[str, list[float]] = {chunk: [] for chunk in chunks}
             swept = [("auto", pipe), *sweep.items()]
-            r, rounds = 0, (env.sweep_repeat if chunks else 0)
-            while r < rounds:
+            for r, rounds, order in timed_rounds(swept, env.sweep_repeat if chunks else 0, env.sweep_budget_s):
                 progress(f"fullpipe, chunk sweep: round {r + 1} of {rounds}")
-                t_round = time.perf_counter()
-                for chunk, p in in_turn(swept, r):
+                for chunk, p in order:
                     ms = _wall_ms(lambda: _fp_call(p, w, fout, fx), 1)[0]
                     (auto_in_sweep if chunk == "auto" else times_[chunk]).append(ms)
-                if r == 0:
-                    rounds = rounds_within(len(swept), time.perf_counter() - t_round, env.sweep_budget_s,
-                                           env.sweep_repeat)
-                r += 1
             for chunk, p in sweep.items():
                 sweep_ms[chunk] = median(times_[chunk])
                 st = _fp_stats(p)

@@ -76,6 +76,16 @@ def _aligned_total(sizes: Sequence[int]) -> int:
     return sum(_aligned(n) for n in sizes)
 
 
+def offsets(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Each of ``sizes``' place in one block, from its start (ALIGN-aligned, in order),
+    and the block's size (at least ALIGN)."""
+    places, at = [], 0
+    for n in sizes:
+        places.append(at)
+        at += _aligned(n)
+    return places, max(at, ALIGN)
+
+
 class BulkStaging:
     """The pinned blocks of one run. ``pool``: the pipeline's pinned pool; ``usage``:
     the run's PinnedUsage."""
@@ -93,13 +103,10 @@ class BulkStaging:
         self._inputs_pending: collections.deque = collections.deque()  # (first batch position, future) per group
 
     def _places(self, sizes: Sequence[int]) -> list[int]:
-        block = self.pool.take(max(_aligned_total(sizes), ALIGN), self.usage)
+        places, total = offsets(sizes)
+        block = self.pool.take(total, self.usage)
         self.blocks.append(block)
-        places, at = [], block.ptr
-        for n in sizes:
-            places.append(at)
-            at += _aligned(n)
-        return places
+        return [block.ptr + at for at in places]
 
     def stage_inputs(self, batches: Sequence[Any], copier: Any) -> None:
         """Copy every batch's input into one pinned block; the batches' H2Ds then read it.

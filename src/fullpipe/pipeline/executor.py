@@ -687,17 +687,13 @@ class StreamPipeline:
         """run_batches of pinned inputs: pinned outputs shaped like ``like``, cut from one
         block of the pinned pool (one take per run, not one per batch), or pageable
         arrays when the pool has no room."""
-        sizes = [P.align_up(max(o.nbytes, 1), bulk_staging.ALIGN) for o in like]
+        places, total = bulk_staging.offsets([o.nbytes for o in like])
         try:
-            block = self._pinned_pool.empty((sum(sizes),), np.uint8, usage)
+            block = self._pinned_pool.empty((total,), np.uint8, usage)
         except PinnedPoolFull as exc:
             notes.append(f"pinned pool full, outputs are pageable (staged through the ring): {exc}")
             return [np.empty(o.shape, o.dtype) for o in like]
-        outs, at = [], 0
-        for o, n in zip(like, sizes):
-            outs.append(block[at:at + o.nbytes].view(o.dtype).reshape(o.shape))
-            at += n
-        return outs
+        return [block[at:at + o.nbytes].view(o.dtype).reshape(o.shape) for o, at in zip(like, places)]
 
     def _pinned_stats(self, usage: PinnedUsage, notes: list, stacklevel: int = 3) -> dict[str, Any]:
         d = dataclasses.asdict(usage)
@@ -1757,7 +1753,7 @@ class _Outputs:
             except PinnedPoolFull:
                 self._block_failed = True
                 return None
-            self._block_addr = self._block.__array_interface__["data"][0]
+            self._block_addr = self._block.ctypes.data
         at = self._block_used
         if at + nbytes > self._block.nbytes:
             return None

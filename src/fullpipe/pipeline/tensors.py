@@ -369,15 +369,13 @@ class TensorCompute:
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
-            if self.called:
+            try:
                 y = self.fn(xt)
-            else:
-                try:
-                    y = self.fn(xt)
-                except TypeError as exc:
+            except TypeError as exc:
+                if not self.called:
                     _note_framework(exc, fw.name)
-                    raise
-                self.called = True
+                raise
+            self.called = True
         else:
             y = g
         y, shape, dtype, ptr = fw.output(y, fs)
