@@ -275,3 +275,60 @@ def test_bulk_inputs_are_copied_in_groups_ahead_of_their_batches(fake, monkeypat
     assert pipe.stats.staging["input"] == "bulk" and len(started) >= 2
     _assert_clean(pipe)
     assert default_pinned_pool().stats.in_use_bytes == 0
+
+
+def count_slow_h2ds(fake, monkeypatch):
+    """Count the H2Ds, each made slow on its stream: a stream that does not wait for it reads too early."""
+    calls = itertools.count()
+    real = type(fake.driver).cuMemcpyHtoDAsync
+
+    def slow(self, dst, src, n, stream):
+        next(calls)
+        stream.put(lambda: time.sleep(0.003))
+        return real(self, dst, src, n, stream)
+
+    monkeypatch.setattr(type(fake.driver), "cuMemcpyHtoDAsync", slow)
+    return calls
+
+
+@pytest.mark.parametrize("form", ["stream", "tensor"])
+def test_bulk_inputs_go_to_the_gpu_one_copy_per_group(fake, fakefw, monkeypatch, form):
+    """The input block goes to the GPU a group at a time (bulk.DeviceInputs): one H2D per
+    group, on the stream of the group's first batch, which every other stream waits for.
+    Outputs exact under the fake streams' jitter, with the later groups' host copies late;
+    the device block goes back to the pool. The stream form still gets an output region
+    per batch (its lane buffer); a tensor function's x is cut from one tensor."""
+    monkeypatch.setattr(bulk, "FIRST_INPUT_BYTES", 16 << 10)
+    monkeypatch.setattr(bulk, "INPUT_GROUP_BYTES", 64 << 10)
+    real_submit = fexec.HostCopier.submit_many
+
+    def late_submit(self, copies):
+        def later():
+            time.sleep(0.01)
+            pageable._copy_each(copies)
+        return self._pool.submit(later) if self._pool is not None else real_submit(self, copies)
+
+    monkeypatch.setattr(fexec.HostCopier, "submit_many", late_submit)
+    h2ds = count_slow_h2ds(fake, monkeypatch)
+    if form == "stream":
+        xs = batches(90)
+        pipe = StreamPipeline(FakeMix(), streams=3, copy_threads=2)
+        outs = pipe.run_batches(xs)
+        for x, y in zip(xs, outs):
+            np.testing.assert_array_equal(y, reference(x, 2))
+    else:
+        rng = np.random.default_rng(3)
+        xs = [rng.random((int(rng.integers(1, 900)), 5), dtype=np.float32) for _ in range(90)]
+        outs = [np.full((len(x), 2), np.nan) for x in xs]
+        pipe = StreamPipeline(RowStats(), form="torch", streams=3, copy_threads=2)
+        pipe.run_batches(xs, outs=outs)
+        for x, y in zip(xs, outs):
+            np.testing.assert_allclose(y, want(x), rtol=1e-6)
+        assert fakefw[-1].cuts == len(xs)  # every x cut from one tensor, none made from an address
+    groups = bulk._groups([x.nbytes for x in xs], 16 << 10, 64 << 10)
+    st = pipe.stats
+    assert st.staging["input"] == "bulk" and len(groups) >= 4
+    assert st.bulk_uploads == len(groups) == next(h2ds)
+    assert "bulk inputs: on the GPU in" in str(st)
+    _assert_clean(pipe)
+    assert default_pinned_pool().stats.in_use_bytes == 0

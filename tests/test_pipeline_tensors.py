@@ -65,10 +65,10 @@ class FakeFramework:
     def tensor(self, x, in_dtype):
         return FakeTensor(x.ptr, x.shape, x.dtype, owner=x)
 
-    def cut(self, base, n, shape):
-        assert n <= int(np.prod(base.shape)), "a batch cut past the end of its lane's buffer"
+    def cut(self, base, n, shape, offset=0):
+        assert offset + n <= int(np.prod(base.shape)), "a batch cut past the end of its buffer"
         self.cuts += 1
-        return FakeTensor(base.ptr, shape, base.dtype, owner=base)
+        return FakeTensor(base.ptr + offset * base.dtype.itemsize, shape, base.dtype, owner=base)
 
     def host_dtype(self, dtype):
         return np.dtype(dtype), None

@@ -55,7 +55,7 @@ from . import pageable
 from .pageable import (HostCopier, InlineInputStager, InlineOutputDrainer, InputStager, OutputDrainer,
                        default_copy_threads, short_switch_interval)
 from . import bulk as bulk_staging
-from .bulk import BulkStaging
+from .bulk import BulkStaging, DeviceInputs
 from .graphs import BatchGraphs, GraphRun
 from .run_graphs import RunGraphs
 from .lanes import LaneBuffers
@@ -328,6 +328,9 @@ class StreamPipeline:
         self._lag = max(4, N + 2)
         self._handoff = [create_event(self.device, timing=False) for _ in range(1 + N + self._lag)]
         self._handoff_h = [handle_int(e.handle) if self._hot.native else e.handle for e in self._handoff]
+        # bulk-staged inputs uploaded a group at a time: the lanes wait for each group's H2D (bulk.DeviceInputs)
+        self._upload_event = create_event(self.device, timing=False)
+        self._upload_h = handle_int(self._upload_event.handle) if self._hot.native else self._upload_event.handle
         if self.copy_streams:
             s_in, s_out, h_in, h_out = self._all_streams[N], self._all_streams[N + 1], self._hs[N], self._hs[N + 1]
             self._routes = [Route(s_in, s, s_out, h_in, h, h_out, h2d_done=self._handoff_h[0],
@@ -394,7 +397,7 @@ class StreamPipeline:
         for ev, _ in self._free_events:
             ev.close()
         self._free_events = []
-        for ev in (self._start_event, self._end_event, *self._join_events, *self._handoff):
+        for ev in (self._start_event, self._end_event, self._upload_event, *self._join_events, *self._handoff):
             ev.close()
         if self._owns_pool:
             self.pool.close()
@@ -580,14 +583,17 @@ class StreamPipeline:
             raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
-        out_given = None
+        addresses = _host_addresses(given, views)
+        out_given = out_addresses = None
         if outs is not None:
             outs = list(outs)
-            out_given = [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)]
+            out_views = [host_view(o, f"outs[{i}]") for i, o in enumerate(outs)]
+            out_given = [v[0] for v in out_views]
+            out_addresses = _host_addresses(outs, out_views)
         tensor = self.form == "tensor"
         spec = self.output
         if tensor:
-            items, _, _ = P.batches_from_list(arrays, None, P.OutputSpec(none=True))
+            items, _, _ = P.batches_from_list(arrays, None, P.OutputSpec(none=True), addresses)
             if spec.none and outs is not None:
                 raise ValueError("outs given, but the pipeline has output=None")
             if out_given is not None:
@@ -597,7 +603,7 @@ class StreamPipeline:
                     _check_out_layout(o, it.in_shape[0], f"outs[{i}]")
             out_arrays = None
         else:
-            items, out_arrays, _ = P.batches_from_list(arrays, out_given, spec)
+            items, out_arrays, _ = P.batches_from_list(arrays, out_given, spec, addresses)
             self._check_input_dtype(items[0].src.dtype)
         self._start()
         ensure_current(self._dev_index)
@@ -609,7 +615,7 @@ class StreamPipeline:
             in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
                                          self._pinned)
             outs_pinned = out_given is not None and pins.pinned_list(
-                "output", outs, out_given, [(o.ctypes.data, o.nbytes) for o in out_given],
+                "output", outs, out_given, [(a, o.nbytes) for a, o in zip(out_addresses, out_given)],  # type: ignore[arg-type]
                 self._pinned)
             pins.settle()
             outputs = None
@@ -617,7 +623,8 @@ class StreamPipeline:
                 self._tensor_compute(kind)
                 if not spec.none:
                     outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
-                                       n_batches=len(items), given=out_given, torch_input=kind.library == "torch")
+                                       n_batches=len(items), given=out_given, torch_input=kind.library == "torch",
+                                       given_addresses=out_addresses)
                     outputs.row_bytes_hint = self._tc.out_row_bytes  # type: ignore[union-attr]
                 out_pinned = in_pinned if out_given is None else outs_pinned
             elif out_arrays is not None and out_given is None and in_pinned:
@@ -744,6 +751,8 @@ class StreamPipeline:
         small = pageable.INLINE_MAX_BYTES
         bulk_in = stage_in == "ring" and bulk_staging.fits([b.in_bytes for b in batches], small)
         dsts = _known_outputs(batches, outputs) if stage_out == "ring" else None
+        dst_addresses = None if dsts is None else [b.dst_addr for b in batches] if outputs is None else [
+            outputs.given_addresses[b.index] for b in batches]  # type: ignore[index]
         bulk_out = dsts is not None and bulk_staging.fits([d.nbytes for d in dsts], small)
         # run_batches of a tensor function without outs=: each output is made from its y,
         # so its place in a block is given then (BulkStaging.place_output). Small batches
@@ -762,7 +771,7 @@ class StreamPipeline:
                 staged.stage_inputs(batches, self._copier("in"))
                 stage_in = "direct"
             if bulk_out:
-                places = staged.route_outputs(batches, dsts)  # type: ignore[arg-type]
+                places = staged.route_outputs(batches, dsts, dst_addresses)  # type: ignore[arg-type]
                 if outputs is not None:
                     outputs.bulk = places
                 stage_out = "direct"
@@ -1184,6 +1193,7 @@ class StreamPipeline:
         if outputs is not None:
             stats.bytes_out = sum(bb.out_bytes for bb in batches)
         stats.enqueue_us_per_batch = sum(run.enqueue_us) / n
+        stats.bulk_uploads = run.inputs.uploads if run.inputs is not None else 0
         stats.loop_us_per_batch = max(loop_s - loop_wait_s, 0.0) * 1e6 / n
         stats.host_wait_ms = run.wait_s * 1e3
         stats.enqueue_us = run.enqueue_us
@@ -1220,6 +1230,7 @@ class StreamPipeline:
         ring_addr = ring_out and not run.lazy_out
         bulk_out, copier_out = run.bulk_out, (self._copier("out") if run.bulk_out is not None else None)
         bulk_in = run.bulk_in  # inputs copied into their block in groups while the first batches run
+        inputs = run.inputs  # ... and uploaded to the GPU a group at a time (or None: one H2D per batch)
         finished = run.finished = _Finished(N, batches[0].index) if bulk_out is not None and timing else None
         nxt = 0
         for pos in range(n):
@@ -1232,6 +1243,8 @@ class StreamPipeline:
                     stager.take(nxt)  # type: ignore[union-attr]
                     run.wait_s += perf() - tw
                     src = ring_in_addr(slot)
+                elif inputs is not None:
+                    src = inputs.address(nxt, bb, nxt % N)
                 else:
                     if bulk_in is not None:
                         bulk_in.wait_input(nxt)
@@ -1252,8 +1265,9 @@ class StreamPipeline:
                 drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
             t1 = perf()
             enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
-            # ---- bookkeeping, off the critical path of the GPU
-            if timing:
+            # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
+            # calls of a host-bound compute each look at the events costs ~8 us, session 17)
+            if timing and pos % HARVEST_EVERY == 0:
                 self._harvest(run.inflight, run.timings, block=False)
                 if finished is not None:  # the outputs of the batches done, to the caller's arrays
                     bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
@@ -1349,6 +1363,13 @@ class StreamPipeline:
                            OutputDrainer(self._ring_out, ready_out, free_out, self._copier("out"), run.stop,
                                          on_start=self._worker_setup))
             run.drainer.start()
+        if run.bulk_in is not None and gx is None and self._lanes is not None:
+            # the inputs go to the GPU a group at a time (bulk.DeviceInputs), into one block
+            # allocated on stream 0 before the start event all streams wait for
+            h0 = self._hs[0]
+            ptr = self.pool.allocate_ptr(run.bulk_in.input_bytes, h0)
+            run.live.append([ptr, h0, None])  # (freed by _finish_run, or by _abort on failure)
+            run.inputs = DeviceInputs(run.bulk_in, ptr, self._hot, self._hs[:self.n_streams], self._upload_h)
         # One start event that every stream waits for: a common time origin.
         d, handles, start_h = self._drv, self._handles, self._start_event.handle
         self._check("cuEventRecord", d.cuEventRecord(start_h, handles[0]))
@@ -1367,13 +1388,24 @@ class StreamPipeline:
                 return ring_out_addr(p.slot) if via_ring else b.dst_addr
         inflight = run.inflight
         alloc, free, live = self.pool.allocate_ptr, self.pool.free_ptr, run.live
-        if self._lanes is not None and gx is None:  # graph=True (stream form): graph memory, per batch
-            writes_output = has_out and self.compute is not None and tc is None
+        writes_output = has_out and self.compute is not None and tc is None
+        on_device = run.inputs is not None
+        if on_device and tc is not None:  # each batch's x cut from one tensor over the inputs' block
+            tc.use_block(run.inputs.device_ptr, run.bulk_in.input_bytes)  # type: ignore[union-attr]
+        # One buffer per lane (lanes.py): not with graph=True (graph memory, per batch), nor when
+        # the inputs are on the device already and the compute writes no output region
+        if self._lanes is not None and gx is None and (writes_output or not on_device):
             run.lanes = self._lanes  # first: a failure inside take() gives back what it took
-            self._lanes.take(max(_device_bytes(b, writes_output) for b in run.batches))
+            self._lanes.take(max(P.align_up(b.out_bytes, DEVICE_ALIGN) if on_device else
+                                 _device_bytes(b, writes_output) for b in run.batches))
             alloc, free, live = self._lanes.allocate_ptr, self._lanes.free_ptr, None
             if tc is not None:
                 tc.use_lanes(self._lanes.addresses())
+        if tc is not None and (on_device or run.lanes is not None):  # each x known ahead: cut in groups
+            N = self.n_streams
+            where = (run.inputs.address_of if on_device else  # type: ignore[union-attr]
+                     (lambda pos, b, lanes=self._lanes.addresses(): lanes[pos % N][0]))  # type: ignore[union-attr]
+            tc.plan_inputs([(b.index, pos % N, where(pos, b), b.in_shape) for pos, b in enumerate(run.batches)])
         return protocol_halves(
             hot=self._hot, routes=self._routes, compute=self.compute, has_out=has_out, in_dtype=in_dtype,
             out_dtype=out_dtype, alloc=alloc, free=free, deferred=run.deferred,
@@ -1383,7 +1415,7 @@ class StreamPipeline:
             in_flight=(lambda index, evs: inflight.append((index, evs))) if mode.timing else None,
             acquire_out=run.acquire_out if ring_out else None,
             compute_out=tc if tc is not None else None, dst_of=dst_of, clock=run.clock,
-            device_index=self._dev_index,
+            device_index=self._dev_index, inputs_on_device=on_device,
         )
 
     def _graph_for(self, run: "_Run", gx: BatchGraphs, b: P.Batch, slot: int, lane: int, src: int,
@@ -1411,6 +1443,10 @@ class StreamPipeline:
             j_ev = self._join_events[i].handle
             self._check("cuEventRecord", d.cuEventRecord(j_ev, handles[i]))
             self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(handles[0], j_ev, 0))
+        if run.inputs is not None:  # behind every batch of every stream
+            entry = next(e for e in run.live if e[0] == run.inputs.device_ptr)
+            self.pool.free_ptr(entry[0], entry[1])
+            run.live.remove(entry)
         self._check("cuEventRecord", d.cuEventRecord(end_h, handles[0]))
         tw = time.perf_counter()
         if run.drainer is not None:
@@ -1511,6 +1547,7 @@ FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this f
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
 TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, about every 8th is timed
+HARVEST_EVERY = 4  # the loop reads the finished batches' timing events every this many batches
 
 
 def timing_stride(streams: int) -> int:
@@ -1683,6 +1720,7 @@ class _Run:
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)
         self.bulk_in: BulkStaging | None = None  # inputs staged in bulk: copied in groups ahead of their H2Ds
+        self.inputs: DeviceInputs | None = None  # ... and uploaded to the GPU in groups
         self.wait_s = 0.0  # the enqueueing thread blocked on the ring (and, synchronous, on the GPU)
         self.off_s = 0.0  # time inside the enqueue window that is not enqueue time: waits, captures
 
@@ -1706,13 +1744,14 @@ class _Outputs:
 
     def __init__(self, spec: P.OutputSpec, *, pinned: bool, pool: Any, usage: PinnedUsage, notes: list,
                  rows: int | None = None, n_batches: int | None = None, given: Any = None,
-                 torch_input: bool = False):
+                 torch_input: bool = False, given_addresses: list[int] | None = None):
         self.spec, self.pinned, self.pool, self.usage, self.notes = spec, pinned, pool, usage, notes
         self.torch_input = torch_input  # outputs go back as torch tensors: bfloat16 and co. can travel
         self.rows = rows
         self.array: np.ndarray | None = given if rows is not None else None
         self.items: list[Any] = list(given) if (rows is None and given is not None) else [None] * (n_batches or 0)
         self.given = given is not None
+        self.given_addresses = given_addresses  # run_batches' outs=: their host addresses, read once
         self.row_shape: tuple[int, ...] | None = None
         self.dtype: np.dtype | None = None
         self.give_back: Any = None  # the framework dtype the outputs are handed back as (bfloat16)
@@ -1929,6 +1968,12 @@ def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
         raise ValueError(f"{what} is not C-contiguous")
     if not out.flags.writeable:
         raise ValueError(f"{what} is read-only")
+
+
+def _host_addresses(objs: Sequence[Any], views: Sequence[tuple[np.ndarray, HostKind]]) -> list[int]:
+    """The host address of each of the caller's arrays (``views``: host_view's answers):
+    a torch tensor's ``data_ptr()`` (0.1 us) rather than its view's ``ctypes.data`` (1-2 us)."""
+    return [o.data_ptr() if k.library == "torch" else a.ctypes.data for o, (a, k) in zip(objs, views)]
 
 
 def _is_tensor(x: Any) -> bool:

@@ -110,7 +110,8 @@ class Pending(NamedTuple):
     b: Any
     lane: int
     slot: int
-    ptr: int
+    ptr: int  # the input's device address
+    mem: int  # the allocation back frees (0: none)
     out_off: int
     ev: Any  # its four timing events, or None
     entry: Any  # its record in ``live`` (a list), or None
@@ -140,7 +141,8 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                     compute_out: Callable[[int, Any, int, Any], int] | None = None,
                     dst_of: Callable[[Pending, int], int] | None = None,
                     clock: list | None = None,
-                    device_index: int = 0) -> tuple[Callable[..., Pending], Callable[..., tuple[int, int]]]:
+                    device_index: int = 0,
+                    inputs_on_device: bool = False) -> tuple[Callable[..., Pending], Callable[..., tuple[int, int]]]:
     """The protocol for one run, in two halves, so that the executor can enqueue the
     H2D of the next batches before it calls the compute of this one (prefetch):
 
@@ -173,6 +175,9 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     compute (a tensor function's output is sized from ``y``).
     ``clock``: a one-element list the seconds spent in the compute call are added to
     (the per-call breakdown in the stats).
+    ``inputs_on_device``: ``src`` is the batch's input already on the device (the run's
+    inputs were uploaded in groups: bulk.DeviceInputs); the front allocates only the
+    output region, if the compute writes one, and copies nothing.
 
     Closures rather than an object: they run once per batch, and names bound here are
     read faster than attributes (the executor's enqueue time is a target).
@@ -185,23 +190,29 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     def front(b: Any, lane: int, slot: int, src: int) -> Pending:
         s_in, _, _, h_in, h, _, h2d_done, _ = routes[lane]
         in_bytes = b.in_bytes
-        # input and output views in one allocation, the output 256-byte aligned; just the
-        # input when compute writes no separate output (compute=None, output=None, or a
-        # compute that makes its own output)
-        out_off = (in_bytes + DEVICE_ALIGN - 1) // DEVICE_ALIGN * DEVICE_ALIGN
-        # allocate (stream-ordered)
-        if deferred is not None:
-            deferred.before_alloc(h_in)
-        ptr = alloc(out_off + b.out_bytes if writes_output else in_bytes, h_in)
+        if inputs_on_device:  # an output region of its own, if any
+            ptr = src
+            mem = alloc(b.out_bytes, h_in) if writes_output else 0
+            out_off = mem - ptr if mem else 0
+        else:
+            # input and output views in one allocation, the output 256-byte aligned; just the
+            # input when compute writes no separate output (compute=None, output=None, or a
+            # compute that makes its own output)
+            out_off = (in_bytes + DEVICE_ALIGN - 1) // DEVICE_ALIGN * DEVICE_ALIGN
+            # allocate (stream-ordered)
+            if deferred is not None:
+                deferred.before_alloc(h_in)
+            ptr = mem = alloc(out_off + b.out_bytes if writes_output else in_bytes, h_in)
         entry = None
-        if live is not None:
-            entry = [ptr, h_in, None]
+        if live is not None and mem:
+            entry = [mem, h_in, None]
             live.append(entry)
         ev = stage_events(b.index) if stage_events is not None else None
         if ev:
             record(ev[0][1], h_in)
         # H2D, then the input slot may be refilled
-        htod(ptr, src, in_bytes, h_in)
+        if not inputs_on_device:
+            htod(ptr, src, in_bytes, h_in)
         if free_in is not None:
             free_in[slot](s_in)
         if ev:
@@ -209,10 +220,10 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         if h2d_done is not None:  # compute waits for this H2D only
             record(h2d_done, h_in)
             wait(h, h2d_done)
-        return Pending(b, lane, slot, ptr, out_off, ev, entry)
+        return Pending(b, lane, slot, ptr, mem, out_off, ev, entry)
 
     def back(p: Pending, dst: int) -> tuple[int, int]:
-        b, lane, slot, ptr, out_off, ev, entry = p
+        b, lane, slot, ptr, mem, out_off, ev, entry = p
         _, stream, s_out, h_in, h, h_out, _, compute_done = routes[lane]
         # compute
         if clock is not None:
@@ -253,8 +264,8 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         # free (stream-ordered)
         if deferred is not None:
             deferred.after_d2h(entry, h_out)
-        else:
-            free(ptr, h_out)
+        elif mem:
+            free(mem, h_out)
             if entry is not None:
                 live.remove(entry)  # type: ignore[union-attr]
         return ptr, y_ptr

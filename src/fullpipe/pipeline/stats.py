@@ -86,6 +86,9 @@ class PipelineStats:
     # and how many outputs had been copied during the run (their batches done)
     bulk_drain_ms: float = 0.0
     bulk_drained_early: int = 0
+    # staging "bulk": the inputs' H2Ds, one per group of batches (bulk.DeviceInputs); 0: one per batch.
+    # busy_ms["h2d"] then counts no input copy: the groups' H2Ds are not timed
+    bulk_uploads: int = 0
     recycle: str = ""
     pinned_ring_bytes: int = 0
     wall_ms: float = 0.0  # host wall clock of the run (end to end)
@@ -197,6 +200,9 @@ class PipelineStats:
         if self.host_us:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_us.items())
             lines.append(f"host per batch (us): {parts}; prefetch {self.prefetch}")
+        if self.bulk_uploads:
+            lines.append(f"bulk inputs: on the GPU in {self.bulk_uploads} copies (one per group of batches), "
+                         "not one per batch")
         if self.staging.get("output") == "bulk":
             lines.append(f"bulk outputs: {self.bulk_drained_early} of {self.batches} copied out during the run, "
                          f"the rest in {self.bulk_drain_ms:.2f} ms after it")
