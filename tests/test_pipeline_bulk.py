@@ -265,7 +265,7 @@ def test_bulk_inputs_are_copied_in_groups_ahead_of_their_batches(fake, monkeypat
             time.sleep(0.02)  # a later group arrives late: its batches must wait for it
             pageable._copy_each(copies)
         started.append(len(copies))
-        return self._pool.submit(later) if self._pool is not None else real_submit(self, copies)
+        return [self._pool.submit(later)] if self._pool is not None else real_submit(self, copies)
 
     monkeypatch.setattr(fexec.HostCopier, "submit_many", slow_submit)
     pipe = StreamPipeline(FakeMix(), streams=3, copy_threads=2, timing=False)
@@ -294,7 +294,7 @@ def count_slow_h2ds(fake, monkeypatch):
 @pytest.mark.parametrize("form", ["stream", "tensor"])
 def test_bulk_inputs_go_to_the_gpu_one_copy_per_group(fake, fakefw, monkeypatch, form):
     """The input block goes to the GPU a group at a time (bulk.DeviceInputs): one H2D per
-    group, on the stream of the group's first batch, which every other stream waits for.
+    group, on a stream of its own, which every lane's stream waits for.
     Outputs exact under the fake streams' jitter, with the later groups' host copies late;
     the device block goes back to the pool. The stream form still gets an output region
     per batch (its lane buffer); a tensor function's x is cut from one tensor."""
@@ -306,7 +306,7 @@ def test_bulk_inputs_go_to_the_gpu_one_copy_per_group(fake, fakefw, monkeypatch,
         def later():
             time.sleep(0.01)
             pageable._copy_each(copies)
-        return self._pool.submit(later) if self._pool is not None else real_submit(self, copies)
+        return [self._pool.submit(later)] if self._pool is not None else real_submit(self, copies)
 
     monkeypatch.setattr(fexec.HostCopier, "submit_many", late_submit)
     h2ds = count_slow_h2ds(fake, monkeypatch)

@@ -351,6 +351,15 @@ def test_host_copier_copy_many_splits_the_list_over_threads_by_bytes():
         submitted.clear()
         c.copy_many(copies[:3])  # a few hundred KB: not worth a thread
         assert submitted == []
+        # submit_many: the same cut, every run on the pool (the caller goes on meanwhile)
+        dst[:] = 0
+        futures = c.submit_many(copies)
+        for f in futures:
+            f.result()
+        np.testing.assert_array_equal(dst, src)
+        assert len(futures) == len(submitted) == 3
+        share = src.nbytes / 3
+        assert all(0.75 * share < b < 1.25 * share for b in submitted), (submitted, share)
     finally:
         c.close()
 

@@ -100,7 +100,7 @@ class BulkStaging:
         self._copying: list[Any] = []  # the copies started during the run (futures)
         self._counted = 0  # outputs[:_counted] are in _pending_bytes or already drained
         self._pending_bytes = 0  # finished outputs not yet handed to the copier
-        self._inputs_pending: collections.deque = collections.deque()  # (first batch position, future) per group
+        self._inputs_pending: collections.deque = collections.deque()  # (first batch position, futures) per group
         self.input_block: Any = None  # the inputs' pinned block (stage_inputs)
         self.input_groups: list[tuple[int, int]] = []  # the batch positions copied into it together
         self.input_batches: list[Any] = []  # the batches whose inputs are in it, in run order
@@ -129,9 +129,9 @@ class BulkStaging:
         first_end = groups[0][1]
         copier.copy_many(copies[:first_end])
         for start, end in groups[1:]:
-            future = copier.submit_many(copies[start:end])
-            self._inputs_pending.append((start, future))
-            self._copying.append(future)  # (waited for before the blocks go back, on any path)
+            futures = copier.submit_many(copies[start:end])
+            self._inputs_pending.append((start, futures))
+            self._copying += futures  # (waited for before the blocks go back, on any path)
         self.moved += batches
         for b, at in zip(batches, places):
             b.src_addr = at
@@ -140,7 +140,8 @@ class BulkStaging:
         """Return once the input of the run's batch ``pos`` (and of those before it) is in the block."""
         pending = self._inputs_pending
         while pending and pending[0][0] <= pos:
-            pending.popleft()[1].result()
+            for f in pending.popleft()[1]:
+                f.result()
 
     def wait_inputs(self) -> None:
         """Return once every input is in the block."""
@@ -195,7 +196,7 @@ class BulkStaging:
         self._pending_bytes += sum(n for _, _, n in group[self._counted - self._drained:])
         self._counted = done
         if self._pending_bytes >= (DRAIN_GROUP_BYTES if group_bytes is None else group_bytes):
-            self._copying.append(copier.submit_many(group))
+            self._copying += copier.submit_many(group)
             self._drained, self._pending_bytes = done, 0
 
     @property
@@ -245,31 +246,34 @@ class DeviceInputs:
     batch's H2D costs a driver call and its Python between the compute calls (11 us per
     batch inside a run of 127 encoder batches on an H100 host, session 17).
 
-    A group's H2D goes on the stream of its first batch (``address`` is called in
-    batch order, with that batch's lane); ``event`` is recorded behind it, and every
-    other lane waits for it there, before any later batch of theirs. One event does
-    for every group: a wait takes the event's state when it is enqueued."""
+    A group's H2D goes on ``upload``, a stream with no compute on it (on a lane's stream
+    it would wait behind that lane's queued batches, and every other lane with it), when
+    the loop reaches the group's first batch (``address`` is called in batch order);
+    ``event`` is recorded behind it, and every lane waits for it there, before its next
+    batch. One event does for every group: a wait takes the event's state when it is
+    enqueued."""
 
-    def __init__(self, staging: BulkStaging, device_ptr: int, hot: Any, handles: Sequence[Any], event: Any):
+    def __init__(self, staging: BulkStaging, device_ptr: int, hot: Any, lanes: Sequence[Any], upload: Any,
+                 event: Any):
         self.staging, self.device_ptr, self.hot = staging, device_ptr, hot
-        self.handles, self.event = list(handles), event
+        self.lanes, self.upload, self.event = list(lanes), upload, event
         self.pinned_ptr = staging.input_block.ptr
         self._groups = collections.deque(staging.input_groups)
         self._next = 0  # the first batch position whose group is not uploaded yet
         self.uploads = 0
 
-    def address(self, pos: int, b: Any, lane: int) -> int:
-        """Batch ``b`` (run position ``pos``, on ``lane``)'s input on the device; its group
-        is uploaded first if this is the group's first batch."""
+    def address(self, pos: int, b: Any) -> int:
+        """Batch ``b`` (run position ``pos``)'s input on the device; its group is uploaded
+        first if this is the group's first batch."""
         if pos >= self._next:
-            self._upload(pos, lane)
+            self._upload(pos)
         return self.device_ptr + (b.src_addr - self.pinned_ptr)
 
     def address_of(self, pos: int, b: Any) -> int:
         """Where batch ``b``'s input will be on the device (nothing is uploaded)."""
         return self.device_ptr + (b.src_addr - self.pinned_ptr)
 
-    def _upload(self, pos: int, lane: int) -> None:
+    def _upload(self, pos: int) -> None:
         groups, hot = self._groups, self.hot
         start, end = groups.popleft()
         while end <= pos:  # (a position skipped: never, the loop asks for every batch in order)
@@ -279,11 +283,9 @@ class DeviceInputs:
         first, last = batches[start], batches[end - 1]
         lo = first.src_addr - self.pinned_ptr
         hi = last.src_addr - self.pinned_ptr + last.in_bytes
-        h = self.handles[lane]
-        hot.memcpy_htod(self.device_ptr + lo, self.pinned_ptr + lo, hi - lo, h)
-        hot.event_record(self.event, h)
-        for other in self.handles:
-            if other != h:
-                hot.stream_wait_event(other, self.event)
+        hot.memcpy_htod(self.device_ptr + lo, self.pinned_ptr + lo, hi - lo, self.upload)
+        hot.event_record(self.event, self.upload)
+        for h in self.lanes:
+            hot.stream_wait_event(h, self.event)
         self._next = end
         self.uploads += 1

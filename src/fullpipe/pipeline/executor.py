@@ -308,7 +308,8 @@ class StreamPipeline:
             self._pool = DevicePool(self.device, release_threshold="max")
         self.pool = self._pool
         # Long-lived streams, this pipeline's alone until close(): see streams.long_lived_streams.
-        n_all = self.n_streams + (2 if self.copy_streams else 0)
+        # The last one only uploads bulk-staged inputs (bulk.DeviceInputs).
+        n_all = self.n_streams + (2 if self.copy_streams else 0) + 1
         self._all_streams = long_lived_streams(self.device, n_all)
         self.streams = self._all_streams[:self.n_streams]  # compute (and, by default, copies)
         self._handles = [s.handle for s in self._all_streams]
@@ -1244,7 +1245,7 @@ class StreamPipeline:
                     run.wait_s += perf() - tw
                     src = ring_in_addr(slot)
                 elif inputs is not None:
-                    src = inputs.address(nxt, bb, nxt % N)
+                    src = inputs.address(nxt, bb)
                 else:
                     if bulk_in is not None:
                         bulk_in.wait_input(nxt)
@@ -1369,7 +1370,8 @@ class StreamPipeline:
             h0 = self._hs[0]
             ptr = self.pool.allocate_ptr(run.bulk_in.input_bytes, h0)
             run.live.append([ptr, h0, None])  # (freed by _finish_run, or by _abort on failure)
-            run.inputs = DeviceInputs(run.bulk_in, ptr, self._hot, self._hs[:self.n_streams], self._upload_h)
+            run.inputs = DeviceInputs(run.bulk_in, ptr, self._hot, self._hs[:self.n_streams], self._hs[-1],
+                                      self._upload_h)
         # One start event that every stream waits for: a common time origin.
         d, handles, start_h = self._drv, self._handles, self._start_event.handle
         self._check("cuEventRecord", d.cuEventRecord(start_h, handles[0]))

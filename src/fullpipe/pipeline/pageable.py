@@ -89,35 +89,38 @@ class HostCopier:
         for f in futures:
             f.result()
 
-    def copy_many(self, copies: Sequence[tuple[int, int, int]]) -> None:
-        """Many ``(dst, src, nbytes)`` copies, the list cut into up to ``threads`` runs of
-        about equal bytes, each run on its own thread (small copies are not split)."""
+    def _runs(self, copies: Sequence[tuple[int, int, int]], most: int) -> list[list[tuple[int, int, int]]]:
+        """``copies`` cut into up to ``most`` consecutive runs of about equal bytes (small
+        copies are not split)."""
         total = sum(n for _, _, n in copies)
-        parts = min(self.threads, len(copies), max(1, total // MIN_PIECE_BYTES))
-        if self._pool is None or parts < 2:
-            _copy_each(copies)
-            return
+        parts = min(most, len(copies), max(1, total // MIN_PIECE_BYTES))
         runs: list[list[tuple[int, int, int]]] = [[]]
-        share, acc = total / parts, 0
+        share, acc = total / max(parts, 1), 0
         for c in copies:
             if acc >= share * len(runs) and len(runs) < parts:
                 runs.append([])
             runs[-1].append(c)
             acc += c[2]
-        futures = [self._pool.submit(_copy_each, cs) for cs in runs[1:]]
+        return runs
+
+    def copy_many(self, copies: Sequence[tuple[int, int, int]]) -> None:
+        """Many ``(dst, src, nbytes)`` copies, the list cut into up to ``threads`` runs of
+        about equal bytes, each run on its own thread (small copies are not split)."""
+        runs = self._runs(copies, self.threads) if self._pool is not None else [list(copies)]
+        futures = [self._pool.submit(_copy_each, cs) for cs in runs[1:]]  # type: ignore[union-attr]
         _copy_each(runs[0])
         for f in futures:
             f.result()
 
-    def submit_many(self, copies: Sequence[tuple[int, int, int]]) -> Future:
-        """``copy_many`` on one of the copier's threads (on the caller's, done, with one
-        thread): a future to wait for."""
+    def submit_many(self, copies: Sequence[tuple[int, int, int]]) -> list[Future]:
+        """``copy_many`` on the copier's threads, the caller's not among them (on the
+        caller's, done, with one thread): futures to wait for."""
         if self._pool is None:
             done: Future = Future()
             _copy_each(copies)
             done.set_result(None)
-            return done
-        return self._pool.submit(_copy_each, list(copies))
+            return [done]
+        return [self._pool.submit(_copy_each, cs) for cs in self._runs(copies, self.threads - 1)]
 
     def close(self) -> None:
         if self._pool is not None:
