@@ -732,10 +732,11 @@ class StreamPipeline:
         if want is not None and np.dtype(want) != dtype:
             raise ValueError(f"{type(self.compute).__name__} takes {np.dtype(want)} input, got {dtype}")
 
-    def _pinned(self, arr: np.ndarray) -> bool:
-        """Is ``arr`` page-locked? (Called once the run's context is current.) Through the
-        ctypes hot path where it can: run_batches asks for every batch and output."""
-        got = self._hot.host_pinned(arr.ctypes.data)  # (ctypes.data: 1.4 us, __array_interface__: 3 us)
+    def _pinned(self, arr: np.ndarray, address: int | None = None) -> bool:
+        """Is ``arr`` (at ``address``, if read already) page-locked? (Called once the run's
+        context is current.) Through the ctypes hot path where it can: run_batches asks for
+        every batch and output."""
+        got = self._hot.host_pinned(arr.ctypes.data if address is None else address)  # (ctypes.data: 1-2 us)
         if got is not None:
             return got
         try:
@@ -1613,18 +1614,18 @@ class _Pins:
         self.register_s = 0.0
 
     def pinned_list(self, side: str, objs: Sequence[Any], arrays: Sequence[np.ndarray],
-                    ranges: list[tuple[int, int]], is_pinned: Callable[[np.ndarray], bool]) -> bool:
+                    ranges: list[tuple[int, int]], is_pinned: Callable[..., bool]) -> bool:
         """run_batches: is every batch of a side page-locked for this run? In the order
         of cost: a list the cache registered as it is (found by each batch's range); memory
         pinned by its owner (``is_pinned``: pin_memory(), the pool; the driver says the
         same of memory the cache registered, so what the cache holds is held all the
         same); else a list seen again, registered now (PinCache.acquire_list)."""
         if self.cache is None or not self.register:
-            return self._pinned_held(arrays, is_pinned)
+            return self._pinned_held(arrays, is_pinned, ranges)
         entries = self.cache.find_list(ranges)
         dt = 0.0
         if entries is None:
-            if all(is_pinned(a) for a in arrays):
+            if all(is_pinned(a, r[0]) for a, r in zip(arrays, ranges)):
                 if self._hold_each(arrays) == len(arrays):  # all of them inside ranges the cache registered
                     self.sides[side] = "registered before"
                 return True
@@ -1638,10 +1639,12 @@ class _Pins:
         self.sides[side] = "registered now" if dt else "registered before"
         return True
 
-    def _pinned_held(self, arrays: Sequence[np.ndarray], is_pinned: Callable[[np.ndarray], bool]) -> bool:
-        """Without registering: are the arrays page-locked (by their owner, or by the cache
-        for another run: then held for this one)?"""
-        if not all(is_pinned(a) for a in arrays):
+    def _pinned_held(self, arrays: Sequence[np.ndarray], is_pinned: Callable[..., bool],
+                     ranges: list[tuple[int, int]] | None = None) -> bool:
+        """Without registering: are the arrays (at ``ranges``' addresses, if read already)
+        page-locked (by their owner, or by the cache for another run: then held for this one)?"""
+        addresses = [None] * len(arrays) if ranges is None else [at for at, _ in ranges]
+        if not all(is_pinned(a, at) for a, at in zip(arrays, addresses)):
             return False
         if self.cache is not None:
             self._hold_each(arrays)
