@@ -166,8 +166,9 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
         ys = pipe.run_batches(batches)  # some batches over 1 MiB: through the ring
         assert pipe.stats.staging == {"input": "ring", "output": "ring"}
         ys_small = pipe.run_batches(small)
-        # outputs made from each y: placed in the run's pinned block as they are made
-        assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
+        # outputs made from each y: placed in the run's pinned block as they are made; the
+        # inputs go to the GPU in groups, each x cut from one tensor over them
+        assert pipe.stats.staging == {"input": "bulk", "output": "bulk"} and pipe.stats.bulk_uploads >= 1
         outs = [torch.full_like(b, float("nan")) for b in small]
         pipe.run_batches(small, outs=outs)  # outs given: in bulk both ways
         assert pipe.stats.staging == {"input": "bulk", "output": "bulk"}
@@ -195,6 +196,7 @@ def test_cupy_function(device, pool):
     x = np.random.default_rng(5).random((300_000, 8))
     with StreamPipeline(lambda a: cp.sqrt(a).sum(axis=1), form="cupy", pool=pool, device=device, chunk=10_000) as pipe:
         y = pipe.run(x)
+        assert pipe.stats.staging["input"] == "bulk" and pipe.stats.bulk_uploads >= 1  # each x cut from one array
     assert y.shape == (300_000,)
     np.testing.assert_allclose(y, np.sqrt(x).sum(axis=1), rtol=1e-12)
 

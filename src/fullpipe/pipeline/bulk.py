@@ -269,10 +269,6 @@ class DeviceInputs:
             self._upload(pos)
         return self.device_ptr + (b.src_addr - self.pinned_ptr)
 
-    def address_of(self, pos: int, b: Any) -> int:
-        """Where batch ``b``'s input will be on the device (nothing is uploaded)."""
-        return self.device_ptr + (b.src_addr - self.pinned_ptr)
-
     def _upload(self, pos: int) -> None:
         groups, hot = self._groups, self.hot
         start, end = groups.popleft()

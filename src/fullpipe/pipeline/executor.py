@@ -753,8 +753,10 @@ class StreamPipeline:
         small = pageable.INLINE_MAX_BYTES
         bulk_in = stage_in == "ring" and bulk_staging.fits([b.in_bytes for b in batches], small)
         dsts = _known_outputs(batches, outputs) if stage_out == "ring" else None
-        dst_addresses = None if dsts is None else [b.dst_addr for b in batches] if outputs is None else [
-            outputs.given_addresses[b.index] for b in batches]  # type: ignore[index]
+        if dsts is None or outputs is None:  # (the stream form's batches hold their outputs' addresses)
+            dst_addresses = None if dsts is None else [b.dst_addr for b in batches]
+        else:
+            dst_addresses = [outputs.given_addresses[b.index] for b in batches]  # type: ignore[index]
         bulk_out = dsts is not None and bulk_staging.fits([d.nbytes for d in dsts], small)
         # run_batches of a tensor function without outs=: each output is made from its y,
         # so its place in a block is given then (BulkStaging.place_output). Small batches
@@ -1404,11 +1406,6 @@ class StreamPipeline:
             alloc, free, live = self._lanes.allocate_ptr, self._lanes.free_ptr, None
             if tc is not None:
                 tc.use_lanes(self._lanes.addresses())
-        if tc is not None and (on_device or run.lanes is not None):  # each x known ahead: cut in groups
-            N = self.n_streams
-            where = (run.inputs.address_of if on_device else  # type: ignore[union-attr]
-                     (lambda pos, b, lanes=self._lanes.addresses(): lanes[pos % N][0]))  # type: ignore[union-attr]
-            tc.plan_inputs([(b.index, pos % N, where(pos, b), b.in_shape) for pos, b in enumerate(run.batches)])
         return protocol_halves(
             hot=self._hot, routes=self._routes, compute=self.compute, has_out=has_out, in_dtype=in_dtype,
             out_dtype=out_dtype, alloc=alloc, free=free, deferred=run.deferred,

@@ -48,10 +48,6 @@ from ..cuda.memory import DeviceArray, contiguous_strides
 
 FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
-# Batch inputs are cut this many at a time, ahead of their compute calls: one cut took
-# ~16 us between the calls of a PyTorch encoder layer (its work leaves the CPU's caches
-# cold) against ~1.5 us in a loop of cuts (H100 host, session 17)
-CUT_AHEAD = 32
 
 
 class TensorFormError(TypeError):
@@ -317,9 +313,7 @@ class TensorCompute:
     buffer is made per lane and run, and each batch's ``x`` is cut from it (a slice
     and a view: a few microseconds; making a tensor from an address costs tens).
     Likewise from one tensor over the run's inputs when they were uploaded together
-    (bulk.DeviceInputs, :meth:`use_block`). Otherwise it is made per batch. When the
-    run says where each batch's input will be (:meth:`plan_inputs`), the inputs are
-    cut ``CUT_AHEAD`` at a time, ahead of their calls.
+    (bulk.DeviceInputs, :meth:`use_block`). Otherwise it is made per batch.
     """
 
     def __init__(self, fn: Callable[[Any], Any], framework: Any, routes: list, *, graphs: "TorchGraphs | None" = None):
@@ -340,9 +334,6 @@ class TensorCompute:
         self.np_dtype: np.dtype = np.dtype(np.uint8)  # the host input's dtype (the device bytes' layout)
         self._bases: list[tuple[int, Any]] = []  # per lane: (address, 1-D tensor over its buffer)
         self._block: tuple[int, int, Any] | None = None  # the run's inputs: (address, end, 1-D tensor over them)
-        self._plan: list[tuple[int, int, int, tuple[int, ...]]] = []  # (batch index, lane, address, shape), in order
-        self._planned = 0  # _plan[:_planned] are cut (in _ahead, or used)
-        self._ahead: dict[int, tuple[int, Any]] = {}  # batch index -> (address, x) cut ahead of its call
         self.last: tuple[tuple[int, ...], np.dtype, Any] | None = None
         self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
         self._caller_stream: Any = None  # the framework's current stream before the run, restored after
@@ -356,7 +347,6 @@ class TensorCompute:
         self.np_dtype = np.dtype(np_dtype)
         self._bases = []
         self._block = None
-        self._plan, self._planned, self._ahead = [], 0, {}
         self.last = None
         self.call_s = 0.0
         self._caller_stream = self.fw.current_stream()
@@ -370,17 +360,6 @@ class TensorCompute:
         """This run's inputs are on the device in one block at ``ptr``: batch inputs are
         cut from one tensor over it (valid until :meth:`release`)."""
         self._block = (ptr, ptr + nbytes, self._base_tensor(ptr, nbytes))
-
-    def plan_inputs(self, plan: list[tuple[int, int, int, tuple[int, ...]]]) -> None:
-        """Where each batch's input will be on the device, in run order: (batch index,
-        lane, address, shape), after :meth:`use_lanes` or :meth:`use_block`."""
-        self._plan, self._planned, self._ahead = plan, 0, {}
-
-    def _cut_ahead(self) -> None:
-        plan, at = self._plan, self._planned
-        for index, lane, ptr, shape in plan[at:at + CUT_AHEAD]:
-            self._ahead[index] = (ptr, self._input(lane, ptr, shape))
-        self._planned = min(at + CUT_AHEAD, len(plan))
 
     def _base_tensor(self, ptr: int, nbytes: int) -> Any:
         item = self.np_dtype.itemsize
@@ -400,11 +379,7 @@ class TensorCompute:
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> int:
         fw, fs = self.fw, self._fs[lane]
         t0 = time.perf_counter()
-        ahead = self._ahead.pop(b.index, None)
-        if ahead is None and self._planned < len(self._plan):
-            self._cut_ahead()
-            ahead = self._ahead.pop(b.index, None)
-        xt = ahead[1] if ahead is not None and ahead[0] == ptr else self._input(lane, ptr, b.in_shape)
+        xt = self._input(lane, ptr, b.in_shape)
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
@@ -436,7 +411,6 @@ class TensorCompute:
         self._keep = [None] * len(self._keep)
         self._bases = []
         self._block = None
-        self._plan, self._planned, self._ahead = [], 0, {}
         if self._caller_stream is not None:
             self.fw.set_current(self._caller_stream)
             self._caller_stream = None
