@@ -832,6 +832,19 @@ def _vs_compute_alone(w: dict[str, Any]) -> tuple[float, str, str]:
     return ratio, measured, f"compute alone on device-resident data = {w['compute_alone_ms']:.1f} ms"
 
 
+def _host_note(w: dict[str, Any]) -> str:
+    """Whether the host set the pace: fullpipe's host time per batch (the compute's own call
+    and fullpipe's part) against compute alone's time per batch (its GPU time, or its own
+    calls where those are slower). Empty without the per-call breakdown."""
+    host, n = w.get("fullpipe_host_us"), w.get("fullpipe_batches")
+    if not host or not n or "compute_call" not in host:
+        return ""
+    own = host.get("front", 0.0) + host.get("back", 0.0)
+    alone_us = float(w["compute_alone_ms"]) * 1e3 / n
+    return (f"; host per batch in fullpipe: the compute's call {host['compute_call']:.0f} µs + fullpipe's "
+            f"{own:.0f} µs, against {alone_us:.0f} µs per batch for compute alone")
+
+
 @rule(NAME, "workload-copy-heavy",
       "a copy-heavy model (bf16 MLP over pageable float32 rows, in and out) runs through fullpipe with its "
       "defaults at ≥ 0.9× min(host memmove bound, pinned copy peak) each way")
@@ -870,8 +883,9 @@ def _compute_bound_rule(d: Data) -> Judged:
       "variable-length transformer batches (run_batches) run through fullpipe with its defaults at ≥ 0.95× "
       "compute alone")
 def _variable_length_rule(d: Data) -> Judged:
-    ratio, measured, bound = _vs_compute_alone(_workload(d, "variable-length"))
-    return Judged(measured=measured, bound=bound, ratio=ratio, verdict=at_least(ratio, 0.95, 0.8),
+    w = _workload(d, "variable-length")
+    ratio, measured, bound = _vs_compute_alone(w)
+    return Judged(measured=measured + _host_note(w), bound=bound, ratio=ratio, verdict=at_least(ratio, 0.95, 0.8),
                   target="supported ≥ 0.95×, partly ≥ 0.8×")
 
 
