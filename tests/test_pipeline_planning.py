@@ -284,6 +284,12 @@ def test_stats_say_when_the_host_is_the_limit():
     assert mlp.host_bound_hint is None and "hint:" not in str(mlp)
     graphed = dataclasses.replace(enc, graph={"reason": "replayed"})
     assert graphed.host_bound_hint is None
+    # batches of many shapes (that run's 127 came in 96): a graph per stream and shape would not
+    # fit the cache, so the hint says to bucket them first; a few shapes: graph=True as it is
+    many = dataclasses.replace(enc, streams=3, input_shapes=96)
+    assert "96 shapes" in many.host_bound_hint and "bucket" in many.host_bound_hint
+    few = dataclasses.replace(enc, streams=3, input_shapes=4)
+    assert "bucket" not in few.host_bound_hint and "graph=True replays" in few.host_bound_hint
 
 
 # --------------------------------------------------------------------------- staging helpers

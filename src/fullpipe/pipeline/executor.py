@@ -1198,6 +1198,7 @@ class StreamPipeline:
             stats.bytes_out = sum(bb.out_bytes for bb in batches)
         stats.enqueue_us_per_batch = sum(run.enqueue_us) / n
         stats.bulk_uploads = run.inputs.uploads if run.inputs is not None else 0
+        stats.input_shapes = len({bb.in_shape for bb in batches})
         stats.loop_us_per_batch = max(loop_s - loop_wait_s, 0.0) * 1e6 / n
         stats.host_wait_ms = run.wait_s * 1e3
         stats.enqueue_us = run.enqueue_us

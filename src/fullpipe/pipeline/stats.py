@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Sequence
 
+from .tensors import MAX_TORCH_GRAPHS
+
 STAGES = ("h2d", "compute", "d2h")
 HOST_BOUND_SHARE = 0.8  # host time per batch over the GPU's compute per batch that counts as host-bound
 
@@ -89,6 +91,7 @@ class PipelineStats:
     # staging "bulk": the inputs' H2Ds, one per group of batches (bulk.DeviceInputs); 0: one per batch.
     # busy_ms["h2d"] then counts no input copy: the groups' H2Ds are not timed
     bulk_uploads: int = 0
+    input_shapes: int = 0  # distinct batch input shapes in the run (each is a graph per lane with graph=True)
     recycle: str = ""
     pinned_ring_bytes: int = 0
     wall_ms: float = 0.0  # host wall clock of the run (end to end)
@@ -154,10 +157,16 @@ class PipelineStats:
         gpu_us = bound * 1e3 / self.batches
         if max(call_us, self.enqueue_us_per_batch) < HOST_BOUND_SHARE * gpu_us:
             return None
-        return (f"host-bound: the compute's call took {call_us:.0f} us per batch and fullpipe's enqueue with it "
+        what = (f"host-bound: the compute's call took {call_us:.0f} us per batch and fullpipe's enqueue with it "
                 f"{self.enqueue_us_per_batch:.0f} us, about as long as the busiest GPU stage ({self.bound_stage}, "
-                f"{gpu_us:.0f} us per batch), so the GPU waits for Python; graph=True replays captured calls "
-                "(docs/notes/pipeline-pytorch.md), and larger batches amortise the call")
+                f"{gpu_us:.0f} us per batch), so the GPU waits for Python; ")
+        if self.input_shapes * max(self.streams, 1) > MAX_TORCH_GRAPHS:  # graphs would not hold them all
+            return what + (f"the batches came in {self.input_shapes} shapes, and graph=True keeps one graph per "
+                           f"stream and shape ({MAX_TORCH_GRAPHS} in all): bucket them to a few sizes (pad rows or "
+                           "sequence lengths up to the next of a few) to replay captured calls with graph=True "
+                           "(docs/notes/pipeline-pytorch.md), or make the batches larger to amortise the call")
+        return what + ("graph=True replays captured calls (docs/notes/pipeline-pytorch.md), and larger batches "
+                       "amortise the call")
 
     def stage_gbps(self, stage: str) -> float | None:
         """Bytes moved by a copy stage over that stage's busy time (GB/s)."""
