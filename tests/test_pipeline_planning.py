@@ -267,6 +267,32 @@ def test_pipeline_stats_bound_and_overlap():
     assert "of bound" in str(st) and st.as_dict()["bound_stage"] in ("h2d", "compute", "d2h")
 
 
+def test_a_copy_fit_keeps_no_waiting_as_a_fixed_cost_per_chunk():
+    """Session 17, call 18 (H100, a 1 GiB bf16 MLP in and out, pinned in place): after runs at
+    28 and 103 MiB the refit models were H2D 302 us + 50.2 GB/s, compute 108 us + 135 GB/s,
+    D2H 61 us + 50.4 GB/s, with 283 us of host time per batch. They chose 103 MiB, which ran
+    at 0.939x the best fixed chunk; the sweep in the same rounds read 16/32/64/96/128 MiB at
+    0.976/1.000/0.996/0.952/0.938 of the best. A copy's own cost per chunk is microseconds:
+    with it capped (the time at 103 MiB kept), the choice falls where the sweep was within
+    2.5 % of its best."""
+    mib, gbs = tuning.MiB, (lambda g: 1e-9 / g)
+    fitted = {"h2d": tuning.StageModel(302.3e-6, gbs(50.2)), "compute": tuning.StageModel(108.2e-6, gbs(134.7)),
+              "d2h": tuning.StageModel(60.7e-6, gbs(50.4))}
+
+    def choose(models):
+        return tuning.choose_chunk(models, total_bytes=1 << 30, row_bytes=4096, streams=3, host_s=283e-6,
+                                   device_budget_bytes=40 << 30, lanes=3, min_bytes=4 * mib).nbytes
+
+    assert choose(fitted) >= 96 * mib  # the choice of that call
+    capped = {k: tuning.copy_model(m, 103 * mib) if k in tuning.COPY_STAGES else m for k, m in fitted.items()}
+    for k in tuning.COPY_STAGES:
+        assert capped[k].fixed_s == tuning.COPY_FIXED_MAX_S
+        assert capped[k].time(103 * mib) == pytest.approx(fitted[k].time(103 * mib))
+    assert 16 * mib <= choose(capped) <= 64 * mib
+    small = tuning.StageModel(5e-6, gbs(50.0))
+    assert tuning.copy_model(small, 64 * mib) is small  # under the cap: as fitted
+
+
 def test_stats_say_when_the_host_is_the_limit():
     """Numbers of session 16's recorded `bench workloads` (H100): the encoder layer's call
     took 441 us per batch (478 us with fullpipe's enqueue) against 516 us of GPU compute

@@ -64,7 +64,8 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Route, protocol_halves
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
-from .tuning import HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, parse_chunk, probe_rows
+from .tuning import (COPY_STAGES, HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, copy_model,
+                     parse_chunk, probe_rows)
 
 
 class PipelineWarning(UserWarning):
@@ -926,6 +927,8 @@ class StreamPipeline:
             predicted = m.time(chunk_bytes)
             if large >= FIT_SPREAD * small:
                 fitted = StageModel.fit(small, by_size[small], large, by_size[large])
+                if stage in COPY_STAGES:
+                    fitted = copy_model(fitted, large)
                 if abs(fitted.time(chunk_bytes) - predicted) > REFIT_ABOVE * predicted or any(
                         abs(fitted.time(n) - m.time(n)) > REFIT_ABOVE * m.time(n) for n in (small, large)):
                     models[stage], changed = fitted, True
@@ -1018,6 +1021,7 @@ class StreamPipeline:
         p1, p2 = per_size[n1], per_size[n2]
         models = {st: StageModel.fit(n1 * row_bytes, p1[st], n2 * row_bytes, p2[st])
                   for st in p2 if st != "host"}
+        models = {st: copy_model(m, n2 * row_bytes) if st in COPY_STAGES else m for st, m in models.items()}
         # The host's time per batch is the enqueue and the compute call: Python and driver
         # calls, the same for any chunk size (the ring's copies are modelled on their own).
         # Probes have seen it grow with the size where steady runs did not: on an H100 a fit
