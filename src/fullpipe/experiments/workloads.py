@@ -329,7 +329,13 @@ class _DataLoaderPeer:
             persistent_workers=True, multiprocessing_context="fork", timeout=DATALOADER_TIMEOUT_S)
 
     def __call__(self, torch: Any, tdev: Any, f: Callable, ys: list, stream: Any, lag: int = 2) -> None:
-        pending: collections.deque = collections.deque()
+        pending: collections.deque = collections.deque()  # (event, pinned output, destination), in order
+
+        def drain_one() -> None:
+            ev, src, dst = pending.popleft()
+            ev.synchronize()
+            dst.copy_(src)
+
         with torch.cuda.stream(stream):
             for i, xb in enumerate(self.loader):
                 y = f(xb.to(tdev, non_blocking=True)).to("cpu", non_blocking=True)  # pinned, by torch
@@ -337,13 +343,9 @@ class _DataLoaderPeer:
                 ev.record(stream)
                 pending.append((ev, y, ys[i]))
                 if len(pending) > lag:
-                    ev0, src, dst = pending.popleft()
-                    ev0.synchronize()
-                    dst.copy_(src)
+                    drain_one()
             while pending:
-                ev0, src, dst = pending.popleft()
-                ev0.synchronize()
-                dst.copy_(src)
+                drain_one()
 
     def close(self) -> None:
         """Stop the workers (they would otherwise live until the loader is collected)."""

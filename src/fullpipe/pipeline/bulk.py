@@ -265,15 +265,13 @@ class DeviceInputs:
     def address(self, pos: int, b: Any) -> int:
         """Batch ``b`` (run position ``pos``)'s input on the device; its group is uploaded
         first if this is the group's first batch."""
-        if pos >= self._next:
-            self._upload(pos)
+        while pos >= self._next:
+            self._upload_next()
         return self.device_ptr + (b.src_addr - self.pinned_ptr)
 
-    def _upload(self, pos: int) -> None:
-        groups, hot = self._groups, self.hot
-        start, end = groups.popleft()
-        while end <= pos:  # (a position skipped: never, the loop asks for every batch in order)
-            start, end = groups.popleft()
+    def _upload_next(self) -> None:
+        hot = self.hot
+        start, end = self._groups.popleft()
         self.staging.wait_input(start)  # its memmove into the pinned block is done
         batches = self.staging.input_batches
         first, last = batches[start], batches[end - 1]

@@ -754,10 +754,6 @@ class StreamPipeline:
         small = pageable.INLINE_MAX_BYTES
         bulk_in = stage_in == "ring" and bulk_staging.fits([b.in_bytes for b in batches], small)
         dsts = _known_outputs(batches, outputs) if stage_out == "ring" else None
-        if dsts is None or outputs is None:  # (the stream form's batches hold their outputs' addresses)
-            dst_addresses = None if dsts is None else [b.dst_addr for b in batches]
-        else:
-            dst_addresses = [outputs.given_addresses[b.index] for b in batches]  # type: ignore[index]
         bulk_out = dsts is not None and bulk_staging.fits([d.nbytes for d in dsts], small)
         # run_batches of a tensor function without outs=: each output is made from its y,
         # so its place in a block is given then (BulkStaging.place_output). Small batches
@@ -776,7 +772,10 @@ class StreamPipeline:
                 staged.stage_inputs(batches, self._copier("in"))
                 stage_in = "direct"
             if bulk_out:
-                places = staged.route_outputs(batches, dsts, dst_addresses)  # type: ignore[arg-type]
+                # (the stream form's batches hold their outputs' addresses; outs= were read once)
+                addresses = ([b.dst_addr for b in batches] if outputs is None else
+                             [outputs.given_addresses[b.index] for b in batches])  # type: ignore[index]
+                places = staged.route_outputs(batches, dsts, addresses)  # type: ignore[arg-type]
                 if outputs is not None:
                     outputs.bulk = places
                 stage_out = "direct"
@@ -1019,9 +1018,10 @@ class StreamPipeline:
         sizes = sorted(per_size)
         n1, n2 = sizes[-2], sizes[-1]
         p1, p2 = per_size[n1], per_size[n2]
-        models = {st: StageModel.fit(n1 * row_bytes, p1[st], n2 * row_bytes, p2[st])
-                  for st in p2 if st != "host"}
-        models = {st: copy_model(m, n2 * row_bytes) if st in COPY_STAGES else m for st, m in models.items()}
+        models = {st: StageModel.fit(n1 * row_bytes, p1[st], n2 * row_bytes, p2[st]) for st in p2 if st != "host"}
+        for st in COPY_STAGES:
+            if st in models:
+                models[st] = copy_model(models[st], n2 * row_bytes)
         # The host's time per batch is the enqueue and the compute call: Python and driver
         # calls, the same for any chunk size (the ring's copies are modelled on their own).
         # Probes have seen it grow with the size where steady runs did not: on an H100 a fit
