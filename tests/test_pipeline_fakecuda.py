@@ -658,3 +658,74 @@ def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chun
     (tuned,) = pipe._tuned.values()
     assert tuned.host.per_byte_s == 0.0
     assert 4 * MiB <= pipe.stats.chunk["bytes"] <= 24 * MiB, pipe.stats.chunk["reason"]
+
+
+# --------------------------------------------------------------------------- compute threads
+class SlowFakeMix(FakeMix):
+    """FakeMix whose host call takes a random while (so that calls on different threads
+    interleave with each other and with the fronts), failing on the batch of ``fail_size``
+    elements (batch order, not call order: calls on threads run out of order)."""
+
+    def __init__(self, rounds=2, fail_size=None, exc=RuntimeError):
+        super().__init__(rounds)
+        self.fail_size, self.exc2 = fail_size, exc
+        self.threads: set[str] = set()
+
+    def __call__(self, stream, x, y):
+        self.threads.add(threading.current_thread().name)
+        time.sleep(random.random() * 3e-4)
+        if x.size == self.fail_size:
+            raise self.exc2("compute failed on purpose")
+        super().__call__(stream, x, y)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("copy_streams", [False, True])
+def test_compute_threads_random_batches_bit_exact(fake, threads, copy_streams):
+    """Each batch's compute call on one of ``threads`` host threads while this thread
+    enqueues the fronts and the D2Hs: outputs exact under the fake streams' jitter (a lane
+    buffer overwritten under a call, or a D2H enqueued before its compute, would show),
+    the calls really on the workers, and everything given back."""
+    rng = np.random.default_rng(threads)
+    batches = [rng.integers(0, 2**32, int(rng.integers(1, 3000)), dtype=np.uint32) for _ in range(200)]
+    mix = SlowFakeMix()
+    pipe = StreamPipeline(mix, streams=3, slots=3, compute_threads=threads, copy_streams=copy_streams)
+    for _ in range(2):
+        outs = pipe.run_batches(batches)
+        for b, o in zip(batches, outs):
+            np.testing.assert_array_equal(o, reference(b, 2))
+        st = pipe.stats
+        assert st.compute_threads["threads"] == threads and st.compute_threads["from_batch"] == 0
+        assert st.compute_threads["chosen"] == "given"
+        assert set(st.busy_ms) == {"h2d", "compute", "d2h"}
+        assert "compute calls: on" in str(st)
+        _assert_clean(pipe)
+    assert len(mix.threads) == threads and all(t.startswith("fullpipe-compute-") for t in mix.threads)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_an_exception_on_a_compute_thread_drains_and_returns_everything(fake, exc):
+    rng = np.random.default_rng(9)
+    batches = [rng.integers(0, 2**32, 1000 + i, dtype=np.uint32) for i in range(50)]
+    pipe = StreamPipeline(SlowFakeMix(fail_size=1017, exc=exc), streams=3, slots=3, compute_threads=2)
+    with pytest.raises(exc) as info:
+        pipe.run_batches(batches)
+    assert info.value.batch_index == 17
+    assert any("failed at batch 17" in n for n in getattr(info.value, "__notes__", []))
+    _assert_clean(pipe)
+    pipe.compute = SlowFakeMix()
+    outs = pipe.run_batches(batches[:10])
+    np.testing.assert_array_equal(outs[9], reference(batches[9], 2))
+    _assert_clean(pipe)
+
+
+def test_compute_threads_is_checked():
+    with pytest.raises(ValueError, match="more than streams"):
+        StreamPipeline(FakeMix(), streams=2, compute_threads=3)
+    for bad in (0, -1, 1.5, True, "two"):
+        with pytest.raises(ValueError, match="compute_threads must be"):
+            StreamPipeline(FakeMix(), compute_threads=bad)
+    with pytest.raises(ValueError, match="needs a compute"):
+        StreamPipeline(None, compute_threads=2)
+    with pytest.raises(ValueError, match="graph=True"):
+        StreamPipeline(FakeMix(), compute_threads=2, graph=True)

@@ -10,6 +10,7 @@ Fresh random inputs, outputs given as ``out=`` are poisoned (NaN) first."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -260,7 +261,10 @@ def test_torch_graph_capture_failure_is_clean(device, pool):
     assert torch.isfinite(torch.randn(1000, device="cuda")).all()
 
 
-def test_threads_each_with_a_torch_pipeline_on_one_pool(device, pool):
+@pytest.mark.parametrize("compute_threads", [1, 2])
+def test_threads_each_with_a_torch_pipeline_on_one_pool(device, pool, compute_threads):
+    """8 threads, each with its own pipeline on one pool; with compute_threads=2 their
+    calls all go to the process's shared compute threads."""
     model = mlp()
     f = mlp_fn(model)
     start = pool.stats().used_bytes
@@ -269,7 +273,8 @@ def test_threads_each_with_a_torch_pipeline_on_one_pool(device, pool):
     def worker(i):
         try:
             x = torch.randn(20_000 + 1000 * i, 256)
-            with StreamPipeline(f, streams=2, chunk="1MiB", pool=pool, device=device) as pipe:
+            with StreamPipeline(f, streams=2, chunk="1MiB", pool=pool, device=device,
+                                compute_threads=compute_threads) as pipe:
                 results[i] = (x, pipe.run(x))
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
@@ -323,3 +328,95 @@ def test_each_call_runs_on_its_lane_stream_and_the_callers_stream_comes_back(dev
         with pytest.raises(RuntimeError, match="on purpose"):
             pipe.run(x)
         assert torch.cuda.current_stream() == caller
+
+
+def test_compute_threads_carry_the_callers_modes_and_run_on_the_lane_streams(device, pool):
+    model = mlp()
+    seen = []  # per call: (thread, grad, inference mode, autocast, current stream)
+
+    def f(x):
+        seen.append((threading.current_thread().name, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                     torch.is_autocast_enabled("cuda"), torch.cuda.current_stream().cuda_stream))
+        return model(x.to(torch.bfloat16)).float()
+
+    x = torch.randn(40_000, 256)
+    ref = naive(mlp_fn(model), x, 1000)
+    with StreamPipeline(f, streams=3, chunk=1000, compute_threads=2, pool=pool, device=device) as pipe:
+        with torch.inference_mode():
+            y = pipe.run(x)
+        lanes = {int(s.handle) for s in pipe.streams}
+        assert pipe.stats.compute_threads["threads"] == 2 and pipe.stats.compute_threads["from_batch"] == 0
+        assert len({s[0] for s in seen}) == 2 and all(s[0].startswith("fullpipe-compute-") for s in seen)
+        assert all(s[2] for s in seen) and {s[4] for s in seen} == lanes
+        seen.clear()
+        with torch.no_grad():
+            y_no_grad = pipe.run(x)
+        assert not any(s[1] or s[2] for s in seen)
+        seen.clear()
+        y_grad = pipe.run(x)  # the caller records autograd: so do the calls
+        assert all(s[1] and not s[2] for s in seen)
+        seen.clear()
+        with torch.autocast("cuda", dtype=torch.float16), torch.no_grad():
+            pipe.run(x)
+        assert all(s[3] for s in seen)
+    for out in (y, y_no_grad, y_grad):
+        torch.testing.assert_close(out, ref, **BF16_TOL)
+
+
+def test_compute_threads_auto_keeps_threads_only_where_they_call_faster(device, pool):
+    def outside_gil(x):  # host time outside the GIL, as inside PyTorch's fused operators
+        time.sleep(4e-4)
+        return x * 2
+
+    def holds_gil(x):  # host time in Python, which holds the GIL
+        t = time.perf_counter()
+        while time.perf_counter() - t < 4e-4:
+            pass
+        return x * 2
+
+    def fast(x):
+        return x * 2
+
+    x = torch.randn(64_000, 64)  # 64 batches of 1000 rows
+    with StreamPipeline(outside_gil, streams=3, chunk=1000, pool=pool, device=device) as pipe:
+        y = pipe.run(x)
+        c = pipe.stats.compute_threads
+        assert (c["threads"], c["from_batch"], c["until_batch"], c["chosen"]) == (3, 8, 64, "auto"), c
+        assert c["trial"]["kept"], c
+        y2 = pipe.run(x)
+        c = pipe.stats.compute_threads
+        assert (c["from_batch"], c["until_batch"], c["trial"]) == (0, 64, None), c  # the choice carried over
+    with StreamPipeline(holds_gil, streams=3, chunk=1000, pool=pool, device=device) as pipe:
+        y3 = pipe.run(x)
+        c = pipe.stats.compute_threads
+        assert (c["from_batch"], c["until_batch"]) == (8, 16) and not c["trial"]["kept"], c  # back after the trial
+        assert c["trial"]["sent_to_done_us"] > 1.5 * c["trial"]["call_here_us"], c  # the calls took turns
+        pipe.run(x)
+        assert pipe.stats.compute_threads is None  # not tried again ...
+        pipe.retune()
+        pipe.run(x)
+        assert pipe.stats.compute_threads["until_batch"] == 16  # ... until retune()
+    with StreamPipeline(fast, streams=3, chunk=1000, pool=pool, device=device) as pipe:
+        for _ in range(2):
+            torch.testing.assert_close(pipe.run(x), x * 2)
+            assert pipe.stats.compute_threads is None
+    for out in (y, y2, y3):
+        torch.testing.assert_close(out, x * 2)
+
+
+def test_an_exception_on_a_compute_thread_is_clean(device, pool):
+    def f(x):
+        if x.shape[0] == 117:
+            raise RuntimeError("failed on purpose")
+        return x * 2
+
+    batches = [torch.randn(100 + i, 64) for i in range(40)]
+    start = pool.stats().used_bytes
+    with StreamPipeline(f, streams=3, compute_threads=3, pool=pool, device=device) as pipe:
+        with pytest.raises(RuntimeError, match="on purpose") as info:
+            pipe.run_batches(batches)
+        assert info.value.batch_index == 17
+        assert pool.stats().used_bytes == start and not pipe.resources()["running"]
+        pipe.compute = lambda x: x * 3
+        ys = pipe.run_batches(batches[:20])
+    torch.testing.assert_close(ys[19], batches[19] * 3)

@@ -371,6 +371,11 @@ def _fp_call(pipe: Any, w: _Workload, out: Any, x: Any = None) -> Any:
     return pipe.run_batches(w.xs, outs=out)
 
 
+def _plain(d: Any) -> dict[str, Any] | None:
+    """A stats dict (possibly holding dicts) as plain JSON values, or None."""
+    return {k: (_plain(v) if isinstance(v, dict) else v) for k, v in d.items()} if isinstance(d, dict) else None
+
+
 def _fp_stats(pipe: Any) -> dict[str, Any]:
     st = getattr(pipe, "stats", None)
     chunk = getattr(st, "chunk", None)
@@ -379,6 +384,7 @@ def _fp_stats(pipe: Any) -> dict[str, Any]:
             "chunk": dict(chunk) if isinstance(chunk, dict) else None,
             "staging": dict(getattr(st, "staging", None) or {}),
             "host_us": dict(host_us) if isinstance(host_us, dict) else None,
+            "compute_threads": _plain(getattr(st, "compute_threads", None)),
             "in_place": dict((getattr(st, "pinned", None) or {}).get("in_place") or {}) or None}
 
 
@@ -701,6 +707,7 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         "enqueue_us": fp_stats["enqueue_us"], "fullpipe_batches": fp_stats["batches"],
         # how the timed run staged each side, and its host time per batch by part (stats.host_us)
         "fullpipe_staging": fp_stats.get("staging"), "fullpipe_host_us": fp_stats.get("host_us"),
+        "fullpipe_compute_threads": fp_stats.get("compute_threads"),  # calls on host threads (compute_threads.py)
         # arrays pinned in place by the pin-down cache, and the registrations' one-time cost
         "fullpipe_in_place": fp_stats.get("in_place"),
         "fullpipe_register_ms": (pin_cache.stats.register_s - registered_s) * 1e3,
@@ -843,7 +850,10 @@ def _host_note(w: dict[str, Any]) -> str:
         return ""
     own = host.get("front", 0.0) + host.get("back", 0.0)
     alone_us = float(w["compute_alone_ms"]) * 1e3 / n
-    return (f"; host per batch in fullpipe: the compute's call {host['compute_call']:.0f} µs + fullpipe's "
+    threads = w.get("fullpipe_compute_threads") or {}
+    on = (f" on {threads['threads']} host threads at once (batches {threads['from_batch']}-"
+          f"{threads['until_batch'] - 1})" if threads else "")
+    return (f"; host per batch in fullpipe: the compute's call {host['compute_call']:.0f} µs{on} + fullpipe's "
             f"{own:.0f} µs, against {alone_us:.0f} µs per batch for compute alone")
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import threading
@@ -62,7 +63,8 @@ from .lanes import LaneBuffers
 from .stats import BatchTiming, PipelineStats, busy_from_timings
 from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
-from .protocol import DEVICE_ALIGN, DeferredFree, Route, protocol_halves
+from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
+from . import compute_threads as ct
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (COPY_STAGES, HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, copy_model,
                      parse_chunk, probe_rows)
@@ -194,6 +196,26 @@ class StreamPipeline:
       allocation and prefetch stay as without graphs, per-stage timing included. The
       same failure guarantees; ``f`` runs once eagerly per stream and shape before its
       capture (warm-up). Not available for CuPy tensor functions.
+    - ``compute_threads``: ``"auto"`` (default), or an int from 1 to ``streams``: how
+      many host threads call a PyTorch tensor function, each batch's call on one of
+      them, in turn (:mod:`fullpipe.pipeline.compute_threads`). A model whose Python
+      call takes about as long as its GPU work (or longer) leaves the GPU waiting for
+      the host; PyTorch releases the GIL inside its operators, so calls from several
+      threads launch more per second when the call's time is mostly inside operators
+      (an encoder layer: one fused operator) and not when it is mostly Python (many
+      small operators). ``"auto"``: the enqueueing thread calls the first
+      ``2 x streams + 2`` batches of a run; if their median call took at least 150 us,
+      the next as many go to min(3, streams) threads, which are kept only if they
+      called at least 1.25x as fast together; the verdict carries over to the next runs
+      (:meth:`retune` forgets it). Calls on threads run on threads kept for the process
+      (PyTorch caches cuDNN plans per thread), in the caller's autograd and autocast
+      modes, at most one per stream at a time, and not in batch order: a compute must
+      not rely on Python state shared between calls (a counter, a list it fills in
+      order).
+      ``stats.compute_threads`` says how many were used, for which batches, and what
+      the trial measured. Not with graph=True (a graph's replay is short already). A
+      ``compute(stream, x, y)`` may be given threads too (an int; "auto" keeps it on
+      the enqueueing thread); it is called with the device's context current.
 
     On an exception in compute, a CUDA error, or Ctrl-C, the run drains what is in
     flight, frees every device allocation it made, gives back the ring, and re-raises
@@ -226,6 +248,7 @@ class StreamPipeline:
         prefetch: int | None = None,
         pinned_pool: Any = None,
         pin_in_place: bool = True,
+        compute_threads: int | str = "auto",
     ):
         self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
         self._form_option = form
@@ -278,6 +301,14 @@ class StreamPipeline:
         if not isinstance(pin_in_place, bool):
             raise TypeError(f"pin_in_place must be True or False, got {pin_in_place!r}")
         self.pin_in_place = pin_in_place
+        self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
+        if self.compute_threads not in ("auto", 1) and self.form == "none":
+            raise ValueError(f"compute_threads={compute_threads} needs a compute to call (compute=None)")
+        if self.compute_threads not in ("auto", 1) and graph:
+            raise ValueError("compute_threads > 1 and graph=True are not combined: a replayed graph's launch is "
+                             "already short. Use one of the two.")
+        # compute_threads="auto": what a trial found: calls on threads faster (True), not (False), untried (None)
+        self._threads_pay: bool | None = None
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
@@ -476,9 +507,11 @@ class StreamPipeline:
 
     def retune(self) -> None:
         """chunk="auto": forget the measured models, so that the next run probes again
-        (after changing the compute, the machine's load, or anything the chunk depends on)."""
+        (after changing the compute, the machine's load, or anything the chunk depends on);
+        compute_threads="auto": forget the trial's verdict, so that a run tries again."""
         self._tuned.clear()
         self._choices.clear()
+        self._threads_pay = None
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: Any = None) -> Any:
@@ -669,6 +702,7 @@ class StreamPipeline:
         """The tensor-function adapter, made at the first run (its library may depend
         on the first input's kind)."""
         if self._tc is not None and self._tc.fn is not self.compute:  # pipe.compute was reassigned
+            self._threads_pay = None
             self._drain_streams()
             self._tc.close()
             self._tc = None
@@ -678,6 +712,9 @@ class StreamPipeline:
                 raise ValueError("graph=True is not available for a CuPy tensor function (PyTorch only)")
             if name == "cupy" and self.copy_streams:
                 raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+            if name == "cupy" and self.compute_threads not in ("auto", 1):
+                raise ValueError(f"compute_threads={self.compute_threads} is for PyTorch tensor functions; a CuPy "
+                                 "function is called on the enqueueing thread (compute_threads=1)")
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
                                      graphs=TorchGraphs() if self.graph else None)
         return self._tc
@@ -1117,7 +1154,7 @@ class StreamPipeline:
                 bulk.give_back()
             raise
 
-        run = _Run(batches, stop=threading.Event())
+        run = _Run(batches, stop=threading.Event(), lanes=N)
         run.lazy_out = outputs is not None
         run.bulk_out = bulk if bulk is not None and staging["output"] == "bulk" else None
         run.bulk_in = bulk if bulk is not None and staging["input"] == "bulk" else None
@@ -1137,7 +1174,7 @@ class StreamPipeline:
         t_start = time.perf_counter()
         try:
             with switch:
-                front, back = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype,
+                proto = self._open_run(run, mode, gx, ring_in, ring_out, has_out, in_dtype, out_dtype,
                                              tc, outputs, usage)
                 t_loop = time.perf_counter()
                 if gx is not None:
@@ -1151,13 +1188,13 @@ class StreamPipeline:
                         b = batches[pos]
                     if not whole:
                         for pos, b in enumerate(batches):
-                            self._one_graph_batch(run, gx, front, back, b, pos, ring_in, ring_out, mode)
+                            self._one_graph_batch(run, gx, proto, b, pos, ring_in, ring_out, mode)
                 else:
                     L = self._prefetch_for(mode, ring_in)
                     stats.prefetch = L
                     at = [0]  # the batch the loop works on, for the failure note
                     try:
-                        self._eager_loop(run, front, back, batches, L, ring_in, ring_out, mode, at)
+                        self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc)
                     finally:
                         pos = at[0]
                         b = batches[pos]
@@ -1203,14 +1240,25 @@ class StreamPipeline:
         stats.enqueue_us_per_batch = sum(run.enqueue_us) / n
         stats.bulk_uploads = run.inputs.uploads if run.inputs is not None else 0
         stats.input_shapes = len({bb.in_shape for bb in batches})
-        stats.loop_us_per_batch = max(loop_s - loop_wait_s, 0.0) * 1e6 / n
+        stats.loop_us_per_batch = max(loop_s - loop_wait_s - run.call_wait_s, 0.0) * 1e6 / n
         stats.host_wait_ms = run.wait_s * 1e3
         stats.enqueue_us = run.enqueue_us
-        compute_us = run.clock[0] * 1e6 / n
+        call_s = sum(run.clock)
+        compute_us = call_s * 1e6 / n
         front_us = sum(run.front_us) / n
+        # the calls made on this thread are inside its enqueue time; those on compute threads are not
+        here_us = (call_s if run.calls is None else max(call_s - sum(run.calls.durations), 0.0)) * 1e6 / n
         stats.host_us = {"front": front_us, "compute_call": compute_us,
-                         "back": max(stats.enqueue_us_per_batch - front_us - compute_us, 0.0),
+                         "back": max(stats.enqueue_us_per_batch - front_us - here_us, 0.0),
                          "staging_wait": stats.host_wait_ms * 1e3 / n}
+        if run.calls is not None:
+            stats.compute_threads = {"threads": run.calls.threads, "from_batch": run.threads_from,
+                                     "until_batch": run.threads_until if run.threads_until >= 0 else n,
+                                     "wait_ms": run.call_wait_s * 1e3,
+                                     "chosen": "auto" if self.compute_threads == "auto" else "given",
+                                     "trial": run.threads_trial}
+            if self._threads_pay and median(run.calls.durations) * 1e6 < ct.AUTO_MIN_CALL_US:
+                self._threads_pay = None  # the calls became short: the next run looks again
         stats.timings = run.timings
         stats.host_copy_s = {"stage_in": run.stager.copy_s if run.stager is not None else [],
                              "drain_out": run.drainer.copy_s if run.drainer is not None else []}
@@ -1225,11 +1273,13 @@ class StreamPipeline:
                 stats.busy_ms = _scaled_busy(stats.busy_ms, run.timings, batches, stats.gpu_span_ms)
         return stats
 
-    def _eager_loop(self, run: "_Run", front: Any, back: Any, batches: list[P.Batch], L: int, ring_in: bool,
-                    ring_out: bool, mode: RunMode, at: list) -> None:
+    def _eager_loop(self, run: "_Run", proto: Protocol, batches: list[P.Batch], L: int, ring_in: bool,
+                    ring_out: bool, mode: RunMode, at: list, tc: TensorCompute | None) -> None:
         """Issue order: the fronts (allocate, H2D) of batches j..j+L, then the back
         (compute, D2H, free) of batch j. With L >= 1 the next batches' H2Ds are in
-        flight while the compute call of batch j runs on the host."""
+        flight while the compute call of batch j runs on the host. With compute threads
+        (from the start, or from the batch where "auto" saw slow calls), the rest of
+        the run goes on in :meth:`_threaded_loop`."""
         n, K, N = len(batches), self.slots, self.n_streams
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
@@ -1241,9 +1291,12 @@ class StreamPipeline:
         bulk_in = run.bulk_in  # inputs copied into their block in groups while the first batches run
         inputs = run.inputs  # ... and uploaded to the GPU a group at a time (or None: one H2D per batch)
         finished = run.finished = _Finished(N, batches[0].index) if bulk_out is not None and timing else None
-        nxt = 0
-        for pos in range(n):
-            while nxt < n and nxt <= pos + L:
+        front, back, clock = proto.front, proto.back, run.clock
+        issued = [0]  # the next batch whose front half is to be enqueued
+
+        def fronts_upto(last: int) -> None:
+            nxt = issued[0]
+            while nxt < n and nxt <= last:
                 at[0] = nxt
                 bb = batches[nxt]
                 slot = nxt % K
@@ -1262,28 +1315,157 @@ class StreamPipeline:
                 pending.append(front(bb, nxt % N, slot, src))
                 front_us.append((perf() - t0) * 1e6)
                 nxt += 1
+                issued[0] = nxt
+
+        threads, switch_at = self._compute_threads_plan(mode, tc, n)
+        first_calls, trial = run.first_calls, None
+        start = 0
+        while start < n:
+            if threads > 1:  # the rest of the run, or until a trial of threads says they do not pay
+                start = self._threaded_loop(run, proto, fronts_upto, batches, start, L, threads, ring_out, mode,
+                                            at, tc, trial)
+                threads, switch_at = 1, -1
+                continue
+            for pos in range(start, n):
+                if pos == switch_at:  # compute_threads="auto": are the calls slow enough to try threads?
+                    c1 = median(first_calls)
+                    if c1 * 1e6 >= ct.AUTO_MIN_CALL_US:
+                        threads = min(ct.AUTO_THREADS, N)
+                        trial = (pos + ct.trial_calls(N), c1)
+                        break
+                fronts_upto(pos + L)
+                at[0] = pos
+                p = pending[0]
+                b = p.b
+                slot = p.slot
+                off = run.off_s
+                t0 = perf()
+                if pos < switch_at:
+                    c0 = clock[p.lane]
+                    back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)
+                    first_calls.append(clock[p.lane] - c0)
+                else:
+                    back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
+                pending.popleft()
+                if ring_out:
+                    drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
+                t1 = perf()
+                enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
+                # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
+                # calls of a host-bound compute each look at the events costs ~8 us, session 17)
+                if timing and pos % HARVEST_EVERY == 0:
+                    self._harvest(run.inflight, run.timings, block=False)
+                    if finished is not None:  # the outputs of the batches done, to the caller's arrays
+                        bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
+                if synchronous:
+                    with drv.translated("cuStreamSynchronize"):
+                        routes[pos % N].d2h_stream.sync()
+                    run.wait_s += perf() - t1
+            else:
+                break
+            start = pos
+
+    def _compute_threads_plan(self, mode: RunMode, tc: TensorCompute | None, n: int) -> tuple[int, int]:
+        """(threads for the compute calls from the first batch, the batch at which
+        compute_threads="auto" looks at the calls so far to decide whether to try
+        threads, or -1)."""
+        if (tc is not None and tc.graphs is not None) or mode.synchronous or self.n_streams < 2:
+            return 1, -1
+        if self.compute_threads != "auto":
+            return self.compute_threads, -1  # type: ignore[return-value]
+        if tc is None or tc.fw.name != "torch":
+            return 1, -1
+        if self._threads_pay:
+            return min(ct.AUTO_THREADS, self.n_streams), -1
+        if self._threads_pay is False:  # a trial found no gain: not tried again (retune() forgets it)
+            return 1, -1
+        at = ct.trial_calls(self.n_streams)
+        return 1, (at if 2 * at < n else -1)  # (room for the trial, and its verdict, after it)
+
+    def _threaded_loop(self, run: "_Run", proto: Protocol, fronts_upto: Callable[[int], None],
+                       batches: list[P.Batch], start: int, L: int, threads: int, ring_out: bool, mode: RunMode,
+                       at: list, tc: TensorCompute | None, trial: tuple[int, float] | None) -> int:
+        """The eager loop from batch ``start`` on, with each batch's compute call on one of
+        ``threads`` host threads (compute_threads.py): this thread enqueues the fronts,
+        sends the calls, and once a call is back, its batch's D2H and the rest. Up to
+        ``threads`` calls are out at once, each on its own lane. The next front on a lane
+        goes in only after that lane's last call is back (L + threads <= streams): a lane
+        buffer is not overwritten under a call still enqueueing its reads.
+
+        ``trial`` (compute_threads="auto"): (the batch at which to judge, the median host
+        time of a call on this thread). There, the threads are kept if a call on them took,
+        from sent to done, at most ``TRIAL_KEEP x threads`` times that (compute_threads.py
+        says why); if not, every call out is finished and the position returned: the run
+        goes on on this thread. Returns the number of batches otherwise."""
+        n, N = len(batches), self.n_streams
+        W = threads - 1  # calls out besides the newest
+        L = max(0, min(L, N - 1 - W))
+        drainer, ring_out_addr = run.drainer, self._ring_out.address
+        ring_addr = ring_out and not run.lazy_out
+        timing, bulk_out = mode.timing, run.bulk_out
+        copier_out = self._copier("out") if bulk_out is not None else None
+        finished = run.finished
+        enqueue_us, front_us, pending = run.enqueue_us, run.front_us, run.pending
+        call, finish = proto.call, proto.finish
+        perf = time.perf_counter
+        modes = (ct.TorchModes(tc.fw.torch) if tc is not None else  # (a stream-form compute launches through
+                 ct.InContext(functools.partial(ensure_current, self._dev_index)))  # the driver: context current)
+        if run.calls is None:
+            run.calls = ct.ComputeCalls(threads, modes)
+            run.threads_from = start
+        calls = run.calls
+        sent: collections.deque = collections.deque()  # (position, Pending, host us to send it)
+        judge_at = trial[0] if trial is not None else -1
+
+        def finish_oldest() -> None:
+            pos, p, send_us = sent[0]
             at[0] = pos
-            p = pending[0]
-            b = p.b
-            slot = p.slot
-            off = run.off_s
+            b, slot = p.b, p.slot
+            tw = perf()
+            got = calls.take()  # (its exception is raised here)
             t0 = perf()
-            back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
-            pending.popleft()
+            run.call_wait_s += t0 - tw
+            off = run.off_s
+            finish(p, got, ring_out_addr(slot) if ring_addr else b.dst_addr)
+            sent.popleft()
             if ring_out:
                 drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
-            t1 = perf()
-            enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
-            # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
-            # calls of a host-bound compute each look at the events costs ~8 us, session 17)
+            enqueue_us.append(front_us[pos] + send_us + (perf() - t0 - (run.off_s - off)) * 1e6)
             if timing and pos % HARVEST_EVERY == 0:
                 self._harvest(run.inflight, run.timings, block=False)
-                if finished is not None:  # the outputs of the batches done, to the caller's arrays
+                if finished is not None:
                     bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
-            if synchronous:
-                with drv.translated("cuStreamSynchronize"):
-                    routes[pos % N].d2h_stream.sync()
-                run.wait_s += perf() - t1
+
+        try:
+            for pos in range(start, n):
+                if pos == judge_at:
+                    while sent:  # (the trial's calls all back)
+                        finish_oldest()
+                    self._threads_pay = ct.threads_pay(trial[1], calls.latencies, threads)  # type: ignore[index]
+                    run.threads_trial = {"call_here_us": trial[1] * 1e6,  # type: ignore[index]
+                                         "call_on_threads_us": median(calls.durations) * 1e6,
+                                         "sent_to_done_us": median(calls.latencies) * 1e6,
+                                         "kept": self._threads_pay}
+                    if not self._threads_pay:
+                        run.threads_until = pos
+                        return pos
+                fronts_upto(pos + L)
+                at[0] = pos
+                p = pending[0]
+                t0 = perf()
+                calls.send(call, p)
+                pending.popleft()
+                sent.append((pos, p, (perf() - t0) * 1e6))
+                if len(sent) > W:
+                    finish_oldest()
+            while sent:
+                finish_oldest()
+        except BaseException:
+            calls.drain()  # no call may still enqueue work while the run is taken down
+            for _, p, _ in reversed(sent):  # their timing events go back with the fronts'
+                pending.appendleft(p)
+            raise
+        return n
 
     def _whole_run(self, run: "_Run", gx: BatchGraphs, batches: list[P.Batch], ring_in: bool, ring_out: bool,
                    device_bytes: int, mode: RunMode, at: list) -> bool:
@@ -1310,7 +1492,7 @@ class StreamPipeline:
         run.front_us.extend([0.0] * n)
         return True
 
-    def _one_graph_batch(self, run: "_Run", gx: BatchGraphs, front: Any, back: Any, b: P.Batch, pos: int,
+    def _one_graph_batch(self, run: "_Run", gx: BatchGraphs, proto: Protocol, b: P.Batch, pos: int,
                          ring_in: bool, ring_out: bool, mode: RunMode) -> None:
         """graph=True (stream form): batch b as one launch of its graph, or through the
         protocol when it has none (the graph cache is full)."""
@@ -1330,7 +1512,7 @@ class StreamPipeline:
         if g is not None:
             gx.launch(g, src, dst, self._hs[lane])
         else:
-            back(front(b, lane, slot, src), dst)
+            proto.back(proto.front(b, lane, slot, src), dst)
         if ring_out:
             run.drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
         t1 = time.perf_counter()
@@ -1343,7 +1525,7 @@ class StreamPipeline:
 
     def _open_run(self, run: "_Run", mode: RunMode, gx: BatchGraphs | None, ring_in: bool, ring_out: bool,
                   has_out: bool, in_dtype: Any, out_dtype: Any, tc: TensorCompute | None,
-                  outputs: "_Outputs | None", usage: PinnedUsage | None) -> Any:
+                  outputs: "_Outputs | None", usage: PinnedUsage | None) -> Protocol:
         """Start the staging threads with the ring's slot signals, make every stream wait
         for one start event, and build this run's protocol (its two halves)."""
         K = self.slots
@@ -1390,11 +1572,10 @@ class StreamPipeline:
         dst_of = None
         if outputs is not None:
             ring_out_addr = self._ring_out.address
-            last = tc  # the adapter's last output: (shape, host dtype, dtype to give back)
 
-            def dst_of(p: Any, dst: int) -> int:
+            def dst_of(p: Any, dst: int, info: Any) -> int:
                 b = p.b
-                via_ring = outputs.place(b, *last.last, usage)  # type: ignore[union-attr]
+                via_ring = outputs.place(b, *info, usage)  # type: ignore[union-attr]
                 return ring_out_addr(p.slot) if via_ring else b.dst_addr
         inflight = run.inflight
         alloc, free, live = self.pool.allocate_ptr, self.pool.free_ptr, run.live
@@ -1708,7 +1889,7 @@ class _Run:
     enqueued and back half not yet, the timing events in flight, and the host's own
     clock."""
 
-    def __init__(self, batches: list[P.Batch], stop: threading.Event):
+    def __init__(self, batches: list[P.Batch], stop: threading.Event, lanes: int = 1):
         self.batches, self.stop = batches, stop
         self.signals: list[Any] = []  # made for this run: closed at its end
         self.stager: InputStager | InlineInputStager | None = None
@@ -1722,7 +1903,13 @@ class _Run:
         self.timings: list[BatchTiming] = []
         self.enqueue_us: list[float] = []
         self.front_us: list[float] = []  # per batch: the front half's host time
-        self.clock = [0.0]  # seconds in the compute calls
+        self.clock = [0.0] * lanes  # seconds in the compute calls, per lane
+        self.calls: ct.ComputeCalls | None = None  # compute calls on other threads (compute_threads.py)
+        self.threads_from = -1  # ... from this batch on
+        self.threads_until = -1  # ... up to this batch (compute_threads="auto": a trial that did not pay), or -1
+        self.threads_trial: dict[str, Any] | None = None  # what that trial measured
+        self.call_wait_s = 0.0  # the enqueueing thread waiting for those calls
+        self.first_calls: list[float] = []  # the first calls' host times (s), compute_threads="auto"
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)

@@ -117,12 +117,23 @@ class Pending(NamedTuple):
     entry: Any  # its record in ``live`` (a list), or None
 
 
+class Protocol(NamedTuple):
+    """One run's protocol: ``front`` and ``back`` (below); ``back`` is ``call`` then
+    ``finish``, which the executor may run apart (the call on another host thread:
+    compute_threads.py)."""
+
+    front: Callable[..., Pending]
+    back: Callable[..., tuple[int, int]]
+    call: Callable[[Pending], tuple[int, Any]]
+    finish: Callable[..., tuple[int, int]]
+
+
 def batch_protocol(**kwargs: Any) -> Callable[..., tuple[int, int]]:
     """The protocol for one run as one call per batch: ``enqueue(b, lane, slot, src,
     dst)`` enqueues batch ``b`` whole and returns (device pointer, device address of
     the output). See :func:`protocol_halves` for the arguments. Graph captures use
     this form (one batch per capture)."""
-    front, back = protocol_halves(**kwargs)
+    front, back = protocol_halves(**kwargs)[:2]
 
     def enqueue(b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
         return back(front(b, lane, slot, src), dst)
@@ -138,11 +149,11 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                     stage_events: Callable[[int], Any] | None = None,
                     in_flight: Callable[[int, Any], None] | None = None,
                     acquire_out: Callable[[int], None] | None = None,
-                    compute_out: Callable[[int, Any, int, Any], int] | None = None,
-                    dst_of: Callable[[Pending, int], int] | None = None,
+                    compute_out: Callable[[int, Any, int, Any], tuple[int, Any]] | None = None,
+                    dst_of: Callable[[Pending, int, Any], int] | None = None,
                     clock: list | None = None,
                     device_index: int = 0,
-                    inputs_on_device: bool = False) -> tuple[Callable[..., Pending], Callable[..., tuple[int, int]]]:
+                    inputs_on_device: bool = False) -> Protocol:
     """The protocol for one run, in two halves, so that the executor can enqueue the
     H2D of the next batches before it calls the compute of this one (prefetch):
 
@@ -165,16 +176,17 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     this batch, or None (no per-stage timing); ``in_flight(batch_index, events)`` is
     told once the last one is recorded (in back).
     ``acquire_out(slot)``: the host wait for the output slot, just before the D2H.
-    ``compute_out(lane, stream, ptr, b) -> y_ptr``: a compute that makes its own output
-    (a tensor function, pipeline/tensors.py) from the batch's input at device address
-    ``ptr`` (shape ``b.in_shape``, dtype ``in_dtype``) and returns the output's device
-    address, valid for the D2H enqueued next on the lane's D2H stream; no output region
-    is allocated.
+    ``compute_out(lane, stream, ptr, b) -> (y_ptr, info)``: a compute that makes its own
+    output (a tensor function, pipeline/tensors.py) from the batch's input at device
+    address ``ptr`` (shape ``b.in_shape``, dtype ``in_dtype``) and returns the output's
+    device address, valid for the D2H enqueued next on the lane's D2H stream, and what
+    ``dst_of`` needs to know of the output; no output region is allocated.
     Otherwise ``compute(stream, x, y)`` writes the output region fullpipe allocated.
-    ``dst_of(pending, dst) -> dst``: the host address of the D2H, decided after the
-    compute (a tensor function's output is sized from ``y``).
-    ``clock``: a one-element list the seconds spent in the compute call are added to
-    (the per-call breakdown in the stats).
+    ``dst_of(pending, dst, info) -> dst``: the host address of the D2H, decided after the
+    compute (a tensor function's output is sized from ``y``: ``info``).
+    ``clock``: a list with one number per lane, the seconds spent in that lane's compute
+    calls are added to (the per-call breakdown in the stats; per lane, as calls on
+    different lanes may run on different threads).
     ``inputs_on_device``: ``src`` is the batch's input already on the device (the run's
     inputs were uploaded in groups: bulk.DeviceInputs); the front allocates only the
     output region, if the compute writes one, and copies nothing.
@@ -222,14 +234,17 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
             wait(h, h2d_done)
         return Pending(b, lane, slot, ptr, mem, out_off, ev, entry)
 
-    def back(p: Pending, dst: int) -> tuple[int, int]:
-        b, lane, slot, ptr, mem, out_off, ev, entry = p
-        _, stream, s_out, h_in, h, h_out, _, compute_done = routes[lane]
-        # compute
+    def call(p: Pending) -> tuple[int, Any]:
+        """The compute of batch ``p``: (the output's device address, what a compute that
+        makes its own output said of it, or None). Enqueues on the lane's stream only, so
+        calls of batches on different lanes may run on different host threads at once."""
+        b, lane, _, ptr, _, out_off, _, _ = p
+        stream = routes[lane][1]
         if clock is not None:
             t0 = perf_counter()
+        info = None
         if compute_out is not None:
-            y_ptr = compute_out(lane, stream, ptr, b)
+            y_ptr, info = compute_out(lane, stream, ptr, b)
         elif compute is not None:
             y_ptr = ptr + out_off
             key = (ptr, b.in_shape, b.out_shape)
@@ -242,9 +257,16 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         else:
             y_ptr = ptr  # the input goes back as is
         if clock is not None:
-            clock[0] += perf_counter() - t0
+            clock[lane] += perf_counter() - t0
+        return y_ptr, info
+
+    def finish(p: Pending, called: tuple[int, Any], dst: int) -> tuple[int, int]:
+        """The rest of the back half once ``call(p)`` has returned ``called``."""
+        b, lane, slot, ptr, mem, _, ev, entry = p
+        _, _, s_out, _, h, h_out, _, compute_done = routes[lane]
+        y_ptr, info = called
         if dst_of is not None:
-            dst = dst_of(p, dst)
+            dst = dst_of(p, dst, info)
         if ev:
             record(ev[2][1], h)
         if compute_done is not None:  # the D2H waits for this compute only
@@ -270,4 +292,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                 live.remove(entry)  # type: ignore[union-attr]
         return ptr, y_ptr
 
-    return front, back
+    def back(p: Pending, dst: int) -> tuple[int, int]:
+        return finish(p, call(p), dst)
+
+    return Protocol(front, back, call, finish)

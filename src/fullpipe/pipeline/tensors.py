@@ -300,13 +300,14 @@ def make_framework(name: str, device_index: int) -> Any:
 
 # --------------------------------------------------------------------------- the adapter
 class TensorCompute:
-    """``y = f(x)`` as the executor's ``compute_out(lane, stream, ptr, b) -> y_ptr``.
+    """``y = f(x)`` as the executor's ``compute_out(lane, stream, ptr, b) -> (y_ptr, info)``,
+    ``info`` being the output's (shape, host NumPy dtype, framework dtype to give back or
+    None): the executor sizes the host output from it.
 
     ``routes``: the pipeline's lanes (protocol.Route); one framework stream per
-    pipeline stream is made here, once. After each call, ``last`` holds the output's
-    (shape, host NumPy dtype, framework dtype to give back or None): the executor
-    sizes the host output from it. ``graphs``: a :class:`TorchGraphs` (graph=True)
-    or None.
+    pipeline stream is made here, once. ``graphs``: a :class:`TorchGraphs` (graph=True)
+    or None. Calls of different lanes may run on different threads at once
+    (compute_threads.py): a call touches only its lane's state.
 
     The batch's input tensor: when the run gives each lane one device buffer
     (pipeline/lanes.py, :meth:`use_lanes`), one framework tensor over the whole
@@ -334,8 +335,6 @@ class TensorCompute:
         self.np_dtype: np.dtype = np.dtype(np.uint8)  # the host input's dtype (the device bytes' layout)
         self._bases: list[tuple[int, Any]] = []  # per lane: (address, 1-D tensor over its buffer)
         self._block: tuple[int, int, Any] | None = None  # the run's inputs: (address, end, 1-D tensor over them)
-        self.last: tuple[tuple[int, ...], np.dtype, Any] | None = None
-        self.call_s = 0.0  # time inside f (and the graph replay): the per-call breakdown
         self._caller_stream: Any = None  # the framework's current stream before the run, restored after
         self.out_row_bytes = 0  # the largest output row seen in run_batches (the executor's bulk staging)
         self.called = False  # f has returned once (a TypeError before that may be the wrong framework)
@@ -347,8 +346,6 @@ class TensorCompute:
         self.np_dtype = np.dtype(np_dtype)
         self._bases = []
         self._block = None
-        self.last = None
-        self.call_s = 0.0
         self._caller_stream = self.fw.current_stream()
 
     def use_lanes(self, buffers: list[tuple[int, int]]) -> None:
@@ -376,9 +373,8 @@ class TensorCompute:
                 return self.fw.cut(base, math.prod(shape), shape)
         return self.fw.tensor(DeviceArray(ptr, shape, self.np_dtype, device_index=self.fw.device_index), self.in_dtype)
 
-    def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> int:
+    def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> tuple[int, tuple]:
         fw, fs = self.fw, self._fs[lane]
-        t0 = time.perf_counter()
         xt = self._input(lane, ptr, b.in_shape)
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
@@ -400,9 +396,7 @@ class TensorCompute:
             fw.keep_for(y, self._fs_out[lane])
         self._keep[lane] = y  # alive until this lane's next batch: its D2H is enqueued by then
         host_dtype, give_back = fw.host_dtype(dtype)
-        self.last = (shape, host_dtype, give_back)
-        self.call_s += time.perf_counter() - t0
-        return ptr
+        return ptr, (shape, host_dtype, give_back)
 
     def release(self) -> None:
         """Drop the outputs kept for the D2H and the lane tensors (the streams have
