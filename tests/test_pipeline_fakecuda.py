@@ -695,8 +695,7 @@ def test_compute_threads_random_batches_bit_exact(fake, threads, copy_streams):
         for b, o in zip(batches, outs):
             np.testing.assert_array_equal(o, reference(b, 2))
         st = pipe.stats
-        assert st.compute_threads["threads"] == threads and st.compute_threads["from_batch"] == 0
-        assert st.compute_threads["chosen"] == "given"
+        assert st.compute_threads["threads"] == threads and st.compute_threads["wait_ms"] >= 0
         assert set(st.busy_ms) == {"h2d", "compute", "d2h"}
         assert "compute calls: on" in str(st)
         _assert_clean(pipe)
@@ -722,7 +721,7 @@ def test_an_exception_on_a_compute_thread_drains_and_returns_everything(fake, ex
 def test_compute_threads_is_checked():
     with pytest.raises(ValueError, match="more than streams"):
         StreamPipeline(FakeMix(), streams=2, compute_threads=3)
-    for bad in (0, -1, 1.5, True, "two"):
+    for bad in (0, -1, 1.5, True, "two", "auto"):
         with pytest.raises(ValueError, match="compute_threads must be"):
             StreamPipeline(FakeMix(), compute_threads=bad)
     with pytest.raises(ValueError, match="needs a compute"):

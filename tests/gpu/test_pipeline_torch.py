@@ -10,7 +10,6 @@ Fresh random inputs, outputs given as ``out=`` are poisoned (NaN) first."""
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -345,7 +344,7 @@ def test_compute_threads_carry_the_callers_modes_and_run_on_the_lane_streams(dev
         with torch.inference_mode():
             y = pipe.run(x)
         lanes = {int(s.handle) for s in pipe.streams}
-        assert pipe.stats.compute_threads["threads"] == 2 and pipe.stats.compute_threads["from_batch"] == 0
+        assert pipe.stats.compute_threads["threads"] == 2 and "compute calls: on 2 host threads" in str(pipe.stats)
         assert len({s[0] for s in seen}) == 2 and all(s[0].startswith("fullpipe-compute-") for s in seen)
         assert all(s[2] for s in seen) and {s[4] for s in seen} == lanes
         seen.clear()
@@ -361,47 +360,6 @@ def test_compute_threads_carry_the_callers_modes_and_run_on_the_lane_streams(dev
         assert all(s[3] for s in seen)
     for out in (y, y_no_grad, y_grad):
         torch.testing.assert_close(out, ref, **BF16_TOL)
-
-
-def test_compute_threads_auto_keeps_threads_only_where_they_call_faster(device, pool):
-    def outside_gil(x):  # host time outside the GIL, as inside PyTorch's fused operators
-        time.sleep(4e-4)
-        return x * 2
-
-    def holds_gil(x):  # host time in Python, which holds the GIL
-        t = time.perf_counter()
-        while time.perf_counter() - t < 4e-4:
-            pass
-        return x * 2
-
-    def fast(x):
-        return x * 2
-
-    x = torch.randn(64_000, 64)  # 64 batches of 1000 rows
-    with StreamPipeline(outside_gil, streams=3, chunk=1000, pool=pool, device=device) as pipe:
-        y = pipe.run(x)
-        c = pipe.stats.compute_threads
-        assert (c["threads"], c["from_batch"], c["until_batch"], c["chosen"]) == (3, 8, 64, "auto"), c
-        assert c["trial"]["kept"], c
-        y2 = pipe.run(x)
-        c = pipe.stats.compute_threads
-        assert (c["from_batch"], c["until_batch"], c["trial"]) == (0, 64, None), c  # the choice carried over
-    with StreamPipeline(holds_gil, streams=3, chunk=1000, pool=pool, device=device) as pipe:
-        y3 = pipe.run(x)
-        c = pipe.stats.compute_threads
-        assert (c["from_batch"], c["until_batch"]) == (8, 16) and not c["trial"]["kept"], c  # back after the trial
-        assert c["trial"]["sent_to_done_us"] > 1.5 * c["trial"]["call_here_us"], c  # the calls took turns
-        pipe.run(x)
-        assert pipe.stats.compute_threads is None  # not tried again ...
-        pipe.retune()
-        pipe.run(x)
-        assert pipe.stats.compute_threads["until_batch"] == 16  # ... until retune()
-    with StreamPipeline(fast, streams=3, chunk=1000, pool=pool, device=device) as pipe:
-        for _ in range(2):
-            torch.testing.assert_close(pipe.run(x), x * 2)
-            assert pipe.stats.compute_threads is None
-    for out in (y, y2, y3):
-        torch.testing.assert_close(out, x * 2)
 
 
 def test_an_exception_on_a_compute_thread_is_clean(device, pool):

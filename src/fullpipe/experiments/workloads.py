@@ -92,6 +92,10 @@ TARGETS = {"copy-heavy": 0.9, "compute-bound": 0.95, "variable-length": 0.95}
 PEERS = ("naive loop", "hand-written pipeline", "DataLoader")
 FULLPIPE = "fullpipe"
 FULLPIPE_NEW_OUTPUT = "fullpipe, y = pipe.run(x)"
+# the host-bound workload also with its compute called from 3 host threads (an option, not a default:
+# pipeline/compute_threads.py says why)
+FULLPIPE_THREADS = "fullpipe, compute_threads=3"
+THREADS_VARIANT_FOR = ("variable-length",)
 STREAMS = 3
 ROW_TOLERANCE = 0.05  # |row - reference row| / |reference row|
 # copy-heavy
@@ -358,9 +362,9 @@ class _DataLoaderPeer:
 # --------------------------------------------------------------------------- fullpipe
 
 
-def _fullpipe(w: _Workload, pool: Any, dev: Any, chunk: str = "auto") -> Any:
+def _fullpipe(w: _Workload, pool: Any, dev: Any, chunk: str = "auto", compute_threads: int = 1) -> Any:
     """fullpipe with its defaults: the plain tensor function, 3 streams, chunk='auto'."""
-    return StreamPipeline(w.f, streams=STREAMS, chunk=chunk, pool=pool, device=dev)
+    return StreamPipeline(w.f, streams=STREAMS, chunk=chunk, pool=pool, device=dev, compute_threads=compute_threads)
 
 
 def _fp_call(pipe: Any, w: _Workload, out: Any, x: Any = None) -> Any:
@@ -371,11 +375,6 @@ def _fp_call(pipe: Any, w: _Workload, out: Any, x: Any = None) -> Any:
     return pipe.run_batches(w.xs, outs=out)
 
 
-def _plain(d: Any) -> dict[str, Any] | None:
-    """A stats dict (possibly holding dicts) as plain JSON values, or None."""
-    return {k: (_plain(v) if isinstance(v, dict) else v) for k, v in d.items()} if isinstance(d, dict) else None
-
-
 def _fp_stats(pipe: Any) -> dict[str, Any]:
     st = getattr(pipe, "stats", None)
     chunk = getattr(st, "chunk", None)
@@ -384,7 +383,6 @@ def _fp_stats(pipe: Any) -> dict[str, Any]:
             "chunk": dict(chunk) if isinstance(chunk, dict) else None,
             "staging": dict(getattr(st, "staging", None) or {}),
             "host_us": dict(host_us) if isinstance(host_us, dict) else None,
-            "compute_threads": _plain(getattr(st, "compute_threads", None)),
             "in_place": dict((getattr(st, "pinned", None) or {}).get("in_place") or {}) or None}
 
 
@@ -600,13 +598,19 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
     pin_cache = default_pin_cache()
     registered_s = pin_cache.stats.register_s
     pipe = _fullpipe(w, env.pool, env.dev)
-    with pipe:
+    with pipe, contextlib.ExitStack() as variants:
         _poison(torch, fout)
         _fp_call(pipe, w, fout, fx)
         check(FULLPIPE, fout)
         fresh = _fp_call(pipe, w, None, fx)
         check(FULLPIPE_NEW_OUTPUT, fresh)
         del fresh
+        threaded = None
+        if w.name in THREADS_VARIANT_FOR:
+            threaded = variants.enter_context(_fullpipe(w, env.pool, env.dev, compute_threads=3))
+            _poison(torch, fout)
+            _fp_call(threaded, w, fout, fx)  # (its threads see every shape once here: their cuDNN plans)
+            check(FULLPIPE_THREADS, fout)
 
         # fullpipe's calls once more, untimed: its output array is seen for the second time
         # here, so it is pinned in place now and the chunk for that staging is chosen now,
@@ -632,6 +636,8 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
             contenders.append(("DataLoader", lambda: loader(torch, tdev, w.f, w.ys, stream)))  # type: ignore[misc]
         contenders += [(FULLPIPE, lambda: _fp_call(pipe, w, fout, fx)),
                        (FULLPIPE_NEW_OUTPUT, lambda: _fp_call(pipe, w, None, fx))]
+        if threaded is not None:
+            contenders.append((FULLPIPE_THREADS, lambda: _fp_call(threaded, w, fout, fx)))
         samples: dict[str, list[tuple[float, dict[str, Any]]]] = {label: [] for label, _ in contenders}
         for r, rounds, order in timed_rounds(contenders, repeat, env.rounds_budget_s):
             progress(f"timing, round {r + 1} of {rounds}")
@@ -639,7 +645,8 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
                 t0 = time.perf_counter()
                 fn()
                 ms = (time.perf_counter() - t0) * 1e3
-                samples[label].append((ms, _fp_stats(pipe) if label.startswith(FULLPIPE) else {}))
+                samples[label].append((ms, _fp_stats(threaded if label == FULLPIPE_THREADS else pipe)
+                                       if label.startswith(FULLPIPE) else {}))
 
         def median_run(label: str) -> tuple[float, dict[str, Any]]:
             runs = sorted(samples[label], key=lambda t: t[0])
@@ -665,6 +672,11 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         new_ms, new_stats = median_run(FULLPIPE_NEW_OUTPUT)
         rows.append(_row(w, "fullpipe variant", FULLPIPE_NEW_OUTPUT, new_ms, bound_ms,
                          enqueue_us=new_stats["enqueue_us"], error=errors[FULLPIPE_NEW_OUTPUT]))
+        threads_ms = threads_stats = None
+        if threaded is not None:
+            threads_ms, threads_stats = median_run(FULLPIPE_THREADS)
+            rows.append(_row(w, "fullpipe variant", FULLPIPE_THREADS, threads_ms, bound_ms,
+                             enqueue_us=threads_stats["enqueue_us"], error=errors[FULLPIPE_THREADS]))
 
         # ---- chunk="auto" against a small sweep of fixed chunks (each checked first), timed
         # in alternating rounds with the auto pipeline (the host's speed drifts: see above)
@@ -707,7 +719,9 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         "enqueue_us": fp_stats["enqueue_us"], "fullpipe_batches": fp_stats["batches"],
         # how the timed run staged each side, and its host time per batch by part (stats.host_us)
         "fullpipe_staging": fp_stats.get("staging"), "fullpipe_host_us": fp_stats.get("host_us"),
-        "fullpipe_compute_threads": fp_stats.get("compute_threads"),  # calls on host threads (compute_threads.py)
+        # the compute_threads=3 variant (THREADS_VARIANT_FOR): its time and host time per batch by part
+        "fullpipe_threads_ms": threads_ms,
+        "fullpipe_threads_host_us": threads_stats.get("host_us") if threads_stats else None,
         # arrays pinned in place by the pin-down cache, and the registrations' one-time cost
         "fullpipe_in_place": fp_stats.get("in_place"),
         "fullpipe_register_ms": (pin_cache.stats.register_s - registered_s) * 1e3,
@@ -850,11 +864,13 @@ def _host_note(w: dict[str, Any]) -> str:
         return ""
     own = host.get("front", 0.0) + host.get("back", 0.0)
     alone_us = float(w["compute_alone_ms"]) * 1e3 / n
-    threads = w.get("fullpipe_compute_threads") or {}
-    on = (f" on {threads['threads']} host threads at once (batches {threads['from_batch']}-"
-          f"{threads['until_batch'] - 1})" if threads else "")
-    return (f"; host per batch in fullpipe: the compute's call {host['compute_call']:.0f} µs{on} + fullpipe's "
+    note = (f"; host per batch in fullpipe: the compute's call {host['compute_call']:.0f} µs + fullpipe's "
             f"{own:.0f} µs, against {alone_us:.0f} µs per batch for compute alone")
+    threads_ms = w.get("fullpipe_threads_ms")
+    if is_num(threads_ms) and threads_ms > 0:
+        note += (f"; with compute_threads=3 (not a default): {float(w['bound_ms']) / float(threads_ms):.2f}× compute "
+                 f"alone ({float(threads_ms):.1f} ms)")
+    return note
 
 
 @rule(NAME, "workload-copy-heavy",
@@ -954,7 +970,7 @@ def _auto_chunk_rule(d: Data) -> Judged:
 
 # --------------------------------------------------------------------------- figure
 PEER_COLORS = {"naive loop": PAGEABLE, "hand-written pipeline": PLAIN, "DataLoader": PINNED, FULLPIPE: RING,
-               FULLPIPE_NEW_OUTPUT: "#98df8a"}
+               FULLPIPE_NEW_OUTPUT: "#98df8a", FULLPIPE_THREADS: "#c5b0d5"}
 
 
 def figures(r: dict, out: Path) -> dict[str, Path]:

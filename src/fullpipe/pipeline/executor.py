@@ -196,26 +196,27 @@ class StreamPipeline:
       allocation and prefetch stay as without graphs, per-stage timing included. The
       same failure guarantees; ``f`` runs once eagerly per stream and shape before its
       capture (warm-up). Not available for CuPy tensor functions.
-    - ``compute_threads``: ``"auto"`` (default), or an int from 1 to ``streams``: how
-      many host threads call a PyTorch tensor function, each batch's call on one of
-      them, in turn (:mod:`fullpipe.pipeline.compute_threads`). A model whose Python
-      call takes about as long as its GPU work (or longer) leaves the GPU waiting for
-      the host; PyTorch releases the GIL inside its operators, so calls from several
-      threads launch more per second when the call's time is mostly inside operators
-      (an encoder layer: one fused operator) and not when it is mostly Python (many
-      small operators). ``"auto"``: the enqueueing thread calls the first
-      ``2 x streams + 2`` batches of a run; if their median call took at least 150 us,
-      the next as many go to min(3, streams) threads, which are kept only if they
-      called at least 1.25x as fast together; the verdict carries over to the next runs
-      (:meth:`retune` forgets it). Calls on threads run on threads kept for the process
-      (PyTorch caches cuDNN plans per thread), in the caller's autograd and autocast
-      modes, at most one per stream at a time, and not in batch order: a compute must
-      not rely on Python state shared between calls (a counter, a list it fills in
-      order).
-      ``stats.compute_threads`` says how many were used, for which batches, and what
-      the trial measured. Not with graph=True (a graph's replay is short already). A
-      ``compute(stream, x, y)`` may be given threads too (an int; "auto" keeps it on
-      the enqueueing thread); it is called with the device's context current.
+    - ``compute_threads``: 1 (default) to ``streams``: how many host threads call the
+      compute, each batch's call on one of them in turn (the calls of a run never on the
+      enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). For a PyTorch
+      model whose Python call takes about as long as its GPU work or longer, and whose
+      call's time is mostly inside PyTorch's operators, which let the GIL go (an
+      encoder layer: one fused operator): on H100 hosts where such a layer's call was
+      slower than its GPU work, 3 threads took it from 0.67-0.74x to 0.99-1.24x compute
+      alone (one thread, device-resident; session 18). Not for calls that are mostly
+      Python (many small operators: they take turns on the GIL, and ran 0.5-0.9x as
+      fast on 2-3 threads). Calls on threads run on threads kept for the
+      process, in the caller's autograd and autocast modes, at most one per stream at a
+      time, and not in batch order: a compute must not rely on Python state shared
+      between calls (a counter, a list it fills in order). PyTorch caches cuDNN plans
+      per thread: a model with cuDNN attention over many shapes builds each shape's
+      plan on every thread, tens of ms each, so its first runs are much slower (a
+      2-layer encoder over 92 shapes: 4.3 s against 0.17 s on one thread, session 18).
+      Not with torch.compile(mode="reduce-overhead") (its CUDA graphs are per thread and
+      overwrite their outputs: wrong outputs, session 18), nor with graph=True.
+      ``stats.compute_threads`` says how many ran and how long the enqueueing thread
+      waited for them; the host-bound hint says when they might help. A
+      ``compute(stream, x, y)`` is called with the device's context current.
 
     On an exception in compute, a CUDA error, or Ctrl-C, the run drains what is in
     flight, frees every device allocation it made, gives back the ring, and re-raises
@@ -248,7 +249,7 @@ class StreamPipeline:
         prefetch: int | None = None,
         pinned_pool: Any = None,
         pin_in_place: bool = True,
-        compute_threads: int | str = "auto",
+        compute_threads: int = 1,
     ):
         self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
         self._form_option = form
@@ -302,13 +303,11 @@ class StreamPipeline:
             raise TypeError(f"pin_in_place must be True or False, got {pin_in_place!r}")
         self.pin_in_place = pin_in_place
         self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
-        if self.compute_threads not in ("auto", 1) and self.form == "none":
+        if self.compute_threads > 1 and self.form == "none":
             raise ValueError(f"compute_threads={compute_threads} needs a compute to call (compute=None)")
-        if self.compute_threads not in ("auto", 1) and graph:
+        if self.compute_threads > 1 and graph:
             raise ValueError("compute_threads > 1 and graph=True are not combined: a replayed graph's launch is "
                              "already short. Use one of the two.")
-        # compute_threads="auto": what a trial found: calls on threads faster (True), not (False), untried (None)
-        self._threads_pay: bool | None = None
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
@@ -507,11 +506,9 @@ class StreamPipeline:
 
     def retune(self) -> None:
         """chunk="auto": forget the measured models, so that the next run probes again
-        (after changing the compute, the machine's load, or anything the chunk depends on);
-        compute_threads="auto": forget the trial's verdict, so that a run tries again."""
+        (after changing the compute, the machine's load, or anything the chunk depends on)."""
         self._tuned.clear()
         self._choices.clear()
-        self._threads_pay = None
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: Any = None) -> Any:
@@ -702,7 +699,6 @@ class StreamPipeline:
         """The tensor-function adapter, made at the first run (its library may depend
         on the first input's kind)."""
         if self._tc is not None and self._tc.fn is not self.compute:  # pipe.compute was reassigned
-            self._threads_pay = None
             self._drain_streams()
             self._tc.close()
             self._tc = None
@@ -712,7 +708,7 @@ class StreamPipeline:
                 raise ValueError("graph=True is not available for a CuPy tensor function (PyTorch only)")
             if name == "cupy" and self.copy_streams:
                 raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
-            if name == "cupy" and self.compute_threads not in ("auto", 1):
+            if name == "cupy" and self.compute_threads > 1:
                 raise ValueError(f"compute_threads={self.compute_threads} is for PyTorch tensor functions; a CuPy "
                                  "function is called on the enqueueing thread (compute_threads=1)")
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
@@ -1246,19 +1242,13 @@ class StreamPipeline:
         call_s = sum(run.clock)
         compute_us = call_s * 1e6 / n
         front_us = sum(run.front_us) / n
-        # the calls made on this thread are inside its enqueue time; those on compute threads are not
-        here_us = (call_s if run.calls is None else max(call_s - sum(run.calls.durations), 0.0)) * 1e6 / n
+        # calls on this thread are inside its enqueue time; calls on compute threads are not
+        here_us = compute_us if run.calls is None else 0.0
         stats.host_us = {"front": front_us, "compute_call": compute_us,
                          "back": max(stats.enqueue_us_per_batch - front_us - here_us, 0.0),
                          "staging_wait": stats.host_wait_ms * 1e3 / n}
         if run.calls is not None:
-            stats.compute_threads = {"threads": run.calls.threads, "from_batch": run.threads_from,
-                                     "until_batch": run.threads_until if run.threads_until >= 0 else n,
-                                     "wait_ms": run.call_wait_s * 1e3,
-                                     "chosen": "auto" if self.compute_threads == "auto" else "given",
-                                     "trial": run.threads_trial}
-            if self._threads_pay and median(run.calls.durations) * 1e6 < ct.AUTO_MIN_CALL_US:
-                self._threads_pay = None  # the calls became short: the next run looks again
+            stats.compute_threads = {"threads": run.calls.threads, "wait_ms": run.call_wait_s * 1e3}
         stats.timings = run.timings
         stats.host_copy_s = {"stage_in": run.stager.copy_s if run.stager is not None else [],
                              "drain_out": run.drainer.copy_s if run.drainer is not None else []}
@@ -1277,9 +1267,8 @@ class StreamPipeline:
                     ring_out: bool, mode: RunMode, at: list, tc: TensorCompute | None) -> None:
         """Issue order: the fronts (allocate, H2D) of batches j..j+L, then the back
         (compute, D2H, free) of batch j. With L >= 1 the next batches' H2Ds are in
-        flight while the compute call of batch j runs on the host. With compute threads
-        (from the start, or from the batch where "auto" saw slow calls), the rest of
-        the run goes on in :meth:`_threaded_loop`."""
+        flight while the compute call of batch j runs on the host. With compute threads,
+        :meth:`_threaded_loop` instead."""
         n, K, N = len(batches), self.slots, self.n_streams
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
@@ -1317,87 +1306,50 @@ class StreamPipeline:
                 nxt += 1
                 issued[0] = nxt
 
-        threads, switch_at = self._compute_threads_plan(mode, tc, n)
-        first_calls, trial = run.first_calls, None
-        start = 0
-        while start < n:
-            if threads > 1:  # the rest of the run, or until a trial of threads says they do not pay
-                start = self._threaded_loop(run, proto, fronts_upto, batches, start, L, threads, ring_out, mode,
-                                            at, tc, trial)
-                threads, switch_at = 1, -1
-                continue
-            for pos in range(start, n):
-                if pos == switch_at:  # compute_threads="auto": are the calls slow enough to try threads?
-                    c1 = median(first_calls)
-                    if c1 * 1e6 >= ct.AUTO_MIN_CALL_US:
-                        threads = min(ct.AUTO_THREADS, N)
-                        trial = (pos + ct.trial_calls(N), c1)
-                        break
-                fronts_upto(pos + L)
-                at[0] = pos
-                p = pending[0]
-                b = p.b
-                slot = p.slot
-                off = run.off_s
-                t0 = perf()
-                if pos < switch_at:
-                    c0 = clock[p.lane]
-                    back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)
-                    first_calls.append(clock[p.lane] - c0)
-                else:
-                    back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
-                pending.popleft()
-                if ring_out:
-                    drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
-                t1 = perf()
-                enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
-                # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
-                # calls of a host-bound compute each look at the events costs ~8 us, session 17)
-                if timing and pos % HARVEST_EVERY == 0:
-                    self._harvest(run.inflight, run.timings, block=False)
-                    if finished is not None:  # the outputs of the batches done, to the caller's arrays
-                        bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
-                if synchronous:
-                    with drv.translated("cuStreamSynchronize"):
-                        routes[pos % N].d2h_stream.sync()
-                    run.wait_s += perf() - t1
-            else:
-                break
-            start = pos
+        if self._threads_for(mode, tc) > 1:
+            self._threaded_loop(run, proto, fronts_upto, batches, L, ring_out, mode, at, tc)
+            return
+        for pos in range(n):
+            fronts_upto(pos + L)
+            at[0] = pos
+            p = pending[0]
+            b = p.b
+            slot = p.slot
+            off = run.off_s
+            t0 = perf()
+            back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
+            pending.popleft()
+            if ring_out:
+                drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
+            t1 = perf()
+            enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
+            # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
+            # calls of a host-bound compute each look at the events costs ~8 us, session 17)
+            if timing and pos % HARVEST_EVERY == 0:
+                self._harvest(run.inflight, run.timings, block=False)
+                if finished is not None:  # the outputs of the batches done, to the caller's arrays
+                    bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
+            if synchronous:
+                with drv.translated("cuStreamSynchronize"):
+                    routes[pos % N].d2h_stream.sync()
+                run.wait_s += perf() - t1
 
-    def _compute_threads_plan(self, mode: RunMode, tc: TensorCompute | None, n: int) -> tuple[int, int]:
-        """(threads for the compute calls from the first batch, the batch at which
-        compute_threads="auto" looks at the calls so far to decide whether to try
-        threads, or -1)."""
+    def _threads_for(self, mode: RunMode, tc: TensorCompute | None) -> int:
+        """The host threads that call the compute this run (1: the enqueueing thread)."""
         if (tc is not None and tc.graphs is not None) or mode.synchronous or self.n_streams < 2:
-            return 1, -1
-        if self.compute_threads != "auto":
-            return self.compute_threads, -1  # type: ignore[return-value]
-        if tc is None or tc.fw.name != "torch":
-            return 1, -1
-        if self._threads_pay:
-            return min(ct.AUTO_THREADS, self.n_streams), -1
-        if self._threads_pay is False:  # a trial found no gain: not tried again (retune() forgets it)
-            return 1, -1
-        at = ct.trial_calls(self.n_streams)
-        return 1, (at if 2 * at < n else -1)  # (room for the trial, and its verdict, after it)
+            return 1
+        return self.compute_threads
 
     def _threaded_loop(self, run: "_Run", proto: Protocol, fronts_upto: Callable[[int], None],
-                       batches: list[P.Batch], start: int, L: int, threads: int, ring_out: bool, mode: RunMode,
-                       at: list, tc: TensorCompute | None, trial: tuple[int, float] | None) -> int:
-        """The eager loop from batch ``start`` on, with each batch's compute call on one of
-        ``threads`` host threads (compute_threads.py): this thread enqueues the fronts,
-        sends the calls, and once a call is back, its batch's D2H and the rest. Up to
-        ``threads`` calls are out at once, each on its own lane. The next front on a lane
+                       batches: list[P.Batch], L: int, ring_out: bool, mode: RunMode, at: list,
+                       tc: TensorCompute | None) -> None:
+        """The eager loop with each batch's compute call on one of ``compute_threads`` host
+        threads (compute_threads.py): this thread enqueues the fronts, sends the calls, and
+        once a call is back, its batch's D2H and the rest. Up to ``threads`` calls are out
+        at once, each on its own lane. The next front on a lane
         goes in only after that lane's last call is back (L + threads <= streams): a lane
-        buffer is not overwritten under a call still enqueueing its reads.
-
-        ``trial`` (compute_threads="auto"): (the batch at which to judge, the median host
-        time of a call on this thread). There, the threads are kept if a call on them took,
-        from sent to done, at most ``TRIAL_KEEP x threads`` times that (compute_threads.py
-        says why); if not, every call out is finished and the position returned: the run
-        goes on on this thread. Returns the number of batches otherwise."""
-        n, N = len(batches), self.n_streams
+        buffer is not overwritten under a call still enqueueing its reads."""
+        n, N, threads = len(batches), self.n_streams, self.compute_threads
         W = threads - 1  # calls out besides the newest
         L = max(0, min(L, N - 1 - W))
         drainer, ring_out_addr = run.drainer, self._ring_out.address
@@ -1410,12 +1362,8 @@ class StreamPipeline:
         perf = time.perf_counter
         modes = (ct.TorchModes(tc.fw.torch) if tc is not None else  # (a stream-form compute launches through
                  ct.InContext(functools.partial(ensure_current, self._dev_index)))  # the driver: context current)
-        if run.calls is None:
-            run.calls = ct.ComputeCalls(threads, modes)
-            run.threads_from = start
-        calls = run.calls
+        calls = run.calls = ct.ComputeCalls(threads, modes)
         sent: collections.deque = collections.deque()  # (position, Pending, host us to send it)
-        judge_at = trial[0] if trial is not None else -1
 
         def finish_oldest() -> None:
             pos, p, send_us = sent[0]
@@ -1437,18 +1385,7 @@ class StreamPipeline:
                     bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
 
         try:
-            for pos in range(start, n):
-                if pos == judge_at:
-                    while sent:  # (the trial's calls all back)
-                        finish_oldest()
-                    self._threads_pay = ct.threads_pay(trial[1], calls.latencies, threads)  # type: ignore[index]
-                    run.threads_trial = {"call_here_us": trial[1] * 1e6,  # type: ignore[index]
-                                         "call_on_threads_us": median(calls.durations) * 1e6,
-                                         "sent_to_done_us": median(calls.latencies) * 1e6,
-                                         "kept": self._threads_pay}
-                    if not self._threads_pay:
-                        run.threads_until = pos
-                        return pos
+            for pos in range(n):
                 fronts_upto(pos + L)
                 at[0] = pos
                 p = pending[0]
@@ -1465,7 +1402,6 @@ class StreamPipeline:
             for _, p, _ in reversed(sent):  # their timing events go back with the fronts'
                 pending.appendleft(p)
             raise
-        return n
 
     def _whole_run(self, run: "_Run", gx: BatchGraphs, batches: list[P.Batch], ring_in: bool, ring_out: bool,
                    device_bytes: int, mode: RunMode, at: list) -> bool:
@@ -1905,11 +1841,7 @@ class _Run:
         self.front_us: list[float] = []  # per batch: the front half's host time
         self.clock = [0.0] * lanes  # seconds in the compute calls, per lane
         self.calls: ct.ComputeCalls | None = None  # compute calls on other threads (compute_threads.py)
-        self.threads_from = -1  # ... from this batch on
-        self.threads_until = -1  # ... up to this batch (compute_threads="auto": a trial that did not pay), or -1
-        self.threads_trial: dict[str, Any] | None = None  # what that trial measured
         self.call_wait_s = 0.0  # the enqueueing thread waiting for those calls
-        self.first_calls: list[float] = []  # the first calls' host times (s), compute_threads="auto"
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)

@@ -108,9 +108,8 @@ class PipelineStats:
     # rest of the back half (D2H, signals, free), and waiting for the staging ring
     host_us: dict[str, float] = dataclasses.field(default_factory=dict)
     prefetch: int = 0  # batches whose H2D was enqueued before the compute call of the current one
-    # compute calls on other host threads (compute_threads.py): {"threads", "from_batch", "until_batch"
-    # (exclusive), "wait_ms" (the enqueueing thread waiting for calls to come back), "chosen" ("auto" or
-    # "given"), "trial" (compute_threads="auto": what decided, or None)}; None: no call on another thread
+    # StreamPipeline(compute_threads=N > 1): {"threads", "wait_ms" (the enqueueing thread waiting for
+    # calls to come back)}; None: every call on the enqueueing thread
     compute_threads: dict[str, Any] | None = None
     # pinned memory this run took from the pinned pool: allocations, allocated_bytes (new pinning),
     # reuses, pool_held_bytes, ring_bytes[, fallback]
@@ -159,17 +158,16 @@ class PipelineStats:
         if self.graph or not call_us or not bound or not self.batches:
             return None
         gpu_us = bound * 1e3 / self.batches
-        c = self.compute_threads
-        threads = c["threads"] if c and c["until_batch"] >= self.batches else 1
+        threads = self.compute_threads["threads"] if self.compute_threads else 1
         if max(call_us / threads, self.enqueue_us_per_batch) < HOST_BOUND_SHARE * gpu_us:
             return None
         on = f" (on {threads} threads at once)" if threads > 1 else ""
         what = (f"host-bound: the compute's call took {call_us:.0f} us per batch{on} and fullpipe's enqueue "
                 f"{self.enqueue_us_per_batch:.0f} us, about as long as the busiest GPU stage ({self.bound_stage}, "
                 f"{gpu_us:.0f} us per batch), so the GPU waits for Python; ")
-        if c and c.get("trial") and not c["trial"]["kept"]:
-            what += ("calls on several host threads were tried and did not go faster (the call's time is mostly "
-                     "Python, which holds the GIL: fewer, larger operators would release it); ")
+        if threads == 1 and self.streams > 1 and call_us >= self.enqueue_us_per_batch / 2:
+            what += (f"if the call's time is mostly inside a few large PyTorch operators (a fused layer), "
+                     f"compute_threads={min(self.streams, 3)} calls it from as many threads at once; ")
         if self.input_shapes * max(self.streams, 1) > MAX_TORCH_GRAPHS:  # graphs would not hold them all
             return what + (f"the batches came in {self.input_shapes} shapes, and graph=True keeps one graph per "
                            f"stream and shape ({MAX_TORCH_GRAPHS} in all): bucket them to a few sizes (pad rows or "
@@ -220,14 +218,8 @@ class PipelineStats:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_us.items())
             lines.append(f"host per batch (us): {parts}; prefetch {self.prefetch}")
         if self.compute_threads:
-            c = self.compute_threads
-            trial = c.get("trial")
-            tried = (f"; a trial: {trial['sent_to_done_us']:.0f} us a call sent to done on them against "
-                     f"{trial['call_here_us']:.0f} us on the enqueueing thread, "
-                     f"{'kept' if trial['kept'] else 'not kept'}" if trial else "")
-            lines.append(f"compute calls: on {c['threads']} host threads for batches {c['from_batch']}-"
-                         f"{c['until_batch'] - 1} ({c['chosen']}{tried}; the enqueueing thread waited "
-                         f"{c['wait_ms']:.2f} ms for them)")
+            lines.append(f"compute calls: on {self.compute_threads['threads']} host threads (the enqueueing thread "
+                         f"waited {self.compute_threads['wait_ms']:.2f} ms for them)")
         if self.bulk_uploads:
             lines.append(f"bulk inputs: on the GPU in {self.bulk_uploads} copies (one per group of batches), "
                          "not one per batch")
