@@ -8,11 +8,11 @@ the GPU's. No layout of streams helps then: the GPU waits for the host. PyTorch 
 the GIL inside each operator (its argument parsing holds it; dispatch and the kernel
 launches do not), so threads that call the model on different streams launch more per
 second than one, when the call's time is mostly inside operators: encoder layers (one
-fused operator each) whose call was slower than their GPU work went from 0.67-0.74x to
+fused operator each) whose call was slower than their GPU work went from 0.67-0.88x to
 0.99-1.24x compute alone on 3 threads, and the bench's variable-length workload from
 0.86x to 1.25x on a host where compute alone was host-bound too (H100, session 18,
 ``.dev/p107.py``). Calls that are mostly Python (chains of small operators) take turns on
-the GIL and ran 0.5-0.9x as fast.
+the GIL and ran 0.6-1.1x as fast on 2 threads, 0.6-0.9x on 3.
 ``torch.nn.DataParallel`` calls modules from threads the same way.
 
 Why it is not on by default (session 18): an automatic choice was built and measured, and

@@ -202,10 +202,10 @@ class StreamPipeline:
       model whose Python call takes about as long as its GPU work or longer, and whose
       call's time is mostly inside PyTorch's operators, which let the GIL go (an
       encoder layer: one fused operator): on H100 hosts where such a layer's call was
-      slower than its GPU work, 3 threads took it from 0.67-0.74x to 0.99-1.24x compute
+      slower than its GPU work, 3 threads took it from 0.67-0.88x to 0.99-1.24x compute
       alone (one thread, device-resident; session 18). Not for calls that are mostly
-      Python (many small operators: they take turns on the GIL, and ran 0.5-0.9x as
-      fast on 2-3 threads). Calls on threads run on threads kept for the
+      Python (many small operators: they take turns on the GIL, and ran 0.6-1.1x as
+      fast on 2 threads, 0.6-0.9x on 3). Calls on threads run on threads kept for the
       process, in the caller's autograd and autocast modes, at most one per stream at a
       time, and not in batch order: a compute must not rely on Python state shared
       between calls (a counter, a list it fills in order). PyTorch caches cuDNN plans
