@@ -439,13 +439,18 @@ def test_exception_in_compute_drains_and_returns_everything(fake, recycle, exc, 
     batches = [rng.integers(0, 2**32, 1000, dtype=np.uint32) for _ in range(50)]
     pipe = StreamPipeline(FakeMix(fail_at=17, exc=exc), streams=3, slots=3, recycle=recycle,
                           copy_streams=copy_streams)
+    _fails_at_17_then_runs_again(pipe, batches, exc, FakeMix())
+
+
+def _fails_at_17_then_runs_again(pipe, batches, exc, working_compute):
+    """The run fails at batch 17 with ``exc``, annotated, leaves nothing behind, and the
+    pipeline runs again afterwards (same ring) with ``working_compute``."""
     with pytest.raises(exc) as info:
         pipe.run_batches(batches)
     assert info.value.batch_index == 17
     assert any("failed at batch 17" in n for n in getattr(info.value, "__notes__", []))
     _assert_clean(pipe)
-    # The pipeline is usable again afterwards, with the same ring.
-    pipe.compute = FakeMix()
+    pipe.compute = working_compute
     outs = pipe.run_batches(batches[:10])
     np.testing.assert_array_equal(outs[9], reference(batches[9], 2))
     _assert_clean(pipe)
@@ -707,15 +712,7 @@ def test_an_exception_on_a_compute_thread_drains_and_returns_everything(fake, ex
     rng = np.random.default_rng(9)
     batches = [rng.integers(0, 2**32, 1000 + i, dtype=np.uint32) for i in range(50)]
     pipe = StreamPipeline(SlowFakeMix(fail_size=1017, exc=exc), streams=3, slots=3, compute_threads=2)
-    with pytest.raises(exc) as info:
-        pipe.run_batches(batches)
-    assert info.value.batch_index == 17
-    assert any("failed at batch 17" in n for n in getattr(info.value, "__notes__", []))
-    _assert_clean(pipe)
-    pipe.compute = SlowFakeMix()
-    outs = pipe.run_batches(batches[:10])
-    np.testing.assert_array_equal(outs[9], reference(batches[9], 2))
-    _assert_clean(pipe)
+    _fails_at_17_then_runs_again(pipe, batches, exc, SlowFakeMix())
 
 
 def test_compute_threads_is_checked():

@@ -129,11 +129,7 @@ def _serve(jobs: queue.SimpleQueue) -> None:
         out = results = None
 
 
-_WORKERS = ComputeWorkers()
-
-
-def shared_workers() -> ComputeWorkers:
-    return _WORKERS
+_WORKERS = ComputeWorkers()  # the process's: every pipeline's calls on threads go to them
 
 
 class ComputeCalls:
