@@ -432,3 +432,23 @@ def test_reference_matches_a_scalar_model():
     assert got.dtype == np.uint32
     assert [int(g) for g in got] == [scalar(int(v), 5) for v in x]
     np.testing.assert_array_equal(reference(x, 0), x)
+
+
+def test_the_host_bound_hint_and_compute_threads():
+    """Session 18's bench encoder on a slow H100 host: the layer's call 651 us per batch
+    against ~500 us of GPU compute on one thread: the hint names compute_threads (the call
+    is most of the host's time). On 3 threads the calls (1184 us each, overlapping) no
+    longer set the pace: no hint. A host-bound run whose time is fullpipe's own enqueue,
+    not the call, is not pointed at threads."""
+    one = stats.PipelineStats(batches=127, streams=3, wall_ms=96.7, gpu_span_ms=95.0,
+                              busy_ms={"h2d": 1.0, "compute": 127 * 0.500, "d2h": 3.0},
+                              enqueue_us_per_batch=703.0,
+                              host_us={"front": 10.0, "compute_call": 651.0, "back": 42.0})
+    assert "compute_threads=3" in one.host_bound_hint
+    threads = dataclasses.replace(one, compute_threads={"threads": 3, "wait_ms": 30.0}, enqueue_us_per_batch=91.0,
+                                  host_us={"front": 10.0, "compute_call": 1184.0, "back": 81.0})
+    assert threads.host_bound_hint is None
+    assert "compute calls: on 3 host threads" in str(threads)
+    own = dataclasses.replace(one, enqueue_us_per_batch=600.0, host_us={"front": 300.0, "compute_call": 60.0,
+                                                                        "back": 240.0})
+    assert own.host_bound_hint is not None and "compute_threads" not in own.host_bound_hint
