@@ -212,8 +212,8 @@ class StreamPipeline:
       per thread: a model with cuDNN attention over many shapes builds each shape's
       plan on every thread, tens of ms each, so its first runs are much slower (a
       2-layer encoder over 92 shapes: 4.3 s against 0.17 s on one thread, session 18).
-      Not with torch.compile(mode="reduce-overhead") (its CUDA graphs are per thread and
-      overwrite their outputs: wrong outputs, session 18), nor with graph=True.
+      Not with torch.compile(mode="reduce-overhead") (wrong outputs through threads,
+      session 18), nor with graph=True.
       ``stats.compute_threads`` says how many ran and how long the enqueueing thread
       waited for them; the host-bound hint says when they might help. A
       ``compute(stream, x, y)`` is called with the device's context current.
