@@ -671,17 +671,25 @@ class SlowFakeMix(FakeMix):
     interleave with each other and with the fronts), failing on the batch of ``fail_size``
     elements (batch order, not call order: calls on threads run out of order)."""
 
-    def __init__(self, rounds=2, fail_size=None, exc=RuntimeError):
+    def __init__(self, rounds=2, fail_size=None, exc=RuntimeError, sleep_s=3e-4):
         super().__init__(rounds)
-        self.fail_size, self.exc2 = fail_size, exc
+        self.fail_size, self.exc2, self.sleep_s = fail_size, exc, sleep_s
         self.threads: set[str] = set()
+        self.running = 0
+        self.lock = threading.Lock()
 
     def __call__(self, stream, x, y):
-        self.threads.add(threading.current_thread().name)
-        time.sleep(random.random() * 3e-4)
-        if x.size == self.fail_size:
-            raise self.exc2("compute failed on purpose")
-        super().__call__(stream, x, y)
+        with self.lock:
+            self.running += 1
+        try:
+            self.threads.add(threading.current_thread().name)
+            time.sleep(random.random() * self.sleep_s)
+            if x.size == self.fail_size:
+                raise self.exc2("compute failed on purpose")
+            super().__call__(stream, x, y)
+        finally:
+            with self.lock:
+                self.running -= 1
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -708,11 +716,49 @@ def test_compute_threads_random_batches_bit_exact(fake, threads, copy_streams):
 
 
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
-def test_an_exception_on_a_compute_thread_drains_and_returns_everything(fake, exc):
+@pytest.mark.parametrize("threads", [2, 3])
+def test_an_exception_on_a_compute_thread_drains_and_returns_everything(fake, exc, threads):
+    """Every batch timed (its four events must all come back, also those of the calls out
+    when batch 17's failed); the calls still out are waited for before the run is taken
+    down: none is running when the exception reaches the caller, and none starts later."""
     rng = np.random.default_rng(9)
     batches = [rng.integers(0, 2**32, 1000 + i, dtype=np.uint32) for i in range(50)]
-    pipe = StreamPipeline(SlowFakeMix(fail_size=1017, exc=exc), streams=3, slots=3, compute_threads=2)
+    mix = SlowFakeMix(fail_size=1017, exc=exc, sleep_s=0.02)  # the calls out are still running for a while
+    pipe = StreamPipeline(mix, streams=3, slots=3, compute_threads=threads, timing=True)
+    started = []
+    real_call = SlowFakeMix.__call__
+
+    def call_and_count(self, stream, x, y):
+        started.append(x.size)
+        return real_call(self, stream, x, y)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SlowFakeMix, "__call__", call_and_count)
+        with pytest.raises(exc):
+            pipe.run_batches(batches)
+        assert mix.running == 0
+        n_started = len(started)
+        time.sleep(0.05)
+        assert len(started) == n_started and n_started <= 17 + threads
     _fails_at_17_then_runs_again(pipe, batches, exc, SlowFakeMix())
+
+
+def test_a_pipeline_run_inside_a_call_on_a_compute_thread_calls_inline(fake):
+    """A compute that runs a pipeline of its own (with compute threads) from a compute
+    thread: its calls stay on that thread (they would wait behind the very call that
+    waits for them)."""
+    x = np.arange(4000, dtype=np.uint32)
+
+    def outer(stream, xa, ya):
+        with StreamPipeline(FakeMix(), streams=2, compute_threads=2, chunk=1000) as inner:  # (one per call)
+            np.testing.assert_array_equal(inner.run(x), reference(x, 2))
+            assert inner.stats.compute_threads is None
+        FakeMix()(stream, xa, ya)
+
+    pipe = StreamPipeline(outer, form="stream", streams=2, compute_threads=2, chunk=500)
+    out = pipe.run(x)
+    np.testing.assert_array_equal(out, reference(x, 2))
+    assert pipe.stats.compute_threads["threads"] == 2
 
 
 def test_compute_threads_is_checked():

@@ -30,8 +30,11 @@ pipeline, so that their per-thread caches stay warm for the next pipeline. A run
 thread ``k % threads``) and takes each result back in the order it sent them, on queues
 of its own: pipelines in other threads may use the same workers at the same time.
 
-PyTorch's autograd and autocast modes are per thread: each call runs in the modes of the
-thread that started the run (:class:`TorchModes`), as it would have on that thread.
+PyTorch's autograd and autocast modes are per thread: each call of a tensor function runs
+in the modes of the thread that started the run (:class:`TorchModes`), as it would have on
+that thread. Other per-thread state is not carried over (a ``with torch.device(...)``
+around the run, a TorchFunctionMode); a worker's current PyTorch stream is set by each call
+and left as the last call set it.
 """
 
 from __future__ import annotations
@@ -117,9 +120,22 @@ class ComputeWorkers:
         return len(self._jobs)
 
 
+_ON_WORKER = threading.local()
+_DRAINED = (True, None)  # what a worker answers to drain's mark (this very object)
+
+
+def on_compute_thread() -> bool:
+    """Whether the calling thread is one of the compute threads."""
+    return getattr(_ON_WORKER, "yes", False)
+
+
 def _serve(jobs: queue.SimpleQueue) -> None:
+    _ON_WORKER.yes = True
     while True:
         fn, arg, modes, results = jobs.get()
+        if fn is None:  # ComputeCalls.drain's mark: every job sent before it is done
+            results.put(_DRAINED)
+            continue
         try:
             out = (True, modes.call(fn, arg))
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that sent the job
@@ -163,9 +179,12 @@ class ComputeCalls:
 
     def drain(self) -> None:
         """Wait for every call still out and drop what they returned or raised (after a
-        failure: nothing may still enqueue work when the run cleans up)."""
-        while self.outstanding:
-            try:
-                self.take()
-            except BaseException:  # noqa: BLE001 - the run is already failing with the first error
+        failure: nothing may still enqueue work when the run cleans up). A mark goes to each
+        worker behind this run's calls and is waited for, rather than a count of calls: a
+        Ctrl-C inside :meth:`take` may have lost one."""
+        for k in range(self.threads):
+            self._jobs[k].put((None, None, None, self._results[k]))
+        for k in range(self.threads):
+            while self._results[k].get() is not _DRAINED:
                 pass
+        self._sent = self._taken = 0

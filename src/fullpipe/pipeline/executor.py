@@ -206,8 +206,9 @@ class StreamPipeline:
       alone (one thread, device-resident; session 18). Not for calls that are mostly
       Python (many small operators: they take turns on the GIL, and ran 0.6-1.1x as
       fast on 2 threads, 0.6-0.9x on 3). Calls on threads run on threads kept for the
-      process, in the caller's autograd and autocast modes, at most one per stream at a
-      time, and not in batch order: a compute must not rely on Python state shared
+      process (a tensor function's in the caller's autograd and autocast modes; not in
+      other per-thread state such as ``with torch.device(...)``), at most one per stream
+      at a time, and not in batch order: a compute must not rely on Python state shared
       between calls (a counter, a list it fills in order). PyTorch caches cuDNN plans
       per thread: a model with cuDNN attention over many shapes builds each shape's
       plan on every thread, tens of ms each, so its first runs are much slower (a
@@ -970,7 +971,7 @@ class StreamPipeline:
                 models[stage] = StageModel(m.fixed_s * k, m.per_byte_s * k)
                 changed, lowest = True, min(lowest, k)
         host = tuned.host
-        seen_host = stats.enqueue_us_per_batch * 1e-6
+        seen_host = _host_s_per_batch(stats)
         if 0.0 < seen_host < REFINE_BELOW * host.time(chunk_bytes):
             changed, lowest = True, min(lowest, seen_host / host.time(chunk_bytes))
             host = StageModel(seen_host, 0.0)
@@ -1194,6 +1195,7 @@ class StreamPipeline:
                     finally:
                         pos = at[0]
                         b = batches[pos]
+                    stats.prefetch = run.prefetch if run.prefetch >= 0 else L  # (cut with compute threads)
                 if run.deferred is not None:
                     run.deferred.flush(self._routes[0].d2h)
                 if run.lanes is not None:  # in stream order, behind each lane's last batch
@@ -1335,8 +1337,12 @@ class StreamPipeline:
                 run.wait_s += perf() - t1
 
     def _threads_for(self, mode: RunMode, tc: TensorCompute | None) -> int:
-        """The host threads that call the compute this run (1: the enqueueing thread)."""
+        """The host threads that call the compute this run (1: the enqueueing thread; also
+        for a pipeline run from inside a call on a compute thread, whose calls would wait
+        behind that very call)."""
         if (tc is not None and tc.graphs is not None) or mode.synchronous or self.n_streams < 2:
+            return 1
+        if ct.on_compute_thread():
             return 1
         return self.compute_threads
 
@@ -1363,7 +1369,8 @@ class StreamPipeline:
         modes = (ct.TorchModes(tc.fw.torch) if tc is not None else  # (a stream-form compute launches through
                  ct.InContext(functools.partial(ensure_current, self._dev_index)))  # the driver: context current)
         calls = run.calls = ct.ComputeCalls(threads, modes)
-        sent: collections.deque = collections.deque()  # (position, Pending, host us to send it)
+        run.prefetch = L
+        sent: collections.deque = collections.deque()  # [position, Pending, host us to send it]
 
         def finish_oldest() -> None:
             pos, p, send_us = sent[0]
@@ -1389,10 +1396,12 @@ class StreamPipeline:
                 fronts_upto(pos + L)
                 at[0] = pos
                 p = pending[0]
+                entry = [pos, p, 0.0]
+                sent.append(entry)  # (before it leaves pending: a Ctrl-C between loses neither)
+                pending.popleft()
                 t0 = perf()
                 calls.send(call, p)
-                pending.popleft()
-                sent.append((pos, p, (perf() - t0) * 1e6))
+                entry[2] = (perf() - t0) * 1e6
                 if len(sent) > W:
                     finish_oldest()
             while sent:
@@ -1400,7 +1409,8 @@ class StreamPipeline:
         except BaseException:
             calls.drain()  # no call may still enqueue work while the run is taken down
             for _, p, _ in reversed(sent):  # their timing events go back with the fronts'
-                pending.appendleft(p)
+                if not (pending and pending[0] is p):
+                    pending.appendleft(p)
             raise
 
     def _whole_run(self, run: "_Run", gx: BatchGraphs, batches: list[P.Batch], ring_in: bool, ring_out: bool,
@@ -1642,12 +1652,15 @@ class StreamPipeline:
         for w in (run.stager, run.drainer):
             if w is not None:
                 w.join(timeout=10.0)
+        given = set()  # (a batch whose finish failed after its events went in flight is in both)
         while run.inflight:
             _, evs = run.inflight.popleft()
+            given.add(id(evs))
             self._give_back_events(evs)
         while run.pending:  # fronts whose back half never ran: their timing events
             p = run.pending.popleft()
-            if p.ev:
+            if p.ev and id(p.ev) not in given:
+                given.add(id(p.ev))
                 self._give_back_events(p.ev)
         return freed, drained
 
@@ -1842,6 +1855,7 @@ class _Run:
         self.clock = [0.0] * lanes  # seconds in the compute calls, per lane
         self.calls: ct.ComputeCalls | None = None  # compute calls on other threads (compute_threads.py)
         self.call_wait_s = 0.0  # the enqueueing thread waiting for those calls
+        self.prefetch = -1  # the prefetch the compute threads' loop used, if it ran
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)
@@ -2094,6 +2108,16 @@ def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
         raise ValueError(f"{what} is not C-contiguous")
     if not out.flags.writeable:
         raise ValueError(f"{what} is read-only")
+
+
+def _host_s_per_batch(stats: PipelineStats) -> float:
+    """The host's time per batch as chunk="auto" models it: the enqueueing thread's, which
+    holds the compute call unless the calls ran on compute threads; then the calls' time
+    shared among the threads, where that is longer."""
+    per_batch = stats.enqueue_us_per_batch
+    if stats.compute_threads:
+        per_batch = max(per_batch, stats.host_us.get("compute_call", 0.0) / stats.compute_threads["threads"])
+    return per_batch * 1e-6
 
 
 def _host_addresses(objs: Sequence[Any], views: Sequence[tuple[np.ndarray, HostKind]]) -> list[int]:
