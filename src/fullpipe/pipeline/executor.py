@@ -66,8 +66,8 @@ from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
-from .tuning import (COPY_STAGES, HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, copy_model,
-                     parse_chunk, probe_rows)
+from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, fit_stage, parse_chunk,
+                     probe_rows)
 
 
 class PipelineWarning(UserWarning):
@@ -959,9 +959,7 @@ class StreamPipeline:
             small, large = min(by_size), max(by_size)
             predicted = m.time(chunk_bytes)
             if large >= FIT_SPREAD * small:
-                fitted = StageModel.fit(small, by_size[small], large, by_size[large])
-                if stage in COPY_STAGES:
-                    fitted = copy_model(fitted, large)
+                fitted = fit_stage(stage, small, by_size[small], large, by_size[large])
                 if abs(fitted.time(chunk_bytes) - predicted) > REFIT_ABOVE * predicted or any(
                         abs(fitted.time(n) - m.time(n)) > REFIT_ABOVE * m.time(n) for n in (small, large)):
                     models[stage], changed = fitted, True
@@ -1052,10 +1050,7 @@ class StreamPipeline:
         sizes = sorted(per_size)
         n1, n2 = sizes[-2], sizes[-1]
         p1, p2 = per_size[n1], per_size[n2]
-        models = {st: StageModel.fit(n1 * row_bytes, p1[st], n2 * row_bytes, p2[st]) for st in p2 if st != "host"}
-        for st in COPY_STAGES:
-            if st in models:
-                models[st] = copy_model(models[st], n2 * row_bytes)
+        models = {st: fit_stage(st, n1 * row_bytes, p1[st], n2 * row_bytes, p2[st]) for st in p2 if st != "host"}
         # The host's time per batch is the enqueue and the compute call: Python and driver
         # calls, the same for any chunk size (the ring's copies are modelled on their own).
         # Probes have seen it grow with the size where steady runs did not: on an H100 a fit
@@ -1086,14 +1081,18 @@ class StreamPipeline:
         return RunMode(timing=bool(self.timing) and not graphs, synchronous=self.synchronous, graphs=graphs,
                        every_batch=self.timing is True)
 
-    def _prefetch_for(self, mode: RunMode, ring_in: bool) -> int:
+    def _prefetch_for(self, mode: RunMode, ring_in: bool, threads: int = 1) -> int:
         """Batches whose front half (allocate, H2D) is enqueued before this batch's
         compute. At most N-1: the next front on this batch's own stream would sit
-        before its compute. At most K-1 with ring input: the stager would otherwise
-        wait for this batch's own H2D before the compute is even called."""
+        before its compute. With compute threads, at most N-threads: a lane's next
+        front (an H2D into its lane buffer) goes in only after that lane's last call is
+        back, and up to ``threads`` calls are out. At most K-1 with ring input: the
+        stager would otherwise wait for this batch's own H2D before the compute is even
+        called."""
         if mode.synchronous or mode.graphs:
             return 0
-        n = self.n_streams - 1 if self.prefetch is None else min(self.prefetch, self.n_streams - 1)
+        most = self.n_streams - threads
+        n = most if self.prefetch is None else min(self.prefetch, most)
         if ring_in:
             n = min(n, self.slots - 1)
         return max(n, 0)
@@ -1187,15 +1186,15 @@ class StreamPipeline:
                         for pos, b in enumerate(batches):
                             self._one_graph_batch(run, gx, proto, b, pos, ring_in, ring_out, mode)
                 else:
-                    L = self._prefetch_for(mode, ring_in)
+                    threads = self._threads_for(mode, tc)
+                    L = self._prefetch_for(mode, ring_in, threads)
                     stats.prefetch = L
                     at = [0]  # the batch the loop works on, for the failure note
                     try:
-                        self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc)
+                        self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc, threads)
                     finally:
                         pos = at[0]
                         b = batches[pos]
-                    stats.prefetch = run.prefetch if run.prefetch >= 0 else L  # (cut with compute threads)
                 if run.deferred is not None:
                     run.deferred.flush(self._routes[0].d2h)
                 if run.lanes is not None:  # in stream order, behind each lane's last batch
@@ -1266,11 +1265,11 @@ class StreamPipeline:
         return stats
 
     def _eager_loop(self, run: "_Run", proto: Protocol, batches: list[P.Batch], L: int, ring_in: bool,
-                    ring_out: bool, mode: RunMode, at: list, tc: TensorCompute | None) -> None:
+                    ring_out: bool, mode: RunMode, at: list, tc: TensorCompute | None, threads: int) -> None:
         """Issue order: the fronts (allocate, H2D) of batches j..j+L, then the back
         (compute, D2H, free) of batch j. With L >= 1 the next batches' H2Ds are in
         flight while the compute call of batch j runs on the host. With compute threads,
-        :meth:`_threaded_loop` instead."""
+        :meth:`_threaded_loop` instead, with the same fronts and bookkeeping."""
         n, K, N = len(batches), self.slots, self.n_streams
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
@@ -1282,11 +1281,11 @@ class StreamPipeline:
         bulk_in = run.bulk_in  # inputs copied into their block in groups while the first batches run
         inputs = run.inputs  # ... and uploaded to the GPU a group at a time (or None: one H2D per batch)
         finished = run.finished = _Finished(N, batches[0].index) if bulk_out is not None and timing else None
-        front, back, clock = proto.front, proto.back, run.clock
-        issued = [0]  # the next batch whose front half is to be enqueued
+        front, back = proto.front, proto.back
+        nxt = 0  # the next batch whose front half is to be enqueued
 
         def fronts_upto(last: int) -> None:
-            nxt = issued[0]
+            nonlocal nxt
             while nxt < n and nxt <= last:
                 at[0] = nxt
                 bb = batches[nxt]
@@ -1306,10 +1305,30 @@ class StreamPipeline:
                 pending.append(front(bb, nxt % N, slot, src))
                 front_us.append((perf() - t0) * 1e6)
                 nxt += 1
-                issued[0] = nxt
 
-        if self._threads_for(mode, tc) > 1:
-            self._threaded_loop(run, proto, fronts_upto, batches, L, ring_out, mode, at, tc)
+        def dst(b: P.Batch, slot: int) -> int:
+            """The D2H's host address (a lazy output: dst_of decides)."""
+            return ring_out_addr(slot) if ring_addr else b.dst_addr
+
+        def settle(pos: int, b: P.Batch, slot: int, t0: float, off: float, before_us: float) -> float:
+            """After batch ``pos``'s back half (begun at ``t0``, with ``off`` of run.off_s
+            then): its output slot to the drainer, its host time (``before_us``: its front's
+            and any more before ``t0``), and every few batches the finished batches' events
+            and bulk outputs. Returns the time its host time ends."""
+            if ring_out:
+                drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
+            t1 = perf()
+            enqueue_us.append(before_us + (t1 - t0 - (run.off_s - off)) * 1e6)
+            # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
+            # calls of a host-bound compute each look at the events costs ~8 us, session 17)
+            if timing and pos % HARVEST_EVERY == 0:
+                self._harvest(run.inflight, run.timings, block=False)
+                if finished is not None:  # the outputs of the batches done, to the caller's arrays
+                    bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
+            return t1
+
+        if threads > 1:
+            self._threaded_loop(run, proto, fronts_upto, dst, settle, n, L, threads, at, tc)
             return
         for pos in range(n):
             fronts_upto(pos + L)
@@ -1319,18 +1338,9 @@ class StreamPipeline:
             slot = p.slot
             off = run.off_s
             t0 = perf()
-            back(p, ring_out_addr(slot) if ring_addr else b.dst_addr)  # (a lazy output: dst_of decides)
+            back(p, dst(b, slot))
             pending.popleft()
-            if ring_out:
-                drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
-            t1 = perf()
-            enqueue_us.append(front_us[pos] + (t1 - t0 - (run.off_s - off)) * 1e6)
-            # ---- bookkeeping, off the critical path of the GPU (every few batches: between the
-            # calls of a host-bound compute each look at the events costs ~8 us, session 17)
-            if timing and pos % HARVEST_EVERY == 0:
-                self._harvest(run.inflight, run.timings, block=False)
-                if finished is not None:  # the outputs of the batches done, to the caller's arrays
-                    bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
+            t1 = settle(pos, b, slot, t0, off, front_us[pos])
             if synchronous:
                 with drv.translated("cuStreamSynchronize"):
                     routes[pos % N].d2h_stream.sync()
@@ -1347,29 +1357,22 @@ class StreamPipeline:
         return self.compute_threads
 
     def _threaded_loop(self, run: "_Run", proto: Protocol, fronts_upto: Callable[[int], None],
-                       batches: list[P.Batch], L: int, ring_out: bool, mode: RunMode, at: list,
-                       tc: TensorCompute | None) -> None:
-        """The eager loop with each batch's compute call on one of ``compute_threads`` host
-        threads (compute_threads.py): this thread enqueues the fronts, sends the calls, and
-        once a call is back, its batch's D2H and the rest. Up to ``threads`` calls are out
-        at once, each on its own lane. The next front on a lane
-        goes in only after that lane's last call is back (L + threads <= streams): a lane
-        buffer is not overwritten under a call still enqueueing its reads."""
-        n, N, threads = len(batches), self.n_streams, self.compute_threads
+                       dst: Callable[[P.Batch, int], int], settle: Callable[..., float], n: int, L: int,
+                       threads: int, at: list, tc: TensorCompute | None) -> None:
+        """The eager loop (its ``fronts_upto``, ``dst`` and ``settle``) with each batch's
+        compute call on one of ``threads`` host threads (compute_threads.py): this thread
+        enqueues the fronts, sends the calls, and once a call is back, its batch's D2H and
+        the rest. Up to ``threads`` calls are out at once, each on its own lane; the
+        prefetch ``L`` is at most streams - threads (_prefetch_for), so a lane's next
+        front goes in only after that lane's last call is back: a lane buffer is not
+        overwritten under a call still enqueueing its reads."""
         W = threads - 1  # calls out besides the newest
-        L = max(0, min(L, N - 1 - W))
-        drainer, ring_out_addr = run.drainer, self._ring_out.address
-        ring_addr = ring_out and not run.lazy_out
-        timing, bulk_out = mode.timing, run.bulk_out
-        copier_out = self._copier("out") if bulk_out is not None else None
-        finished = run.finished
-        enqueue_us, front_us, pending = run.enqueue_us, run.front_us, run.pending
+        pending = run.pending
         call, finish = proto.call, proto.finish
         perf = time.perf_counter
         modes = (ct.TorchModes(tc.fw.torch) if tc is not None else  # (a stream-form compute launches through
                  ct.InContext(functools.partial(ensure_current, self._dev_index)))  # the driver: context current)
         calls = run.calls = ct.ComputeCalls(threads, modes)
-        run.prefetch = L
         sent: collections.deque = collections.deque()  # [position, Pending, host us to send it]
 
         def finish_oldest() -> None:
@@ -1381,15 +1384,9 @@ class StreamPipeline:
             t0 = perf()
             run.call_wait_s += t0 - tw
             off = run.off_s
-            finish(p, got, ring_out_addr(slot) if ring_addr else b.dst_addr)
+            finish(p, got, dst(b, slot))
             sent.popleft()
-            if ring_out:
-                drainer.submit(slot, b.dst_addr, b.drain_bytes)  # type: ignore[union-attr]
-            enqueue_us.append(front_us[pos] + send_us + (perf() - t0 - (run.off_s - off)) * 1e6)
-            if timing and pos % HARVEST_EVERY == 0:
-                self._harvest(run.inflight, run.timings, block=False)
-                if finished is not None:
-                    bulk_out.drain_some(finished.prefix(run.timings), copier_out)  # type: ignore[union-attr]
+            settle(pos, b, slot, t0, off, run.front_us[pos] + send_us)
 
         try:
             for pos in range(n):
@@ -1855,7 +1852,6 @@ class _Run:
         self.clock = [0.0] * lanes  # seconds in the compute calls, per lane
         self.calls: ct.ComputeCalls | None = None  # compute calls on other threads (compute_threads.py)
         self.call_wait_s = 0.0  # the enqueueing thread waiting for those calls
-        self.prefetch = -1  # the prefetch the compute threads' loop used, if it ran
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish
         self.finished: _Finished | None = None  # which batches are known done (bulk_out with timing)

@@ -133,7 +133,8 @@ def batch_protocol(**kwargs: Any) -> Callable[..., tuple[int, int]]:
     dst)`` enqueues batch ``b`` whole and returns (device pointer, device address of
     the output). See :func:`protocol_halves` for the arguments. Graph captures use
     this form (one batch per capture)."""
-    front, back = protocol_halves(**kwargs)[:2]
+    halves = protocol_halves(**kwargs)
+    front, back = halves.front, halves.back
 
     def enqueue(b: Any, lane: int, slot: int, src: int, dst: int) -> tuple[int, int]:
         return back(front(b, lane, slot, src), dst)

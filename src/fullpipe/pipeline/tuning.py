@@ -140,6 +140,13 @@ def copy_model(model: StageModel, at_bytes: float) -> StageModel:
     return StageModel(COPY_FIXED_MAX_S, max(t - COPY_FIXED_MAX_S, 0.0) / max(at_bytes, 1.0))
 
 
+def fit_stage(stage: str, n1: float, t1: float, n2: float, t2: float) -> StageModel:
+    """A stage's model through (n1 bytes, t1 s) and (n2, t2): the line through them, a copy
+    stage's fixed cost capped (:func:`copy_model`, at the larger size)."""
+    fitted = StageModel.fit(n1, t1, n2, t2)
+    return copy_model(fitted, max(n1, n2)) if stage in COPY_STAGES else fitted
+
+
 TIE = 0.01  # predicted times this close are equal: take the middle of the sizes within it
 KEEP_WITHIN = 0.05  # refined models: the chunk in use is kept when predicted this close to the best
 HOST_MARGIN = 1.5  # the host's time per batch must stay this far under the GPU's, to stay ahead
