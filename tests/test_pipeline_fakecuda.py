@@ -14,6 +14,7 @@ proves logic, not speed; the GPU tests prove the rest.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import queue
 import random
@@ -663,6 +664,76 @@ def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chun
     (tuned,) = pipe._tuned.values()
     assert tuned.host.per_byte_s == 0.0
     assert 4 * MiB <= pipe.stats.chunk["bytes"] <= 24 * MiB, pipe.stats.chunk["reason"]
+
+
+@pytest.mark.parametrize("first_call_s", [0.01, 2.0])
+def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(fake, monkeypatch, first_call_s):
+    """A torchvision mobilenet_v3_small's first call at each new batch shape took 1.5-2.9 s
+    on an H100 host (cuDNN's per-shape setup), its next calls 5-10 ms; fullpipe's first
+    run probed four sizes and ran two more (13.8 s), and its second run changed the chunk
+    (another 1.5 s; session 19). A launch-bound compute here: the probes' doubling goes on
+    while the first call of a size costs 10 ms more than the next, and stops after the
+    first two sizes when it costs 2 s; the chunk of the first run is then kept by the
+    next runs although the runs' own times change the models, also once the input is
+    pinned (staged through the ring first, then copied directly: other models)."""
+    fake.jitter["value"] = 0.0
+    x = np.zeros(512 << 20 >> 2, dtype=np.uint32)
+    probed: list = []
+    seen_sizes: set = set()
+    real_probe = StreamPipeline._probe
+
+    def probe(self, batches, *a, **k):
+        probed[:] = [b.in_bytes for b in batches]
+        return real_probe(self, batches, *a, **k)
+
+    def point(pst, i, with_compute, with_out):
+        n = probed[i]
+        first = n not in seen_sizes
+        seen_sizes.add(n)
+        launch = 2e-3  # launch-bound: the GPU's time grows slowly with the size
+        return {"h2d": 10e-6 + n / 50e9, "compute": launch + n / 400e9, "d2h": 10e-6 + n / 57e9,
+                "host": 5e-3 + (first_call_s if first else 0.0)}
+
+    monkeypatch.setattr(StreamPipeline, "_probe", probe)
+    monkeypatch.setattr(fexec, "_probe_point", point)
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
+    pipe.run(x)
+    assert pipe.stats.staging["input"] == "ring"
+    fake.pinned.add(x.ctypes.data)  # pinned from now on: the ring's models carried over
+    first = pipe.stats.chunk
+    (tuned,) = pipe._tuned.values()
+    costly = first_call_s > fexec.NEW_SHAPE_COSTLY_S
+    assert len(seen_sizes) == 2 if costly else len(seen_sizes) > 2
+    assert (first["new_shape_ms"] >= 1000) == costly
+    assert ("per-shape setup" in first["reason"]) == costly
+    rows = []
+    for total in (len(x), len(x) - 12345, len(x)):  # run sizes that change the choice's key
+        pipe.run(x[:total])
+        assert pipe.stats.staging["input"] == "direct"
+        rows.append(pipe.stats.chunk["rows"])
+    if costly:
+        assert rows == [first["rows"]] * 3, (first, rows)
+
+
+def test_chunk_auto_counts_what_a_kept_chunk_loses_and_chooses_again_past_the_new_shape_cost():
+    """Each run at a chunk kept for the compute's new-shape cost adds its predicted loss;
+    the cached choice goes once the next run's loss would take the sum past that cost, and
+    a chunk chosen on its merits starts the sum over."""
+    from fullpipe.pipeline import tuning
+
+    pipe = StreamPipeline(FakeMix(0), streams=3)
+    key, choice_key = ("work",), (("work",), 1000, 4)
+    pipe._tuned[key] = fexec._Tuned(models={}, host=tuning.StageModel(0.0, 0.0), out_over_in=1.0,
+                                    compute_bytes_per_byte=0.0, budget_bytes=0, fitted_from_bytes=0, new_shape_s=1.0)
+    kept = tuning.ChunkChoice(400, 100, "compute", 0.9, "kept", keep_loss_ms=300.0)
+    pipe._choices[choice_key] = kept
+    for paid in (0.3, 0.6):
+        pipe._count_kept_loss(key, kept)
+        assert pipe._tuned[key].kept_loss_s == pytest.approx(paid) and choice_key in pipe._choices
+    pipe._count_kept_loss(key, kept)  # 0.9 paid: a fourth run would pass 1.0
+    assert pipe._tuned[key].kept_loss_s == pytest.approx(0.9) and choice_key not in pipe._choices
+    pipe._count_kept_loss(key, dataclasses.replace(kept, keep_loss_ms=0.0))
+    assert pipe._tuned[key].kept_loss_s == 0.0
 
 
 # --------------------------------------------------------------------------- compute threads

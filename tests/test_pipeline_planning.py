@@ -226,6 +226,27 @@ def test_auto_chunk_counts_a_streams_batches_one_after_another():
     assert choose(2) > choose(0)
 
 
+def test_auto_chunk_keeps_a_chunk_for_a_costly_new_shape_until_the_losses_add_up_to_it():
+    """A compute whose new batch shapes cost seconds (a mobilenet's cuDNN setup, session 19):
+    the chunk the runs before used is kept although it is predicted slower than the best,
+    while what keeping it has lost so far and this run's loss add up to no more than one new
+    shape's cost; past that, the best is taken (rent, then buy)."""
+    models, total = _models(copy_latency=40e-6, launch=400e-6), 1 << 30
+    args = dict(total_bytes=total, row_bytes=4096, streams=3, host_s=100e-6, device_budget_bytes=40 << 30)
+    best = tuning.choose_chunk(models, **args)
+    keep = best.nbytes // 4  # launch-bound there: predicted well over 5 % slower
+    host = tuning.StageModel(100e-6, 0.0)
+    loss = tuning.predicted_time(models, host, total, keep) - tuning.predicted_time(models, host, total, best.nbytes)
+    assert loss > 0.05 * best.predicted_ms * 1e-3
+    plain = tuning.choose_chunk(models, keep_bytes=keep, **args)
+    assert plain.nbytes == best.nbytes and plain.keep_loss_ms == 0.0  # no new-shape cost: the best
+    kept = tuning.choose_chunk(models, keep_bytes=keep, new_shape_s=10 * loss, kept_loss_s=8.5 * loss, **args)
+    assert kept.nbytes == keep and kept.keep_loss_ms == pytest.approx(loss * 1e3, rel=0.02)
+    assert "per-shape setup" in kept.reason
+    bought = tuning.choose_chunk(models, keep_bytes=keep, new_shape_s=10 * loss, kept_loss_s=9.5 * loss, **args)
+    assert bought.nbytes == best.nbytes and bought.keep_loss_ms == 0.0
+
+
 def test_auto_chunk_capped_by_input_size_and_memory():
     small = tuning.choose_chunk(_models(), total_bytes=24 * MiB, row_bytes=4, streams=3,
                                 host_s=20e-6, device_budget_bytes=40 << 30)

@@ -589,9 +589,12 @@ class StreamPipeline:
             stats.chunk.update(choice.as_dict())
             stats.chunk["probe_batches"] = n_probe
             key = self._tune_key(x_np, stage_in, stage_out)
-            stats.chunk["refined_runs"] = getattr(self._tuned.get(key), "refined", 0)
+            tuned = self._tuned.get(key)
+            stats.chunk["refined_runs"] = getattr(tuned, "refined", 0)
+            stats.chunk["new_shape_ms"] = getattr(tuned, "new_shape_s", 0.0) * 1e3
             if batches:
                 self._refine(key, stats, fixed_rows * row_bytes)
+                self._count_kept_loss(key, choice)
         stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run -> _run_array -> here)
         pins.annotate(stats)
         self.stats = stats
@@ -909,9 +912,14 @@ class StreamPipeline:
                 host_s=tuned.host.fixed_s, host_per_byte_s=tuned.host.per_byte_s,
                 device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
                 device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
-                min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes,
+                min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes, new_shape_s=tuned.new_shape_s,
+                kept_loss_s=tuned.kept_loss_s,
                 lanes=0 if self.copy_streams else self.n_streams,
             )
+            if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S:
+                choice = dataclasses.replace(choice, reason=choice.reason + (
+                    f" A new batch shape cost the compute {tuned.new_shape_s * 1e3:.0f} ms on its first call (its "
+                    "per-shape setup): probed at two sizes only, and the chunk is kept from run to run."))
             if len(self._choices) >= 256:
                 self._choices.clear()
             self._choices[choice_key] = choice
@@ -973,17 +981,37 @@ class StreamPipeline:
         if 0.0 < seen_host < REFINE_BELOW * host.time(chunk_bytes):
             changed, lowest = True, min(lowest, seen_host / host.time(chunk_bytes))
             host = StageModel(seen_host, 0.0)
+        # A compute whose new shapes cost seconds keeps this run's chunk whatever the models
+        # said (choose_chunk weighs a change against that cost): a new chunk size is a new shape
+        costly_shapes = tuned.new_shape_s >= NEW_SHAPE_COSTLY_S
         if changed:
             # This run's chunk is kept only if the models that chose it were about right: one
             # chosen from a host time 7.7x too large (carried over from the ring; session 16)
             # is no better a start than any other size.
-            kept = chunk_bytes if lowest >= KEEP_IF_CORRECTED_ABOVE else 0
+            kept = chunk_bytes if lowest >= KEEP_IF_CORRECTED_ABOVE or costly_shapes else 0
             self._tuned[key] = dataclasses.replace(tuned, models=models, host=host, refined=tuned.refined + 1,
                                                    kept_bytes=kept, seen=seen)
             for choice_key in [ck for ck in self._choices if ck[0] == key]:
                 del self._choices[choice_key]
         else:
-            self._tuned[key] = dataclasses.replace(tuned, seen=seen)
+            self._tuned[key] = dataclasses.replace(tuned, seen=seen,
+                                                   kept_bytes=chunk_bytes if costly_shapes else tuned.kept_bytes)
+
+    def _count_kept_loss(self, key: tuple, choice: ChunkChoice) -> None:
+        """A chunk kept for the compute's new-shape cost (choose_chunk) lost this run
+        ``choice.keep_loss_ms`` against the best predicted: add it up; once the next run's
+        loss would take the sum past that cost, the run after chooses again (the cached
+        choices of this kind of work are dropped). A chunk chosen on its merits starts the
+        sum over."""
+        tuned = self._tuned.get(key)
+        if tuned is None:
+            return
+        loss_s = choice.keep_loss_ms * 1e-3
+        paid = tuned.kept_loss_s + loss_s if loss_s > 0 else 0.0
+        self._tuned[key] = dataclasses.replace(tuned, kept_loss_s=paid)
+        if loss_s > 0 and paid + loss_s > tuned.new_shape_s:
+            for choice_key in [ck for ck in self._choices if ck[0] == key]:
+                del self._choices[choice_key]
 
     def _tuned_through_ring(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> "_Tuned | None":
         """The models of the same work tuned through the ring, for a side that is now
@@ -996,15 +1024,19 @@ class StreamPipeline:
         kept is not kept here: it was chosen for the ring's host costs (a 1 GiB MLP kept
         128 MiB chunks pinned in place at 0.92x the best fixed chunk, 32 MiB; session 15).
         The runs' corrections start over too: their host and compute times were the
-        ring's, whose threads compete with the compute for the host."""
+        ring's, whose threads compete with the compute for the host. Except for a compute
+        whose new batch shapes are costly (NEW_SHAPE_COSTLY_S): its chunk stays (a mobilenet
+        pinned in place at its second run chose a new chunk there, two new shapes, 3.6 s;
+        session 19)."""
         was_in = [stage_in] + (["ring"] if stage_in == "direct" else [])
         was_out = [stage_out] + (["ring"] if stage_out == "direct" else [])
         for before in sorted(itertools.product(was_in, was_out), key=lambda k: -k.count("ring")):
             tuned = self._tuned.get(self._tune_key(x, *before)) if before != (stage_in, stage_out) else None
             if tuned is not None:
                 dropped = {name for name, b, now in zip(HOST_STAGES, before, (stage_in, stage_out)) if b != now}
+                kept = tuned.kept_bytes if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else 0
                 return dataclasses.replace(tuned, models={k: m for k, m in tuned.models.items() if k not in dropped},
-                                           kept_bytes=0, refined=0, seen={})
+                                           kept_bytes=kept, refined=0, seen={})
         return None
 
     def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args) -> tuple["_Tuned", int, int]:
@@ -1016,6 +1048,8 @@ class StreamPipeline:
         free_before = self.device.memory_info()[0]
         tensor = self.form == "tensor"
         per_size: dict[int, dict[str, float]] = {}
+        first_host: dict[int, float] = {}  # each size's first call: the host's time
+        excess: dict[int, float] = {}  # per size probed twice: its first batch's host time over the second's
         gpu_time: dict[int, float] = {}
         a, n_probe = 0, 0
         plan = list(probes) if not tensor else [probes[0], probes[1], probes[2], probes[2]]
@@ -1037,6 +1071,10 @@ class StreamPipeline:
                 # byte and chose 7.9 MiB chunks, 1.8x slower than the best fixed chunk).
                 prev = per_size.get(r)
                 per_size[r] = m if prev is None else {k: min(v, prev.get(k, v)) for k, v in m.items()}
+                if prev is None:
+                    first_host[r] = m["host"]
+                else:
+                    excess[r] = max(first_host[r] - per_size[r]["host"], 0.0)
                 gpu_time[r] = max(v for k, v in per_size[r].items() if k in ("h2d", "compute", "d2h"))
             n_probe += len(plan)
             sizes = sorted(per_size)
@@ -1044,7 +1082,10 @@ class StreamPipeline:
             launch_bound = gpu_time[n_last] < 0.6 * (n_last / n_prev) * gpu_time[n_prev]
             nxt = 2 * n_last
             plan = [nxt] * (2 if tensor else 1)
-            if not launch_bound or a + len(plan) * nxt > rows // 4 or nxt * row_bytes > 256 * 2**20:
+            # (a compute whose new batch shapes cost seconds: every larger probe would too)
+            new_shape_s = min(excess.values()) if excess else 0.0
+            if (not launch_bound or a + len(plan) * nxt > rows // 4 or nxt * row_bytes > 256 * 2**20
+                    or new_shape_s >= NEW_SHAPE_COSTLY_S):
                 break
         self.probe_stats = last_pst
         sizes = sorted(per_size)
@@ -1068,7 +1109,8 @@ class StreamPipeline:
         if tensor:  # the framework's own memory per input byte (its cache grew by about that much)
             free_after = self.device.memory_info()[0]
             compute_bytes = max(0.0, (free_before - free_after) / (n2 * row_bytes) - 1.0 - out_over_in)
-        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes), a, n_probe
+        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes,
+                      new_shape_s=new_shape_s), a, n_probe
 
     def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, **run_args: Any) -> PipelineStats:
         """A probe run for chunk="auto": each batch waits for the previous one, with
@@ -1675,6 +1717,11 @@ class RunMode:
 PROBE_RUN = RunMode(timing=True, synchronous=True, graphs=False)  # chunk="auto" probes: stage times
 REFINE_BELOW = 0.8  # chunk="auto": a stage a run took less than this share of its model's time for is refined
 MAX_REFINES = 3  # ... by at most this many runs per kind of work
+# chunk="auto": a compute whose first call at a new batch shape took this much more host time than
+# its second (a torchvision mobilenet_v3_small or efficientnet_b0 in fp16/bf16 channels_last: 1.5-2.9 s
+# per shape on an H100 host, cuDNN's per-shape setup; resnet50 75-120 ms; session 19) is probed at
+# no more sizes than the first two, and keeps its chunk from run to run
+NEW_SHAPE_COSTLY_S = 0.25
 FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
@@ -2026,6 +2073,10 @@ class _Tuned:
     fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
     refined: int = 0  # runs whose own times lowered these models (StreamPipeline._refine)
     kept_bytes: int = 0  # the chunk of the last run that refined them (kept if still about as good)
+    # the host's time a new batch shape cost the compute on its first call (a framework's per-shape
+    # setup), from the probes' sizes run twice: the least of them
+    new_shape_s: float = 0.0
+    kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
 
 

@@ -160,6 +160,7 @@ class ChunkChoice:
     predicted_efficiency: float
     reason: str
     predicted_ms: float = float("nan")  # T(C) for this run
+    keep_loss_ms: float = 0.0  # kept for a compute's new-shape cost: predicted ms lost against the best
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -216,6 +217,8 @@ def choose_chunk(
     min_bytes: int = 0,
     keep_bytes: int = 0,
     lanes: int = 0,
+    new_shape_s: float = 0.0,
+    kept_loss_s: float = 0.0,
 ) -> ChunkChoice:
     """Chunk size (bytes, whole rows) for a run of ``total_bytes``: the C that
     minimises the predicted time T(C) (module docstring) within the limits.
@@ -228,7 +231,12 @@ def choose_chunk(
     it they extrapolate, e.g. a memmove split over fewer threads is slower per byte).
     ``keep_bytes``: the chunk earlier runs used, kept when its predicted time is within
     KEEP_WITHIN of the best (each new chunk size is a new batch shape: a framework
-    model's first calls at it can take a second). ``lanes``: see predicted_time."""
+    model's first calls at it can take a second). ``new_shape_s``: what a new batch shape
+    costs the compute once (its first call's extra host time), and ``kept_loss_s`` what
+    keeping the chunk has lost so far (predicted): the kept chunk also stays while the
+    two with this run's loss add up to no more than that cost (rent until the rent paid
+    would buy: at most twice the best in hindsight, whatever the number of runs to come).
+    ``lanes``: see predicted_time."""
     if not models or any(k not in STAGES + HOST_STAGES for k in models):
         raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
     row_bytes = max(int(row_bytes), 1)
@@ -297,10 +305,17 @@ def choose_chunk(
             target = up
         else:
             target = down
-    if (keep_bytes and target != keep_bytes and floor_bytes <= keep_bytes <= upper
-            and T(keep_bytes) <= best_t * (1 + KEEP_WITHIN)):
-        target = keep_bytes
-        why = f"the chunk of the runs before, within {KEEP_WITHIN:.0%} of the shortest predicted total time"
+    keep_loss_s = 0.0  # this run's predicted loss, when the chunk is kept for the new-shape cost
+    if keep_bytes and target != keep_bytes and floor_bytes <= keep_bytes <= upper:
+        loss_s = T(keep_bytes) - best_t
+        if loss_s <= best_t * KEEP_WITHIN:
+            target = keep_bytes
+            why = f"the chunk of the runs before, within {KEEP_WITHIN:.0%} of the shortest predicted total time"
+        elif kept_loss_s + loss_s <= new_shape_s:
+            target, keep_loss_s = keep_bytes, loss_s
+            why = (f"the chunk of the runs before: a new chunk size is a new batch shape, whose first call cost "
+                   f"the compute {new_shape_s * 1e3:.0f} ms more than the next (its per-shape setup), more than "
+                   f"keeping it has lost so far ({(kept_loss_s + loss_s) * 1e3:.2f} ms with this run's)")
     rows = max(1, int(target // row_bytes))
     nbytes = rows * row_bytes
     eff = _efficiency(models, host_s, nbytes, host_per_byte_s)
@@ -316,7 +331,7 @@ def choose_chunk(
         f"bound by {bound_stage}; predicted {eff:.0%} of its asymptotic rate, {t_ms:.1f} ms for this run."
     )
     return ChunkChoice(nbytes=nbytes, rows=rows, bound_stage=bound_stage, predicted_efficiency=eff, reason=reason,
-                       predicted_ms=t_ms)
+                       predicted_ms=t_ms, keep_loss_ms=keep_loss_s * 1e3)
 
 
 def probe_rows(total_rows: int, row_bytes: int) -> list[int]:
