@@ -637,15 +637,11 @@ def test_small_batches_are_staged_by_the_caller_and_large_ones_by_threads(fake, 
 MiB = 1 << 20
 
 
-def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chunk(fake, monkeypatch):
-    """Probes on an H100 saw a bf16 MLP's host time per batch grow with the size (272 us
-    + 17 us/MiB) while its steady runs took 244 us at any size; the per-byte fit made
-    the host look like the bottleneck and chose 74 MiB chunks, where 16 MiB was the best
-    of a sweep (the first H2D and the last D2H of a big chunk are not overlapped). The
-    host's time per batch is fitted as a constant: a copy-bound run keeps small chunks."""
-    fake.jitter["value"] = 0.0
-    x = np.zeros(256 << 20 >> 2, dtype=np.uint32)
+def _probes_read(monkeypatch, times):
+    """chunk="auto"'s probe batches read ``times(nbytes, first)`` (seconds per stage; ``first``:
+    the first batch of that size) instead of their events. Returns the sizes probed, in order."""
     probed: list = []
+    seen: list = []
     real_probe = StreamPipeline._probe
 
     def probe(self, batches, *a, **k):
@@ -654,11 +650,26 @@ def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chun
 
     def point(pst, i, with_compute, with_out):
         n = probed[i]
-        return {"h2d": 10e-6 + n / 50e9, "compute": n / 120e9, "d2h": 10e-6 + n / 57e9,
-                "host": 272e-6 + 17e-6 * n / MiB}
+        first = n not in seen
+        if first:
+            seen.append(n)
+        return times(n, first)
 
     monkeypatch.setattr(StreamPipeline, "_probe", probe)
     monkeypatch.setattr(fexec, "_probe_point", point)
+    return seen
+
+
+def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chunk(fake, monkeypatch):
+    """Probes on an H100 saw a bf16 MLP's host time per batch grow with the size (272 us
+    + 17 us/MiB) while its steady runs took 244 us at any size; the per-byte fit made
+    the host look like the bottleneck and chose 74 MiB chunks, where 16 MiB was the best
+    of a sweep (the first H2D and the last D2H of a big chunk are not overlapped). The
+    host's time per batch is fitted as a constant: a copy-bound run keeps small chunks."""
+    fake.jitter["value"] = 0.0
+    x = np.zeros(256 << 20 >> 2, dtype=np.uint32)
+    _probes_read(monkeypatch, lambda n, first: {"h2d": 10e-6 + n / 50e9, "compute": n / 120e9,
+                                                "d2h": 10e-6 + n / 57e9, "host": 272e-6 + 17e-6 * n / MiB})
     pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
     pipe.run(x)
     (tuned,) = pipe._tuned.values()
@@ -678,24 +689,10 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
     pinned (staged through the ring first, then copied directly: other models)."""
     fake.jitter["value"] = 0.0
     x = np.zeros(512 << 20 >> 2, dtype=np.uint32)
-    probed: list = []
-    seen_sizes: set = set()
-    real_probe = StreamPipeline._probe
-
-    def probe(self, batches, *a, **k):
-        probed[:] = [b.in_bytes for b in batches]
-        return real_probe(self, batches, *a, **k)
-
-    def point(pst, i, with_compute, with_out):
-        n = probed[i]
-        first = n not in seen_sizes
-        seen_sizes.add(n)
-        launch = 2e-3  # launch-bound: the GPU's time grows slowly with the size
-        return {"h2d": 10e-6 + n / 50e9, "compute": launch + n / 400e9, "d2h": 10e-6 + n / 57e9,
-                "host": 5e-3 + (first_call_s if first else 0.0)}
-
-    monkeypatch.setattr(StreamPipeline, "_probe", probe)
-    monkeypatch.setattr(fexec, "_probe_point", point)
+    launch = 2e-3  # launch-bound: the GPU's time grows slowly with the size
+    seen_sizes = _probes_read(monkeypatch, lambda n, first: {
+        "h2d": 10e-6 + n / 50e9, "compute": launch + n / 400e9, "d2h": 10e-6 + n / 57e9,
+        "host": 5e-3 + (first_call_s if first else 0.0)})
     pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
     pipe.run(x)
     assert pipe.stats.staging["input"] == "ring"
