@@ -693,6 +693,7 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
     seen_sizes = _probes_read(monkeypatch, lambda n, first: {
         "h2d": 10e-6 + n / 50e9, "compute": launch + n / 400e9, "d2h": 10e-6 + n / 57e9,
         "host": 5e-3 + (first_call_s if first else 0.0)})
+    monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
     pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
     pipe.run(x)
     assert pipe.stats.staging["input"] == "ring"
@@ -710,6 +711,24 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
         rows.append(pipe.stats.chunk["rows"])
     if costly:
         assert rows == [first["rows"]] * 3, (first, rows)
+
+
+def test_chunk_auto_a_costly_first_call_alone_is_not_a_costly_shape(fake, monkeypatch):
+    """A compute whose very first call is slow (a kernel compiled or a library loaded on first
+    use), every later shape cheap: the probes go on growing, and nothing is kept for it."""
+    fake.jitter["value"] = 0.0
+    x = np.zeros(512 << 20 >> 2, dtype=np.uint32)
+    calls = itertools.count()
+    seen_sizes = _probes_read(monkeypatch, lambda n, first: {
+        "h2d": 10e-6 + n / 50e9, "compute": 2e-3 + n / 400e9, "d2h": 10e-6 + n / 57e9,
+        "host": 5e-3 + (2.0 if next(calls) == 0 else 0.0)})
+    for twice in (False, True):  # a stream-form compute's probes, and a tensor function's
+        monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: twice)
+        pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
+        pipe.run(x)
+        assert pipe.stats.chunk["new_shape_ms"] == 0.0 and len(seen_sizes) > 2
+        seen_sizes.clear()
+        calls = itertools.count()
 
 
 def test_chunk_auto_counts_what_a_kept_chunk_loses_and_chooses_again_past_the_new_shape_cost():

@@ -1049,10 +1049,14 @@ class StreamPipeline:
         tensor = self.form == "tensor"
         per_size: dict[int, dict[str, float]] = {}
         first_host: dict[int, float] = {}  # each size's first call: the host's time
-        excess: dict[int, float] = {}  # per size probed twice: its first batch's host time over the second's
+        # per size probed twice, its first batch's host time over the second's: what a new shape
+        # costs (not the first size: the first call of all carries the compute's one-time costs)
+        excess: dict[int, float] = {}
         gpu_time: dict[int, float] = {}
         a, n_probe = 0, 0
-        plan = list(probes) if not tensor else [probes[0], probes[1], probes[2], probes[2]]
+        twice = self._probes_each_size_twice()
+        plan = [probes[0], probes[1], probes[2], probes[2]] if twice else list(probes)
+        first_size = plan[0]
         last_pst = None
         while plan:
             bounds = []
@@ -1073,7 +1077,7 @@ class StreamPipeline:
                 per_size[r] = m if prev is None else {k: min(v, prev.get(k, v)) for k, v in m.items()}
                 if prev is None:
                     first_host[r] = m["host"]
-                else:
+                elif r != first_size:
                     excess[r] = max(first_host[r] - per_size[r]["host"], 0.0)
                 gpu_time[r] = max(v for k, v in per_size[r].items() if k in ("h2d", "compute", "d2h"))
             n_probe += len(plan)
@@ -1081,7 +1085,7 @@ class StreamPipeline:
             n_prev, n_last = sizes[-2], sizes[-1]
             launch_bound = gpu_time[n_last] < 0.6 * (n_last / n_prev) * gpu_time[n_prev]
             nxt = 2 * n_last
-            plan = [nxt] * (2 if tensor else 1)
+            plan = [nxt] * (2 if twice else 1)
             # (a compute whose new batch shapes cost seconds: every larger probe would too)
             new_shape_s = min(excess.values()) if excess else 0.0
             if (not launch_bound or a + len(plan) * nxt > rows // 4 or nxt * row_bytes > 256 * 2**20
@@ -1111,6 +1115,12 @@ class StreamPipeline:
             compute_bytes = max(0.0, (free_before - free_after) / (n2 * row_bytes) - 1.0 - out_over_in)
         return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes,
                       new_shape_s=new_shape_s), a, n_probe
+
+    def _probes_each_size_twice(self) -> bool:
+        """A framework model's first call at a shape may pay its autotuning or per-shape
+        setup: its probes run each size twice (and the first call over the second is the
+        new-shape cost)."""
+        return self.form == "tensor"
 
     def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, **run_args: Any) -> PipelineStats:
         """A probe run for chunk="auto": each batch waits for the previous one, with
@@ -2074,7 +2084,7 @@ class _Tuned:
     refined: int = 0  # runs whose own times lowered these models (StreamPipeline._refine)
     kept_bytes: int = 0  # the chunk of the last run that refined them (kept if still about as good)
     # the host's time a new batch shape cost the compute on its first call (a framework's per-shape
-    # setup), from the probes' sizes run twice: the least of them
+    # setup), from the probes' sizes run twice but the first: the least of them
     new_shape_s: float = 0.0
     kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
