@@ -748,8 +748,47 @@ def test_chunk_auto_counts_what_a_kept_chunk_loses_and_chooses_again_past_the_ne
         assert pipe._tuned[key].kept_loss_s == pytest.approx(paid) and choice_key in pipe._choices
     pipe._count_kept_loss(key, kept)  # 0.9 paid: a fourth run would pass 1.0
     assert pipe._tuned[key].kept_loss_s == pytest.approx(0.9) and choice_key not in pipe._choices
-    pipe._count_kept_loss(key, dataclasses.replace(kept, keep_loss_ms=0.0))
+    pipe._count_kept_loss(key, dataclasses.replace(kept, keep_loss_ms=0.0))  # a run of another size, same chunk
+    assert pipe._tuned[key].kept_loss_s == pytest.approx(0.9)
+    pipe._count_kept_loss(key, dataclasses.replace(kept, nbytes=800, keep_loss_ms=0.0))  # another chunk
     assert pipe._tuned[key].kept_loss_s == 0.0
+
+
+def test_chunk_auto_a_kept_chunk_is_chosen_again_once_its_losses_reach_the_new_shape_cost(fake, monkeypatch):
+    """Runs after the refines (models frozen) that keep a chunk predicted slower than the best,
+    for a compute whose new shapes cost 3.5 runs' losses: three runs keep it, the fourth
+    takes the best, and a run of another size after that keeps the new chunk (it does not
+    go back to the old one)."""
+    fake.jitter["value"] = 0.0
+    x = np.zeros(256 << 20 >> 2, dtype=np.uint32)
+    _probes_read(monkeypatch, lambda n, first: {"h2d": 10e-6 + n / 50e9, "compute": 2e-3 + n / 400e9,
+                                                "d2h": 10e-6 + n / 57e9, "host": 5e-3 + (2.0 if first else 0.0)})
+    monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
+    pipe.run(x)
+    (key, tuned), = pipe._tuned.items()
+    # a chunk four times smaller than the best, in models where a chunk's fixed cost is large
+    models = {"h2d": fexec.StageModel(10e-6, 1 / 50e9), "compute": fexec.StageModel(5e-3, 1 / 400e9),
+              "d2h": fexec.StageModel(10e-6, 1 / 57e9)}
+    frozen = dataclasses.replace(tuned, models=models, refined=fexec.MAX_REFINES, kept_loss_s=0.0, kept_bytes=8 * MiB)
+    pipe._tuned[key] = dataclasses.replace(frozen, new_shape_s=0.2)  # below the threshold: not weighed
+    pipe._choices.clear()
+    pipe.run(x)
+    assert pipe.stats.chunk["bytes"] != 8 * MiB
+    pipe._tuned[key] = dataclasses.replace(frozen, new_shape_s=100.0)
+    pipe._choices.clear()
+    pipe.run(x)
+    loss_ms = pipe.stats.chunk["keep_loss_ms"]
+    assert pipe.stats.chunk["bytes"] == 8 * MiB and 0 < loss_ms < 200
+    pipe._tuned[key] = dataclasses.replace(pipe._tuned[key], kept_loss_s=0.0, new_shape_s=3.5 * loss_ms / 1e3)
+    pipe._choices.clear()
+    sizes = []
+    for _ in range(5):
+        pipe.run(x)
+        sizes.append(pipe.stats.chunk["bytes"])
+    assert sizes[:3] == [8 * MiB] * 3 and sizes[3] != 8 * MiB and sizes[4] == sizes[3], sizes
+    pipe.run(x[:len(x) - 12345])
+    assert pipe.stats.chunk["bytes"] == sizes[3], pipe.stats.chunk["reason"]
 
 
 # --------------------------------------------------------------------------- compute threads

@@ -912,8 +912,10 @@ class StreamPipeline:
                 host_s=tuned.host.fixed_s, host_per_byte_s=tuned.host.per_byte_s,
                 device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
                 device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
-                min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes, new_shape_s=tuned.new_shape_s,
-                kept_loss_s=tuned.kept_loss_s,
+                min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes,
+                # (below the threshold a shape's cost is not weighed: the chunk is kept only when about as good)
+                new_shape_s=tuned.new_shape_s if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else 0.0,
+                kept_loss_s=tuned.kept_loss_s if tuned.kept_loss_for == tuned.kept_bytes else 0.0,
                 lanes=0 if self.copy_streams else self.n_streams,
             )
             if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S:
@@ -949,7 +951,14 @@ class StreamPipeline:
         chose it were not far off. At most MAX_REFINES times per kind of work: after
         that, a loop over the same work keeps its choice."""
         tuned = self._tuned.get(key)
-        if tuned is None or tuned.refined >= MAX_REFINES or stats.bytes_in <= 0:
+        if tuned is None or stats.bytes_in <= 0:
+            return
+        # A compute whose new shapes cost seconds keeps this run's chunk whatever the models
+        # said (choose_chunk weighs a change against that cost): a new chunk size is a new shape
+        costly_shapes = tuned.new_shape_s >= NEW_SHAPE_COSTLY_S
+        if tuned.refined >= MAX_REFINES:
+            if costly_shapes and tuned.kept_bytes != chunk_bytes:  # (a chunk chosen again: kept from now on)
+                self._tuned[key] = dataclasses.replace(tuned, kept_bytes=chunk_bytes)
             return
         share = chunk_bytes / stats.bytes_in  # of the run's busy time, one chunk's
         seen_per_chunk = {stage: ms / 1e3 * share for stage, ms in stats.busy_ms.items()}
@@ -981,9 +990,6 @@ class StreamPipeline:
         if 0.0 < seen_host < REFINE_BELOW * host.time(chunk_bytes):
             changed, lowest = True, min(lowest, seen_host / host.time(chunk_bytes))
             host = StageModel(seen_host, 0.0)
-        # A compute whose new shapes cost seconds keeps this run's chunk whatever the models
-        # said (choose_chunk weighs a change against that cost): a new chunk size is a new shape
-        costly_shapes = tuned.new_shape_s >= NEW_SHAPE_COSTLY_S
         if changed:
             # This run's chunk is kept only if the models that chose it were about right: one
             # chosen from a host time 7.7x too large (carried over from the ring; session 16)
@@ -999,16 +1005,22 @@ class StreamPipeline:
 
     def _count_kept_loss(self, key: tuple, choice: ChunkChoice) -> None:
         """A chunk kept for the compute's new-shape cost (choose_chunk) lost this run
-        ``choice.keep_loss_ms`` against the best predicted: add it up; once the next run's
-        loss would take the sum past that cost, the run after chooses again (the cached
-        choices of this kind of work are dropped). A chunk chosen on its merits starts the
-        sum over."""
+        ``choice.keep_loss_ms`` against the best predicted: add it up, per chunk (runs of
+        other sizes at the same chunk add to the same sum); once the next run's loss would
+        take the sum past that cost, the run after chooses again (the cached choices of
+        this kind of work are dropped). A run at another chunk starts the sum over."""
         tuned = self._tuned.get(key)
         if tuned is None:
             return
         loss_s = choice.keep_loss_ms * 1e-3
-        paid = tuned.kept_loss_s + loss_s if loss_s > 0 else 0.0
-        self._tuned[key] = dataclasses.replace(tuned, kept_loss_s=paid)
+        same = tuned.kept_loss_for == choice.nbytes
+        if loss_s > 0:
+            paid = (tuned.kept_loss_s if same else 0.0) + loss_s
+        elif same:
+            return
+        else:
+            paid = 0.0
+        self._tuned[key] = dataclasses.replace(tuned, kept_loss_s=paid, kept_loss_for=choice.nbytes)
         if loss_s > 0 and paid + loss_s > tuned.new_shape_s:
             for choice_key in [ck for ck in self._choices if ck[0] == key]:
                 del self._choices[choice_key]
@@ -2086,7 +2098,8 @@ class _Tuned:
     # the host's time a new batch shape cost the compute on its first call (a framework's per-shape
     # setup), from the probes' sizes run twice but the first: the least of them
     new_shape_s: float = 0.0
-    kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost
+    kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost ...
+    kept_loss_for: int = 0  # ... that chunk (bytes)
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
 
 

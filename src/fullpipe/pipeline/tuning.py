@@ -236,6 +236,8 @@ def choose_chunk(
     keeping the chunk has lost so far (predicted): the kept chunk also stays while the
     two with this run's loss add up to no more than that cost (rent until the rent paid
     would buy: at most twice the best in hindsight, whatever the number of runs to come).
+    (A change of chunk usually costs two new shapes, the chunk's and its last chunk's,
+    and a run of another size a new last chunk whatever is kept: the rule counts one.)
     ``lanes``: see predicted_time."""
     if not models or any(k not in STAGES + HOST_STAGES for k in models):
         raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
