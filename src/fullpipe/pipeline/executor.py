@@ -914,11 +914,11 @@ class StreamPipeline:
                 device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
                 min_bytes=tuned.fitted_from_bytes, keep_bytes=tuned.kept_bytes,
                 # (below the threshold a shape's cost is not weighed: the chunk is kept only when about as good)
-                new_shape_s=tuned.new_shape_s if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else 0.0,
+                new_shape_s=tuned.new_shape_s if tuned.costly_shapes else 0.0,
                 kept_loss_s=tuned.kept_loss_s if tuned.kept_loss_for == tuned.kept_bytes else 0.0,
                 lanes=0 if self.copy_streams else self.n_streams,
             )
-            if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S:
+            if tuned.costly_shapes:
                 choice = dataclasses.replace(choice, reason=choice.reason + (
                     f" A new batch shape cost the compute {tuned.new_shape_s * 1e3:.0f} ms on its first call (its "
                     "per-shape setup): probed at two sizes only, and the chunk is kept from run to run."))
@@ -955,7 +955,7 @@ class StreamPipeline:
             return
         # A compute whose new shapes cost seconds keeps this run's chunk whatever the models
         # said (choose_chunk weighs a change against that cost): a new chunk size is a new shape
-        costly_shapes = tuned.new_shape_s >= NEW_SHAPE_COSTLY_S
+        costly_shapes = tuned.costly_shapes
         if tuned.refined >= MAX_REFINES:
             if costly_shapes and tuned.kept_bytes != chunk_bytes:  # (a chunk chosen again: kept from now on)
                 self._tuned[key] = dataclasses.replace(tuned, kept_bytes=chunk_bytes)
@@ -997,8 +997,7 @@ class StreamPipeline:
             kept = chunk_bytes if lowest >= KEEP_IF_CORRECTED_ABOVE or costly_shapes else 0
             self._tuned[key] = dataclasses.replace(tuned, models=models, host=host, refined=tuned.refined + 1,
                                                    kept_bytes=kept, seen=seen)
-            for choice_key in [ck for ck in self._choices if ck[0] == key]:
-                del self._choices[choice_key]
+            self._forget_choices(key)
         else:
             self._tuned[key] = dataclasses.replace(tuned, seen=seen,
                                                    kept_bytes=chunk_bytes if costly_shapes else tuned.kept_bytes)
@@ -1022,8 +1021,12 @@ class StreamPipeline:
             paid = 0.0
         self._tuned[key] = dataclasses.replace(tuned, kept_loss_s=paid, kept_loss_for=choice.nbytes)
         if loss_s > 0 and paid + loss_s > tuned.new_shape_s:
-            for choice_key in [ck for ck in self._choices if ck[0] == key]:
-                del self._choices[choice_key]
+            self._forget_choices(key)
+
+    def _forget_choices(self, key: tuple) -> None:
+        """The next run of this kind of work chooses its chunk again, at any size."""
+        for choice_key in [ck for ck in self._choices if ck[0] == key]:
+            del self._choices[choice_key]
 
     def _tuned_through_ring(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> "_Tuned | None":
         """The models of the same work tuned through the ring, for a side that is now
@@ -1046,7 +1049,7 @@ class StreamPipeline:
             tuned = self._tuned.get(self._tune_key(x, *before)) if before != (stage_in, stage_out) else None
             if tuned is not None:
                 dropped = {name for name, b, now in zip(HOST_STAGES, before, (stage_in, stage_out)) if b != now}
-                kept = tuned.kept_bytes if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else 0
+                kept = tuned.kept_bytes if tuned.costly_shapes else 0
                 return dataclasses.replace(tuned, models={k: m for k, m in tuned.models.items() if k not in dropped},
                                            kept_bytes=kept, refined=0, seen={})
         return None
@@ -2101,6 +2104,11 @@ class _Tuned:
     kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost ...
     kept_loss_for: int = 0  # ... that chunk (bytes)
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
+
+    @property
+    def costly_shapes(self) -> bool:
+        """New batch shapes cost the compute enough that its chunk is kept (NEW_SHAPE_COSTLY_S)."""
+        return self.new_shape_s >= NEW_SHAPE_COSTLY_S
 
 
 def _device_bytes(b: P.Batch, writes_output: bool) -> int:
