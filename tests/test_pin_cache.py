@@ -37,8 +37,8 @@ def pins(fake, monkeypatch):
 
     def register(ptr, nbytes, flags):
         calls["register"] += 1
-        if ptr in refuse or ptr in registered:
-            return (ERR_ALREADY_REGISTERED,)
+        if ptr in refuse or any(p < ptr + nbytes and ptr < p + n for p, n in registered.items()):
+            return (ERR_ALREADY_REGISTERED,)  # (the driver refuses any overlap)
         registered[ptr] = nbytes
         return (SUCCESS,)
 
@@ -49,9 +49,10 @@ def pins(fake, monkeypatch):
     fake.driver.cuMemHostRegister = register
     fake.driver.cuMemHostUnregister = unregister
 
-    def is_pinned(a):  # as the driver answers: memory it allocated pinned, or any address inside a registered range
-        addr = a.__array_interface__["data"][0]
-        return addr in fake.pinned or any(p <= addr < p + n for p, n in registered.items())
+    def is_pinned(a):  # as memory.is_pinned answers: the first and the last byte each in memory the driver
+        addr = a.__array_interface__["data"][0]  # allocated pinned or inside a registered range
+        return all(addr in fake.pinned or any(p <= at < p + n for p, n in registered.items())
+                   for at in (addr, addr + max(a.nbytes, 1) - 1)) or addr in fake.pinned
 
     monkeypatch.setattr(fexec, "is_pinned", is_pinned)
     cache = PinCache(cap_bytes=64 * MiB, min_bytes=1 * MiB, reap_interval_s=None)  # (the reaper: its own test)
@@ -159,6 +160,30 @@ def test_a_slice_of_a_much_larger_array_registers_only_itself(pins):
         assert pipe.stats.pinned["in_place"]["input"] == "registered before"
         np.testing.assert_array_equal(out[inner], reference(x[inner], 2))
         assert pins.calls["register"] == 2
+
+
+@pytest.mark.parametrize("parts", ["first half", "both ends"])
+def test_an_array_the_cache_pinned_only_in_parts_is_not_copied_directly(pins, parts):
+    """Views of one array pinned in place (a list of them seen twice), then the whole array
+    seen twice: its first byte, or both of its ends, are pinned, the rest is not. Copied
+    directly, the copies past the views fail (CUDA_ERROR_INVALID_VALUE on an H100, session
+    20) or read memory the cache may unregister meanwhile; it goes through the ring."""
+    x, _ = _arrays(4 << 20)  # 16 MiB
+    q = 1 << 18  # 1 MiB of words
+    views = ([x[i:i + q] for i in range(0, 8 * q, q)] if parts == "first half"
+             else [x[:q], x[-q:]])
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        for _ in range(2):
+            pipe.run_batches(views)
+        assert pipe.stats.staging["input"] == "pinned in place"
+        assert fexec.is_pinned(x[:1]) and fexec.is_pinned(x) == (parts == "both ends")  # the driver, at the ends
+        assert pins.cache.overlap(x.ctypes.data, x.nbytes) == "partial"
+        assert pins.cache.overlap(x[1:q - 1].ctypes.data, x[1:q - 1].nbytes) == "inside"
+        assert pins.cache.overlap(x[q + 1:2 * q].ctypes.data, 4) == ("inside" if parts == "first half" else "none")
+        for _ in range(2):
+            y = pipe.run(x)
+            np.testing.assert_array_equal(y, reference(x, 2))
+            assert pipe.stats.staging["input"] == "ring", pipe.stats.staging
 
 
 @pytest.mark.filterwarnings("ignore:.*nothing to overlap")  # the small array is one chunk

@@ -177,3 +177,25 @@ def test_a_list_of_mid_size_torch_batches_seen_again_is_pinned_in_place(device, 
         gc.collect()
         pipe.run(np.zeros(1 << 16, np.float32).reshape(-1, 1024))  # a run: the safe point to let go
     assert cache.stats.entries == 0, cache.stats
+
+
+@pytest.mark.parametrize("parts", ["first quarter", "both ends"])
+def test_an_array_pinned_in_place_only_in_parts_runs_through_the_ring(device, mix, own_pool, cache, parts):
+    """Views of one array pinned in place (a list of them seen twice), then the whole array,
+    twice: only parts of it are page-locked. Before session 20 the pipeline asked the
+    driver about its first byte only, copied it directly, and failed part way
+    (cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE)."""
+    n = 256 * MiB // 4
+    x = np.random.default_rng(3).integers(0, 2**32, n, dtype=np.uint32)
+    q = 8 * MiB // 4
+    views = [x[i:i + q] for i in range(0, n // 4, q)] if parts == "first quarter" else [x[:8 * q], x[-8 * q:]]
+    with StreamPipeline(mix, streams=3, chunk="16MiB", pool=own_pool, device=device) as pipe:
+        for _ in range(2):
+            outs = pipe.run_batches(views)
+        assert pipe.stats.staging["input"] == "pinned in place"
+        assert all(np.array_equal(o, reference(v, mix.rounds)) for o, v in zip(outs, views))
+        assert is_pinned(x[:1]) and is_pinned(x) == (parts == "both ends")
+        for _ in range(2):
+            y = pipe.run(x)
+            assert pipe.stats.staging["input"] == "ring"
+            assert np.array_equal(y, reference(x, mix.rounds))

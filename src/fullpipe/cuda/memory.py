@@ -115,13 +115,14 @@ def pinned_empty(shape: Any, dtype: Any = np.float32, *, device: Any = None) -> 
 
 
 def is_pinned(array: np.ndarray) -> bool:
-    """True when the array's memory is page-locked and known to the driver."""
+    """True when the array's memory is page-locked and known to the driver, at its first
+    and its last byte."""
     from cuda.bindings import driver
 
     ptr = array.__array_interface__["data"][0]
     ensure_current()  # without a context the driver says "not pinned" for every pointer
-    err, _ = driver.cuMemHostGetFlags(ptr)
-    return int(err) == 0
+    ends = (ptr, ptr + array.nbytes - 1) if array.nbytes > 1 else (ptr,)
+    return all(int(driver.cuMemHostGetFlags(p)[0]) == 0 for p in ends)
 
 
 def host_pointer(array: np.ndarray) -> int:

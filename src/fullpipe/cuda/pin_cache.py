@@ -62,6 +62,7 @@ The cache is process-wide (:func:`default_pin_cache`): pipelines and threads sha
 from __future__ import annotations
 
 import atexit
+import bisect
 import dataclasses
 import sys
 import threading
@@ -133,6 +134,8 @@ class PinCache:
         self._lock = threading.RLock()
         self._entries: dict[tuple[int, int], _Entry] = {}
         self._by_range: dict[tuple[int, int], _Entry] = {}  # every range an entry is found by (parts too)
+        self._starts: list[int] = []  # the entries' addresses, sorted (registrations never overlap)
+        self._at_start: dict[int, _Entry] = {}
         self._seen: dict[tuple[int, int], None] = {}
         self._refused: dict[tuple[int, int], None] = {}
         self._registrations = self._unregistrations = 0
@@ -289,6 +292,23 @@ class PinCache:
             e = self._find(arr.ctypes.data, int(arr.nbytes))
             return None if e is None else self._use(e)
 
+    def overlap(self, ptr: int, nbytes: int) -> str:
+        """How the cache's registrations meet [ptr, ptr + nbytes): ``"none"``, ``"inside"``
+        (one entry holds all of it) or ``"partial"``. A range the driver calls pinned at both
+        ends may still be pinned only in parts by the cache (views of one array registered
+        one by one, then the whole array): copied directly it would fail part way (or read
+        memory the cache unregisters meanwhile), so it is not pinned for a run."""
+        if not self._starts:  # (read without the lock: a registration made meanwhile is not this run's)
+            return "none"
+        with self._lock:
+            i = bisect.bisect_left(self._starts, ptr + nbytes) - 1  # the last entry starting before the end
+            if i < 0:
+                return "none"
+            e = self._at_start[self._starts[i]]
+            if e.ptr + e.nbytes <= ptr:  # (and every entry before it ends before it starts)
+                return "none"
+            return "inside" if e.ptr <= ptr and ptr + nbytes <= e.ptr + e.nbytes else "partial"
+
     def release(self, entry: _Entry) -> None:
         """A run is done with ``entry`` (its copies have completed)."""
         with self._lock:
@@ -352,6 +372,8 @@ class PinCache:
 
     def _add(self, e: _Entry) -> _Entry:
         self._entries[(e.ptr, e.nbytes)] = e
+        bisect.insort(self._starts, e.ptr)
+        self._at_start[e.ptr] = e
         for r in e.ranges():
             self._by_range[r] = e
         return e
@@ -386,6 +408,8 @@ class PinCache:
 
     def _unregister(self, e: _Entry) -> None:
         del self._entries[(e.ptr, e.nbytes)]
+        del self._starts[bisect.bisect_left(self._starts, e.ptr)]
+        del self._at_start[e.ptr]
         for r in e.ranges():
             self._by_range.pop(r, None)
         try:

@@ -771,16 +771,20 @@ class StreamPipeline:
             raise ValueError(f"{type(self.compute).__name__} takes {np.dtype(want)} input, got {dtype}")
 
     def _pinned(self, arr: np.ndarray, address: int | None = None) -> bool:
-        """Is ``arr`` (at ``address``, if read already) page-locked? (Called once the run's
-        context is current.) Through the ctypes hot path where it can: run_batches asks for
-        every batch and output."""
-        got = self._hot.host_pinned(arr.ctypes.data if address is None else address)  # (ctypes.data: 1-2 us)
-        if got is not None:
-            return got
-        try:
-            return bool(is_pinned(arr))
-        except Exception:
-            return False
+        """Is all of ``arr`` (at ``address``, if read already) page-locked? (Called once the
+        run's context is current.) The driver is asked about its first and last byte,
+        through the ctypes hot path where it can (run_batches asks for every batch and
+        output); a range that the pin-down cache pinned only in parts is not (PinCache.overlap)."""
+        start = arr.ctypes.data if address is None else address  # (ctypes.data: 1-2 us)
+        got = self._hot.host_pinned(start)
+        if got is None:
+            try:
+                got = bool(is_pinned(arr))
+            except Exception:
+                return False
+        elif got and arr.nbytes > 1:
+            got = self._hot.host_pinned(start + arr.nbytes - 1)
+        return bool(got) and default_pin_cache().overlap(start, arr.nbytes) != "partial"
 
     def _bulk(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, outputs: "_Outputs | None",
               usage: PinnedUsage | None) -> tuple[BulkStaging | None, str, str | None]:
