@@ -457,6 +457,47 @@ def _fails_at_17_then_runs_again(pipe, batches, exc, working_compute):
     _assert_clean(pipe)
 
 
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_imap_over_a_generator_bit_exact_in_windows(fake, read_ahead):
+    rng = np.random.default_rng(5)
+    sizes = [int(n) for n in rng.integers(1, 3000, 120)]
+
+    def source():  # a new array per batch, made as it is asked for
+        for i, n in enumerate(sizes):
+            yield np.random.default_rng(i).integers(0, 2**32, n, dtype=np.uint32)
+
+    with StreamPipeline(FakeMix(), streams=3, slots=3) as pipe:
+        got = list(pipe.imap(source(), window="64KiB", read_ahead=read_ahead))
+        assert len(got) == 120
+        for i, (n, y) in enumerate(zip(sizes, got)):
+            np.testing.assert_array_equal(y, reference(np.random.default_rng(i).integers(0, 2**32, n, dtype=np.uint32), 2))
+        st = pipe.imap_stats
+        assert st["batches"] == 120 and st["windows"] >= 120 * 1500 * 4 // (64 << 10) - 2
+        assert st["bytes_in"] == 4 * sum(sizes)
+        _assert_clean(pipe)
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_imap_compute_error_after_the_earlier_windows_outputs_and_nothing_left(fake, read_ahead):
+    batches = [np.random.default_rng(i).integers(0, 2**32, 1000, dtype=np.uint32) for i in range(50)]
+    pipe = StreamPipeline(FakeMix(fail_at=17), streams=3, slots=3)
+    got = []
+    with pytest.raises(RuntimeError, match="compute failed on purpose") as info:
+        for y in pipe.imap(iter(batches), window=12, read_ahead=read_ahead):
+            got.append(y)
+    # every window before the failing one came out whole and right
+    assert len(got) <= 17 and all(np.array_equal(y, reference(b, 2)) for y, b in zip(got, batches))
+    assert info.value.batch_index == 17 - len(got)
+    if not read_ahead:
+        assert len(got) == 12
+    assert any("(item 17)" in n for n in info.value.__notes__)
+    _assert_clean(pipe)
+    pipe.compute = FakeMix()
+    assert all(np.array_equal(y, reference(b, 2)) for y, b in zip(pipe.imap(batches[:7], window=3), batches))
+    _assert_clean(pipe)
+    pipe.close()
+
+
 def test_staging_thread_error_reaches_the_caller(fake, monkeypatch):
     pipe = StreamPipeline(FakeMix(), streams=2, slots=2, chunk=1000)
     x = np.arange(10_000, dtype=np.uint32)

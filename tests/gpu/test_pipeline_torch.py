@@ -150,6 +150,45 @@ def test_variable_size_batches(device, pool):
     torch.testing.assert_close(again[0], ys[-1], rtol=0, atol=0)
 
 
+class _Images(torch.utils.data.Dataset):
+    """Random uint8 images made on demand (a dataset read from disk, in miniature)."""
+
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g), i % 10
+
+
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_imap_over_a_dataloader_and_a_generator(device, pool, pin_memory):
+    """imap takes a DataLoader's batches (pinned or not, with workers) and a generator that
+    makes a new array per batch; its outputs are run_batches' on the same batches, in order."""
+    model = convnet()
+    f = conv_fn(model)
+    loader = torch.utils.data.DataLoader(_Images(), batch_size=64, num_workers=2, pin_memory=pin_memory)
+    with StreamPipeline(f, streams=3, pool=pool, device=device) as pipe:
+        got = list(pipe.imap((x for x, _ in loader), window=5))
+        assert pipe.imap_stats["batches"] == 16 and 4 <= pipe.imap_stats["windows"] <= 16  # windows of <= 5
+        xs = [x for x, _ in loader]
+        want = pipe.run_batches(xs)
+        assert [y.is_pinned() for y in got] == [pin_memory] * 16
+        for y, w, x in zip(got, want, xs):
+            torch.testing.assert_close(y, w, rtol=0, atol=0)
+            torch.testing.assert_close(y, f(x.cuda()).cpu(), **FP16_TOL)
+    rng = np.random.default_rng(7)
+    sizes = [int(n) for n in rng.integers(1, 3000, 50)]
+    gen = (np.random.default_rng(i).standard_normal((n, 256), dtype=np.float32) for i, n in enumerate(sizes))
+    fm = mlp_fn(mlp())
+    with StreamPipeline(fm, streams=3, pool=pool, device=device) as pipe:
+        ys = list(pipe.imap(gen))  # the default window: 64 MiB, at least 12 batches
+        assert pipe.imap_stats["batches"] == 50 and [len(y) for y in ys] == sizes
+    for i, (n, y) in enumerate(zip(sizes, ys)):
+        x = np.random.default_rng(i).standard_normal((n, 256), dtype=np.float32)
+        torch.testing.assert_close(torch.from_numpy(y), fm(torch.from_numpy(x).cuda()).cpu(), **BF16_TOL)
+
+
 def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
     layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True,
                                        dropout=0.0).to("cuda").eval()

@@ -39,7 +39,7 @@ import math
 import threading
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -65,6 +65,7 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
+from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, fit_stage, parse_chunk,
                      probe_rows)
@@ -319,6 +320,7 @@ class StreamPipeline:
         self._choices: dict[tuple, ChunkChoice] = {}
         self.stats: PipelineStats | None = None
         self.probe_stats: PipelineStats | None = None
+        self.imap_stats: dict[str, Any] | None = None  # the last imap()'s totals
 
     # ------------------------------------------------------------------ lifetime
     def _start(self) -> None:
@@ -610,6 +612,10 @@ class StreamPipeline:
         """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU
         tensors, buffers). Returns their outputs (``outs`` if given, else new arrays of
         each batch's kind, pinned when every input is), or None with ``output=None``."""
+        return self._run_batches(batches, outs)
+
+    def _run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None,
+                     warn_few: bool = True) -> list[Any] | None:
         self._check_not_running("run_batches")
         if isinstance(batches, np.ndarray) or _is_tensor(batches):
             raise TypeError("run_batches takes a sequence of arrays; for one array use run(x)")
@@ -674,10 +680,11 @@ class StreamPipeline:
             stage_in = self._staging_mode(in_pinned)
             stage_out = None if spec.none else self._staging_mode(out_pinned)
             self.probe_stats = None
-            self._warn_few_batches(len(items), None, 0)
+            if warn_few:
+                self._warn_few_batches(len(items), None, 0, stacklevel=4)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
-            stats.pinned = self._pinned_stats(usage, notes)
+            stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run_batches -> _run_batches -> here)
             pins.annotate(stats)
             self.stats = stats
             if spec.none:
@@ -690,6 +697,36 @@ class StreamPipeline:
             return [like_input(o, k) for o, (_, k) in zip(out_arrays, views)]  # type: ignore[arg-type]
         finally:
             pins.release()
+
+    def imap(self, batches: Iterable[Any], *, window: int | str = imap_windows.DEFAULT_WINDOW,
+             read_ahead: bool = True) -> Iterator[Any]:
+        """Run batches from any iterable (a generator, a DataLoader, a file reader) and
+        yield their outputs in order, one per batch (None each with ``output=None``), as
+        ``run_batches`` would return them.
+
+        The iterable is read in windows of up to ``window`` bytes of input ("256MiB", at
+        least 4 batches per stream) or ``window`` batches (an int); each window is one
+        ``run_batches`` run, and a reader thread reads the next batches while it runs
+        (``read_ahead=False``: on the caller's thread, a full window at a time). A batch
+        must keep its data until its output is yielded: a batch whose memory changes
+        meanwhile (an iterator that refills one buffer) raises ValueError.
+        ``pipe.imap_stats`` says how many windows ran and how long the caller waited for
+        the iterable. See :mod:`fullpipe.pipeline.imap`."""
+        window_bytes, window_batches = imap_windows.parse_window(window)
+        if not isinstance(read_ahead, bool):
+            raise TypeError(f"read_ahead must be True or False, got {read_ahead!r}")
+        if isinstance(batches, np.ndarray) or _is_tensor(batches):
+            raise TypeError("imap takes an iterable of batches; for one array use run(x)")
+        try:
+            batches = iter(batches)
+        except TypeError as exc:
+            raise TypeError(f"imap takes an iterable of host batches, got {type(batches).__name__}") from exc
+        totals = dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
+        self.imap_stats = totals
+        return imap_windows.imap(lambda items, whole: self._run_batches(items, warn_few=whole), batches,
+                                 window_bytes=window_bytes, window_batches=window_batches,
+                                 min_batches=imap_windows.MIN_WINDOW_BATCHES_PER_STREAM * self.n_streams,
+                                 read_ahead=read_ahead, totals=totals)
 
     # ------------------------------------------------------------------ helpers
     def _pins(self) -> "_Pins":

@@ -1,0 +1,246 @@
+"""CPU tests of imap's windows (fullpipe.pipeline.imap) with a stand-in for run_batches
+that records each window; the executor itself under imap is tested against the fake
+driver in test_pipeline_fakecuda.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fullpipe.pipeline import imap as W
+
+
+def _totals():
+    return dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
+
+
+class Runner:
+    """run_batches stand-in: y = 2 * x per batch; records each window's sizes."""
+
+    def __init__(self, sleep_s=0.0, fail_at=None):
+        self.windows: list[list[int]] = []
+        self.sleep_s, self.fail_at = sleep_s, fail_at
+
+    def __call__(self, items, whole):
+        self.windows.append([len(x) for x in items])
+        time.sleep(self.sleep_s)
+        for i, x in enumerate(items):
+            if self.fail_at is not None and sum(map(len, self.windows)) - len(items) + i == self.fail_at:
+                exc = RuntimeError("compute failed on purpose")
+                exc.batch_index = i
+                raise exc
+        return [np.asarray(x) * 2 for x in items]
+
+
+def _imap(run, it, window="64MiB", read_ahead=True, min_batches=4, totals=None):
+    wb, wn = W.parse_window(window)
+    return W.imap(run, it, window_bytes=wb, window_batches=wn, min_batches=min_batches,
+                  read_ahead=read_ahead, totals=totals if totals is not None else _totals())
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_outputs_in_order_one_per_batch_in_windows_of_bytes_or_batches(read_ahead):
+    rng = np.random.default_rng(0)
+    xs = [rng.integers(0, 100, int(n), dtype=np.int32) for n in rng.integers(1, 5000, 103)]
+    run = Runner()
+    totals = _totals()
+    got = list(_imap(run, (x for x in xs), window="40KiB", read_ahead=read_ahead, totals=totals))
+    assert len(got) == len(xs)
+    for x, y in zip(xs, got):
+        np.testing.assert_array_equal(y, 2 * x)
+    # no window past full: 40 KiB and >= 4 batches (reading ahead, the caller may take less)
+    for sizes in run.windows:
+        nbytes = [4 * n for n in sizes]
+        assert len(sizes) <= 4 or sum(nbytes[:-1]) < 40 * 1024
+        if not read_ahead and sizes is not run.windows[-1]:
+            assert len(sizes) >= 4 and sum(nbytes) >= 40 * 1024
+    assert sum(map(len, run.windows)) == 103
+    assert totals["windows"] == len(run.windows) and totals["batches"] == 103
+    assert totals["bytes_in"] == sum(x.nbytes for x in xs)
+    run = Runner()
+    assert len(list(_imap(run, iter(xs), window=10, read_ahead=read_ahead))) == 103
+    assert max(len(w) for w in run.windows) == 10 and sum(map(len, run.windows)) == 103
+    if not read_ahead:
+        assert [len(w) for w in run.windows] == [10] * 10 + [3]
+
+
+def test_the_floor_of_batches_per_window():
+    run = Runner()
+    list(_imap(run, [np.zeros(1 << 20, np.uint8)] * 9, window="1KiB", min_batches=4, read_ahead=False))
+    assert [len(w) for w in run.windows] == [4, 4, 1]
+
+
+def test_windows_size_themselves_to_the_slower_side():
+    def source(n, delay):
+        for i in range(n):
+            time.sleep(delay)
+            yield np.full(8, i, np.int64)
+
+    # a slow iterable, a fast GPU: the first window is one batch, each later one about
+    # sqrt(batches taken so far) (what was read meanwhile, if more)
+    run = Runner(sleep_s=0.002)
+    assert len(list(_imap(run, source(30, 0.01), window=8))) == 30
+    counts = [len(w) for w in run.windows]
+    taken = np.cumsum([0] + counts[:-1])
+    assert counts[0] == 1 and all(c >= min(np.sqrt(k).astype(int), 30 - k) for c, k in zip(counts, taken)), counts
+    assert all(c <= max(np.sqrt(k).astype(int), 1) + 2 for c, k in zip(counts, taken)), counts
+    # a fast iterable, a slow GPU: full windows after the first
+    run = Runner(sleep_s=0.05)
+    assert len(list(_imap(run, source(40, 0.0), window=8))) == 40
+    assert all(len(w) == 8 for w in run.windows[1:-1]) and len(run.windows) <= 6, run.windows
+
+
+def test_reading_ahead_overlaps_the_iterable_with_the_runs():
+    def slow_source(n):
+        for i in range(n):
+            time.sleep(0.01)  # a file read: lets the GIL go
+            yield np.full(8, i, np.int64)
+
+    walls = {}
+    for read_ahead in (False, True):
+        totals = _totals()
+        t0 = time.perf_counter()
+        out = list(_imap(Runner(sleep_s=0.04), slow_source(16), window=4, read_ahead=read_ahead, totals=totals))
+        walls[read_ahead] = time.perf_counter() - t0
+        assert [int(y[0]) for y in out] == [2 * i for i in range(16)]
+    # serial: 16 x 10 ms reading + 4 x 40 ms running = 320 ms; read ahead: ~40 + 4 x 40 = 200 ms
+    assert walls[True] < 0.8 * walls[False], walls
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_a_refilled_buffer_is_refused_and_nothing_of_it_is_yielded(read_ahead):
+    buf = np.zeros(4096, np.float32)
+
+    def refill(n):
+        for i in range(n):
+            buf[:] = np.random.default_rng(i).standard_normal(4096)
+            yield buf
+
+    run = Runner(sleep_s=0.01)
+    got = []
+    with pytest.raises(ValueError, match="memory of batch 0 changed"):
+        for y in _imap(run, refill(8), window=4, read_ahead=read_ahead):
+            got.append(y)
+    assert got == []
+    if not read_ahead:
+        assert run.windows == []  # refused before the window ran
+    # the same array yielded again unchanged is fine (a benchmark's repeat)
+    x = np.arange(1000, dtype=np.float32)
+    assert all(np.array_equal(y, 2 * x) for y in _imap(Runner(), [x] * 10, window=4, read_ahead=read_ahead))
+
+
+def test_a_buffer_refilled_while_its_window_runs_is_refused_before_its_outputs():
+    bufs = [np.zeros(4096, np.float32) for _ in range(2)]
+
+    def two_buffers(n):  # double buffering by the iterable: a buffer comes back two items later
+        for i in range(n):
+            time.sleep(0.02)  # the next refill comes while the window runs (50 ms)
+            b = bufs[i % 2]
+            b[:] = i
+            yield b
+
+    got = []
+    with pytest.raises(ValueError, match="memory of batch 0 changed while its window ran"):
+        for y in _imap(Runner(sleep_s=0.1), two_buffers(8), window=2, read_ahead=True):
+            got.append(y)
+    assert got == []
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_the_iterables_error_comes_after_every_output_before_it(read_ahead):
+    def failing():
+        for i in range(11):
+            yield np.full(4, i, np.int32)
+        raise OSError("disk read failed")
+
+    got = []
+    with pytest.raises(OSError, match="disk read failed"):
+        for y in _imap(Runner(), failing(), window=4, read_ahead=read_ahead):
+            got.append(int(y[0]))
+    assert got == [2 * i for i in range(11)]
+
+
+def test_an_item_that_is_not_a_batch_names_it_and_a_pair_gets_a_hint():
+    items = [np.zeros(4, np.int32)] * 5 + [(np.zeros(4, np.int32), 3)]
+    got = []
+    with pytest.raises(TypeError) as info:
+        for y in _imap(Runner(), items, window=4):
+            got.append(y)
+    assert len(got) == 5
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "item 5 of the iterable is not a host batch" in notes and "(x for x, _ in loader)" in notes
+
+
+def test_a_compute_error_names_the_item_in_the_iterable():
+    with pytest.raises(RuntimeError) as info:
+        list(_imap(Runner(fail_at=9), (np.zeros(4, np.int32) for _ in range(20)), window=4))
+    assert "item 9)" in " ".join(info.value.__notes__)
+
+
+def test_closing_early_stops_the_reader_thread():
+    read = []
+
+    def endless():
+        i = 0
+        while True:
+            read.append(i)
+            yield np.full(16, i, np.int32)
+            i += 1
+
+    before = {t.ident for t in threading.enumerate()}
+    gen = _imap(Runner(), endless(), window=4)
+    for k, y in enumerate(gen):
+        if k == 5:
+            break
+    gen.close()
+    time.sleep(4 * W._POLL_S)
+    n = len(read)
+    time.sleep(4 * W._POLL_S)
+    assert len(read) == n <= 4 * 4  # at most the window in hand, the next one, and one item
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name == "fullpipe-imap-reader"]
+
+
+@pytest.mark.parametrize("window, error", [(0, ValueError), (True, TypeError), ("auto", ValueError),
+                                           ("256 rows", ValueError), (2.5, TypeError)])
+def test_window_is_checked(window, error):
+    with pytest.raises(error, match="window"):
+        W.parse_window(window)
+    assert W.parse_window("2MiB") == (2 << 20, None) and W.parse_window(7) == (None, 7)
+
+
+def test_samples_see_a_change_anywhere_they_look_and_not_elsewhere():
+    x = np.random.default_rng(1).integers(0, 255, 1 << 20, dtype=np.uint8)
+    s = W.sample(x)
+    assert s is not None and len(s) == 8 * W.SAMPLES
+    spots = W._spots(x.nbytes)
+    y = x.copy()
+    y[spots[100]] ^= 1
+    assert W.sample(y) != s
+    others = np.setdiff1d(np.arange(x.nbytes), spots)
+    y = x.copy()
+    y[others[:1000]] ^= 1
+    assert W.sample(y) == s
+    small = np.arange(13, dtype=np.uint8)  # fewer bytes than spots: every byte
+    assert W.sample(small) == small.tobytes()
+    assert W.sample(x[::2]) is None  # not one block: not sampled
+
+
+def test_a_window_of_small_batches_fits_the_bulk_staging():
+    """Batches of at most 1 MiB: a window closes before it outgrows run_batches' bulk block
+    (a 256 MiB window of them would go through the ring, batch by batch)."""
+    from fullpipe.pipeline import bulk
+
+    rng = np.random.default_rng(2)
+    for sizes in (rng.integers(1, 1 << 20, 400), np.full(400, 1 << 20), rng.integers(1, 300, 260_000)):
+        xs = [np.zeros(int(n), np.uint8) for n in sizes]
+        run = Runner()
+        list(_imap(run, xs, window="256MiB", read_ahead=False))
+        assert len(run.windows) > 1 and all(bulk.fits(w, W.SMALL_BATCH_BYTES) for w in run.windows), sizes[:3]
+        # and not much smaller: the next batch would not have fit
+        assert all(not bulk.fits(w + [W.SMALL_BATCH_BYTES], W.SMALL_BATCH_BYTES) for w in run.windows[:-1])
+    run = Runner()
+    list(_imap(run, [np.zeros((1 << 20) + 1, np.uint8)] * 80, window="256MiB", read_ahead=False))
+    assert [len(w) for w in run.windows] == [80]  # larger batches: the window's bytes
