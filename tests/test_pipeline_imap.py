@@ -172,6 +172,10 @@ def test_an_item_that_is_not_a_batch_names_it_and_a_pair_gets_a_hint():
     assert len(got) == 5
     notes = " ".join(getattr(info.value, "__notes__", []))
     assert "item 5 of the iterable is not a host batch" in notes and "(x for x, _ in loader)" in notes
+    with pytest.raises(TypeError) as info:
+        list(_imap(Runner(), [{"input_ids": np.zeros(4, np.int32), "label": 1}]))
+    assert "(b['input_ids'] for b in loader)" in " ".join(info.value.__notes__)
+    assert list(_imap(Runner(), [])) == []
 
 
 def test_a_compute_error_names_the_item_in_the_iterable():

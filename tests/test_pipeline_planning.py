@@ -107,8 +107,10 @@ def test_compute_dtype_is_checked_before_gpu_work():
 
 def test_run_batches_checks():
     pipe = StreamPipeline(compute=lambda s, a, b: None)
-    with pytest.raises(ValueError, match="no batches"):
-        pipe.run_batches([])
+    assert pipe.run_batches([]) == [] and pipe.run_batches((), outs=[]) == []  # as map() over nothing
+    assert StreamPipeline(compute=lambda s, a, b: None, output=None).run_batches([]) is None
+    with pytest.raises(ValueError, match="1 outputs for 0 batches"):
+        pipe.run_batches([], outs=[np.ones(3, np.float32)])
     with pytest.raises(ValueError, match="batch 1 is empty"):
         pipe.run_batches([np.ones(3, np.float32), np.ones(0, np.float32)])
     with pytest.raises(ValueError, match="batch 1 has dtype"):

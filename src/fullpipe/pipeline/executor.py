@@ -623,6 +623,10 @@ class StreamPipeline:
             given = list(batches)
         except TypeError as exc:
             raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
+        if not given:  # nothing to run, as map() over nothing (imap([]) yields nothing too)
+            if outs is not None and (outs := list(outs)):
+                raise ValueError(f"{len(outs)} outputs for 0 batches")
+            return None if self.output.none else []
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         addresses = _host_addresses(given, views)

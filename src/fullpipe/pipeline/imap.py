@@ -48,6 +48,7 @@ import dataclasses
 import math
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -141,6 +142,10 @@ def _not_a_batch_note(exc: BaseException, index: int, item: Any) -> None:
     if isinstance(item, (tuple, list)):
         hint = (f" It is a {type(item).__name__} of {len(item)}: a DataLoader of (input, label) pairs "
                 "yields those; pass (x for x, _ in loader).")
+    elif isinstance(item, Mapping):
+        key = next((k for k in item if isinstance(k, str)), "x")
+        hint = (f" It is a {type(item).__name__} with keys {list(item)[:4]}: a DataLoader of dicts yields "
+                f"those; pass the input, e.g. (b[{key!r}] for b in loader).")
     exc.add_note(f"fullpipe.StreamPipeline.imap: item {index} of the iterable is not a host batch.{hint}")
 
 
