@@ -31,7 +31,8 @@ each window with ``run_batches`` and yields the outputs in order, one per batch,
   after the outputs of every batch read before it; an exception in the compute comes as
   from ``run_batches`` (its note names the batch's index in the window and the window's
   first batch in the iterable). Closing the generator early (``break``) stops the reader
-  after the item it is reading.
+  after the item it is reading; the batches it read ahead are dropped, and the iterable is
+  left open (as ``map`` leaves it).
 - **Memory that changes under a batch.** A window holds batches the iterator has already
   moved past. An iterator that refills one buffer and yields it again (a common reading
   loop) would hand the pipeline batches whose memory changed after they were yielded.
