@@ -430,3 +430,41 @@ def test_chunk_auto_tuned_through_the_ring_is_reused_once_pinned_in_place(pins):
         pipe.run(x, out=out)
         assert pipe.stats.chunk["source"] == "reused"
         base._assert_clean(pipe)
+
+
+def test_a_new_array_where_a_dropped_one_was_is_seen_for_the_first_time(pins, monkeypatch):
+    """The allocator puts a new array where a dropped one was (a loop that loads each file
+    into a new array): the range is the same, the array is not, and registering it would
+    not pay back. Only the same NumPy array seen again is registered."""
+    x, _ = _arrays(1 << 20)
+    y = x.copy()
+    real = fpc._owning_memory
+
+    def at_x(obj, arr):  # y as if the allocator had put it at x's address
+        ptr, nbytes, keep, user, _ = real(obj, arr)
+        return x.ctypes.data, nbytes, keep, user, x.ctypes.data
+
+    monkeypatch.setattr(fpc, "_owning_memory", at_x)
+    assert pins.cache.acquire(x, x) == (None, 0.0)  # first sighting of x
+    assert pins.cache.acquire(y, y) == (None, 0.0)  # the same range, another array: first sighting of y
+    assert pins.calls["register"] == 0
+    entry, _ = pins.cache.acquire(y, y)  # y again: registered
+    assert entry is not None and pins.calls["register"] == 1
+    pins.cache.release(entry)
+
+
+def test_imap_pins_no_window_in_place_but_copies_what_runs_pinned_directly(pins):
+    xs = _batches(4, 300 * 1024, 1024)  # 1.2 MiB each: the ring, and a list over the cache's 1 MiB
+    with StreamPipeline(FakeMix(), streams=2) as pipe:
+        for _ in range(3):  # the same batches again and again: still each window's once
+            got = list(pipe.imap(xs, window=4, read_ahead=False))
+            assert pipe.stats.staging["input"] == "ring"
+        assert not pins.registered
+        for _ in range(2):
+            pipe.run_batches(xs)  # run_batches pins the list at its second sighting
+        assert len(pins.registered) == 4
+        got = list(pipe.imap(xs, window=4, read_ahead=False))  # copied directly, nothing registered
+        assert pipe.stats.staging["input"] == "direct" and pins.calls["register"] == 4
+        for x, y in zip(xs, got):
+            np.testing.assert_array_equal(y, reference(x, 2))
+        base._assert_clean(pipe)

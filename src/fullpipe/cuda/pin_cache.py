@@ -16,8 +16,10 @@ Policy, in one place:
   whole allocation is registered (the owning array, the tensor's storage), so that
   other views of it are pinned too, unless it is more than twice the array: then only
   the array's own range. Other buffers are never registered.
-- **When.** The second time a pipeline run sees the same range (address and size): a
-  range seen once is only remembered, so one-off arrays never pay for a registration.
+- **When.** The second time a pipeline run sees the same range (address and size) with
+  the same NumPy array (for torch tensors: the same range): a range seen once is only
+  remembered, so one-off arrays never pay for a registration, nor does a new array that the
+  allocator put where a dropped one was (files loaded one by one into new arrays).
 - **Lists of batches** (``run_batches``, :meth:`PinCache.acquire_list`): a list of at
   least ``min_bytes`` in all is pinned as a whole, whatever the size of each batch,
   the second time the same batches come: all of them or none (the run copies directly
@@ -136,7 +138,9 @@ class PinCache:
         self._by_range: dict[tuple[int, int], _Entry] = {}  # every range an entry is found by (parts too)
         self._starts: list[int] = []  # the entries' addresses, sorted (registrations never overlap)
         self._at_start: dict[int, _Entry] = {}
-        self._seen: dict[tuple[int, int], None] = {}
+        # ranges seen once: (address, bytes) -> a weak reference to the NumPy array seen there
+        # (None for torch: its storages' identity is not kept; see _sighting)
+        self._seen: dict[tuple[int, int], Any] = {}
         self._refused: dict[tuple[int, int], None] = {}
         self._registrations = self._unregistrations = 0
         self._register_s = 0.0
@@ -167,10 +171,8 @@ class PinCache:
                 return self._use(e), 0.0
             if key in self._refused or pinned():
                 return None, 0.0
-            if key not in self._seen:
-                self._seen[key] = None
-                while len(self._seen) > MAX_SIGHTINGS:
-                    del self._seen[next(iter(self._seen))]
+            if not self._seen_before(key, keep):
+                self._see(key, keep)
                 return None, 0.0
             if not self._make_room(nbytes):
                 return None, 0.0
@@ -225,13 +227,12 @@ class PinCache:
             if not missing:
                 return held, 0.0
             made, dt = None, 0.0
-            if all(k in self._seen for k in missing) and not any(k in self._refused for k in missing):
+            if (all(self._seen_before(k, m[2]) for k, m in missing.items())
+                    and not any(k in self._refused for k in missing)):
                 made, dt = self._register_clusters(list(missing.values()))
             if made is None:
-                for k in missing:
-                    self._seen[k] = None
-                while len(self._seen) > MAX_SIGHTINGS:
-                    del self._seen[next(iter(self._seen))]
+                for k, m in missing.items():
+                    self._see(k, m[2])
                 for e in held:
                     e.users -= 1
                 return None, dt
@@ -364,6 +365,22 @@ class PinCache:
                                  refused=len(self._refused), register_s=self._register_s)
 
     # ------------------------------------------------------------------ inside the lock
+    def _seen_before(self, key: tuple[int, int], keep: Any) -> bool:
+        """Was this range seen by an earlier run, holding the same array? A NumPy array is
+        told apart from a new one at the same address (the allocator reuses the memory of
+        arrays that are gone: imap's batches, a loop that loads each file into a new array),
+        which a registration would not pay back."""
+        if key not in self._seen:
+            return False
+        ref = self._seen[key]
+        return ref is None or ref() is keep
+
+    def _see(self, key: tuple[int, int], keep: Any) -> None:
+        self._seen.pop(key, None)  # (to the end: the oldest sightings go first)
+        self._seen[key] = _sighting(keep)
+        while len(self._seen) > MAX_SIGHTINGS:
+            del self._seen[next(iter(self._seen))]
+
     def _use(self, e: _Entry) -> _Entry:
         """One more run holds ``e``."""
         e.users += 1
@@ -485,6 +502,18 @@ def _owning_memory(obj: Any, arr: np.ndarray) -> tuple[int, int, Any, Any, int] 
     whole = (int(base.ctypes.data), int(base.nbytes))
     ptr, nbytes = whole if whole[1] <= WHOLE_MAX_RATIO * own[1] else own
     return ptr, nbytes, base, None, whole[0]
+
+
+def _sighting(keep: Any) -> Any:
+    """What a sighting remembers of the array it saw: a weak reference to a NumPy array
+    (a new array at the same address is another one); None for a torch tensor's storage
+    (its Python object is made anew at each call; the address alone is kept)."""
+    if isinstance(keep, np.ndarray):
+        try:
+            return weakref.ref(keep)
+        except TypeError:
+            return None
+    return None
 
 
 def _owner_id(keep: Any) -> int:

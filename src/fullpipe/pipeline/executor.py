@@ -615,7 +615,9 @@ class StreamPipeline:
         return self._run_batches(batches, outs)
 
     def _run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None,
-                     warn_few: bool = True) -> list[Any] | None:
+                     warn_few: bool = True, pin_new: bool = True) -> list[Any] | None:
+        """run_batches; ``pin_new`` False: pin no new list in place (imap's windows, whose
+        batches are each seen once), but use what earlier runs pinned."""
         self._check_not_running("run_batches")
         if isinstance(batches, np.ndarray) or _is_tensor(batches):
             raise TypeError("run_batches takes a sequence of arrays; for one array use run(x)")
@@ -656,7 +658,7 @@ class StreamPipeline:
         kind = views[0][1]
         usage = PinnedUsage()
         notes: list[str] = []
-        pins = self._pins()
+        pins = self._pins(register=pin_new)
         try:
             in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
                                          self._pinned)
@@ -727,18 +729,21 @@ class StreamPipeline:
             raise TypeError(f"imap takes an iterable of host batches, got {type(batches).__name__}") from exc
         totals = dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
         self.imap_stats = totals
-        return imap_windows.imap(lambda items, whole: self._run_batches(items, warn_few=whole), batches,
-                                 window_bytes=window_bytes, window_batches=window_batches,
+        def run_window(items: list, whole: bool) -> list[Any] | None:
+            return self._run_batches(items, warn_few=whole, pin_new=False)
+
+        return imap_windows.imap(run_window, batches, window_bytes=window_bytes, window_batches=window_batches,
                                  min_batches=imap_windows.MIN_WINDOW_BATCHES_PER_STREAM * self.n_streams,
                                  read_ahead=read_ahead, totals=totals)
 
     # ------------------------------------------------------------------ helpers
-    def _pins(self) -> "_Pins":
+    def _pins(self, register: bool = True) -> "_Pins":
         """This run's holder of arrays pinned in place: registers only with pin_in_place and
-        staging='auto'; holds what the cache registered unless staging='ring' (no direct copy)."""
+        staging='auto' (and ``register``); holds what the cache registered unless
+        staging='ring' (no direct copy)."""
         if self.staging == "ring":
             return _Pins(None)
-        return _Pins(default_pin_cache(), register=self.pin_in_place and self.staging == "auto")
+        return _Pins(default_pin_cache(), register=register and self.pin_in_place and self.staging == "auto")
 
     def _tensor_compute(self, kind: HostKind) -> TensorCompute:
         """The tensor-function adapter, made at the first run (its library may depend
