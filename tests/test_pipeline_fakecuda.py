@@ -938,3 +938,18 @@ def test_compute_threads_is_checked():
         StreamPipeline(None, compute_threads=2)
     with pytest.raises(ValueError, match="graph=True"):
         StreamPipeline(FakeMix(), compute_threads=2, graph=True)
+
+
+def test_chunk_auto_runs_a_small_input_as_one_chunk_without_a_warning(fake):
+    import warnings as w
+
+    x = np.random.default_rng(9).integers(0, 2**32, 64 * 1024, dtype=np.uint32)  # 256 KiB
+    with StreamPipeline(FakeMix(), streams=3) as pipe, w.catch_warnings():
+        w.simplefilter("error")  # (fewer chunks than streams, chosen knowingly: no PipelineWarning)
+        np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
+        assert pipe.stats.batches == 1 and pipe.stats.chunk["source"] == "even split"
+        assert "1 chunk of at least 4 MiB" in pipe.stats.chunk["reason"]
+        big = np.random.default_rng(10).integers(0, 2**32, 3 * (1 << 20), dtype=np.uint32)  # 12 MiB
+        np.testing.assert_array_equal(pipe.run(big), reference(big, 2))
+        assert pipe.stats.batches == 3 and "3 chunks of at least 4 MiB" in pipe.stats.chunk["reason"]
+        _assert_clean(pipe)

@@ -475,3 +475,16 @@ def test_the_host_bound_hint_and_compute_threads():
     own = dataclasses.replace(one, enqueue_us_per_batch=600.0, host_us={"front": 300.0, "compute_call": 60.0,
                                                                         "back": 240.0})
     assert own.host_bound_hint is not None and "compute_threads" not in own.host_bound_hint
+
+
+def test_an_input_too_small_to_probe_is_split_into_chunks_of_at_least_4_mib():
+    """Two chunks per stream, but none under MIN_SPLIT_CHUNK_BYTES: a small request is one
+    chunk (split into six it ran at a third of the speed of one chunk, session 20)."""
+    per = tuning.even_split_rows
+    assert per(1000, 256, 3) == 1000  # 256 KB: one chunk
+    assert per(7 * MiB // 4096, 4096, 3) == 7 * MiB // 4096  # 7 MiB: one chunk
+    assert per(8 * MiB // 4096, 4096, 3) == 8 * MiB // 4096 // 2  # 8 MiB: two chunks of 4 MiB
+    assert per(15 * MiB // 4096, 4096, 3) == -(-(15 * MiB // 4096) // 3)  # 15 MiB: three
+    assert per(64 * MiB // 4096, 4096, 3) == -(-(64 * MiB // 4096) // 6)  # at most two per stream
+    assert per(64 * MiB // 4096, 4096, 1) == 64 * MiB // 4096 // 2
+    assert per(7, 1, 3) == 7 and per(1, 10 * MiB, 3) == 1  # tiny; one row larger than the floor

@@ -67,8 +67,8 @@ from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halv
 from . import compute_threads as ct
 from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
-from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows, fit_stage, parse_chunk,
-                     probe_rows)
+from .tuning import (HOST_STAGES, MIN_SPLIT_CHUNK_BYTES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
+                     even_split_rows, fit_stage, parse_chunk, probe_rows)
 
 
 class PipelineWarning(UserWarning):
@@ -583,7 +583,8 @@ class StreamPipeline:
                     x_np, None if tensor else out_np, rows, row_bytes, stage_in, stage_out, run_args, pst_list)
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
-        self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
+        if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
+            self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
         with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
             stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
@@ -788,7 +789,7 @@ class StreamPipeline:
         return [block[at:at + o.nbytes].view(o.dtype).reshape(o.shape) for o, at in zip(like, places)]
 
     def _pinned_stats(self, usage: PinnedUsage, notes: list, stacklevel: int = 3) -> dict[str, Any]:
-        d = dataclasses.asdict(usage)
+        d = {f.name: getattr(usage, f.name) for f in dataclasses.fields(usage)}  # (asdict: ~30 us more a run)
         d["pool_held_bytes"] = self._pinned_pool.stats.held_bytes
         d["ring_bytes"] = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
         if notes:
@@ -946,9 +947,12 @@ class StreamPipeline:
         if tuned is None:
             probes = probe_rows(rows, row_bytes)
             if not probes:
-                per = max(1, -(-rows // (2 * self.n_streams)))
-                reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: split into "
-                          f"{-(-rows // per)} chunks (two per stream)")
+                per = even_split_rows(rows, row_bytes, self.n_streams)
+                n = -(-rows // per)
+                reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: "
+                          + (f"split into {n} chunks (two per stream)" if n == 2 * self.n_streams else
+                             f"{n} chunk{'s' if n > 1 else ''} of at least {MIN_SPLIT_CHUNK_BYTES >> 20} MiB (smaller "
+                             "chunks cost the host more per batch than their copies take)"))
                 return per, ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason), 0, 0, "even split"
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
             self._tuned[key] = tuned

@@ -336,6 +336,23 @@ def choose_chunk(
                        predicted_ms=t_ms, keep_loss_ms=keep_loss_s * 1e3)
 
 
+# chunk="auto" on an input too small to probe splits it evenly, into no chunk smaller than
+# this. A batch costs the host 40-150 us on H100 hosts (enqueue, events, the compute's call),
+# about what 2-4 MiB take to copy. Session 20, one H100 (docs/notes/data/2026-11-27-s20-p121-*):
+# inputs of 2-16 MiB (pinned and pageable, x * 2 and four 1024x1024 matmuls) ran fastest in
+# 1-2 chunks of at least 4 MiB, and 6 chunks were the slowest at every size (up to 1.9x the
+# best); a 256 KiB request split into 6 chunks ran 0.05x the naive .cuda()/.cpu() call
+# against 0.14x as one chunk.
+MIN_SPLIT_CHUNK_BYTES = 4 * MiB
+
+
+def even_split_rows(total_rows: int, row_bytes: int, streams: int) -> int:
+    """chunk="auto" for an input too small to probe: rows per chunk for two chunks per
+    stream, but no chunk under MIN_SPLIT_CHUNK_BYTES (one chunk for an input under twice that)."""
+    chunks = max(1, min(2 * streams, (total_rows * row_bytes) // MIN_SPLIT_CHUNK_BYTES))
+    return -(-total_rows // chunks)
+
+
 def probe_rows(total_rows: int, row_bytes: int) -> list[int]:
     """Row counts of the probe chunks run first for chunk="auto": a small one twice (the
     first warms up the compute), then a larger one. Empty when the input is too small
