@@ -730,6 +730,7 @@ class StreamPipeline:
             raise TypeError(f"imap takes an iterable of host batches, got {type(batches).__name__}") from exc
         totals = dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
         self.imap_stats = totals
+
         def run_window(items: list, whole: bool) -> list[Any] | None:
             return self._run_batches(items, warn_few=whole, pin_new=False)
 
