@@ -248,3 +248,36 @@ def test_a_window_of_small_batches_fits_the_bulk_staging():
     run = Runner()
     list(_imap(run, [np.zeros((1 << 20) + 1, np.uint8)] * 80, window="256MiB", read_ahead=False))
     assert [len(w) for w in run.windows] == [80]  # larger batches: the window's bytes
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_an_object_array_is_refused_by_the_run_not_a_hang(read_ahead):
+    """An object array is not sampled (its bytes are pointers); the run refuses it, and
+    nothing waits for a reader thread that died."""
+
+    def refuse(items, whole):
+        if any(np.asarray(x).dtype.hasobject for x in items):
+            raise TypeError("object arrays cannot go to the GPU")
+        return [np.asarray(x) * 2 for x in items]
+
+    items = [np.zeros(4, np.int32)] * 3 + [np.array([1, "a"], dtype=object)]
+    with pytest.raises(TypeError, match="object arrays"):
+        list(_imap(refuse, items, window=2, read_ahead=read_ahead))
+
+
+def test_a_failure_inside_the_reader_thread_reaches_the_caller(monkeypatch):
+    calls = {"n": 0}
+    real = W.sample
+
+    def broken(arr):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise MemoryError("out of memory in the reader")
+        return real(arr)
+
+    monkeypatch.setattr(W, "sample", broken)
+    got = []
+    with pytest.raises(MemoryError, match="in the reader"):
+        for y in _imap(Runner(), [np.full(4, i, np.int32) for i in range(6)], window=8):
+            got.append(int(y[0]))
+    assert got == [0, 2]  # the batches read before it, then the error

@@ -115,8 +115,9 @@ def _spots(nbytes: int) -> np.ndarray:
 
 
 def sample(arr: np.ndarray) -> bytes | None:
-    """The batch's bytes at its sampled spots (None for an array that is not one block)."""
-    if not arr.flags.c_contiguous or arr.nbytes == 0:
+    """The batch's bytes at its sampled spots (None for an array that is not one block of
+    plain data: run_batches refuses those itself)."""
+    if not arr.flags.c_contiguous or arr.nbytes == 0 or arr.dtype.hasobject:
         return None
     flat = arr.reshape(-1).view(np.uint8)
     return flat[_spots(arr.nbytes)].tobytes()
@@ -231,8 +232,19 @@ class WindowReader:
         return w
 
     def _read_all(self) -> None:
-        """The reader thread: one item at a time into the pending window (read outside the
-        lock, so the caller can take the window meanwhile)."""
+        """The reader thread. Whatever goes wrong in it reaches the caller, after the
+        batches read before (the caller waits on the pending window: it must never wait
+        for a thread that died)."""
+        try:
+            self._read_items()
+        except BaseException as exc:  # (the iterable's own errors are caught per item; this is anything else)
+            with self._cond:
+                self._pending.error, self._pending.last = exc, True
+                self._cond.notify_all()
+
+    def _read_items(self) -> None:
+        """One item at a time into the pending window (read outside the lock, so the caller
+        can take the window meanwhile)."""
         scratch = Window(0, [], [], [])
         while not self._stop.is_set():
             with self._cond:
