@@ -948,8 +948,8 @@ def test_chunk_auto_runs_a_small_input_as_one_chunk_without_a_warning(fake):
         w.simplefilter("error")  # (fewer chunks than streams, chosen knowingly: no PipelineWarning)
         np.testing.assert_array_equal(pipe.run(x), reference(x, 2))
         assert pipe.stats.batches == 1 and pipe.stats.chunk["source"] == "even split"
-        assert "1 chunk of at least 4 MiB" in pipe.stats.chunk["reason"]
+        assert "one chunk (an even split stops at 4 MiB a chunk" in pipe.stats.chunk["reason"]
         big = np.random.default_rng(10).integers(0, 2**32, 3 * (1 << 20), dtype=np.uint32)  # 12 MiB
         np.testing.assert_array_equal(pipe.run(big), reference(big, 2))
-        assert pipe.stats.batches == 3 and "3 chunks of at least 4 MiB" in pipe.stats.chunk["reason"]
+        assert pipe.stats.batches == 3 and "3 chunks (an even split stops at 4 MiB" in pipe.stats.chunk["reason"]
         _assert_clean(pipe)

@@ -952,8 +952,9 @@ class StreamPipeline:
                 n = -(-rows // per)
                 reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: "
                           + (f"split into {n} chunks (two per stream)" if n == 2 * self.n_streams else
-                             f"{n} chunk{'s' if n > 1 else ''} of at least {MIN_SPLIT_CHUNK_BYTES >> 20} MiB (smaller "
-                             "chunks cost the host more per batch than their copies take)"))
+                             f"{'one chunk' if n == 1 else f'{n} chunks'} (an even split stops at "
+                             f"{MIN_SPLIT_CHUNK_BYTES >> 20} MiB a chunk: smaller chunks cost the host more per "
+                             "batch than their copies take)"))
                 return per, ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason), 0, 0, "even split"
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
             self._tuned[key] = tuned

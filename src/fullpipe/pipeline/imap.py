@@ -23,16 +23,20 @@ each window with ``run_batches`` and yields the outputs in order, one per batch,
   so after k batches the caller waits for about sqrt(k) of them (or a full window) before
   it takes them: windows of 1, 1, 1, 1, 2, 2, 2, 3 ... batches, about 2·sqrt(n) runs for n
   batches (not n), and a last window of about sqrt(n). Where the iterable is the slower
-  side this wait costs nothing (the GPU would wait anyway). ``read_ahead=False`` reads
+  side this wait costs nothing (the GPU would wait anyway). It lasts at most about as long
+  as the last run took: an iterable that makes its next batch only once it has the last
+  output (a request loop) is not waited for forever. ``read_ahead=False`` reads
   full windows on the caller's thread instead (for an iterable that must stay on its
   thread): the reading and the runs then take turns. At most two windows of batches
   (pending and running) and one of outputs are held.
 - **Errors.** An exception from the iterator (or an item that is not a host array) comes
   after the outputs of every batch read before it; an exception in the compute comes as
   from ``run_batches`` (its note names the batch's index in the window and the window's
-  first batch in the iterable). Closing the generator early (``break``) stops the reader
-  after the item it is reading; the batches it read ahead are dropped, and the iterable is
-  left open (as ``map`` leaves it).
+  first batch in the iterable). Ctrl-C while the iterable is being read comes at once.
+  Closing the generator early (``break``, ``close()``) drops the batches read ahead and
+  waits up to ``CLOSE_WAIT_S`` for the reader to finish the item it is reading; the
+  iterable is left open (as ``map`` leaves it), and free for the caller once the reader is
+  done with it.
 - **Pinning in place.** A window's batches are new arrays, each seen once: imap pins none
   of them in place. The allocator puts a new batch where a dropped one was, and the pin-down
   cache, which knows a torch tensor by its address only, would take it for the same batch
@@ -73,6 +77,7 @@ SMALL_BATCH_BYTES = pageable.INLINE_MAX_BYTES
 SMALL_WINDOW_BYTES = bulk.BULK_MAX_BYTES - align_up(SMALL_BATCH_BYTES, bulk.ALIGN)  # (in the block's layout)
 SAMPLES = 64  # spots of 8 bytes sampled per batch
 _POLL_S = 0.05  # how often a blocked reader looks whether the caller has gone
+CLOSE_WAIT_S = 1.0  # how long closing waits for the reader to finish the item it is reading
 
 
 def parse_window(window: int | str) -> tuple[int | None, int | None]:
@@ -95,23 +100,26 @@ def parse_window(window: int | str) -> tuple[int | None, int | None]:
 
 
 # --------------------------------------------------------------------------- samples
-_SPOTS: dict[int, np.ndarray] = {}  # nbytes -> byte offsets of the sampled spots (8 bytes each)
+_STARTS: dict[int, np.ndarray] = {}  # nbytes -> the sampled spots' first bytes (<= 512 B each)
+_MAX_SIZES = 1024  # batch sizes whose spots are kept (variable-length batches have many)
 
 
 def _spots(nbytes: int) -> np.ndarray:
-    spots = _SPOTS.get(nbytes)
-    if spots is None:
-        words = nbytes // 8
+    """Byte offsets of the sampled spots of a batch of ``nbytes``: 8 bytes at each of
+    SAMPLES places (random, the same for every batch of this size), and the last bytes."""
+    starts = _STARTS.get(nbytes)
+    words = nbytes // 8
+    if starts is None:
         if words <= SAMPLES:
             starts = np.arange(words, dtype=np.int64) * 8
-        else:  # random places, the same for every batch of this size
+        else:
             starts = np.sort(np.random.default_rng(nbytes).choice(words, SAMPLES, replace=False)) * 8
-        spots = (starts[:, None] + np.arange(8)).reshape(-1)
-        tail = np.arange(words * 8, nbytes, dtype=np.int64)  # the last bytes, when not a multiple of 8
-        spots = np.concatenate([spots, tail]) if len(tail) else spots
-        if len(_SPOTS) < 4096:
-            _SPOTS[nbytes] = spots
-    return spots
+        if len(_STARTS) >= _MAX_SIZES:
+            _STARTS.clear()
+        _STARTS[nbytes] = starts
+    spots = (starts[:, None] + np.arange(8)).reshape(-1)
+    tail = np.arange(words * 8, nbytes, dtype=np.int64)  # the last bytes, when not a multiple of 8
+    return np.concatenate([spots, tail]) if len(tail) else spots
 
 
 def sample(arr: np.ndarray) -> bytes | None:
@@ -136,6 +144,17 @@ class Window:
     error: BaseException | None = None  # the iterator's, after the last item read
     last: bool = False  # the iterator ended (or failed) after this window
     read_s: float = 0.0  # time spent in the iterator and the views
+
+    def extend(self, more: "Window") -> None:
+        """Add the batches read into ``more`` (and its end, if it ended)."""
+        self.items += more.items
+        self.arrays += more.arrays
+        self.samples += more.samples
+        self.read_s += more.read_s
+        self.nbytes += more.nbytes
+        self.block_bytes += more.block_bytes
+        self.largest = max(self.largest, more.largest)
+        self.error, self.last = more.error, more.last
 
     def changed(self) -> int | None:
         """The index in the iterable of the first batch whose memory changed since it was read."""
@@ -204,7 +223,7 @@ class WindowReader:
             except StopIteration:
                 w.last = True
                 return False
-            except BaseException as exc:  # the iterable's own failure: after what it gave
+            except Exception as exc:  # the iterable's own failure: after what it gave (Ctrl-C: at once)
                 w.error, w.last = exc, True
                 return False
             try:
@@ -254,33 +273,35 @@ class WindowReader:
                 return
             more = self._read_one(scratch)
             with self._cond:
-                w = self._pending
-                w.items += scratch.items
-                w.arrays += scratch.arrays
-                w.samples += scratch.samples
-                w.read_s += scratch.read_s
-                w.nbytes += scratch.nbytes
-                w.block_bytes += scratch.block_bytes
-                w.largest = max(w.largest, scratch.largest)
-                w.error, w.last = scratch.error, scratch.last
+                if self._stop.is_set():  # closed meanwhile: what was read is dropped
+                    return
+                self._pending.extend(scratch)  # (no name of this thread's keeps the window alive)
                 self._cond.notify_all()
             if not more:
                 return
             scratch = Window(0, [], [], [])
 
-    def next(self) -> tuple[Window | None, float]:
-        """The next window (None after the last) and how long the caller waited for it."""
+    def next(self, patience_s: float = 0.0) -> tuple[Window | None, float]:
+        """The next window (None after the last) and how long the caller waited for it.
+        Reading ahead: at least one batch, then about sqrt(k) of them after k (the module
+        docstring says why), but no longer than ``patience_s`` for the rest: an iterable that
+        makes its next batch only once it has the last output (a request loop) gets it."""
         if self._done:
             return None, 0.0
         t0 = time.perf_counter()
         if self._thread is None:
             w = self._read_window()
         else:
-            want = max(1, math.isqrt(self._taken))  # see the module docstring: windows of about sqrt(k)
+            want = max(1, math.isqrt(self._taken))
             with self._cond:
-                while not (len(self._pending.items) >= want or self._pending.last
-                           or self._full(self._pending)):
+                while not (self._pending.items or self._pending.last):
                     self._cond.wait()
+                deadline = time.perf_counter() + patience_s
+                while not (len(self._pending.items) >= want or self._pending.last or self._full(self._pending)):
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 w = self._pending
                 self._taken += len(w.items)
                 self._pending = Window(w.first + len(w.items), [], [], [])
@@ -290,11 +311,16 @@ class WindowReader:
         return w, waited
 
     def close(self) -> None:
-        """Stop reading: the reader thread ends after the item it is reading."""
+        """Stop reading: drop what was read ahead, and wait (at most CLOSE_WAIT_S) for the
+        reader thread to finish the item it is reading, so that the iterable is free again
+        for the caller (a generator refuses a second thread: "already executing")."""
         self._stop.set()
         self._done = True
         with self._cond:
+            self._pending = Window(0, [], [], [])
             self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(CLOSE_WAIT_S)
 
 
 def changed_error(index: int, when: str) -> ValueError:
@@ -312,9 +338,10 @@ def imap(run_batches: Callable[[list, bool], Any], iterable: Iterable, *, window
     window (``whole``: it is the whole iterable). ``totals`` is filled as it goes."""
     reader = WindowReader(iterable, window_bytes, window_batches, min_batches, read_ahead)
     t_start = time.perf_counter()
+    last_run_s = 0.0  # waiting for more batches than were read pays only up to about a run's time
     try:
         while True:
-            w, waited = reader.next()
+            w, waited = reader.next(patience_s=last_run_s)
             if w is None:
                 return
             totals["wait_ms"] += waited * 1e3
@@ -332,7 +359,8 @@ def imap(run_batches: Callable[[list, bool], Any], iterable: Iterable, *, window
                         exc.add_note(f"fullpipe.StreamPipeline.imap: batch {b} of a window whose first "
                                      f"batch is item {w.first} of the iterable (item {w.first + b})")
                     raise
-                totals["run_ms"] += (time.perf_counter() - t0) * 1e3
+                last_run_s = time.perf_counter() - t0
+                totals["run_ms"] += last_run_s * 1e3
                 index = w.changed()
                 if index is not None:
                     raise changed_error(index, "while its window ran on the GPU")
