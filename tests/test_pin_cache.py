@@ -468,3 +468,17 @@ def test_imap_pins_no_window_in_place_but_copies_what_runs_pinned_directly(pins)
         for x, y in zip(xs, got):
             np.testing.assert_array_equal(y, reference(x, 2))
         base._assert_clean(pipe)
+
+
+@pytest.mark.parametrize("ptr, nbytes, want", [
+    (1000, 100, "inside"), (1100, 50, "inside"),            # an entry, or inside one
+    (1050, 100, "partial"), (1000, 350, "partial"),         # across two adjacent entries; all three and a gap
+    (1200, 101, "partial"), (1290, 20, "partial"),          # from a gap into an entry
+    (900, 101, "partial"),                                   # its last byte in the first entry
+    (900, 100, "none"), (1200, 100, "none"), (1200, 10, "none"), (1350, 5, "none"),  # touching ends only
+])
+def test_overlap_of_a_range_with_the_registrations(ptr, nbytes, want):
+    cache = PinCache(cap_bytes=1 << 40, reap_interval_s=None)
+    for p, n in [(1000, 100), (1100, 100), (1300, 50)]:  # two adjacent entries, a gap, a third
+        cache._add(fpc._Entry(p, n, None, None, p))
+    assert cache.overlap(ptr, nbytes) == want
