@@ -15,10 +15,6 @@ import pytest
 from fullpipe.pipeline import imap as W
 
 
-def _totals():
-    return dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
-
-
 class Runner:
     """run_batches stand-in: y = 2 * x per batch; records each window's sizes."""
 
@@ -40,7 +36,7 @@ class Runner:
 def _imap(run, it, window="64MiB", read_ahead=True, min_batches=4, totals=None):
     wb, wn = W.parse_window(window)
     return W.imap(run, it, window_bytes=wb, window_batches=wn, min_batches=min_batches,
-                  read_ahead=read_ahead, totals=totals if totals is not None else _totals())
+                  read_ahead=read_ahead, totals=totals if totals is not None else W.new_totals())
 
 
 @pytest.mark.parametrize("read_ahead", [True, False])
@@ -48,7 +44,7 @@ def test_outputs_in_order_one_per_batch_in_windows_of_bytes_or_batches(read_ahea
     rng = np.random.default_rng(0)
     xs = [rng.integers(0, 100, int(n), dtype=np.int32) for n in rng.integers(1, 5000, 103)]
     run = Runner()
-    totals = _totals()
+    totals = W.new_totals()
     got = list(_imap(run, (x for x in xs), window="40KiB", read_ahead=read_ahead, totals=totals))
     assert len(got) == len(xs)
     for x, y in zip(xs, got):
@@ -102,7 +98,7 @@ def test_reading_ahead_overlaps_the_iterable_with_the_runs():
 
     walls = {}
     for read_ahead in (False, True):
-        totals = _totals()
+        totals = W.new_totals()
         t0 = time.perf_counter()
         out = list(_imap(Runner(sleep_s=0.04), slow_source(16), window=4, read_ahead=read_ahead, totals=totals))
         walls[read_ahead] = time.perf_counter() - t0

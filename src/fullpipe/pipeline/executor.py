@@ -620,8 +620,7 @@ class StreamPipeline:
         """run_batches; ``pin_new`` False: pin no new list in place (imap's windows, whose
         batches are each seen once), but use what earlier runs pinned."""
         self._check_not_running("run_batches")
-        if isinstance(batches, np.ndarray) or _is_tensor(batches):
-            raise TypeError("run_batches takes a sequence of arrays; for one array use run(x)")
+        _refuse_one_array(batches, "run_batches takes a sequence of arrays")
         try:
             given = list(batches)
         except TypeError as exc:
@@ -722,14 +721,12 @@ class StreamPipeline:
         window_bytes, window_batches = imap_windows.parse_window(window)
         if not isinstance(read_ahead, bool):
             raise TypeError(f"read_ahead must be True or False, got {read_ahead!r}")
-        if isinstance(batches, np.ndarray) or _is_tensor(batches):
-            raise TypeError("imap takes an iterable of batches; for one array use run(x)")
+        _refuse_one_array(batches, "imap takes an iterable of batches")
         try:
             batches = iter(batches)
         except TypeError as exc:
             raise TypeError(f"imap takes an iterable of host batches, got {type(batches).__name__}") from exc
-        totals = dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
-        self.imap_stats = totals
+        totals = self.imap_stats = imap_windows.new_totals()
 
         def run_window(items: list, whole: bool) -> list[Any] | None:
             return self._run_batches(items, warn_few=whole, pin_new=False)
@@ -2258,6 +2255,12 @@ def _host_addresses(objs: Sequence[Any], views: Sequence[tuple[np.ndarray, HostK
     """The host address of each of the caller's arrays (``views``: host_view's answers):
     a torch tensor's ``data_ptr()`` (0.1 us) rather than its view's ``ctypes.data`` (1-2 us)."""
     return [o.data_ptr() if k.library == "torch" else a.ctypes.data for o, (a, k) in zip(objs, views)]
+
+
+def _refuse_one_array(batches: Any, what: str) -> None:
+    """run_batches and imap take many batches: one array (iterable by its rows) is a mistake."""
+    if isinstance(batches, np.ndarray) or _is_tensor(batches):
+        raise TypeError(f"{what}; for one array use run(x)")
 
 
 def _is_tensor(x: Any) -> bool:

@@ -323,6 +323,11 @@ class WindowReader:
             self._thread.join(CLOSE_WAIT_S)
 
 
+def new_totals() -> dict[str, Any]:
+    """What :func:`imap` counts as it goes (``StreamPipeline.imap_stats``), all zero."""
+    return dict(windows=0, batches=0, bytes_in=0, read_ms=0.0, wait_ms=0.0, run_ms=0.0, wall_ms=0.0)
+
+
 def changed_error(index: int, when: str) -> ValueError:
     return ValueError(
         f"fullpipe.StreamPipeline.imap: the memory of batch {index} changed {when}. The iterable "
@@ -335,7 +340,8 @@ def imap(run_batches: Callable[[list, bool], Any], iterable: Iterable, *, window
          window_batches: int | None, min_batches: int, read_ahead: bool, totals: dict) -> Iterator[Any]:
     """The generator behind ``StreamPipeline.imap``: one output per batch, in order (None
     per batch for a pipeline with ``output=None``). ``run_batches(items, whole)`` runs a
-    window (``whole``: it is the whole iterable). ``totals`` is filled as it goes."""
+    window (``whole``: it is the whole iterable). ``totals`` (:func:`new_totals`) is filled as
+    it goes."""
     reader = WindowReader(iterable, window_bytes, window_batches, min_batches, read_ahead)
     t_start = time.perf_counter()
     last_run_s = 0.0  # waiting for more batches than were read pays only up to about a run's time
