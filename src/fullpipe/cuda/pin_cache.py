@@ -98,6 +98,7 @@ class _Entry:
     # torch: used only where the storage's use count cannot be read)
     alloc_ptr: int = 0  # the allocation's address when registered (a torch storage may move)
     users: int = 0  # runs using it now
+    runs: int = 0  # runs that have held it (count_run; the executor pins new outputs for an input of many)
     last_used: float = 0.0
     # Several arrays registered as one range (acquire_list): ``parts`` keep them alive, one
     # per owning array or storage (keep/user/alloc_ptr as above; not registered by
@@ -310,6 +311,12 @@ class PinCache:
                 return "none"
             return "inside" if e.ptr <= ptr and ptr + nbytes <= e.ptr + e.nbytes else "partial"
 
+    def count_run(self, entries: list[_Entry]) -> None:
+        """One more run holds ``entries`` (distinct: the caller counts each once per run)."""
+        with self._lock:
+            for e in entries:
+                e.runs += 1
+
     def release(self, entry: _Entry) -> None:
         """A run is done with ``entry`` (its copies have completed)."""
         with self._lock:
@@ -401,11 +408,15 @@ class PinCache:
         return self._by_range.get((ptr, nbytes)) or self._covering(ptr, nbytes)
 
     def _covering(self, ptr: int, nbytes: int) -> _Entry | None:
-        """The registered entry whose range holds [ptr, ptr + nbytes), if any."""
-        for e in self._entries.values():
-            if e.ptr <= ptr and ptr + nbytes <= e.ptr + e.nbytes:
-                return e
-        return None
+        """The registered entry whose range holds [ptr, ptr + nbytes), if any: the last one
+        starting at or before ``ptr`` (registrations never overlap). By bisection: a scan of
+        every entry made each array of a run cost O(entries); 254 arrays against 1200 entries
+        a list of 600 batches left took 2.4 ms per run (session 21)."""
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0:
+            return None
+        e = self._at_start[self._starts[i]]
+        return e if ptr + nbytes <= e.ptr + e.nbytes else None
 
     def _make_room(self, nbytes: int) -> bool:
         """Unregister idle entries until ``nbytes`` more fit beside the cache's entries

@@ -517,7 +517,8 @@ class StreamPipeline:
     def run(self, x: Any, out: Any = None) -> Any:
         """Run one host array (NumPy, torch CPU tensor, buffer), cut into chunks along
         axis 0. Returns the output (``out`` if given; else a new one of the input's kind,
-        pinned if ``x`` is pinned), or None with ``output=None``."""
+        pinned if ``x`` was pinned by its owner, or once fullpipe has pinned it in place
+        for ``PINNED_OUTPUTS_AFTER_RUNS`` runs), or None with ``output=None``."""
         self._check_not_running("run")
         x_np, kind = host_view(x, "input")
         x_np = P.as_host_array(x_np, "input")
@@ -556,16 +557,17 @@ class StreamPipeline:
                    fixed_rows: int | None, usage: PinnedUsage, notes: list, pins: "_Pins") -> Any:
         """run() once its arguments are checked: staging, chunking, the run itself."""
         in_pinned = pins.pinned("input", x, x_np, self._pinned)
+        new_pinned = in_pinned and pins.pinned_outputs()  # (a new output is pinned only for a pinned input)
         outputs: _Outputs | None = None
         if tensor:
             self._tensor_compute(kind)
             if not spec.none:
-                outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
+                outputs = _Outputs(spec, pinned=new_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
                                    rows=rows, given=out_np, torch_input=kind.library == "torch")
-            out_pinned = in_pinned if out_np is None else pins.pinned("output", out, out_np, self._pinned)
+            out_pinned = new_pinned if out_np is None else pins.pinned("output", out, out_np, self._pinned)
         elif out_np is None and not spec.none:
-            out_np = self._new_output(out_shape, out_dtype, in_pinned, usage, notes)
-            out_pinned = in_pinned and not notes
+            out_np = self._new_output(out_shape, out_dtype, new_pinned, usage, notes)
+            out_pinned = new_pinned and not notes
         else:
             out_pinned = out_np is not None and pins.pinned("output", out, out_np, self._pinned)
         pins.settle()
@@ -666,16 +668,17 @@ class StreamPipeline:
                 "output", outs, out_given, [(a, o.nbytes) for a, o in zip(out_addresses, out_given)],  # type: ignore[arg-type]
                 self._pinned)
             pins.settle()
+            new_pinned = in_pinned and pins.pinned_outputs()  # (new outputs are pinned only for pinned inputs)
             outputs = None
             if tensor:
                 self._tensor_compute(kind)
                 if not spec.none:
-                    outputs = _Outputs(spec, pinned=in_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
+                    outputs = _Outputs(spec, pinned=new_pinned, pool=self._pinned_pool, usage=usage, notes=notes,
                                        n_batches=len(items), given=out_given, torch_input=kind.library == "torch",
                                        given_addresses=out_addresses)
                     outputs.row_bytes_hint = self._tc.out_row_bytes  # type: ignore[union-attr]
-                out_pinned = in_pinned if out_given is None else outs_pinned
-            elif out_arrays is not None and out_given is None and in_pinned:
+                out_pinned = new_pinned if out_given is None else outs_pinned
+            elif out_arrays is not None and out_given is None and new_pinned:
                 # pinned inputs: pinned outputs from the pool (the D2H goes straight in)
                 for i, (it, po) in enumerate(zip(items, self._new_outputs(out_arrays, usage, notes))):
                     it.dst, it.dst_addr = po, po.ctypes.data
@@ -1805,6 +1808,8 @@ REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
 TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, about every 8th is timed
 HARVEST_EVERY = 4  # the loop reads the finished batches' timing events every this many batches
+# a pageable input pinned in place gets pinned outputs (from the pinned pool) from its 16th run: _Pins.pinned_outputs
+PINNED_OUTPUTS_AFTER_RUNS = 16
 
 
 def timing_stride(streams: int) -> int:
@@ -1865,6 +1870,8 @@ class _Pins:
         self.register = register
         self.held: list[Any] = []
         self.sides: dict[str, str] = {}  # side -> "registered now" / "registered before"
+        self.runs: dict[str, int] = {}  # side -> the fewest runs any of its entries has served (this one included)
+        self.counted: set[int] = set()  # ids of the entries this run was counted in (held: alive till it ends)
         self.register_s = 0.0
 
     def pinned_list(self, side: str, objs: Sequence[Any], arrays: Sequence[np.ndarray],
@@ -1875,25 +1882,25 @@ class _Pins:
         same of memory the cache registered, so what the cache holds is held all the
         same); else a list seen again, registered now (PinCache.acquire_list)."""
         if self.cache is None or not self.register:
-            return self._pinned_held(arrays, is_pinned, ranges)
+            return self._pinned_held(side, arrays, is_pinned, ranges)
         entries = self.cache.find_list(ranges)
         dt = 0.0
         if entries is None:
             if all(is_pinned(a, r[0]) for a, r in zip(arrays, ranges)):
-                if self._hold_each(arrays) == len(arrays):  # all of them inside ranges the cache registered
+                if self._hold_each(side, arrays) == len(arrays):  # all of them inside ranges the cache registered
                     self.sides[side] = "registered before"
                 return True
             if sum(n for _, n in ranges) >= self.cache.min_bytes:  # (a small list: not worth a look at owners)
                 entries, dt = self.cache.acquire_list(list(zip(objs, arrays)))
         if entries is None:
-            self._hold_each(arrays)  # (registered by an earlier run: must stay so while copied)
+            self._hold_each(side, arrays)  # (registered by an earlier run: must stay so while copied)
             return False
-        self.held += entries
+        self._hold(side, entries)
         self.register_s += dt
         self.sides[side] = "registered now" if dt else "registered before"
         return True
 
-    def _pinned_held(self, arrays: Sequence[np.ndarray], is_pinned: Callable[..., bool],
+    def _pinned_held(self, side: str, arrays: Sequence[np.ndarray], is_pinned: Callable[..., bool],
                      ranges: list[tuple[int, int]] | None = None) -> bool:
         """Without registering: are the arrays (at ``ranges``' addresses, if read already)
         page-locked (by their owner, or by the cache for another run: then held for this one)?"""
@@ -1901,18 +1908,39 @@ class _Pins:
         if not all(is_pinned(a, at) for a, at in zip(arrays, addresses)):
             return False
         if self.cache is not None:
-            self._hold_each(arrays)
+            self._hold_each(side, arrays)
         return True
 
-    def _hold_each(self, arrays: Sequence[np.ndarray]) -> int:
+    def pinned_outputs(self, side: str = "input") -> bool:
+        """Are the outputs fullpipe makes for ``side`` (found page-locked) pinned, from the
+        pinned pool, so that the D2H goes straight in? For memory its owner pinned, yes.
+        For memory the cache pinned in place, which is pageable to the user, only once it
+        has served ``PINNED_OUTPUTS_AFTER_RUNS`` runs: a ski-rental rule (pay the rent, the
+        output staged through the ring, until it has added up to the price of buying, two
+        pinned outputs of the whole size in the pool: a loop keeps the last one while the
+        next run makes another). Measured on an H100 host (session 21, `y = pipe.run(x)`
+        of t*2): pinned outputs cost 0.3 s (256 MiB) to 6.9 s (4.3 GB) more over their first
+        two runs and then saved 20 ms to 250 ms a run, 14-27 runs to pay back."""
+        runs = self.runs.get(side)
+        return runs is None or runs >= PINNED_OUTPUTS_AFTER_RUNS
+
+    def _hold(self, side: str, entries: Sequence[Any]) -> None:
+        """Hold ``entries`` for this run, each counted as serving one more run once."""
+        self.held += entries
+        if not entries:
+            return
+        new = [e for e in {id(e): e for e in entries}.values() if id(e) not in self.counted]
+        if new:
+            self.cache.count_run(new)
+            self.counted.update(id(e) for e in new)
+        fewest = min(e.runs for e in entries)
+        self.runs[side] = min(self.runs.get(side, fewest), fewest)
+
+    def _hold_each(self, side: str, arrays: Sequence[np.ndarray]) -> int:
         """Hold the entries the arrays lie in, if any; returns how many were."""
-        n = 0
-        for arr in arrays:
-            e = self.cache.hold(arr)
-            if e is not None:
-                self.held.append(e)
-                n += 1
-        return n
+        found = [e for e in map(self.cache.hold, arrays) if e is not None]
+        self._hold(side, found)
+        return len(found)
 
     def settle(self) -> None:
         """After this run holds its entries: let go of arrays nobody holds any more (a
@@ -1924,7 +1952,7 @@ class _Pins:
         """Is ``arr`` (the host view of the user's ``obj``) page-locked for this run: by
         its owner (``is_pinned``), or by the cache, now or before?"""
         if self.cache is None or not self.register:
-            return self._pinned_held([arr], is_pinned)
+            return self._pinned_held(side, [arr], is_pinned)
         known: list[bool] = []  # the driver is asked at most once
 
         def pinned_by_owner() -> bool:
@@ -1935,7 +1963,7 @@ class _Pins:
         entry, dt = self.cache.acquire(obj, arr, pinned_by_owner)
         if entry is None:
             return pinned_by_owner()
-        self.held.append(entry)
+        self._hold(side, [entry])
         self.register_s += dt
         self.sides[side] = "registered now" if dt else "registered before"
         return True
@@ -1948,6 +1976,8 @@ class _Pins:
                 stats.staging[side] = "pinned in place"
         stats.pinned["in_place"] = {**self.sides, "register_ms": self.register_s * 1e3,
                                     "cache_bytes": self.cache.stats.registered_bytes}
+        if "input" in self.runs:  # (new outputs pinned from PINNED_OUTPUTS_AFTER_RUNS runs of the input on)
+            stats.pinned["in_place"]["input_runs"] = self.runs["input"]
 
     def release(self) -> None:
         while self.held:
