@@ -152,7 +152,10 @@ class StreamPipeline:
       pin-down cache, :mod:`fullpipe.cuda.pin_cache` (it keeps the array's memory
       alive while registered and lets it go within about a second after nobody else
       holds it). ``stats.staging`` says "pinned in place"; ``stats.pinned["in_place"]``
-      what it cost. False: never.
+      what it cost. The new outputs of such an input stay pageable (staged) until it has
+      come back for ``PINNED_OUTPUTS_AFTER_RUNS`` (16) runs in place, and are pinned from
+      the pinned pool after (the D2H straight in: 3-4x faster steady runs, for two outputs'
+      worth of pinned memory; ``_Pins.pinned_outputs``). False: never.
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
       for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
     - ``pinned_pool``: the :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the ring's
@@ -1918,9 +1921,10 @@ class _Pins:
         has served ``PINNED_OUTPUTS_AFTER_RUNS`` runs: a ski-rental rule (pay the rent, the
         output staged through the ring, until it has added up to the price of buying, two
         pinned outputs of the whole size in the pool: a loop keeps the last one while the
-        next run makes another). Measured on an H100 host (session 21, `y = pipe.run(x)`
-        of t*2): pinned outputs cost 0.3 s (256 MiB) to 6.9 s (4.3 GB) more over their first
-        two runs and then saved 20 ms to 250 ms a run, 14-27 runs to pay back."""
+        next run makes another). Measured on an H100 host (session 21, ``y = pipe.run(x)``
+        of t*2, p127/p128): pinned at once, the outputs cost 0.2 s (256 MiB), 1.2 s (1 GiB)
+        and 5-7 s (4.3 GB) more over their first two runs, then saved 17, 65 and 230 ms a
+        run: 12-27 runs to pay back."""
         runs = self.runs.get(side)
         return runs is None or runs >= PINNED_OUTPUTS_AFTER_RUNS
 
