@@ -417,3 +417,50 @@ def test_an_exception_on_a_compute_thread_is_clean(device, pool):
         pipe.compute = lambda x: x * 3
         ys = pipe.run_batches(batches[:20])
     torch.testing.assert_close(ys[19], batches[19] * 3)
+
+
+def test_a_small_request_runs_plainly_with_the_pipelines_guarantees(device, pool):
+    """run() of one small batch through a PyTorch function (pipeline/plain.py): upload, call,
+    download on the pipeline's stream, no ring. Against the naive call: NumPy and torch,
+    pageable and pinned (a pinned output for a pinned input), bfloat16 carried both ways,
+    out=; the caller's stream is current again after; a wrong row count and an exception
+    in f are reported as in a pipelined run; an input of 16 MiB goes through the pipeline."""
+    seen = []
+
+    def f(t):
+        seen.append(torch.cuda.current_stream())
+        return t * 2
+
+    caller = torch.cuda.current_stream()
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        x = torch.randn(256, 256)
+        for xin in (x, x.pin_memory(), x.numpy(), x.to(torch.bfloat16)):
+            y = pipe.run(xin)
+            assert pipe.stats.staging == {"input": "plain", "output": "plain"}, pipe.stats.staging
+            want = torch.as_tensor(xin) * 2
+            assert type(y) is type(xin) and y.dtype == xin.dtype
+            torch.testing.assert_close(torch.as_tensor(y), want, rtol=0, atol=0)
+            if isinstance(xin, torch.Tensor):
+                assert y.is_pinned() == xin.is_pinned()
+            assert seen[-1] != caller and torch.cuda.current_stream() == caller
+        out = torch.full((256, 256), float("nan"))
+        assert pipe.run(x, out=out) is out
+        torch.testing.assert_close(out, x * 2, rtol=0, atol=0)
+        with pytest.raises(ValueError, match="out has shape"):
+            pipe.run(x, out=torch.empty(256, 128))
+        big = torch.randn(16 << 20 >> 10, 256)  # 16 MiB: cut into chunks, pipelined
+        torch.testing.assert_close(pipe.run(big), big * 2, rtol=0, atol=0)
+        assert pipe.stats.staging["input"] != "plain" and pipe.stats.batches > 1
+    with StreamPipeline(lambda t: t[::2], pool=pool, device=device) as pipe:
+        with pytest.raises(ValueError, match="one output row per input row"):
+            pipe.run(x)
+
+    def broken(t):
+        raise RuntimeError("inside f")
+
+    with StreamPipeline(broken, pool=pool, device=device) as pipe:
+        with pytest.raises(RuntimeError, match="inside f") as info:
+            pipe.run(x)
+        assert info.value.batch_index == 0 and "run plainly" in " ".join(info.value.__notes__)
+        assert torch.cuda.current_stream() == caller
+        assert pipe.resources()["running"] is False

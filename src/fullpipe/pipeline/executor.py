@@ -65,6 +65,7 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
+from .plain import PLAIN_MAX_BYTES, run_plain
 from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (HOST_STAGES, MIN_SPLIT_CHUNK_BYTES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
@@ -590,8 +591,16 @@ class StreamPipeline:
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
-        with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
-            stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
+        if self._runs_plain(batches, n_probe, x_np, outputs):
+            self._running = True
+            try:
+                stats = run_plain(self._tc, batches[0], x_np,  # type: ignore[arg-type]
+                                  kind.torch_dtype if kind.reinterpreted else None, outputs, usage)
+            finally:
+                self._running = False
+        else:
+            with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
+                stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
         if choice is not None:
             stats.chunk.update(choice.as_dict())
@@ -600,7 +609,7 @@ class StreamPipeline:
             tuned = self._tuned.get(key)
             stats.chunk["refined_runs"] = getattr(tuned, "refined", 0)
             stats.chunk["new_shape_ms"] = getattr(tuned, "new_shape_s", 0.0) * 1e3
-            if batches:
+            if batches and stats.staging.get("input") != "plain":  # (a plain run has no stage times to learn from)
                 self._refine(key, stats, fixed_rows * row_bytes)
                 self._count_kept_loss(key, choice)
         stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run -> _run_array -> here)
@@ -613,6 +622,14 @@ class StreamPipeline:
         if outputs is not None:
             return like_input(outputs.array, kind, torch_dtype=outputs.give_back)
         return like_input(out_np, kind)  # type: ignore[arg-type]
+
+    def _runs_plain(self, batches: list[P.Batch], n_probe: int, x_np: np.ndarray, outputs: "_Outputs | None") -> bool:
+        """Does this run() go plainly (pipeline/plain.py): one small batch of a PyTorch
+        tensor function, with the pipeline's defaults for staging and timing?"""
+        tc = self._tc
+        return (len(batches) == 1 and n_probe == 0 and outputs is not None and tc is not None
+                and tc.fw.name == "torch" and tc.graphs is None and self.staging == "auto"
+                and self.timing is not True and x_np.nbytes <= PLAIN_MAX_BYTES)
 
     def run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None) -> list[Any] | None:
         """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU

@@ -341,6 +341,10 @@ class TensorCompute:
         self.out_row_bytes = 0  # the largest output row seen in run_batches (the executor's bulk staging)
         self.called = False  # f has returned once (a TypeError before that may be the wrong framework)
 
+    def stream_of(self, lane: int) -> Any:
+        """The framework's stream object for the pipeline stream of ``lane``."""
+        return self._fs[lane]
+
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
         ``np_dtype``: the host input's dtype."""

@@ -1,0 +1,101 @@
+"""One small batch, run plainly: upload, call, download, wait, on one of the pipeline's streams.
+
+A pipeline overlaps the copies of some batches with the compute of others. A run of one
+batch has nothing to overlap, and the machinery that does the overlapping (the staging
+ring and its threads, slot signals, lane buffers, timing events, the output's place in
+a ring slot) then costs far more than the work: ``pipe.run(x)`` of a 256 KiB torch
+tensor through ``x * 2`` took 0.9 ms pinned and 1.7 ms pageable on an H100 host, against
+80-95 us for the naive ``f(x.cuda()).cpu()`` (session 21, ``.dev/p129.py``).
+
+So a :meth:`~fullpipe.pipeline.StreamPipeline.run` of a PyTorch tensor function whose
+input is one batch of at most :data:`PLAIN_MAX_BYTES` (an input too small to be worth
+cutting: ``chunk="auto"`` keeps inputs under 8 MiB whole) runs as the naive loop would,
+on the pipeline's first stream, made current for the call:
+
+    x on the device (PyTorch's copy: from pageable memory it stages through the driver)
+    y = f(x)
+    the host output (the caller's ``out``, or a new one: pinned from the pool for a pinned
+    input, as a pipelined run makes it) <- y, then the stream is waited for
+
+What stays as in a pipelined run: the checks of ``y`` (a CUDA tensor on the pipeline's
+device, one row per input row), the output's kind, dtype and pinning, the failure note
+naming the batch, ``pipe.stats`` (``staging`` says "plain"). What it does not do: the
+pipeline's device pool (``x`` and ``y`` live in PyTorch's caching allocator, as they would
+in the naive loop), per-stage timing. Not for ``graph=True``, CuPy functions, the stream
+form, ``timing=True`` or a ``staging=`` other than "auto": those ask for the pipeline's
+own path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .stats import PipelineStats
+from .tensors import TensorCompute, _note_framework
+
+PLAIN_MAX_BYTES = 8 << 20
+
+
+def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, outputs: Any,
+              usage: Any) -> PipelineStats:
+    """Run batch ``b`` (all of ``x_np``; ``in_dtype``: the torch dtype its bytes are, for
+    a bfloat16 input carried as integers, else None) through ``tc``'s function on the
+    pipeline's first stream, its output placed by ``outputs`` (executor._Outputs), and
+    wait for it. Returns the run's stats."""
+    fw = tc.fw
+    torch = fw.torch
+    fs = tc.stream_of(0)
+    t0 = time.perf_counter()
+    xh = torch.from_numpy(x_np)
+    if in_dtype is not None:
+        xh = xh.view(in_dtype)
+    caller = fw.current_stream()
+    fw.set_current(fs)
+    try:
+        try:
+            xd = xh.to(device=f"cuda:{fw.device_index}", non_blocking=True)
+            tc_ = time.perf_counter()
+            try:
+                y = tc.fn(xd)
+            except TypeError as exc:
+                if not tc.called:
+                    _note_framework(exc, fw.name)
+                raise
+            tc.called = True
+            call_s = time.perf_counter() - tc_
+            y, shape, dtype, _ = fw.output(y, fs)
+            if not shape or shape[0] != b.in_shape[0]:
+                raise ValueError(f"the compute returned shape {shape} for an input of shape {b.in_shape}: a tensor "
+                                 "function must return one output row per input row (y.shape[0] == x.shape[0])")
+            host_dtype, give_back = fw.host_dtype(dtype)
+            outputs.begin_execute([b], None)
+            outputs.place(b, shape, host_dtype, give_back, usage)
+            dst = torch.from_numpy(b.dst)
+            if give_back is not None:
+                dst = dst.view(give_back)
+            dst.copy_(y, non_blocking=True)
+            fs.synchronize()
+        except BaseException as exc:
+            fs.synchronize()  # (nothing of this run left in flight)
+            _annotate_plain(exc, b)
+            raise
+    finally:
+        fw.set_current(caller)
+    wall = time.perf_counter() - t0
+    return PipelineStats(batches=1, bytes_in=x_np.nbytes, bytes_out=b.dst.nbytes, streams=1,
+                         staging={"input": "plain", "output": "plain"}, wall_ms=wall * 1e3,
+                         enqueue_us_per_batch=wall * 1e6, loop_us_per_batch=wall * 1e6,
+                         host_us={"compute_call": call_s * 1e6})
+
+
+def _annotate_plain(exc: BaseException, b: Any) -> None:
+    where = f"batch {b.index}" + (f" (rows {b.rows[0]}:{b.rows[1]})" if b.rows else "")
+    try:
+        exc.add_note(f"fullpipe.StreamPipeline: failed at {where}, the run's only batch (run plainly: one small "
+                     "batch); its stream was waited for")
+        exc.batch_index = b.index  # type: ignore[attr-defined]
+    except Exception:  # some exception types refuse new attributes
+        pass
