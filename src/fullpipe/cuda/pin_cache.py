@@ -157,6 +157,8 @@ class PinCache:
         the caller's run (give it back with :meth:`release`). ``pinned()``: is the
         memory page-locked already (by its owner)? Then it is not the cache's. Returns
         (entry or None, seconds spent registering now)."""
+        if arr.nbytes * WHOLE_MAX_RATIO < self.min_bytes:  # (the range it would register is smaller still:
+            return None, 0.0  # no look at its owner, ~10-20 us for a torch tensor; a small request's run)
         mem = _owning_memory(obj, arr)
         if mem is None:
             return None, 0.0

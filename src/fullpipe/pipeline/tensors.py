@@ -177,6 +177,7 @@ class TorchFramework:
 
         self.torch = torch
         self.device_index = device_index
+        self.device = torch.device("cuda", device_index)
         self._as_torch = as_torch
         self._np_dtypes: dict[Any, tuple[np.dtype, Any]] = {}
 
@@ -340,10 +341,6 @@ class TensorCompute:
         self._caller_stream: Any = None  # the framework's current stream before the run, restored after
         self.out_row_bytes = 0  # the largest output row seen in run_batches (the executor's bulk staging)
         self.called = False  # f has returned once (a TypeError before that may be the wrong framework)
-
-    def stream_of(self, lane: int) -> Any:
-        """The framework's stream object for the pipeline stream of ``lane``."""
-        return self._fs[lane]
 
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
