@@ -124,6 +124,27 @@ def test_an_array_pinned_in_place_gets_pinned_outputs_only_once_it_has_served_ma
         base._assert_clean(pipe)
 
 
+def test_a_small_view_of_an_array_pinned_in_place_is_held_and_gets_a_staged_output(pins):
+    """A view too small to be registered by itself, inside an array the cache registered:
+    the driver calls it pinned, but the cache pinned it, not its owner. Its run holds the
+    entry (so that nothing lets it go mid-copy) and counts it, and its output is staged as
+    any output of an input pinned in place is (before session 21's review: taken for an
+    owner's pinned memory, the entry not held, a pinned output)."""
+    x, _ = _arrays(1 << 20)
+    with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:
+        for _ in range(2):
+            pipe.run(x)
+        assert pins.registered == {x.ctypes.data: x.nbytes}
+        entry = next(iter(pins.cache._entries.values()))
+        users = []
+        real_release = pins.cache.release
+        pins.cache.release = lambda e: users.append(e.users) or real_release(e)
+        y = pipe.run(x[:1000])
+        np.testing.assert_array_equal(y, reference(x[:1000], 2))
+        assert pipe.stats.staging == {"input": "direct", "output": "ring"}, pipe.stats.staging
+        assert users == [1] and entry.users == 0 and entry.runs == 2  # (held by that run, counted once)
+
+
 def test_the_cache_keeps_a_registered_array_alive_until_the_next_run_after_the_user_let_go(pins):
     x, out = _arrays(1 << 20)
     with StreamPipeline(FakeMix(), streams=2, chunk="2MiB") as pipe:

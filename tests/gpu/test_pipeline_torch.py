@@ -10,6 +10,7 @@ Fresh random inputs, outputs given as ``out=`` are poisoned (NaN) first."""
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -443,6 +444,11 @@ def test_a_small_request_runs_plainly_with_the_pipelines_guarantees(device, pool
             if isinstance(xin, torch.Tensor):
                 assert y.is_pinned() == xin.is_pinned()
             assert seen[-1] == caller and torch.cuda.current_stream() == caller
+        ro = np.frombuffer(x.numpy().tobytes(), np.float32).reshape(256, 256)  # read-only: pipelined, so that
+        with warnings.catch_warnings():  # PyTorch's "not writable" warning is never raised
+            warnings.filterwarnings("error", message=".*not writable.*")
+            torch.testing.assert_close(torch.as_tensor(pipe.run(ro)), x * 2, rtol=0, atol=0)
+        assert pipe.stats.staging["input"] != "plain"
         out = torch.full((256, 256), float("nan"))
         assert pipe.run(x, out=out) is out
         torch.testing.assert_close(out, x * 2, rtol=0, atol=0)

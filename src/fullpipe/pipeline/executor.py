@@ -629,7 +629,10 @@ class StreamPipeline:
         tc = self._tc
         return (len(batches) == 1 and n_probe == 0 and outputs is not None and tc is not None
                 and tc.fw.name == "torch" and tc.graphs is None and self.staging == "auto"
-                and self.timing is not True and x_np.nbytes <= PLAIN_MAX_BYTES)
+                and self.timing is not True and x_np.nbytes <= PLAIN_MAX_BYTES
+                and x_np.dtype.kind != "V" and x_np.flags.writeable  # (torch.from_numpy takes it as is, no warning)
+                and default_pin_cache().overlap(batches[0].src_addr, x_np.nbytes) != "partial")  # (PyTorch's copy
+        # would take a range pinned at one end only for pinned: session 20's CUDA_ERROR_INVALID_VALUE)
 
     def run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None) -> list[Any] | None:
         """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU
@@ -1983,7 +1986,10 @@ class _Pins:
 
         entry, dt = self.cache.acquire(obj, arr, pinned_by_owner)
         if entry is None:
-            return pinned_by_owner()
+            if not pinned_by_owner():
+                return False
+            self._hold_each(side, [arr])  # (a small view inside an array the cache registered: held, counted)
+            return True
         self._hold(side, [entry])
         self.register_s += dt
         self.sides[side] = "registered now" if dt else "registered before"

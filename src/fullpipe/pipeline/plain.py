@@ -42,16 +42,23 @@ PLAIN_MAX_BYTES = 8 << 20
 
 def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, outputs: Any,
               usage: Any) -> PipelineStats:
-    """Run batch ``b`` (all of ``x_np``; ``in_dtype``: the torch dtype its bytes are, for
-    a bfloat16 input carried as integers, else None) through ``tc``'s function on the
-    pipeline's first stream, its output placed by ``outputs`` (executor._Outputs), and
-    wait for it. Returns the run's stats."""
+    """Run batch ``b`` (all of ``x_np``: writable, of a dtype NumPy and torch share;
+    ``in_dtype``: the torch dtype its bytes are, for a bfloat16 input carried as integers,
+    else None) through ``tc``'s function on the caller's current stream of the pipeline's
+    device (made the current device for the call, as a pipelined run's stream makes it),
+    its output placed by ``outputs`` (executor._Outputs). Returns the run's stats."""
     fw = tc.fw
     torch = fw.torch
     t0 = time.perf_counter()
     xh = torch.from_numpy(x_np)
     if in_dtype is not None:
         xh = xh.view(in_dtype)
+    with torch.cuda.device(fw.device_index):
+        return _call(tc, fw, torch, b, xh, outputs, usage, t0)
+
+
+def _call(tc: TensorCompute, fw: Any, torch: Any, b: Any, xh: Any, outputs: Any, usage: Any,
+          t0: float) -> PipelineStats:
     try:
         xd = xh.to(device=fw.device, non_blocking=True)
         tc_ = time.perf_counter()
@@ -75,11 +82,14 @@ def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, output
             dst = dst.view(give_back)
         dst.copy_(y)  # (blocking: PyTorch waits for it, and for the call before it on the stream)
     except BaseException as exc:
-        torch.cuda.current_stream(fw.device).synchronize()  # (nothing of this run left in flight)
+        try:
+            torch.cuda.current_stream(fw.device).synchronize()  # (nothing of this run left in flight)
+        except Exception:  # noqa: BLE001 - a sticky CUDA error raises here again: the first one is the news
+            pass
         _annotate_plain(exc, b)
         raise
     wall = time.perf_counter() - t0
-    return PipelineStats(batches=1, bytes_in=x_np.nbytes, bytes_out=b.dst.nbytes, streams=1,
+    return PipelineStats(batches=1, bytes_in=b.in_bytes, bytes_out=b.dst.nbytes, streams=1,
                          staging={"input": "plain", "output": "plain"}, wall_ms=wall * 1e3,
                          enqueue_us_per_batch=wall * 1e6, loop_us_per_batch=wall * 1e6,
                          host_us={"compute_call": call_s * 1e6})
