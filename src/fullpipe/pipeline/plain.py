@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .stats import PipelineStats
-from .tensors import TensorCompute, _note_framework
+from .tensors import TensorCompute, check_rows
 
 PLAIN_MAX_BYTES = 8 << 20
 
@@ -62,18 +62,10 @@ def _call(tc: TensorCompute, fw: Any, torch: Any, b: Any, xh: Any, outputs: Any,
     try:
         xd = xh.to(device=fw.device, non_blocking=True)
         tc_ = time.perf_counter()
-        try:
-            y = tc.fn(xd)
-        except TypeError as exc:
-            if not tc.called:
-                _note_framework(exc, fw.name)
-            raise
-        tc.called = True
+        y = tc.call_fn(xd)
         call_s = time.perf_counter() - tc_
         y, shape, dtype, _ = fw.output(y, None)
-        if not shape or shape[0] != b.in_shape[0]:
-            raise ValueError(f"the compute returned shape {shape} for an input of shape {b.in_shape}: a tensor "
-                             "function must return one output row per input row (y.shape[0] == x.shape[0])")
+        check_rows(shape, b.in_shape)
         host_dtype, give_back = fw.host_dtype(dtype)
         outputs.begin_execute([b], None)
         outputs.place(b, shape, host_dtype, give_back, usage)

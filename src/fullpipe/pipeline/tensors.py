@@ -392,24 +392,28 @@ class TensorCompute:
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is None:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
-            try:
-                y = self.fn(xt)
-            except TypeError as exc:
-                if not self.called:
-                    _note_framework(exc, fw.name)
-                raise
-            self.called = True
+            y = self.call_fn(xt)
         else:
             y = g
         y, shape, dtype, ptr = fw.output(y, fs)
-        if not shape or shape[0] != b.in_shape[0]:
-            raise ValueError(f"the compute returned shape {shape} for an input of shape {b.in_shape}: a tensor "
-                             "function must return one output row per input row (y.shape[0] == x.shape[0])")
+        check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
         self._keep[lane] = y  # alive until this lane's next batch: its D2H is enqueued by then
         host_dtype, give_back = fw.host_dtype(dtype)
         return ptr, (shape, host_dtype, give_back)
+
+    def call_fn(self, xt: Any) -> Any:
+        """``f(xt)``; a TypeError from the first call gets a note on the framework it was
+        handed (a CuPy function given a torch tensor, or the other way round)."""
+        try:
+            y = self.fn(xt)
+        except TypeError as exc:
+            if not self.called:
+                _note_framework(exc, self.fw.name)
+            raise
+        self.called = True
+        return y
 
     def release(self) -> None:
         """Drop the outputs kept for the D2H and the lane tensors (the streams have
@@ -426,6 +430,12 @@ class TensorCompute:
         self.release()
         if self.graphs is not None:
             self.graphs.clear()
+
+
+def check_rows(shape: tuple[int, ...], in_shape: tuple[int, ...]) -> None:
+    if not shape or shape[0] != in_shape[0]:
+        raise ValueError(f"the compute returned shape {shape} for an input of shape {in_shape}: a tensor "
+                         "function must return one output row per input row (y.shape[0] == x.shape[0])")
 
 
 def _note_framework(exc: BaseException, given: str) -> None:
