@@ -1,4 +1,4 @@
-"""One small batch, run plainly: upload, call, download, wait, on one of the pipeline's streams.
+"""One small batch, run plainly: upload, call, download, wait, on the caller's stream.
 
 A pipeline overlaps the copies of some batches with the compute of others. A run of one
 batch has nothing to overlap, and the machinery that does the overlapping (the staging
@@ -24,7 +24,9 @@ naming the batch, ``pipe.stats`` (``staging`` says "plain"). What it does not do
 pipeline's device pool (``x`` and ``y`` live in PyTorch's caching allocator, as they would
 in the naive loop), per-stage timing. Not for ``graph=True``, CuPy functions, the stream
 form, ``timing=True`` or a ``staging=`` other than "auto": those ask for the pipeline's
-own path.
+own path. Nor for inputs ``torch.from_numpy`` cannot take as they are (read-only arrays,
+NumPy bfloat16) or ranges the pin cache pinned only in part (PyTorch's copy would take them
+for pinned): the pipeline handles those.
 """
 
 from __future__ import annotations
