@@ -625,14 +625,16 @@ class StreamPipeline:
 
     def _runs_plain(self, batches: list[P.Batch], n_probe: int, x_np: np.ndarray, outputs: "_Outputs | None") -> bool:
         """Does this run() go plainly (pipeline/plain.py): one small batch of a PyTorch
-        tensor function, with the pipeline's defaults for staging and timing?"""
+        tensor function, with the pipeline's defaults for staging and timing? Not for inputs
+        ``torch.from_numpy`` cannot take as they are (NumPy bfloat16; read-only: a warning),
+        nor for a range the pin cache pinned only in part (PyTorch's copy would take it for
+        pinned: session 20's CUDA_ERROR_INVALID_VALUE)."""
         tc = self._tc
         return (len(batches) == 1 and n_probe == 0 and outputs is not None and tc is not None
                 and tc.fw.name == "torch" and tc.graphs is None and self.staging == "auto"
                 and self.timing is not True and x_np.nbytes <= PLAIN_MAX_BYTES
-                and x_np.dtype.kind != "V" and x_np.flags.writeable  # (torch.from_numpy takes it as is, no warning)
-                and default_pin_cache().overlap(batches[0].src_addr, x_np.nbytes) != "partial")  # (PyTorch's copy
-        # would take a range pinned at one end only for pinned: session 20's CUDA_ERROR_INVALID_VALUE)
+                and x_np.dtype.kind != "V" and x_np.flags.writeable
+                and default_pin_cache().overlap(batches[0].src_addr, x_np.nbytes) != "partial")
 
     def run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None) -> list[Any] | None:
         """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU
