@@ -1955,10 +1955,13 @@ class _Pins:
         self.held += entries
         if not entries:
             return
-        new = [e for e in {id(e): e for e in entries}.values() if id(e) not in self.counted]
+        new = []
+        for e in entries:
+            if id(e) not in self.counted:
+                self.counted.add(id(e))
+                new.append(e)
         if new:
             self.cache.count_run(new)
-            self.counted.update(id(e) for e in new)
         fewest = min(e.runs for e in entries)
         self.runs[side] = min(self.runs.get(side, fewest), fewest)
 

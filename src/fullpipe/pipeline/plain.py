@@ -38,8 +38,9 @@ import numpy as np
 
 from .stats import PipelineStats
 from .tensors import TensorCompute, check_rows
+from .tuning import MIN_SPLIT_CHUNK_BYTES
 
-PLAIN_MAX_BYTES = 8 << 20
+PLAIN_MAX_BYTES = 2 * MIN_SPLIT_CHUNK_BYTES  # (chunk="auto" splits no input under this: it runs as one batch)
 
 
 def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, outputs: Any,
