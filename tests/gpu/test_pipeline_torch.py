@@ -470,3 +470,65 @@ def test_a_small_request_runs_plainly_with_the_pipelines_guarantees(device, pool
         assert info.value.batch_index == 0 and "run plainly" in " ".join(info.value.__notes__)
         assert torch.cuda.current_stream() == caller
         assert pipe.resources()["running"] is False
+
+
+def test_a_small_request_after_the_first_takes_the_short_way_with_the_same_results(device, pool):
+    """From a pipeline's second run on, a small input (pageable, or pinned by its owner) into
+    a new output skips the rest of run() (StreamPipeline._run_small): the same output, stats
+    and errors as the first run's plain path, which went through all of it."""
+    calls = {"n": 0, "fail_at": None, "rows": None, "pipe": None}
+    w = torch.randn(64, 64, device="cuda", requires_grad=True)  # outputs that require grad
+
+    def f(t):
+        calls["n"] += 1
+        if calls["n"] == calls["fail_at"]:
+            raise RuntimeError("inside f")
+        if calls["pipe"] is not None:
+            calls["pipe"].run(t.cpu())  # a nested run on the same pipeline: refused
+        y = t.float() @ w
+        return y[:calls["rows"]] if calls["rows"] else y
+
+    x = torch.randn(300, 64)
+    for xin in (x, x.numpy(), x.to(torch.bfloat16), x.pin_memory()):
+        with StreamPipeline(f, pool=pool, device=device) as pipe:
+            first = pipe.run(xin)  # the first run: the long way (the adapter is made)
+            assert pipe._stats_later is None
+            long_way = pipe.stats.as_dict()
+            y = pipe.run(xin)
+            assert pipe._stats_later is not None  # the short way: stats made when read
+            st = pipe.stats.as_dict()
+            assert type(y) is type(xin) is type(first) and tuple(y.shape) == (300, 64)
+            if isinstance(xin, np.ndarray):
+                assert y.dtype == np.float32
+            else:
+                assert y.dtype == torch.float32 and not y.requires_grad and y.is_pinned() == xin.is_pinned()
+            torch.testing.assert_close(torch.as_tensor(y), torch.as_tensor(first), rtol=0, atol=0)
+            want = (torch.as_tensor(xin).cuda().float() @ w).detach().cpu()
+            torch.testing.assert_close(torch.as_tensor(y), want, rtol=0, atol=0)
+            assert set(st) == set(long_way) and st["staging"] == long_way["staging"] == {"input": "plain", "output": "plain"}
+            for k in ("chunk", "batches", "bytes_in", "bytes_out", "streams", "timed_batches"):
+                assert repr(st[k]) == repr(long_way[k]), (k, st[k], long_way[k])  # (repr: the chunk's nan)
+            assert st["pinned"].keys() == long_way["pinned"].keys()
+            pinned_in = isinstance(xin, torch.Tensor) and xin.is_pinned()  # (its output: from the pinned pool)
+            assert st["pinned"]["allocations"] + st["pinned"]["reuses"] == (1 if pinned_in else 0)
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        pipe.run(x)
+        # the errors of the long way, at the same batch
+        calls["rows"] = 299
+        with pytest.raises(ValueError, match="one output row per input row") as info:
+            pipe.run(x)
+        assert info.value.batch_index == 0 and "run plainly" in " ".join(info.value.__notes__)
+        calls["rows"], calls["fail_at"] = None, calls["n"] + 1
+        with pytest.raises(RuntimeError, match="inside f"):
+            pipe.run(x)
+        calls["pipe"] = pipe
+        with pytest.raises(RuntimeError, match="while a run is in progress"):
+            pipe.run(x)
+        calls["pipe"] = None
+        assert pipe.resources()["running"] is False
+        torch.testing.assert_close(pipe.run(x), (x.cuda() @ w).detach().cpu(), rtol=0, atol=0)
+    with StreamPipeline(lambda t: t.to(torch.bfloat16), pool=pool, device=device) as pipe:
+        pipe.run(x)
+        with pytest.raises(TypeError, match="a NumPy output cannot hold"):
+            pipe.run(x.numpy())  # the short way's message is the long way's
+        assert pipe.run(x).dtype == torch.bfloat16

@@ -296,6 +296,11 @@ class PinCache:
             e = self._find(arr.ctypes.data, int(arr.nbytes))
             return None if e is None else self._use(e)
 
+    @property
+    def empty(self) -> bool:
+        """No range is registered (read without the lock, as :meth:`overlap` reads it first)."""
+        return not self._starts
+
     def overlap(self, ptr: int, nbytes: int) -> str:
         """How the cache's registrations meet [ptr, ptr + nbytes): ``"none"``, ``"inside"``
         (one entry holds all of it) or ``"partial"``. A range the driver calls pinned at both

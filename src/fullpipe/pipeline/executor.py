@@ -65,11 +65,11 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
-from .plain import PLAIN_MAX_BYTES, run_plain
+from .plain import PLAIN_MAX_BYTES, numpy_cannot_hold, plain_stats, run_plain, run_small
 from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
-from .tuning import (HOST_STAGES, MIN_SPLIT_CHUNK_BYTES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
-                     even_split_rows, fit_stage, parse_chunk, probe_rows)
+from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
+                     even_split_choice, even_split_rows, fit_stage, parse_chunk, probe_rows)
 
 
 class PipelineWarning(UserWarning):
@@ -322,9 +322,21 @@ class StreamPipeline:
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
         # (a key's models change only after retune(), which clears both)
         self._choices: dict[tuple, ChunkChoice] = {}
-        self.stats: PipelineStats | None = None
+        self._stats_later: Callable[[], PipelineStats] | None = None  # a small run's stats, made when read
+        self.stats = None
         self.probe_stats: PipelineStats | None = None
         self.imap_stats: dict[str, Any] | None = None  # the last imap()'s totals
+
+    @property
+    def stats(self) -> PipelineStats | None:
+        """The last run's :class:`~fullpipe.pipeline.stats.PipelineStats` (None before the first)."""
+        if self._stats_later is not None:
+            self._stats, self._stats_later = self._stats_later(), None
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: PipelineStats | None) -> None:
+        self._stats, self._stats_later = value, None
 
     # ------------------------------------------------------------------ lifetime
     def _start(self) -> None:
@@ -524,6 +536,10 @@ class StreamPipeline:
         pinned if ``x`` was pinned by its owner, or once fullpipe has pinned it in place
         for ``PINNED_OUTPUTS_AFTER_RUNS`` runs), or None with ``output=None``."""
         self._check_not_running("run")
+        if out is None and self._tc is not None:
+            got = self._run_small(x)
+            if got is not _NOT_SMALL:
+                return got
         x_np, kind = host_view(x, "input")
         x_np = P.as_host_array(x_np, "input")
         out_np = None
@@ -555,6 +571,70 @@ class StreamPipeline:
                                    fixed_rows, usage, notes, pins)
         finally:
             pins.release()
+
+    def _run_small(self, x: Any) -> Any:
+        """``run(x)`` of one small input into a new output, for a PyTorch function this
+        pipeline has called before (its adapter is made): the run a full ``run()`` would make
+        plain (:meth:`_runs_plain`), decided first and run without the rest of a run's checks
+        and records, which took ~110 us of a 256 KiB run's ~280 (session 21, p131). The same
+        output (pinned from the pool for an input its owner pinned), failure note and stats
+        (made when read). Returns ``_NOT_SMALL`` for any other run, having changed nothing."""
+        tc = self._tc
+        spec = self.output
+        if (tc.fw.name != "torch" or tc.graphs is not None or tc.fn is not self.compute or self.staging != "auto"
+                or self.timing is True or self.chunk != "auto" or spec.none or spec.row_shape is not None
+                or spec.dtype is not None):
+            return _NOT_SMALL
+        x_np, kind = host_view(x, "input")
+        nbytes = x_np.nbytes
+        if (nbytes > PLAIN_MAX_BYTES or not x_np.ndim or not x_np.shape[0] or x_np.dtype.kind == "V"
+                or not x_np.flags.writeable):
+            return _NOT_SMALL
+        x_np = P.as_host_array(x_np, "input")
+        rows = x_np.shape[0]
+        row_bytes = nbytes // rows
+        if even_split_rows(rows, row_bytes, self.n_streams) < rows:  # (chunk="auto" would cut it)
+            return _NOT_SMALL
+        if self._tuned and any(self._tuned.get(self._tune_key(x_np, side, side)) is not None
+                               for side in ("ring", "direct")):  # (pageable or pinned, both sides alike)
+            return _NOT_SMALL  # (models from an earlier run choose its chunk)
+        cache = default_pin_cache()
+        cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
+        usage, notes = PinnedUsage(), []
+
+        def pinned_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+            try:
+                return self._pinned_pool.empty(shape, dtype, usage)
+            except PinnedPoolFull as exc:
+                notes.append(f"pinned pool full, output is pageable: {exc}")
+                return None
+
+        self._running = True
+        try:
+            met = not cache.empty and cache.overlap(x_np.ctypes.data, nbytes) != "none"  # (ctypes.data: 1-2 us)
+            got = run_small(tc, x_np, kind, met, pinned_output)
+        finally:
+            self._running = False
+        if got is None:  # (pinned by the pin cache: a run of its own holds the range)
+            return _NOT_SMALL
+        y, call_s, wall_s = got
+        self.probe_stats = None
+        out_bytes = y.nbytes
+        if notes:  # (said now, as a full run says it)
+            pinned = self._pinned_stats(usage, notes, stacklevel=4)
+        else:
+            held = self._pinned_pool.held_bytes  # (as stats.held_bytes, without filing the returned blocks)
+            ring = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
+
+        def stats() -> PipelineStats:  # what run() records for the same run (its chunk: _tune's even split)
+            st = plain_stats(nbytes, out_bytes, wall_s, call_s)
+            st.chunk = {"rows": rows, "bytes": rows * row_bytes, "source": "even split",
+                        **even_split_choice(rows, row_bytes, self.n_streams).as_dict(),
+                        "probe_batches": 0, "refined_runs": 0, "new_shape_ms": 0.0}
+            st.pinned = pinned if notes else _pinned_record(usage, held, ring)
+            return st
+        self._stats_later = stats
+        return y
 
     def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
                    tensor: bool, spec: Any, rows: int, row_bytes: int, out_shape: Any, out_dtype: Any,
@@ -815,9 +895,8 @@ class StreamPipeline:
         return [block[at:at + o.nbytes].view(o.dtype).reshape(o.shape) for o, at in zip(like, places)]
 
     def _pinned_stats(self, usage: PinnedUsage, notes: list, stacklevel: int = 3) -> dict[str, Any]:
-        d = {f.name: getattr(usage, f.name) for f in dataclasses.fields(usage)}  # (asdict: ~30 us more a run)
-        d["pool_held_bytes"] = self._pinned_pool.stats.held_bytes
-        d["ring_bytes"] = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
+        d = _pinned_record(usage, self._pinned_pool.stats.held_bytes,
+                           self._ring_in.pinned_bytes + self._ring_out.pinned_bytes)
         if notes:
             d["fallback"] = "; ".join(notes)
             # Said, not only recorded: a pageable output the D2H writes straight into makes
@@ -973,14 +1052,8 @@ class StreamPipeline:
         if tuned is None:
             probes = probe_rows(rows, row_bytes)
             if not probes:
-                per = even_split_rows(rows, row_bytes, self.n_streams)
-                n = -(-rows // per)
-                reason = (f"input is {x.nbytes / 2**20:.1f} MiB, too small to probe: "
-                          + (f"split into {n} chunks (two per stream)" if n == 2 * self.n_streams else
-                             f"{'one chunk' if n == 1 else f'{n} chunks'} (an even split stops at "
-                             f"{MIN_SPLIT_CHUNK_BYTES >> 20} MiB a chunk: smaller chunks cost the host more per "
-                             "batch than their copies take)"))
-                return per, ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason), 0, 0, "even split"
+                choice = even_split_choice(rows, row_bytes, self.n_streams)
+                return choice.rows, choice, 0, 0, "even split"
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
             self._tuned[key] = tuned
             source = "tuned"
@@ -2143,8 +2216,7 @@ class _Outputs:
             if spec.dtype is not None and spec.dtype != dtype:
                 raise ValueError(f"the compute returned {dtype}; output= declares {spec.dtype}")
             if give_back is not None and not self.torch_input and not self.given:
-                raise TypeError(f"the compute returned {give_back}, which a NumPy output cannot hold: return "
-                                "e.g. y.float(), or pass a torch tensor as input (the output is then a tensor)")
+                raise TypeError(numpy_cannot_hold(give_back))
             self.row_shape, self.dtype, self.give_back = row, dtype, give_back
             self.row_bytes = int(np.prod(row, dtype=np.int64)) * dtype.itemsize
         elif dtype != self.dtype or (self.rows is not None and row != self.row_shape):
@@ -2224,6 +2296,17 @@ class _Tuned:
     def costly_shapes(self) -> bool:
         """New batch shapes cost the compute enough that its chunk is kept (NEW_SHAPE_COSTLY_S)."""
         return self.new_shape_s >= NEW_SHAPE_COSTLY_S
+
+
+def _pinned_record(usage: PinnedUsage, pool_held_bytes: int, ring_bytes: int) -> dict[str, Any]:
+    """A run's ``stats.pinned``: what it took from the pinned pool, what the pool and the ring hold."""
+    d = {f.name: getattr(usage, f.name) for f in dataclasses.fields(usage)}  # (asdict: ~30 us more a run)
+    d["pool_held_bytes"] = pool_held_bytes
+    d["ring_bytes"] = ring_bytes
+    return d
+
+
+_NOT_SMALL = object()  # StreamPipeline._run_small: not a small run, nothing done
 
 
 def _device_bytes(b: P.Batch, writes_output: bool) -> int:

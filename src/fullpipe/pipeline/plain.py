@@ -27,15 +27,25 @@ form, ``timing=True`` or a ``staging=`` other than "auto": those ask for the pip
 own path. Nor for inputs ``torch.from_numpy`` cannot take as they are (read-only arrays,
 NumPy bfloat16) or ranges the pin cache pinned only in part (PyTorch's copy would take them
 for pinned): the pipeline handles those.
+
+That plain run still went through ``run()``'s checks and records for a pipelined run
+(the pin cache's holds, the chunk's tuning, the output's place, the pinned pool's
+record): ~110 us of a 256 KiB run's ~280 (p131). :func:`run_small` is the commonest case
+decided before any of it (``StreamPipeline._run_small``): an input pageable or pinned by
+its owner (not by the pin cache), into a new output, for a function the pipeline has
+called before. It is the naive call, ``f(x.to(device)).cpu()`` (a pinned input's output
+from the pinned pool), and its stats are made only when read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from ..cuda.interop import HostKind, like_input
 from .stats import PipelineStats
 from .tensors import TensorCompute, check_rows
 from .tuning import MIN_SPLIT_CHUNK_BYTES
@@ -53,48 +63,110 @@ def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, output
     fw = tc.fw
     torch = fw.torch
     t0 = time.perf_counter()
-    xh = torch.from_numpy(x_np)
-    if in_dtype is not None:
-        xh = xh.view(in_dtype)
-    with torch.cuda.device(fw.device_index):
-        return _call(tc, fw, torch, b, xh, outputs, usage, t0)
-
-
-def _call(tc: TensorCompute, fw: Any, torch: Any, b: Any, xh: Any, outputs: Any, usage: Any,
-          t0: float) -> PipelineStats:
-    try:
-        xd = xh.to(device=fw.device, non_blocking=True)
-        tc_ = time.perf_counter()
-        y = tc.call_fn(xd)
-        call_s = time.perf_counter() - tc_
-        y, shape, dtype, _ = fw.output(y, None)
-        check_rows(shape, b.in_shape)
-        host_dtype, give_back = fw.host_dtype(dtype)
-        outputs.begin_execute([b], None)
-        outputs.place(b, shape, host_dtype, give_back, usage)
-        dst = torch.from_numpy(b.dst)
-        if give_back is not None:
-            dst = dst.view(give_back)
-        dst.copy_(y)  # (blocking: PyTorch waits for it, and for the call before it on the stream)
-    except BaseException as exc:
+    xh = _host_tensor(torch, x_np, in_dtype)
+    with _on_device(torch, fw.device_index):
         try:
-            torch.cuda.current_stream(fw.device).synchronize()  # (nothing of this run left in flight)
-        except Exception:  # noqa: BLE001 - a sticky CUDA error raises here again: the first one is the news
-            pass
-        _annotate_plain(exc, b)
-        raise
+            y, call_s, host_dtype, give_back = _call(tc, fw, xh, b.in_shape)
+            outputs.begin_execute([b], None)
+            outputs.place(b, tuple(y.shape), host_dtype, give_back, usage)
+            dst = torch.from_numpy(b.dst)
+            if give_back is not None:
+                dst = dst.view(give_back)
+            dst.copy_(y)  # (blocking: PyTorch waits for it, and for the call before it on the stream)
+        except BaseException as exc:
+            _failed(exc, torch, fw, b.index, b.rows)
+            raise
     wall = time.perf_counter() - t0
-    return PipelineStats(batches=1, bytes_in=b.in_bytes, bytes_out=b.dst.nbytes, streams=1,
-                         staging={"input": "plain", "output": "plain"}, wall_ms=wall * 1e3,
-                         enqueue_us_per_batch=wall * 1e6, loop_us_per_batch=wall * 1e6,
+    return plain_stats(b.in_bytes, b.dst.nbytes, wall, call_s)
+
+
+def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bool,
+              pinned_output: Callable[[tuple[int, ...], np.dtype], np.ndarray | None]) -> tuple[Any, float, float] | None:
+    """``run(x)`` of one small input into a new output, decided before anything else of a
+    run is made (executor ``StreamPipeline._run_small``): the naive call and nothing more,
+    ``f(x.to(device)).cpu()``, or for an input its owner pinned, ``y`` copied into
+    ``pinned_output(shape, dtype)`` (a block of the pinned pool, or None when the pool is
+    full: a pageable output). Returns (the output, of the input's kind; the seconds in the
+    call; the run's seconds), or None, having done nothing, when PyTorch finds ``x_np``
+    pinned and the pin cache's ranges meet it (``cache_met``): the cache pinned it, and a
+    run of its own holds the cache's range while it copies it and pins the output by its
+    rule (pageable to PyTorch, the copy is a pageable one, whatever the cache holds)."""
+    fw = tc.fw
+    torch = fw.torch
+    t0 = time.perf_counter()
+    in_dtype = kind.torch_dtype if kind.reinterpreted else None
+    xh = _host_tensor(torch, x_np, in_dtype)
+    pinned = xh.is_pinned()  # (as PyTorch's copy below tells it)
+    if pinned and cache_met:
+        return None
+    out_np = None
+    with _on_device(torch, fw.device_index):
+        try:
+            y, call_s, host_dtype, give_back = _call(tc, fw, xh, x_np.shape)
+            if kind.library != "torch" and give_back is not None:
+                raise TypeError(numpy_cannot_hold(give_back))
+            if pinned:
+                out_np = pinned_output(tuple(y.shape), host_dtype)
+            if out_np is None:  # (blocking, as above; a pipelined run's output never requires grad)
+                out = (y.detach() if y.requires_grad else y).cpu()
+            else:
+                dst = torch.from_numpy(out_np)
+                (dst if give_back is None else dst.view(give_back)).copy_(y)  # (blocking)
+        except BaseException as exc:
+            _failed(exc, torch, fw, 0, (0, x_np.shape[0]))
+            raise
+    if out_np is not None:
+        out = like_input(out_np, kind, torch_dtype=give_back)
+    elif kind.library != "torch":
+        out = out.numpy()
+    return out, call_s, time.perf_counter() - t0
+
+
+def plain_stats(bytes_in: int, bytes_out: int, wall_s: float, call_s: float) -> PipelineStats:
+    return PipelineStats(batches=1, bytes_in=bytes_in, bytes_out=bytes_out, streams=1,
+                         staging={"input": "plain", "output": "plain"}, wall_ms=wall_s * 1e3,
+                         enqueue_us_per_batch=wall_s * 1e6, loop_us_per_batch=wall_s * 1e6,
                          host_us={"compute_call": call_s * 1e6})
 
 
-def _annotate_plain(exc: BaseException, b: Any) -> None:
-    where = f"batch {b.index}" + (f" (rows {b.rows[0]}:{b.rows[1]})" if b.rows else "")
+def numpy_cannot_hold(give_back: Any) -> str:
+    return (f"the compute returned {give_back}, which a NumPy output cannot hold: return e.g. y.float(), or pass a "
+            "torch tensor as input (the output is then a tensor)")
+
+
+def _host_tensor(torch: Any, x_np: np.ndarray, in_dtype: Any) -> Any:
+    xh = torch.from_numpy(x_np)
+    return xh if in_dtype is None else xh.view(in_dtype)
+
+
+def _on_device(torch: Any, index: int) -> Any:
+    """The pipeline's device made current for the call (a context; none needed when it is)."""
+    return contextlib.nullcontext() if torch.cuda.current_device() == index else torch.cuda.device(index)
+
+
+def _call(tc: TensorCompute, fw: Any, xh: Any, in_shape: tuple[int, ...]) -> tuple[Any, float, Any, Any]:
+    """x to the device, ``f(x)`` and the checks of ``y``: (y, the call's seconds, the host
+    NumPy dtype of y, the torch dtype to give back or None)."""
+    xd = xh.to(device=fw.device, non_blocking=True)
+    t0 = time.perf_counter()
+    y = tc.call_fn(xd)
+    call_s = time.perf_counter() - t0
+    y, shape, dtype, _ = fw.output(y, None)
+    check_rows(shape, in_shape)
+    host_dtype, give_back = fw.host_dtype(dtype)
+    return y, call_s, host_dtype, give_back
+
+
+def _failed(exc: BaseException, torch: Any, fw: Any, index: int, rows: tuple[int, int] | None) -> None:
+    """The failure path: nothing of this run left in flight, and a note naming the batch."""
+    try:
+        torch.cuda.current_stream(fw.device).synchronize()
+    except Exception:  # noqa: BLE001 - a sticky CUDA error raises here again: the first one is the news
+        pass
+    where = f"batch {index}" + (f" (rows {rows[0]}:{rows[1]})" if rows else "")
     try:
         exc.add_note(f"fullpipe.StreamPipeline: failed at {where}, the run's only batch (run plainly: one small "
                      "batch, on the caller's stream); that stream was waited for")
-        exc.batch_index = b.index  # type: ignore[attr-defined]
+        exc.batch_index = index  # type: ignore[attr-defined]
     except Exception:  # some exception types refuse new attributes
         pass

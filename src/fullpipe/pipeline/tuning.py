@@ -353,6 +353,18 @@ def even_split_rows(total_rows: int, row_bytes: int, streams: int) -> int:
     return -(-total_rows // chunks)
 
 
+def even_split_choice(total_rows: int, row_bytes: int, streams: int) -> ChunkChoice:
+    """chunk="auto"'s choice for an input too small to probe (:func:`even_split_rows`), with its reason."""
+    per = even_split_rows(total_rows, row_bytes, streams)
+    n = -(-total_rows // per)
+    reason = (f"input is {total_rows * row_bytes / 2**20:.1f} MiB, too small to probe: "
+              + (f"split into {n} chunks (two per stream)" if n == 2 * streams else
+                 f"{'one chunk' if n == 1 else f'{n} chunks'} (an even split stops at "
+                 f"{MIN_SPLIT_CHUNK_BYTES >> 20} MiB a chunk: smaller chunks cost the host more per "
+                 "batch than their copies take)"))
+    return ChunkChoice(per * row_bytes, per, "unknown", float("nan"), reason)
+
+
 def probe_rows(total_rows: int, row_bytes: int) -> list[int]:
     """Row counts of the probe chunks run first for chunk="auto": a small one twice (the
     first warms up the compute), then a larger one. Empty when the input is too small
