@@ -201,7 +201,9 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
     rng = np.random.default_rng(4)
     batches = [torch.from_numpy(rng.standard_normal((int(rng.integers(1, 16)), int(rng.integers(8, 200)), 128),
                                                     dtype=np.float32)) for _ in range(30)]
-    small = [b[:4].clone() for b in batches]  # at most 4 x 199 x 128 floats: small batches (<= 1 MiB)
+    # at most 4 x 199 x 128 floats: small batches (<= 1 MiB), ~18 MB in all (a list of at most 8 MiB
+    # runs plainly from a pipeline's second run on: test_a_short_list_after_the_first_run_goes_plainly...)
+    small = [b[:4].clone() for b in batches for _ in range(3)]
     with StreamPipeline(f, pool=pool, device=device) as pipe:
         ys = pipe.run_batches(batches)  # some batches over 1 MiB: through the ring
         assert pipe.stats.staging == {"input": "ring", "output": "ring"}
@@ -532,3 +534,83 @@ def test_a_small_request_after_the_first_takes_the_short_way_with_the_same_resul
         with pytest.raises(TypeError, match="a NumPy output cannot hold"):
             pipe.run(x.numpy())  # the short way's message is the long way's
         assert pipe.run(x).dtype == torch.bfloat16
+
+
+def test_a_short_list_after_the_first_run_goes_plainly_with_the_same_results(device, pool):
+    """From a pipeline's second run on, run_batches of a list small in all (at most 8 MiB)
+    skips the pipelined run (StreamPipeline._run_small_list; f on the caller's stream): the same
+    outputs as the first run's long way (row shapes that vary, NumPy, bfloat16, pinned
+    inputs with pinned outputs, outs=), the long way's errors at the same batch; a list with
+    pinned and pageable batches, or a larger list, still goes the long way."""
+    gen = torch.Generator().manual_seed(7)
+    shapes = [(37, 64), (5, 64), (300, 16), (1, 8), (129, 64)]
+    base = [torch.randn(*s, generator=gen) for s in shapes]
+    lists = {"torch": base, "numpy": [t.numpy() for t in base], "bfloat16": [t.to(torch.bfloat16) for t in base],
+             "pinned": [t.pin_memory() for t in base]}
+
+    seen = []
+
+    def f(t):
+        seen.append(torch.cuda.current_stream())
+        return t.cumsum(dim=1) * 2
+
+    caller = torch.cuda.current_stream()
+    for name, xs in lists.items():
+        with StreamPipeline(f, pool=pool, device=device) as pipe:
+            long_way = pipe.run_batches(xs)
+            assert pipe._stats_later is None and pipe.stats.staging["input"] != "plain", name
+            ys = pipe.run_batches(xs)
+            assert pipe._stats_later is not None, name  # the short way: stats made when read
+            assert all(s == caller for s in seen[-len(xs):]) and torch.cuda.current_stream() == caller
+            st = pipe.stats
+            assert st.staging == {"input": "plain", "output": "plain"} and st.batches == len(xs), st
+            assert st.bytes_in == sum(np.asarray(x).nbytes if name == "numpy" else x.nbytes for x in xs)
+            for x, y, z in zip(xs, ys, long_way):
+                assert type(y) is type(x) is type(z) and y.dtype == z.dtype and tuple(y.shape) == tuple(x.shape)
+                torch.testing.assert_close(torch.as_tensor(y), torch.as_tensor(z), rtol=0, atol=0)
+                if name != "numpy":
+                    assert y.is_pinned() == (name == "pinned")
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        pipe.run_batches(base)
+        mixed = [base[0].pin_memory(), *base[1:]]
+        for y, x in zip(pipe.run_batches(mixed), mixed):
+            torch.testing.assert_close(y, f(x.cuda()).cpu(), rtol=0, atol=0)
+        assert pipe.stats.staging["input"] != "plain"  # (a mix of pinned and pageable: the long way)
+        big = [torch.randn(1024, 1024, generator=gen) for _ in range(3)]  # 12 MiB in all
+        for y, x in zip(pipe.run_batches(big), big):
+            torch.testing.assert_close(y, f(x.cuda()).cpu(), rtol=0, atol=0)
+        assert pipe.stats.staging["input"] != "plain"
+        outs = [torch.full_like(x, float("nan")) for x in base]  # outs=: the short way too
+        assert pipe.run_batches(iter(base), outs=iter(outs)) == outs and pipe.stats.staging["input"] == "plain"
+        for x, o in zip(base, outs):
+            torch.testing.assert_close(o, f(x.cuda()).cpu(), rtol=0, atol=0)
+        npouts = [np.full(x.shape, np.nan, np.float32) for x in base]
+        assert pipe.run_batches([x.numpy() for x in base], outs=npouts) == npouts
+        assert pipe.stats.staging["input"] == "plain" and not np.isnan(np.concatenate([o.ravel() for o in npouts])).any()
+
+    # errors: the long way's (a fresh pipeline's first run), then the short way's
+    def failing(kind):
+        def g(t):
+            if kind == "raise" and t.shape[0] == 300:
+                raise RuntimeError("inside f")
+            if kind == "rows" and t.shape[0] == 5:
+                return t[1:]
+            if kind == "dtype" and t.shape[0] == 300:
+                return t.double()
+            return t * 2
+        return g
+
+    wrong = [torch.empty_like(x) for x in base]
+    wrong[3] = torch.empty(1, 9)  # outs[3]: the right rows, the wrong row shape
+    for kind, exc_type, batch, outs in (("raise", RuntimeError, 2, None), ("rows", ValueError, 1, None),
+                                        ("dtype", ValueError, 2, None), ("none", ValueError, 3, wrong)):
+        with StreamPipeline(failing(kind), pool=pool, device=device) as pipe:
+            with pytest.raises(exc_type) as long_info:
+                pipe.run_batches(base, outs=outs)
+            assert pipe.resources()["running"] is False
+            with pytest.raises(exc_type) as short_info:
+                pipe.run_batches(base, outs=outs)
+            assert short_info.value.args == long_info.value.args, (kind, short_info.value, long_info.value)
+            assert short_info.value.batch_index == long_info.value.batch_index == batch
+            assert "short list" in " ".join(short_info.value.__notes__)
+            assert pipe.resources()["running"] is False and torch.cuda.current_stream() == torch.cuda.default_stream()

@@ -862,7 +862,7 @@ def _host_note(w: dict[str, Any]) -> str:
     host, n = w.get("fullpipe_host_us"), w.get("fullpipe_batches")
     if not host or not n or "compute_call" not in host:
         return ""
-    own = host.get("front", 0.0) + host.get("back", 0.0)
+    own = sum(v for k, v in host.items() if k not in ("compute_call", "staging_wait"))  # (a plain run: "rest")
     alone_us = float(w["compute_alone_ms"]) * 1e3 / n
     note = (f"; host per batch in fullpipe: the compute's call {host['compute_call']:.0f} µs + fullpipe's "
             f"{own:.0f} µs, against {alone_us:.0f} µs per batch for compute alone")

@@ -24,6 +24,10 @@ output copy is not overlapped with the GPU's work without timing events. On an
 H100 host, a run of 127 encoder batches with 35 MB of output took 68.4 ms with the
 whole output copied at the end, against 64.2 ms with pinned batches (issue 14). The
 blocks come from the pinned pool and go back to it at the end of the run.
+
+A PyTorch function's list of at most ``plain.PLAIN_MAX_BYTES`` (8 MiB) in all goes
+plainly instead from the pipeline's second run on (plain.run_small_list): the calls on
+the caller's stream, no block (session 22).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
-from .plain import PLAIN_MAX_BYTES, numpy_cannot_hold, plain_stats, run_plain, run_small
+from .plain import PLAIN_MAX_BYTES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list
 from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
@@ -580,10 +580,7 @@ class StreamPipeline:
         output (pinned from the pool for an input its owner pinned), failure note and stats
         (made when read). Returns ``_NOT_SMALL`` for any other run, having changed nothing."""
         tc = self._tc
-        spec = self.output
-        if (tc.fw.name != "torch" or tc.graphs is not None or tc.fn is not self.compute or self.staging != "auto"
-                or self.timing is True or self.chunk != "auto" or spec.none or spec.row_shape is not None
-                or spec.dtype is not None):
+        if not self._plain_compute() or self.chunk != "auto":
             return _NOT_SMALL
         x_np, kind = host_view(x, "input")
         nbytes = x_np.nbytes
@@ -601,14 +598,7 @@ class StreamPipeline:
         cache = default_pin_cache()
         cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
         usage, notes = PinnedUsage(), []
-
-        def pinned_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
-            try:
-                return self._pinned_pool.empty(shape, dtype, usage)
-            except PinnedPoolFull as exc:
-                notes.append(f"pinned pool full, output is pageable: {exc}")
-                return None
-
+        pinned_output = self._pinned_output_for(usage, notes)
         self._running = True
         try:
             met = not cache.empty and cache.overlap(x_np.ctypes.data, nbytes) != "none"  # (ctypes.data: 1-2 us)
@@ -635,6 +625,84 @@ class StreamPipeline:
             return st
         self._stats_later = stats
         return y
+
+    def _plain_compute(self) -> bool:
+        """May this pipeline's runs go plainly (plain.py)? A PyTorch function it has called
+        before, the defaults for staging and timing, outputs made from ``y``."""
+        tc, spec = self._tc, self.output
+        return (tc is not None and tc.fw.name == "torch" and tc.graphs is None and tc.fn is self.compute
+                and self.staging == "auto" and self.timing is not True and not spec.none
+                and spec.row_shape is None and spec.dtype is None)
+
+    def _pinned_output_for(self, usage: PinnedUsage, notes: list) -> Callable[[tuple[int, ...], np.dtype], Any]:
+        """A short run's pinned outputs: from the pinned pool, or None (a pageable output,
+        noted) when the pool is full."""
+        def pinned_output(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+            try:
+                return self._pinned_pool.empty(shape, dtype, usage)
+            except PinnedPoolFull as exc:
+                notes.append(f"pinned pool full, output is pageable: {exc}")
+                return None
+        return pinned_output
+
+    def _run_small_list(self, given: list[Any], outs: list[Any] | None) -> Any:
+        """``run_batches(xs, outs)`` of a list of at most PLAIN_MAX_BYTES in all, for a
+        PyTorch function this pipeline has called before: plain.run_small_list (on the
+        caller's stream), decided before anything else of a run is made (a pipelined run of
+        a short list is its fixed costs: bulk blocks, events, threads; session 22, p137,
+        p138). The same outputs, errors and failure note; stats made when read (staging
+        "plain"). ``_NOT_SMALL`` for any other run, having changed nothing (the long way then
+        raises what it raises). Not with compute_threads > 1: the calls of a host-bound
+        compute go to its threads."""
+        if not self._plain_compute() or self.compute_threads > 1:
+            return _NOT_SMALL
+        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
+        arrays = [v[0] for v in views]
+        kinds = [v[1] for v in views]
+        first = arrays[0]
+        total = 0
+        if first.dtype.kind not in "biufc":  # (V: NumPy bfloat16, which torch.from_numpy refuses; objects)
+            return _NOT_SMALL
+        for a, k in zip(arrays, kinds):
+            total += a.nbytes
+            if (total > PLAIN_MAX_BYTES or not a.ndim or not a.size or a.dtype != first.dtype
+                    or not a.flags.writeable or not a.flags.c_contiguous or k.library != kinds[0].library):
+                return _NOT_SMALL
+        outs_np = None
+        if outs is not None:
+            if len(outs) != len(given):
+                return _NOT_SMALL
+            outs_np = [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)]
+            for o, a in zip(outs_np, arrays):  # (_check_out_layout's conditions: else the long way says which)
+                if not o.ndim or o.shape[0] != a.shape[0] or not o.flags.c_contiguous or not o.flags.writeable:
+                    return _NOT_SMALL
+        cache = default_pin_cache()
+        cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
+        usage, notes = PinnedUsage(), []
+
+        def cache_met(a: np.ndarray) -> bool:
+            return not cache.empty and cache.overlap(a.ctypes.data, a.nbytes) != "none"
+
+        self._running = True
+        try:
+            got = run_small_list(self._tc, arrays, kinds, cache_met, self._pinned_output_for(usage, notes), outs_np)
+        finally:
+            self._running = False
+        if got is None:
+            return _NOT_SMALL
+        ys, call_s, wall_s = got
+        self.probe_stats = None
+        out_bytes = sum(o.nbytes for o in (outs_np if outs_np is not None else ys))
+        pinned = self._pinned_stats(usage, notes, stacklevel=5) if notes else None
+        held = self._pinned_pool.held_bytes
+        ring = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
+
+        def stats() -> PipelineStats:
+            st = plain_stats(total, out_bytes, wall_s, call_s, batches=len(ys))
+            st.pinned = pinned if pinned is not None else _pinned_record(usage, held, ring)
+            return st
+        self._stats_later = stats
+        return ys if outs is None else outs
 
     def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
                    tensor: bool, spec: Any, rows: int, row_bytes: int, out_shape: Any, out_dtype: Any,
@@ -736,6 +804,12 @@ class StreamPipeline:
             if outs is not None and (outs := list(outs)):
                 raise ValueError(f"{len(outs)} outputs for 0 batches")
             return None if self.output.none else []
+        if outs is not None:
+            outs = list(outs)
+        if self._tc is not None:
+            got = self._run_small_list(given, outs)
+            if got is not _NOT_SMALL:
+                return got
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         addresses = _host_addresses(given, views)
@@ -2241,8 +2315,7 @@ class _Outputs:
                     dst, addr = got
                     self.items[i] = dst
             elif tuple(dst.shape) != tuple(shape) or dst.dtype != dtype:
-                raise ValueError(f"outs[{i}] has shape {dst.shape} and dtype {dst.dtype}; the compute returned "
-                                 f"{tuple(shape)} {dtype}")
+                raise ValueError(out_mismatch(i, dst, shape, dtype))
         b.dst, b.out_bytes, b.out_shape = dst, dst.nbytes, tuple(shape)
         if shape[0]:
             self.max_row_bytes = max(self.max_row_bytes, dst.nbytes // shape[0])
