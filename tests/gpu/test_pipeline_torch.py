@@ -614,3 +614,36 @@ def test_a_short_list_after_the_first_run_goes_plainly_with_the_same_results(dev
             assert short_info.value.batch_index == long_info.value.batch_index == batch
             assert "short list" in " ".join(short_info.value.__notes__)
             assert pipe.resources()["running"] is False and torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+def test_short_lists_read_each_output_before_the_next_call_and_resolve_lazy_conjugates(device, pool):
+    """The short way of a list copies each y to pinned memory right after its call: a compute
+    that returns one buffer it writes again in every call gets each batch's own result. A y
+    with a lazy conjugate bit comes back conjugated, the long way (a D2H of its bytes) and the
+    short way alike."""
+    gen = torch.Generator().manual_seed(9)
+    same = [torch.randn(16, 64, generator=gen) for _ in range(6)]
+    buf = torch.empty(16, 64, device="cuda")
+
+    def reuse(t):
+        return torch.mul(t, 2, out=buf)
+
+    with StreamPipeline(reuse, pool=pool, device=device) as pipe:
+        pipe.run_batches(same)  # (the long way: its lanes' streams would race on buf; not checked)
+        ys = pipe.run_batches(same)
+        assert pipe.stats.staging["input"] == "plain"
+        for x, y in zip(same, ys):
+            torch.testing.assert_close(y, x * 2, rtol=0, atol=0)
+
+    def conj(t):
+        return (t.to(torch.complex64) * 1j).conj()  # a view with the conjugate bit set
+
+    want = [conj(x.cuda()).resolve_conj().cpu() for x in same]
+    with StreamPipeline(conj, pool=pool, device=device) as pipe:
+        for _ in range(2):  # the long way, then the short way
+            for y, w in zip(pipe.run_batches(same), want):
+                assert not y.is_conj()
+                torch.testing.assert_close(y, w, rtol=0, atol=0)
+            y1 = pipe.run(same[0])
+            assert not y1.is_conj() and type(y1) is torch.Tensor
+            torch.testing.assert_close(y1, want[0], rtol=0, atol=0)

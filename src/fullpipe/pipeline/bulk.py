@@ -25,9 +25,12 @@ H100 host, a run of 127 encoder batches with 35 MB of output took 68.4 ms with t
 whole output copied at the end, against 64.2 ms with pinned batches (issue 14). The
 blocks come from the pinned pool and go back to it at the end of the run.
 
-A PyTorch function's list of at most ``plain.PLAIN_MAX_BYTES`` (8 MiB) in all goes
-plainly instead from the pipeline's second run on (plain.run_small_list): the calls on
-the caller's stream, no block (session 22).
+A PyTorch function's list of at most ``plain.SMALL_LIST_MAX_BATCHES`` batches (16) and
+``plain.PLAIN_MAX_BYTES`` (8 MiB) in all goes
+plainly instead from the pipeline's second run on, when its batches are all pageable or
+all pinned by their owner, of one library and dtype, and the pipeline has its defaults
+and one compute thread (StreamPipeline._run_small_list, plain.run_small_list: the calls
+on the caller's stream, no input block; session 22).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from ..cuda.device import ensure_current
 from ..cuda.hotpath import HotPath, handle_int
 from ..cuda.interop import HostKind, host_view, like_input
 from ..cuda.memory import DeviceArray, free_collected, is_pinned
-from ..cuda.pin_cache import default_pin_cache
+from ..cuda.pin_cache import WHOLE_MAX_RATIO, default_pin_cache
 from ..cuda.timing import median
 from ..cuda.pinned_pool import PinnedPoolFull, PinnedUsage, default_pinned_pool
 from . import plan as P
@@ -65,7 +65,7 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
-from .plain import PLAIN_MAX_BYTES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list
+from .plain import PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list
 from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
@@ -330,9 +330,13 @@ class StreamPipeline:
     @property
     def stats(self) -> PipelineStats | None:
         """The last run's :class:`~fullpipe.pipeline.stats.PipelineStats` (None before the first)."""
-        if self._stats_later is not None:
-            self._stats, self._stats_later = self._stats_later(), None
-        return self._stats
+        later = self._stats_later
+        if later is None:
+            return self._stats
+        st = later()
+        if self._stats_later is later:  # (a run that ended meanwhile on another thread keeps its stats)
+            self._stats, self._stats_later = st, None
+        return st
 
     @stats.setter
     def stats(self, value: PipelineStats | None) -> None:
@@ -584,7 +588,7 @@ class StreamPipeline:
             return _NOT_SMALL
         x_np, kind = host_view(x, "input")
         nbytes = x_np.nbytes
-        if (nbytes > PLAIN_MAX_BYTES or not x_np.ndim or not x_np.shape[0] or x_np.dtype.kind == "V"
+        if (nbytes > PLAIN_MAX_BYTES or not x_np.ndim or not x_np.shape[0] or not _from_numpy_takes(x_np.dtype)
                 or not x_np.flags.writeable):
             return _NOT_SMALL
         x_np = P.as_host_array(x_np, "input")
@@ -592,17 +596,20 @@ class StreamPipeline:
         row_bytes = nbytes // rows
         if even_split_rows(rows, row_bytes, self.n_streams) < rows:  # (chunk="auto" would cut it)
             return _NOT_SMALL
-        if self._tuned and any(self._tuned.get(self._tune_key(x_np, side, side)) is not None
-                               for side in ("ring", "direct")):  # (pageable or pinned, both sides alike)
-            return _NOT_SMALL  # (models from an earlier run choose its chunk)
+        if self._tuned and any(self._tuned.get(self._tune_key(x_np, a, b)) is not None
+                               for a in ("ring", "direct") for b in ("ring", "direct")):
+            return _NOT_SMALL  # (models from an earlier run choose its chunk: _tune, _tuned_through_ring)
         cache = default_pin_cache()
+        if self.pin_in_place and nbytes * WHOLE_MAX_RATIO >= cache.min_bytes:
+            return _NOT_SMALL  # (the cache would remember it, and pin it in place if it comes again)
         cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
         usage, notes = PinnedUsage(), []
         pinned_output = self._pinned_output_for(usage, notes)
         self._running = True
         try:
-            met = not cache.empty and cache.overlap(x_np.ctypes.data, nbytes) != "none"  # (ctypes.data: 1-2 us)
-            got = run_small(tc, x_np, kind, met, pinned_output)
+            met = "none" if cache.empty else cache.overlap(x_np.ctypes.data, nbytes)  # (ctypes.data: 1-2 us)
+            # (a range pinned in part goes the long way, through the ring: _runs_plain)
+            got = None if met == "partial" else run_small(tc, x_np, kind, met != "none", pinned_output)
         finally:
             self._running = False
         if got is None:  # (pinned by the pin cache: a run of its own holds the range)
@@ -616,10 +623,12 @@ class StreamPipeline:
             held = self._pinned_pool.held_bytes  # (as stats.held_bytes, without filing the returned blocks)
             ring = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
 
+        streams = self.n_streams  # (the closure keeps no reference to the pipeline)
+
         def stats() -> PipelineStats:  # what run() records for the same run (its chunk: _tune's even split)
             st = plain_stats(nbytes, out_bytes, wall_s, call_s)
             st.chunk = {"rows": rows, "bytes": rows * row_bytes, "source": "even split",
-                        **even_split_choice(rows, row_bytes, self.n_streams).as_dict(),
+                        **even_split_choice(rows, row_bytes, streams).as_dict(),
                         "probe_batches": 0, "refined_runs": 0, "new_shape_ms": 0.0}
             st.pinned = pinned if notes else _pinned_record(usage, held, ring)
             return st
@@ -646,22 +655,23 @@ class StreamPipeline:
         return pinned_output
 
     def _run_small_list(self, given: list[Any], outs: list[Any] | None) -> Any:
-        """``run_batches(xs, outs)`` of a list of at most PLAIN_MAX_BYTES in all, for a
+        """``run_batches(xs, outs)`` of a list of at most SMALL_LIST_MAX_BATCHES batches and
+        PLAIN_MAX_BYTES in all, for a
         PyTorch function this pipeline has called before: plain.run_small_list (on the
         caller's stream), decided before anything else of a run is made (a pipelined run of
         a short list is its fixed costs: bulk blocks, events, threads; session 22, p137,
-        p138). The same outputs, errors and failure note; stats made when read (staging
-        "plain"). ``_NOT_SMALL`` for any other run, having changed nothing (the long way then
+        p138). The same outputs and errors, the failing batch named as the long way names it
+        (its note says the run was plain); stats made when read (staging "plain"). ``_NOT_SMALL`` for any other run, having changed nothing (the long way then
         raises what it raises). Not with compute_threads > 1: the calls of a host-bound
         compute go to its threads."""
-        if not self._plain_compute() or self.compute_threads > 1:
+        if not self._plain_compute() or self.compute_threads > 1 or len(given) > SMALL_LIST_MAX_BATCHES:
             return _NOT_SMALL
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         kinds = [v[1] for v in views]
         first = arrays[0]
         total = 0
-        if first.dtype.kind not in "biufc":  # (V: NumPy bfloat16, which torch.from_numpy refuses; objects)
+        if not _from_numpy_takes(first.dtype):
             return _NOT_SMALL
         for a, k in zip(arrays, kinds):
             total += a.nbytes
@@ -674,9 +684,12 @@ class StreamPipeline:
                 return _NOT_SMALL
             outs_np = [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)]
             for o, a in zip(outs_np, arrays):  # (_check_out_layout's conditions: else the long way says which)
-                if not o.ndim or o.shape[0] != a.shape[0] or not o.flags.c_contiguous or not o.flags.writeable:
+                if (not o.ndim or o.shape[0] != a.shape[0] or not o.flags.c_contiguous or not o.flags.writeable
+                        or not _from_numpy_takes(o.dtype)):
                     return _NOT_SMALL
         cache = default_pin_cache()
+        if self.pin_in_place and total >= cache.min_bytes:
+            return _NOT_SMALL  # (the cache would remember the list, and pin it in place if it comes again)
         cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
         usage, notes = PinnedUsage(), []
 
@@ -685,7 +698,9 @@ class StreamPipeline:
 
         self._running = True
         try:
-            got = run_small_list(self._tc, arrays, kinds, cache_met, self._pinned_output_for(usage, notes), outs_np)
+            pinned_output = self._pinned_output_for(usage, notes)
+            got = run_small_list(self._tc, arrays, kinds, cache_met, lambda n: pinned_output((n,), np.dtype(np.uint8)),
+                                 outs_np)
         finally:
             self._running = False
         if got is None:
@@ -868,7 +883,10 @@ class StreamPipeline:
             stage_in = self._staging_mode(in_pinned)
             stage_out = None if spec.none else self._staging_mode(out_pinned)
             self.probe_stats = None
-            if warn_few:
+            if warn_few and not (tensor and len(items) <= SMALL_LIST_MAX_BATCHES
+                                 and sum(b.in_bytes for b in items) <= PLAIN_MAX_BYTES):
+                # (a short list of a tensor function runs plainly from the next run on, nothing
+                # to overlap by design: not worth a warning on its first run either)
                 self._warn_few_batches(len(items), None, 0, stacklevel=4)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
@@ -2380,6 +2398,12 @@ def _pinned_record(usage: PinnedUsage, pool_held_bytes: int, ring_bytes: int) ->
 
 
 _NOT_SMALL = object()  # StreamPipeline._run_small: not a small run, nothing done
+
+
+def _from_numpy_takes(dtype: np.dtype) -> bool:
+    """Can ``torch.from_numpy`` take an array of ``dtype`` as it is? (Not NumPy bfloat16 or
+    other void dtypes, objects, strings, dates, another byte order, long double.)"""
+    return dtype.kind in "biufc" and dtype.isnative and dtype.itemsize <= (16 if dtype.kind == "c" else 8)
 
 
 def _device_bytes(b: P.Batch, writes_output: bool) -> int:

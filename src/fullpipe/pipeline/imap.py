@@ -14,7 +14,9 @@ each window with ``run_batches`` and yields the outputs in order, one per batch,
   one batch) and runs it. The pending window is full at ``window`` bytes of input (default
   256 MiB) and at least ``MIN_WINDOW_BATCHES_PER_STREAM`` batches per stream, or at
   ``window`` batches when it is an int; the reader then waits. A window of small batches
-  (each at most 1 MiB) is full before 64 MiB, so that ``run_batches`` stages it in bulk.
+  (each at most 1 MiB) is full before 64 MiB, so that ``run_batches`` stages it in bulk (or,
+  for a PyTorch function from its second window on, at most 16 batches and 8 MiB in all, runs
+  it plainly).
   So windows size themselves: where the GPU is faster than the iterable, a window is what
   was read during the last run (the GPU starts on the first batch, and what is left after
   the last batch is read is one short run); where the iterable is faster, every window is

@@ -35,11 +35,16 @@ decided before any of it (``StreamPipeline._run_small``): an input pageable or p
 its owner (not by the pin cache), into a new output, for a function the pipeline has
 called before. It is the naive call, ``f(x.to(device)).cpu()`` (a pinned input's output
 from the pinned pool), and its stats are made only when read.
+
+A short list, ``run_batches`` of at most SMALL_LIST_MAX_BATCHES batches and PLAIN_MAX_BYTES
+in all, is the same case for several batches (:func:`run_small_list`): a pipelined run of a few small batches was
+mostly its fixed costs (bulk blocks, events, threads), 0.14-0.54x the naive loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import Any, Callable
 
@@ -51,6 +56,11 @@ from .tensors import TensorCompute, check_rows
 from .tuning import MIN_SPLIT_CHUNK_BYTES
 
 PLAIN_MAX_BYTES = 2 * MIN_SPLIT_CHUNK_BYTES  # (chunk="auto" splits no input under this: it runs as one batch)
+# A short list: at most this many batches (and PLAIN_MAX_BYTES in all). Measured on H100 hosts
+# (session 22): 2-16 batches of 64-256 KiB 1.6-5x faster plainly than pipelined; lists of 64-127
+# batches 0.73-1.26x over five hosts, 0.84-0.88x where a GPU-bound layer's kernels overlapped on the
+# pipeline's three streams (p137, p138)
+SMALL_LIST_MAX_BATCHES = 16
 
 
 def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, outputs: Any,
@@ -109,6 +119,8 @@ def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bo
                 out_np = pinned_output(tuple(y.shape), host_dtype)
             if out_np is None:  # (blocking, as above; a pipelined run's output never requires grad)
                 out = (y.detach() if y.requires_grad else y).cpu()
+                if type(out) is not torch.Tensor:  # (a subclass, e.g. a Parameter: a plain tensor, as pipelined)
+                    out = out.as_subclass(torch.Tensor)
             else:
                 dst = torch.from_numpy(out_np)
                 (dst if give_back is None else dst.view(give_back)).copy_(y)  # (blocking)
@@ -123,22 +135,25 @@ def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bo
 
 
 def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[HostKind],
-                   cache_met: Callable[[np.ndarray], bool],
-                   pinned_output: Callable[[tuple[int, ...], np.dtype], np.ndarray | None],
+                   cache_met: Callable[[np.ndarray], bool], take_pinned: Callable[[int], np.ndarray | None],
                    outs: list[np.ndarray] | None = None) -> tuple[list[Any], float, float] | None:
     """``run_batches(xs)`` of a list small in all, decided before anything else of a run is
-    made (executor ``StreamPipeline._run_small_list``), as the naive loop would run it but
-    with one wait: on the caller's current stream, each batch to the device and ``f`` of it,
-    then each ``y`` back to the host. No ring, bulk block, lane buffers, timing events or
-    threads: a short list's pipelined run is their fixed cost (session 22, p137: 2 batches of
-    64 KiB, 0.7 ms against 0.1 ms for the naive loop; p138: the variable-length encoder
-    lists, 127 batches and 4 MB, 1.05-1.2x faster than pipelined, the caller's stream
-    0.97-1.09x the pipeline's three). Outputs as :func:`run_small` makes them, for inputs
-    all pageable or all pinned by their owner; or into the caller's ``outs`` (host views,
-    their rows and layout checked already), each checked against its ``y`` as a pipelined
-    run checks it. None, having done nothing, for a mix, or for pinned inputs or outputs the
-    pin cache's ranges meet (``cache_met``). Returns (the outputs: new ones, or None for each
-    of ``outs``; the seconds in the calls; the run's seconds)."""
+    made (executor ``StreamPipeline._run_small_list``), on the caller's current stream with
+    one wait: each batch to the device, ``f`` of it, and ``y`` at once into pinned memory
+    (non-blocking, so that a compute that reuses its output buffer, or a CUDA graph's
+    static output, is read before the next call); after the wait, pageable outputs copied
+    from there. No ring, bulk block, lane buffers, timing events or threads: a short list's
+    pipelined run is their fixed cost (session 22, p137: 2 batches of 64 KiB, 0.7 ms
+    against 0.1 ms for the naive loop; longer lists: SMALL_LIST_MAX_BATCHES).
+
+    Outputs of the input's kind, new or the caller's ``outs`` (host views, their rows and
+    layout checked already; each checked against its ``y`` as a pipelined run checks it);
+    new outputs pinned (views of the pool's blocks) when every input is pinned by its
+    owner. ``take_pinned(nbytes)``: a uint8 array of the pinned pool, or None when it is
+    full (then a batch's copy waits, into its pageable output). None, having done nothing,
+    for a mix of pinned and pageable inputs, or pinned inputs or outputs the pin cache's
+    ranges meet (``cache_met``). Returns (the outputs: new ones, or None for each of
+    ``outs``; the seconds in the calls; the run's seconds)."""
     fw = tc.fw
     torch = fw.torch
     t0 = time.perf_counter()
@@ -147,54 +162,109 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
     all_pinned = all(pinned)
     if (not all_pinned and any(pinned)) or (all_pinned and any(map(cache_met, arrays))):
         return None
-    dsts = None
+    dst_pinned = None
     if outs is not None:
-        dsts = [torch.from_numpy(o) for o in outs]
-        dst_pinned = [d.is_pinned() for d in dsts]
+        dst_pinned = [torch.from_numpy(o).is_pinned() for o in outs]
         if any(p and cache_met(o) for p, o in zip(dst_pinned, outs)):
             return None
     numpy_output = kinds[0].library != "torch"
-    made: list[Any] = []
+    staging = _PinnedCarver(take_pinned, sum(a.nbytes for a in arrays))
+    staged: list[tuple[np.ndarray | None, tuple[int, ...], np.dtype, Any]] = []
     call_s = 0.0
-    i = 0
+    i: int | None = 0
     with _on_device(torch, fw.device_index):
         try:
-            ys = []
             first: tuple[Any, Any] | None = None
             for i, (xh, a) in enumerate(zip(xhs, arrays)):
+                # (a copy from pageable memory waits for the stream first, CUDA's rule: the host
+                # runs at most a batch ahead. Staged through pinned memory instead, a short list
+                # ran 8-16 % slower: p139, session 22)
                 y, dt, host_dtype, give_back = _call(tc, fw, xh, a.shape)
                 call_s += dt
+                shape = tuple(y.shape)
                 if first is None:
                     if numpy_output and give_back is not None and outs is None:
                         raise TypeError(numpy_cannot_hold(give_back))
-                    first = (host_dtype, tuple(y.shape[1:]))
+                    first = (host_dtype, shape[1:])
                 elif host_dtype != first[0]:
-                    raise ValueError(f"batch {i}: the compute returned {host_dtype} rows of shape {tuple(y.shape[1:])}; "
+                    raise ValueError(f"batch {i}: the compute returned {host_dtype} rows of shape {shape[1:]}; "
                                      f"the first batch returned {first[0]} rows of shape {first[1]}")
-                ys.append((y, host_dtype, give_back))
-            for i, (y, host_dtype, give_back) in enumerate(ys):
-                # into pageable memory a copy PyTorch waits for; into pinned memory waited for below
-                if dsts is not None:
-                    if outs[i].shape != tuple(y.shape) or outs[i].dtype != host_dtype:
-                        raise ValueError(out_mismatch(i, outs[i], tuple(y.shape), host_dtype))
-                    d = dsts[i]
-                    (d if give_back is None else d.view(give_back)).copy_(y, non_blocking=dst_pinned[i])
-                    made.append(None)
-                    continue
-                out_np = pinned_output(tuple(y.shape), host_dtype) if all_pinned else None
-                if out_np is None:
-                    out = (y.detach() if y.requires_grad else y).cpu()
-                    made.append(out.numpy() if numpy_output else out)
+                if outs is not None and (outs[i].shape != shape or outs[i].dtype != host_dtype):
+                    raise ValueError(out_mismatch(i, outs[i], shape, host_dtype))
+                if dst_pinned is not None and dst_pinned[i]:
+                    stage = outs[i]  # (the caller's pinned output: straight in)
                 else:
-                    d = torch.from_numpy(out_np)
-                    (d if give_back is None else d.view(give_back)).copy_(y, non_blocking=True)
-                    made.append(like_input(out_np, kinds[i], torch_dtype=give_back))
+                    stage = staging.view(shape, host_dtype, a.nbytes)
+                if stage is None:  # (the pinned pool is full: into a pageable output, a copy PyTorch waits for)
+                    stage = np.empty(shape, host_dtype) if outs is None else outs[i]
+                    _copy_into(torch, stage, give_back, y, non_blocking=False)
+                    staged.append((None if outs is not None else stage, shape, host_dtype, give_back))
+                    continue
+                _copy_into(torch, stage, give_back, y, non_blocking=True)
+                staged.append((stage, shape, host_dtype, give_back))
+            i = None  # (what the wait reports is no one batch's)
             torch.cuda.current_stream(fw.device).synchronize()
         except BaseException as exc:
             _failed(exc, torch, fw, i, None, f"one of {len(arrays)} (run plainly: a short list of small batches, on "
-                    "the caller's stream); that stream was waited for")
+                    "the caller's stream); that stream was waited for" if i is not None else
+                    f"the wait of a short list of {len(arrays)} small batches run plainly (an error of any of its "
+                    "batches' work on the caller's stream)")
             raise
+    made: list[Any] = []
+    for j, (stage, shape, host_dtype, give_back) in enumerate(staged):
+        if outs is not None:
+            if stage is not None and stage is not outs[j]:
+                np.copyto(outs[j], stage)
+            made.append(None)
+        elif all_pinned or stage is None or stage.base is None:  # (pinned views, or already its own array)
+            made.append(like_input(stage, kinds[j], torch_dtype=give_back))
+        else:
+            out = np.empty(shape, host_dtype)
+            np.copyto(out, stage)
+            made.append(like_input(out, kinds[j], torch_dtype=give_back))
     return made, call_s, time.perf_counter() - t0
+
+
+class _PinnedCarver:
+    """A short list's outputs in pinned memory, cut from few blocks of the pinned pool (one
+    take per block, not per output: a take is ~15 us and at least 64 KiB). Each block is
+    sized for the outputs still to come, estimated from those so far (their bytes per input
+    byte); another is taken when one is full. ``view`` returns None once the pool has refused
+    a take (``take`` noted it; the run does not ask again)."""
+
+    ALIGN = 256
+
+    def __init__(self, take: Callable[[int], np.ndarray | None], input_bytes: int):
+        self.take, self.input_left = take, input_bytes
+        self.block: np.ndarray | None = None
+        self.used = 0
+        self.out_bytes = self.in_bytes = 0
+        self.refused = False
+
+    def view(self, shape: tuple[int, ...], dtype: np.dtype, in_bytes: int) -> np.ndarray | None:
+        nbytes = math.prod(shape) * dtype.itemsize
+        self.out_bytes += nbytes
+        self.in_bytes += in_bytes
+        self.input_left -= in_bytes
+        if self.refused:
+            return None
+        if self.block is None or self.used + nbytes > self.block.nbytes:
+            ahead = int(self.out_bytes / max(self.in_bytes, 1) * self.input_left * 1.25)  # (the rest, roughly)
+            block = self.take(nbytes + ahead + self.ALIGN)
+            if block is None:
+                self.refused = True
+                return None
+            self.block, self.used = block, 0
+        at = self.used
+        self.used = at + (max(nbytes, 1) + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        return self.block[at:at + nbytes].view(dtype).reshape(shape)
+
+
+def _copy_into(torch: Any, dst: np.ndarray, give_back: Any, y: Any, non_blocking: bool) -> None:
+    """``y`` into the host array ``dst`` (its bytes; ``give_back``: y's torch dtype when
+    ``dst`` carries it as integers)."""
+    d = torch.from_numpy(dst)
+    (d if give_back is None else d.view(give_back)).copy_(y, non_blocking=non_blocking)
 
 
 def plain_stats(bytes_in: int, bytes_out: int, wall_s: float, call_s: float, batches: int = 1) -> PipelineStats:
@@ -240,17 +310,19 @@ def _call(tc: TensorCompute, fw: Any, xh: Any, in_shape: tuple[int, ...]) -> tup
     return y, call_s, host_dtype, give_back
 
 
-def _failed(exc: BaseException, torch: Any, fw: Any, index: int, rows: tuple[int, int] | None,
+def _failed(exc: BaseException, torch: Any, fw: Any, index: int | None, rows: tuple[int, int] | None,
             how: str = "the run's only batch (run plainly: one small batch, on the caller's stream); that stream "
                        "was waited for") -> None:
-    """The failure path: nothing of this run left in flight, and a note naming the batch."""
+    """The failure path: nothing of this run left in flight, and a note naming the batch
+    (``index`` None: no one batch; the note says where instead)."""
     try:
         torch.cuda.current_stream(fw.device).synchronize()
     except Exception:  # noqa: BLE001 - a sticky CUDA error raises here again: the first one is the news
         pass
-    where = f"batch {index}" + (f" (rows {rows[0]}:{rows[1]})" if rows else "")
+    where = "" if index is None else f"batch {index}" + (f" (rows {rows[0]}:{rows[1]})" if rows else "") + ", "
     try:
-        exc.add_note(f"fullpipe.StreamPipeline: failed at {where}, {how}")
-        exc.batch_index = index  # type: ignore[attr-defined]
+        exc.add_note(f"fullpipe.StreamPipeline: failed at {where}{how}")
+        if index is not None:
+            exc.batch_index = index  # type: ignore[attr-defined]
     except Exception:  # some exception types refuse new attributes
         pass

@@ -227,9 +227,9 @@ class TorchFramework:
         if y.get_device() != self.device_index:  # (-1 on the CPU)
             raise ValueError(f"the compute returned a tensor on {y.device}; it must stay on cuda:{self.device_index} "
                              "(fullpipe copies it to the host)")
-        if not y.is_contiguous():
-            with self.torch.cuda.stream(fs):
-                y = y.contiguous()
+        if not y.is_contiguous() or y.is_conj() or y.is_neg():  # (a lazy conjugate or negation: its bytes
+            with self.torch.cuda.stream(fs):                     # are not its values, and a D2H copies bytes)
+                y = y.resolve_conj().resolve_neg().contiguous()
         return y, tuple(y.shape), y.dtype, y.data_ptr()
 
     def keep_for(self, y: Any, other_fs: Any) -> None:
