@@ -65,7 +65,8 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
-from .plain import PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list
+from .plain import (PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain,
+                    run_small, run_small_list)
 from . import imap as imap_windows
 from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
@@ -661,9 +662,10 @@ class StreamPipeline:
         caller's stream), decided before anything else of a run is made (a pipelined run of
         a short list is its fixed costs: bulk blocks, events, threads; session 22, p137,
         p138). The same outputs and errors, the failing batch named as the long way names it
-        (its note says the run was plain); stats made when read (staging "plain"). ``_NOT_SMALL`` for any other run, having changed nothing (the long way then
-        raises what it raises). Not with compute_threads > 1: the calls of a host-bound
-        compute go to its threads."""
+        (its note says the run was plain); stats made when read (staging "plain").
+        ``_NOT_SMALL`` for any other run, having changed nothing (the long way then raises
+        what it raises). Not with compute_threads > 1: the calls of a host-bound compute go
+        to its threads."""
         if not self._plain_compute() or self.compute_threads > 1 or len(given) > SMALL_LIST_MAX_BATCHES:
             return _NOT_SMALL
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]

@@ -37,8 +37,9 @@ called before. It is the naive call, ``f(x.to(device)).cpu()`` (a pinned input's
 from the pinned pool), and its stats are made only when read.
 
 A short list, ``run_batches`` of at most SMALL_LIST_MAX_BATCHES batches and PLAIN_MAX_BYTES
-in all, is the same case for several batches (:func:`run_small_list`): a pipelined run of a few small batches was
-mostly its fixed costs (bulk blocks, events, threads), 0.14-0.54x the naive loop.
+in all, is the same case for several batches (:func:`run_small_list`): a pipelined run of
+a few small batches was mostly its fixed costs (bulk blocks, events, threads), 0.14-0.54x
+the naive loop.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, output
 
 
 def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bool,
-              pinned_output: Callable[[tuple[int, ...], np.dtype], np.ndarray | None]) -> tuple[Any, float, float] | None:
+              pinned_output: Callable[[tuple[int, ...], np.dtype], np.ndarray | None],
+              ) -> tuple[Any, float, float] | None:
     """``run(x)`` of one small input into a new output, decided before anything else of a
     run is made (executor ``StreamPipeline._run_small``): the naive call and nothing more,
     ``f(x.to(device)).cpu()``, or for an input its owner pinned, ``y`` copied into
