@@ -400,3 +400,54 @@ def test_a_type_error_at_the_first_call_with_cupy_imported_suggests_form_cupy(fa
         return later(t)
 
     assert "form='cupy'" not in notes_of(fails_later, cupy_imported=True)
+
+
+def test_a_short_lists_outputs_are_cut_from_few_pinned_blocks():
+    """plain._PinnedCarver: outputs of a short list (row sizes that vary, bytes per input byte
+    that grow) are disjoint, 256-byte aligned views of few blocks; a block is sized for the
+    outputs still to come; after the pool refuses a take, no output is pinned and no take is
+    tried again."""
+    from fullpipe.pipeline.plain import _PinnedCarver
+
+    takes: list[int] = []
+    blocks: list[np.ndarray] = []
+
+    def take(nbytes):
+        takes.append(nbytes)
+        blocks.append(np.zeros(nbytes, np.uint8))
+        return blocks[-1]
+
+    rng = np.random.default_rng(3)
+    ins = [int(n) for n in rng.integers(1_000, 50_000, 40)]
+    carver = _PinnedCarver(take, sum(ins))
+    steady = [carver.view((max(1, n // 64), 3), np.dtype(np.float32), n) for n in ins]
+    assert len(takes) == 1, takes  # (as many output bytes per input byte all along: one block)
+    carver = _PinnedCarver(take, sum(ins))
+    views = []
+    for i, n in enumerate(ins):
+        width = 3 + (i // 10) * 5  # output bytes per input byte grow along the list
+        views.append(carver.view((max(1, n // 64), width), np.dtype(np.float32), n))
+    assert len(takes) <= 1 + 6, takes  # (a few more blocks, not one per output)
+    views += steady
+    spans = []
+    for v in views:
+        base = next(b for b in blocks if np.shares_memory(v, b))
+        start = v.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        assert start % _PinnedCarver.ALIGN == 0 and start + v.nbytes <= base.nbytes
+        spans.append((id(base), start, start + v.nbytes))
+    for (b1, s1, e1), (b2, s2, e2) in zip(sorted(spans), sorted(spans)[1:]):
+        assert b1 != b2 or e1 <= s2, "two outputs overlap"
+    for k, v in enumerate(views):  # each view is its own memory
+        v[...] = k
+    assert all((v == k).all() for k, v in enumerate(views))
+
+    refused: list[int] = []
+
+    def full(nbytes):
+        refused.append(nbytes)
+        return None
+
+    carver = _PinnedCarver(full, 10_000)
+    assert carver.view((10, 10), np.dtype(np.float32), 5_000) is None
+    assert carver.view((10, 10), np.dtype(np.float32), 5_000) is None
+    assert len(refused) == 1  # (the pool is not asked again in the same run)
