@@ -657,9 +657,8 @@ class StreamPipeline:
 
     def _run_small_list(self, given: list[Any], outs: list[Any] | None) -> Any:
         """``run_batches(xs, outs)`` of a list of at most SMALL_LIST_MAX_BATCHES batches and
-        PLAIN_MAX_BYTES in all, for a
-        PyTorch function this pipeline has called before: plain.run_small_list (on the
-        caller's stream), decided before anything else of a run is made (a pipelined run of
+        PLAIN_MAX_BYTES in all, for a PyTorch function this pipeline has called before:
+        plain.run_small_list (on the caller's stream), decided before anything else of a run is made (a pipelined run of
         a short list is its fixed costs: bulk blocks, events, threads; session 22, p137,
         p138). The same outputs and errors, the failing batch named as the long way names it
         (its note says the run was plain); stats made when read (staging "plain").
@@ -885,7 +884,8 @@ class StreamPipeline:
             stage_in = self._staging_mode(in_pinned)
             stage_out = None if spec.none else self._staging_mode(out_pinned)
             self.probe_stats = None
-            if warn_few and not (tensor and len(items) <= SMALL_LIST_MAX_BATCHES
+            if warn_few and not (self._plain_compute() and self.compute_threads == 1
+                                 and len(items) <= SMALL_LIST_MAX_BATCHES
                                  and sum(b.in_bytes for b in items) <= PLAIN_MAX_BYTES):
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
