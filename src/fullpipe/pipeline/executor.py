@@ -616,14 +616,7 @@ class StreamPipeline:
         if got is None:  # (pinned by the pin cache: a run of its own holds the range)
             return _NOT_SMALL
         y, call_s, wall_s = got
-        self.probe_stats = None
         out_bytes = y.nbytes
-        if notes:  # (said now, as a full run says it)
-            pinned = self._pinned_stats(usage, notes, stacklevel=4)
-        else:
-            held = self._pinned_pool.held_bytes  # (as stats.held_bytes, without filing the returned blocks)
-            ring = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
-
         streams = self.n_streams  # (the closure keeps no reference to the pipeline)
 
         def stats() -> PipelineStats:  # what run() records for the same run (its chunk: _tune's even split)
@@ -631,18 +624,34 @@ class StreamPipeline:
             st.chunk = {"rows": rows, "bytes": rows * row_bytes, "source": "even split",
                         **even_split_choice(rows, row_bytes, streams).as_dict(),
                         "probe_batches": 0, "refined_runs": 0, "new_shape_ms": 0.0}
-            st.pinned = pinned if notes else _pinned_record(usage, held, ring)
             return st
-        self._stats_later = stats
+        self._record_short_run(stats, usage, notes, stacklevel=5)  # (a warning points at run()'s caller)
         return y
 
-    def _plain_compute(self) -> bool:
+    def _record_short_run(self, make: Callable[[], PipelineStats], usage: PinnedUsage, notes: list,
+                          stacklevel: int) -> None:
+        """A short run's stats, made when read (``make``, plus the pinned pool's record as of
+        now); a note (the pinned pool was full) is said at once, as a full run says it."""
+        self.probe_stats = None
+        pinned = self._pinned_stats(usage, notes, stacklevel=stacklevel) if notes else None
+        held = self._pinned_pool.held_bytes  # (as stats.held_bytes, without filing the returned blocks)
+        ring = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
+
+        def stats() -> PipelineStats:
+            st = make()
+            st.pinned = pinned if pinned is not None else _pinned_record(usage, held, ring)
+            return st
+        self._stats_later = stats
+
+    def _plain_compute(self, any_output_spec: bool = False) -> bool:
         """May this pipeline's runs go plainly (plain.py)? A PyTorch function it has called
-        before, the defaults for staging and timing, outputs made from ``y``."""
+        before, the defaults for staging and timing, outputs made from ``y`` (of a declared
+        row shape or dtype too with ``any_output_spec``: run_plain checks them, the short
+        ways do not)."""
         tc, spec = self._tc, self.output
         return (tc is not None and tc.fw.name == "torch" and tc.graphs is None and tc.fn is self.compute
                 and self.staging == "auto" and self.timing is not True and not spec.none
-                and spec.row_shape is None and spec.dtype is None)
+                and (any_output_spec or (spec.row_shape is None and spec.dtype is None)))
 
     def _pinned_output_for(self, usage: PinnedUsage, notes: list) -> Callable[[tuple[int, ...], np.dtype], Any]:
         """A short run's pinned outputs: from the pinned pool, or None (a pageable output,
@@ -707,17 +716,9 @@ class StreamPipeline:
         if got is None:
             return _NOT_SMALL
         ys, call_s, wall_s = got
-        self.probe_stats = None
-        out_bytes = sum(o.nbytes for o in (outs_np if outs_np is not None else ys))
-        pinned = self._pinned_stats(usage, notes, stacklevel=5) if notes else None
-        held = self._pinned_pool.held_bytes
-        ring = self._ring_in.pinned_bytes + self._ring_out.pinned_bytes
-
-        def stats() -> PipelineStats:
-            st = plain_stats(total, out_bytes, wall_s, call_s, batches=len(ys))
-            st.pinned = pinned if pinned is not None else _pinned_record(usage, held, ring)
-            return st
-        self._stats_later = stats
+        out_bytes, n = sum(o.nbytes for o in (outs_np if outs_np is not None else ys)), len(ys)
+        self._record_short_run(lambda: plain_stats(total, out_bytes, wall_s, call_s, batches=n), usage, notes,
+                               stacklevel=6)  # (a warning points at run_batches()' caller)
         return ys if outs is None else outs
 
     def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
@@ -793,10 +794,8 @@ class StreamPipeline:
         ``torch.from_numpy`` cannot take as they are (NumPy bfloat16; read-only: a warning),
         nor for a range the pin cache pinned only in part (PyTorch's copy would take it for
         pinned: session 20's CUDA_ERROR_INVALID_VALUE)."""
-        tc = self._tc
-        return (len(batches) == 1 and n_probe == 0 and outputs is not None and tc is not None
-                and tc.fw.name == "torch" and tc.graphs is None and self.staging == "auto"
-                and self.timing is not True and x_np.nbytes <= PLAIN_MAX_BYTES
+        return (len(batches) == 1 and n_probe == 0 and outputs is not None
+                and self._plain_compute(any_output_spec=True) and x_np.nbytes <= PLAIN_MAX_BYTES
                 and x_np.dtype.kind != "V" and x_np.flags.writeable
                 and default_pin_cache().overlap(batches[0].src_addr, x_np.nbytes) != "partial")
 

@@ -218,7 +218,7 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
             if stage is not None and stage is not outs[j]:
                 np.copyto(outs[j], stage)
             made.append(None)
-        elif all_pinned or stage is None or stage.base is None:  # (pinned views, or already its own array)
+        elif all_pinned or stage.base is None:  # (pinned views, or already its own array)
             made.append(like_input(stage, kinds[j], torch_dtype=give_back))
         else:
             out = np.empty(shape, host_dtype)
