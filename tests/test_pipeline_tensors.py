@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import numpy as np
 import pytest
 
+import fullpipe.cuda.driver as fdriver
 import fullpipe.pipeline.executor as fexec
-from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline import PipelineWarning, StreamPipeline
 from fullpipe.pipeline.tensors import TensorFormError, compute_form
 from tests.test_pipeline_fakecuda import _assert_clean, fake  # noqa: F401 - fixture
 from tests.test_pipeline_protocol import Recorder
@@ -51,6 +53,7 @@ class FakeFramework:
     def __init__(self, device_index):
         self.device_index = device_index
         self.kept = []
+        self.copies = []
         self.cuts = 0  # batch inputs cut from a lane tensor (instead of made from an address)
 
     def stream(self, fp_stream):
@@ -80,6 +83,37 @@ class FakeFramework:
 
     def keep_for(self, y, other_fs):
         self.kept.append((y, other_fs))
+
+    # what the adapter needs once a function writes the same memory in every call
+    graph_trees = False  # PyTorch's CUDA graph trees in use (a test sets it)
+
+    @staticmethod
+    def nbytes(y):
+        return int(np.prod(y.shape)) * y.dtype.itemsize
+
+    @staticmethod
+    def address(y):
+        return y.ptr
+
+    def copy(self, y):
+        c = FakeTensor.empty(y.shape, y.dtype)
+        self.copies.append(c)  # (alive to the end: the fake has no stream-ordered caching allocator)
+        _current.stream.put(lambda: c.host().__setitem__(..., y.host()))
+        return c
+
+    def record(self, fs, event):
+        from tests.test_pipeline_fakecuda import FakeEvent
+
+        event = event or FakeEvent()
+        fdriver.driver().cuEventRecord(event, fs)
+        return event
+
+    @staticmethod
+    def wait(fs, event):
+        fdriver.driver().cuStreamWaitEvent(fs, event, 0)
+
+    def graph_trees_in_use(self):
+        return self.graph_trees
 
 
 class RowStats:
@@ -451,3 +485,96 @@ def test_a_short_lists_outputs_are_cut_from_few_pinned_blocks():
     assert carver.view((10, 10), np.dtype(np.float32), 5_000) is None
     assert carver.view((10, 10), np.dtype(np.float32), 5_000) is None
     assert len(refused) == 1  # (the pool is not asked again in the same run)
+
+
+class OneBuffer:
+    """A compute that writes one output buffer in every call and returns it, as a CUDA
+    graph's static output does (``torch.compile(mode="reduce-overhead")``): y = 2x + 1,
+    the write a little late, as a kernel behind others would be. ``fresh=True``: the
+    graph's output is copied into a new tensor before it is returned (``.float()`` after
+    the graph), so only the shared buffer itself races; ``trees`` then says that PyTorch's
+    graph trees are in use (the adapter's only sign): ``trees`` is the list of fake
+    frameworks to tell."""
+
+    def __init__(self, fresh=False, trees=None):
+        self.buf, self.fresh, self.trees, self.calls = {}, fresh, trees, 0
+
+    def __call__(self, x):
+        self.calls += 1
+        for fw in self.trees or ():  # (the fake frameworks made so far)
+            fw.graph_trees = True
+        buf = self.buf.get(x.shape)
+        if buf is None:
+            buf = self.buf[x.shape] = FakeTensor.empty(x.shape, np.float32)
+        s = _current.stream
+
+        def op():
+            time.sleep(2e-4)
+            buf.host()[...] = x.host() * 2 + 1
+
+        s.put(op)
+        if not self.fresh:
+            return buf
+        y = FakeTensor.empty(x.shape, np.float32)
+        self.buf.setdefault("fresh", []).append(y)  # (kept alive: the fake has no caching allocator)
+        s.put(lambda: y.host().__setitem__(..., buf.host()))
+        return y
+
+
+@pytest.mark.parametrize("copy_streams", [False, True])
+def test_a_compute_that_returns_one_buffer_turns_serial_and_its_run_is_done_again(fake, fakefw, copy_streams):
+    """Its output overlaps one another lane still copies out: the run is done again from the
+    start with calls one after another (each output copied on the device), right, with one
+    warning; later runs are serial from their first call."""
+    x = np.random.default_rng(8).random((3000, 4), dtype=np.float32)
+    if copy_streams:
+        fake.pinned.add(x.ctypes.data)
+    f = OneBuffer()
+    pipe = StreamPipeline(f, form="torch", streams=3, chunk=200, copy_streams=copy_streams)
+    with pytest.warns(PipelineWarning, match="one after another") as got:
+        y = pipe.run(x)
+    assert len([w for w in got if issubclass(w.category, PipelineWarning)]) == 1
+    np.testing.assert_array_equal(y, x * 2 + 1)
+    assert "still being copied out" in pipe.stats.compute_serial
+    assert 15 < f.calls < 30  # the first try stopped at the first overlap, the second ran all 15
+    for k in range(3):
+        xs = [x[i:i + 100 + 37 * k] for i in range(0, 2800, 300)]
+        calls = f.calls
+        ys = pipe.run_batches(xs)
+        assert f.calls - calls == len(xs)
+        for a, b in zip(xs, ys):
+            np.testing.assert_array_equal(b, a * 2 + 1)
+    _assert_clean(pipe)
+
+
+def test_cuda_graph_trees_turn_the_calls_serial_at_once(fake, fakefw):
+    """A compute whose graphs share memory but whose output is new each call shows no
+    overlap; the graph trees' presence, seen after the first call, makes the rest serial:
+    right, and nothing run again."""
+    x = np.random.default_rng(9).random((3000, 4), dtype=np.float32)
+    f = OneBuffer(fresh=True, trees=fakefw)
+    pipe = StreamPipeline(f, form="torch", streams=3, chunk=200)
+    with pytest.warns(PipelineWarning, match="graph trees"):
+        y = pipe.run(x)
+    np.testing.assert_array_equal(y, x * 2 + 1)
+    assert f.calls == 15 and "graph trees" in pipe.stats.compute_serial
+    _assert_clean(pipe)
+
+
+def test_outputs_that_view_the_input_or_are_new_stay_concurrent(fake, fakefw):
+    """A view of x is fullpipe's own memory (with copy_streams the batches' buffers come from
+    the pool, and a freed one comes back at the same address); a new output each call never
+    overlaps a held one: neither turns the calls serial."""
+    import warnings
+
+    x = np.random.default_rng(10).random((3000, 4), dtype=np.float32)
+    fake.pinned.add(x.ctypes.data)
+    for compute, want_y, kw in ((lambda t: t, x, {"copy_streams": True}), (lambda t: t, x, {}),
+                                (RowStats(), want(x), {})):
+        pipe = StreamPipeline(compute, form="torch", streams=3, chunk=100, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PipelineWarning)
+            for _ in range(2):
+                np.testing.assert_allclose(pipe.run(x), want_y, rtol=1e-6)
+        assert pipe.stats.compute_serial is None
+        _assert_clean(pipe)

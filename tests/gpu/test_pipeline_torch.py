@@ -629,7 +629,9 @@ def test_short_lists_read_each_output_before_the_next_call_and_resolve_lazy_conj
         return torch.mul(t, 2, out=buf)
 
     with StreamPipeline(reuse, pool=pool, device=device) as pipe:
-        pipe.run_batches(same)  # (the long way: its lanes' streams would race on buf; not checked)
+        ys = pipe.run_batches(same)  # the long way (see the next test for many batches)
+        for x, y in zip(same, ys):
+            torch.testing.assert_close(y, x * 2, rtol=0, atol=0)
         ys = pipe.run_batches(same)
         assert pipe.stats.staging["input"] == "plain"
         for x, y in zip(same, ys):
@@ -647,3 +649,63 @@ def test_short_lists_read_each_output_before_the_next_call_and_resolve_lazy_conj
             y1 = pipe.run(same[0])
             assert not y1.is_conj() and type(y1) is torch.Tensor
             torch.testing.assert_close(y1, want[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["reused buffer", "reduce-overhead", "reduce-overhead, float()",
+                                  "reduce-overhead, 3 threads"])
+def test_a_compute_that_writes_the_same_memory_every_call_gets_every_batchs_own_result(device, pool, case):
+    """Session 23 (p140): the long way gave thousands of wrong rows per run for a compute
+    returning one buffer it writes again, or torch.compile(mode="reduce-overhead")'s output.
+    Now its calls turn serial (a warning, stats.compute_serial) and every row is right, for
+    run() of a large pageable array and run_batches of many batches of mixed sizes, on the
+    first run (a new user's) and later ones."""
+    torch._dynamo.reset()
+    model = mlp(256, 2048, 256)
+    threads = 3 if "threads" in case else 1  # (compute threads)
+    if case == "reused buffer":
+        bufs: dict = {}
+
+        @torch.inference_mode()
+        def f(x):
+            buf = bufs.get(x.shape[0])
+            if buf is None:
+                buf = bufs[x.shape[0]] = torch.empty(x.shape[0], 256, device="cuda", dtype=torch.bfloat16)
+            torch.matmul(x.to(torch.bfloat16), model[0].weight[:256].t(), out=buf)
+            return buf
+        ref_f = f
+        tol = dict(rtol=0, atol=0)
+    else:
+        compiled = torch.compile(model, mode="reduce-overhead")
+
+        @torch.inference_mode()
+        def f(x):
+            y = compiled(x.to(torch.bfloat16))
+            return y.float() if "float()" in case else y
+
+        @torch.inference_mode()
+        def ref_f(x):
+            y = model(x.to(torch.bfloat16))
+            return y.float() if "float()" in case else y
+        tol = BF16_TOL
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(32768, 256, generator=gen)  # 32 MiB pageable
+    want = naive(ref_f, x, 4096)
+    sizes = [(300, 700, 1100, 1500, 1900)[int(v)] for v in torch.randint(0, 5, (40,), generator=gen)]
+    xs = [torch.randn(n, 256, generator=gen) for n in sizes]
+    want_list = [ref_f(b.cuda()).cpu() for b in xs]
+    if threads > 1:  # PyTorch keeps CUDA graph trees per thread: a clean failure that says so
+        with StreamPipeline(f, pool=pool, device=device, chunk="2MiB", compute_threads=threads) as pipe:
+            with pytest.raises(Exception) as info:
+                pipe.run(x)
+            assert "compute_threads=1" in " ".join(getattr(info.value, "__notes__", []))
+    with StreamPipeline(f, pool=pool, device=device, chunk="2MiB") as pipe:
+        with pytest.warns(UserWarning, match="one after another"):
+            y = pipe.run(x)
+        torch.testing.assert_close(y.float(), want.float(), **tol)
+        assert pipe.stats.compute_serial and pipe.stats.batches == 16
+        for _ in range(2):
+            y = pipe.run(x)
+            torch.testing.assert_close(y.float(), want.float(), **tol)
+            for got, w in zip(pipe.run_batches(xs), want_list):
+                torch.testing.assert_close(got.float(), w.float(), **tol)
+        assert pipe.stats.compute_serial

@@ -68,7 +68,7 @@ from . import compute_threads as ct
 from .plain import (PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain,
                     run_small, run_small_list)
 from . import imap as imap_windows
-from .tensors import TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
+from .tensors import ComputeSharesOutput, TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
 from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
                      even_split_choice, even_split_rows, fit_stage, parse_chunk, probe_rows)
 
@@ -101,7 +101,10 @@ class StreamPipeline:
       torch.cuda.stream(...)``, made once per pipeline stream), and returns ``y`` with
       one row per input row; ``y`` is copied to the host straight from its own memory
       (no device copy). The output's row shape and dtype are those of the first
-      batch's ``y``. See :mod:`fullpipe.pipeline.tensors`.
+      batch's ``y``. A function that writes the same device memory in every call (an
+      output buffer it returns again; torch.compile's CUDA graphs) is seen and then
+      called serially, each output copied once on the device (a warning,
+      ``stats.compute_serial``). See :mod:`fullpipe.pipeline.tensors`.
     - ``compute(stream, x, y)`` (the "stream" form): it gets the cuda.core ``Stream``
       (it has ``__cuda_stream__``) and :class:`~fullpipe.cuda.memory.DeviceArray`
       views of the batch's input and output (``__cuda_array_interface__``), must
@@ -219,8 +222,9 @@ class StreamPipeline:
       per thread: a model with cuDNN attention over many shapes builds each shape's
       plan on every thread, tens of ms each, so its first runs are much slower (a
       2-layer encoder over 92 shapes: 4.3 s against 0.17 s on one thread, session 18).
-      Not with torch.compile(mode="reduce-overhead") (wrong outputs through threads,
-      session 18), nor with graph=True.
+      Not with torch.compile(mode="reduce-overhead" or "max-autotune"): PyTorch keeps
+      their CUDA graphs per thread, and the first call on a thread fails (with a note
+      that says so); nor with graph=True.
       ``stats.compute_threads`` says how many ran and how long the enqueueing thread
       waited for them; the host-bound hint says when they might help. A
       ``compute(stream, x, y)`` is called with the device's context current.
@@ -318,6 +322,7 @@ class StreamPipeline:
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
+        self._said_serial = False  # the warning that the tensor function's calls turned serial was given
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
@@ -568,14 +573,21 @@ class StreamPipeline:
         fixed_rows = None if self.chunk == "auto" else chunk_rows(self.chunk, row_bytes, rows)
         self._start()
         ensure_current(self._dev_index)
-        usage = PinnedUsage()
-        notes: list[str] = []
-        pins = self._pins()
-        try:
-            return self._run_array(x, x_np, kind, out, out_np, tensor, spec, rows, row_bytes, out_shape, out_dtype,
-                                   fixed_rows, usage, notes, pins)
-        finally:
-            pins.release()
+        for again in (False, True):
+            usage = PinnedUsage()
+            notes: list[str] = []
+            pins = self._pins()
+            try:
+                got = self._run_array(x, x_np, kind, out, out_np, tensor, spec, rows, row_bytes, out_shape,
+                                      out_dtype, fixed_rows, usage, notes, pins)
+                break
+            except ComputeSharesOutput:  # its calls are serial from now on: the whole run again
+                if again:
+                    raise
+            finally:
+                pins.release()
+        self._say_serial()
+        return got
 
     def _run_small(self, x: Any) -> Any:
         """``run(x)`` of one small input into a new output, for a PyTorch function this
@@ -855,6 +867,7 @@ class StreamPipeline:
         usage = PinnedUsage()
         notes: list[str] = []
         pins = self._pins(register=pin_new)
+        retry = False
         try:
             in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
                                          self._pinned)
@@ -890,7 +903,14 @@ class StreamPipeline:
                 # to overlap by design: not worth a warning on its first run either)
                 self._warn_few_batches(len(items), None, 0, stacklevel=4)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
-                stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
+                try:
+                    stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
+                except ComputeSharesOutput:  # its calls are serial from now on: the whole run again
+                    retry = True
+            if retry:
+                pins.release()
+                return self._run_batches(given, outs, warn_few=False, pin_new=pin_new)
+            self._say_serial(stacklevel=4)
             stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run_batches -> _run_batches -> here)
             pins.annotate(stats)
             self.stats = stats
@@ -937,6 +957,17 @@ class StreamPipeline:
                                  read_ahead=read_ahead, totals=totals)
 
     # ------------------------------------------------------------------ helpers
+    def _say_serial(self, stacklevel: int = 3) -> None:
+        """Warn once when the tensor function's calls turned serial (tensors.py)."""
+        tc = self._tc
+        if tc is not None and tc.serial is not None and not self._said_serial:
+            self._said_serial = True
+            warnings.warn(f"{tc.serial}. Its calls now run one after another on the GPU, each output copied once "
+                          "on the device (the copies still overlap the calls); a run that may have read such "
+                          "memory too early was run again. For CUDA graphs through fullpipe, pass an eager "
+                          "function with graph=True (a graph per stream). stats.compute_serial says why.",
+                          PipelineWarning, stacklevel=stacklevel)
+
     def _pins(self, register: bool = True) -> "_Pins":
         """This run's holder of arrays pinned in place: registers only with pin_in_place and
         staging='auto' (and ``register``); holds what the cache registered unless
@@ -963,6 +994,7 @@ class StreamPipeline:
                                  "function is called on the enqueueing thread (compute_threads=1)")
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
                                      graphs=TorchGraphs() if self.graph else None)
+            self._said_serial = False
         return self._tc
 
     def _new_output(self, shape: Any, dtype: Any, pinned: bool, usage: PinnedUsage, notes: list) -> np.ndarray:
@@ -1571,6 +1603,7 @@ class StreamPipeline:
             stats.graph = self._run_graphs.stats(gx.run_stats(n))  # type: ignore[union-attr]
         elif tc is not None and tc.graphs is not None:
             stats.graph = tc.graphs.run_stats(n)
+        stats.compute_serial = tc.serial if tc is not None else None
         stats.timed_batches = len(run.timings)
         if run.timings:
             stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)

@@ -111,6 +111,9 @@ class PipelineStats:
     # StreamPipeline(compute_threads=N > 1): {"threads", "wait_ms" (the enqueueing thread waiting for
     # calls to come back)}; None: every call on the enqueueing thread
     compute_threads: dict[str, Any] | None = None
+    # why a tensor function's calls ran one after another on the GPU (it writes the same memory in every
+    # call: a reused output buffer, torch.compile's CUDA graphs; pipeline/tensors.py), or None
+    compute_serial: str | None = None
     # pinned memory this run took from the pinned pool: allocations, allocated_bytes (new pinning),
     # reuses, pool_held_bytes, ring_bytes[, fallback]
     pinned: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -32,12 +32,33 @@ PyTorch's own CUDA graphs (``torch.cuda.CUDAGraph``, so its caching allocator kn
 about the capture), one graph per lane and input shape, each with static input and
 output tensors; a batch is then ``static_x.copy_(x)`` (one device-to-device copy)
 and ``graph.replay()`` on the lane's stream, and the D2H reads ``static_y``.
+
+A function that writes the same device memory in every call breaks step 3 and the
+lanes' overlap: one output buffer reused, a CUDA graph's static output, and any
+``torch.compile`` mode that replays CUDA graphs (``"reduce-overhead"``,
+``"max-autotune"``), whose graphs also share static inputs and intermediates. The
+next batch's call, on another lane's stream, writes that memory while the D2H (or
+the graph) of the one before still reads it: silently wrong outputs (session 23,
+p140: thousands of rows off in most runs). :class:`TensorCompute` watches for it
+and then calls the function *serially* (:meth:`TensorCompute.serialize`): each
+call waits on the GPU for the one before and its output is copied once on the
+device before the next call may write it. Two signs, both checked on every call
+until one is seen:
+
+- ``y`` overlaps an output another lane still holds for its D2H: the memory may
+  already have been written, so the run raises :class:`ComputeSharesOutput` and the
+  pipeline runs it again from the start, serially (executor.py);
+- PyTorch's CUDA graph trees are in use in the calling thread
+  (:meth:`TorchFramework.graph_trees_in_use`): seen right after the first call that
+  made them, before a second could replay a graph; nothing needs doing again.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -49,6 +70,13 @@ from ..cuda.memory import DeviceArray, contiguous_strides
 FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
 BASE_CACHE_SIZE = 16  # tensors over the lanes' buffers kept across runs (3 per run with the defaults)
+
+
+class ComputeSharesOutput(RuntimeError):
+    """A tensor function returned device memory that another batch's output still uses
+    (see the module docstring). Raised inside a run, after the adapter has turned to
+    serial calls; the executor runs the run again from the start and the caller never
+    sees it."""
 
 
 class TensorFormError(TypeError):
@@ -235,6 +263,45 @@ class TorchFramework:
     def keep_for(self, y: Any, other_fs: Any) -> None:
         y.record_stream(other_fs)
 
+    @staticmethod
+    def nbytes(y: Any) -> int:
+        return y.nbytes
+
+    @staticmethod
+    def address(y: Any) -> int:
+        return y.data_ptr()
+
+    @staticmethod
+    def copy(y: Any) -> Any:
+        """A copy of ``y`` in new memory, on the current stream."""
+        return y.clone()
+
+    def record(self, fs: Any, event: Any) -> Any:
+        """``event`` (a new one if None) recorded on ``fs``."""
+        if event is None:
+            event = self.torch.cuda.Event()
+        event.record(fs)
+        return event
+
+    @staticmethod
+    def wait(fs: Any, event: Any) -> None:
+        fs.wait_event(event)
+
+    def graph_trees_in_use(self) -> bool:
+        """Has ``torch.compile`` made CUDA graph trees for this device in this thread
+        (``mode="reduce-overhead"`` or ``"max-autotune"``)? Their replays share static
+        inputs, intermediates and outputs. PyTorch keeps one tree manager per device and
+        thread from the first such call on; read through its private module, so any
+        change there reads as False (the output check still stands)."""
+        trees = sys.modules.get("torch._inductor.cudagraph_trees")
+        if trees is None:
+            return False
+        try:
+            container = trees.get_obj(trees.local, "tree_manager_containers").get(self.device_index)
+            return container is not None and container.tree_manager is not None
+        except Exception:  # noqa: BLE001 - another PyTorch's private layout
+            return False
+
 
 class CupyFramework:
     name = "cupy"
@@ -282,6 +349,32 @@ class CupyFramework:
 
     def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+
+    @staticmethod
+    def nbytes(y: Any) -> int:
+        return y.nbytes
+
+    @staticmethod
+    def address(y: Any) -> int:
+        return y.data.ptr
+
+    @staticmethod
+    def copy(y: Any) -> Any:
+        return y.copy()  # (on CuPy's current stream)
+
+    def record(self, fs: Any, event: Any) -> Any:
+        if event is None:
+            event = self.cupy.cuda.Event(disable_timing=True)
+        event.record(fs)
+        return event
+
+    @staticmethod
+    def wait(fs: Any, event: Any) -> None:
+        fs.wait_event(event)
+
+    @staticmethod
+    def graph_trees_in_use() -> bool:
+        return False
 
 
 def _pick_one_hint(y: Any) -> str:
@@ -341,6 +434,11 @@ class TensorCompute:
         self._caller_stream: Any = None  # the framework's current stream before the run, restored after
         self.out_row_bytes = 0  # the largest output row seen in run_batches (the executor's bulk staging)
         self.called = False  # f has returned once (a TypeError before that may be the wrong framework)
+        # calls one after another on the GPU (see the module docstring): why, or None
+        self.serial: str | None = None
+        self._held: list[tuple[int, int]] = [(0, 0)] * len(routes)  # per lane: the kept y's [start, end)
+        self._serial_lock = threading.Lock()
+        self._serial_done: Any = None  # the event after the last serial call and its copy
 
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
@@ -349,6 +447,7 @@ class TensorCompute:
         self.np_dtype = np.dtype(np_dtype)
         self._bases = []
         self._block = None
+        self._held = [(0, 0)] * len(self._held)
         self._caller_stream = self.fw.current_stream()
 
     def use_lanes(self, buffers: list[tuple[int, int]]) -> None:
@@ -390,18 +489,61 @@ class TensorCompute:
         fw, fs = self.fw, self._fs[lane]
         xt = self._input(lane, ptr, b.in_shape)
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
-        if g is None:
-            fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
-            y = self.call_fn(xt)
+        if g is not None:  # (fullpipe's own graphs: static tensors per lane)
+            y, shape, dtype, ptr = fw.output(g, fs)
+        elif self.serial is not None:
+            y, shape, dtype, ptr = self._call_serially(fs, xt)
         else:
-            y = g
-        y, shape, dtype, ptr = fw.output(y, fs)
+            fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
+            x_ptr = ptr
+            y, shape, dtype, ptr = fw.output(self.call_fn(xt), fs)
+            if not x_ptr <= ptr < x_ptr + b.in_bytes:  # (a view of x is fullpipe's memory, never shared)
+                y, ptr = self._check_shared(lane, fs, y, ptr)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
         self._keep[lane] = y  # alive until this lane's next batch: its D2H is enqueued by then
         host_dtype, give_back = fw.host_dtype(dtype)
         return ptr, (shape, host_dtype, give_back)
+
+    def _check_shared(self, lane: int, fs: Any, y: Any, ptr: int) -> tuple[Any, int]:
+        """The two signs of a function that writes the same memory in every call (module
+        docstring); returns ``y`` and its address (a copy once calls are serial)."""
+        end = ptr + self.fw.nbytes(y)
+        if end > ptr:
+            own_stream_d2h = self._fs_out[lane] is None  # (the lane's own D2H is ordered after its calls)
+            for k, (lo, hi) in enumerate(self._held):
+                if lo < end and ptr < hi and not (k == lane and own_stream_d2h):
+                    self.serialize("the compute returned memory that an earlier batch's output, still being "
+                                   "copied out, used (one output buffer written again, or a CUDA graph's static "
+                                   "output)")
+                    raise ComputeSharesOutput(f"the compute returned device memory [{ptr:#x}, {end:#x}) that an "
+                                              "earlier batch's output still uses")
+            self._held[lane] = (ptr, end)
+        if self.fw.graph_trees_in_use():
+            self.serialize("torch.compile's CUDA graph trees are in use in this thread (mode='reduce-overhead' "
+                           "or 'max-autotune'): their replays share static memory")
+            y = self.fw.copy(y)  # (this call's output, on its stream, before any next call)
+            self._serial_done = self.fw.record(fs, self._serial_done)
+            ptr = self.fw.address(y)
+        return y, ptr
+
+    def serialize(self, why: str) -> None:
+        """From now on, each call waits on the GPU for the one before and its output is
+        copied on the device before the next call may write the memory it returned."""
+        if self.serial is None:
+            self.serial = why
+
+    def _call_serially(self, fs: Any, xt: Any) -> tuple[Any, tuple[int, ...], Any, int]:
+        fw = self.fw
+        with self._serial_lock:  # (calls on compute threads take turns)
+            if self._serial_done is not None:
+                fw.wait(fs, self._serial_done)
+            fw.set_current(fs)
+            y, shape, dtype, _ = fw.output(self.call_fn(xt), fs)
+            y = fw.copy(y)
+            self._serial_done = fw.record(fs, self._serial_done)
+        return y, shape, dtype, fw.address(y)
 
     def call_fn(self, xt: Any) -> Any:
         """``f(xt)``; a TypeError from the first call gets a note on the framework it was
@@ -412,6 +554,9 @@ class TensorCompute:
             if not self.called:
                 _note_framework(exc, self.fw.name)
             raise
+        except Exception as exc:
+            _note_graph_trees_off_thread(exc)
+            raise
         self.called = True
         return y
 
@@ -420,6 +565,7 @@ class TensorCompute:
         drained; the lane buffers go back to the pool), and make the caller's stream
         current again."""
         self._keep = [None] * len(self._keep)
+        self._held = [(0, 0)] * len(self._held)
         self._bases = []
         self._block = None
         if self._caller_stream is not None:
@@ -451,6 +597,20 @@ def _note_framework(exc: BaseException, given: str) -> None:
         exc.add_note(f"fullpipe handed the compute a {kind}. If it is a "
                      f"{'CuPy' if other == 'cupy' else 'PyTorch'} function, pass form={other!r} to StreamPipeline "
                      "(a NumPy input goes to PyTorch when both are imported).")
+
+
+def _note_graph_trees_off_thread(exc: BaseException) -> None:
+    """torch.compile's CUDA graph trees (mode="reduce-overhead", "max-autotune") keep their
+    state per thread and fail, with a bare AssertionError, in a thread PyTorch did not set
+    up for them (compute_threads > 1: session 23). Say so."""
+    import traceback
+
+    if (threading.current_thread() is not threading.main_thread() and hasattr(exc, "add_note")
+            and any("cudagraph_trees" in f.filename for f in traceback.extract_tb(exc.__traceback__))):
+        exc.add_note("torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune') failed on a thread "
+                     "other than the main one: PyTorch keeps them per thread. Run such a model with "
+                     "compute_threads=1 (its calls then run one after another anyway), or compile it with "
+                     "another mode.")
 
 
 class TorchGraphs:
