@@ -85,7 +85,7 @@ class FakeFramework:
         self.kept.append((y, other_fs))
 
     # what the adapter needs once a function writes the same memory in every call
-    graph_trees = False  # PyTorch's CUDA graph trees in use (a test sets it)
+    graph_trees = 0  # the generation of PyTorch's CUDA graph trees (a compute that runs them adds one)
 
     @staticmethod
     def nbytes(y):
@@ -112,7 +112,7 @@ class FakeFramework:
     def wait(fs, event):
         fdriver.driver().cuStreamWaitEvent(fs, event, 0)
 
-    def graph_trees_in_use(self):
+    def graph_trees_state(self):
         return self.graph_trees
 
 
@@ -493,8 +493,8 @@ class OneBuffer:
     the write a little late, as a kernel behind others would be. ``fresh=True``: the
     graph's output is copied into a new tensor before it is returned (``.float()`` after
     the graph), so only the shared buffer itself races; ``trees`` then says that PyTorch's
-    graph trees are in use (the adapter's only sign): ``trees`` is the list of fake
-    frameworks to tell."""
+    graph trees ran (the adapter's only sign): ``trees`` is the list of fake frameworks
+    to tell."""
 
     def __init__(self, fresh=False, trees=None):
         self.buf, self.fresh, self.trees, self.calls = {}, fresh, trees, 0
@@ -502,7 +502,7 @@ class OneBuffer:
     def __call__(self, x):
         self.calls += 1
         for fw in self.trees or ():  # (the fake frameworks made so far)
-            fw.graph_trees = True
+            fw.graph_trees += 1
         buf = self.buf.get(x.shape)
         if buf is None:
             buf = self.buf[x.shape] = FakeTensor.empty(x.shape, np.float32)
@@ -549,15 +549,15 @@ def test_a_compute_that_returns_one_buffer_turns_serial_and_its_run_is_done_agai
 
 def test_cuda_graph_trees_turn_the_calls_serial_at_once(fake, fakefw):
     """A compute whose graphs share memory but whose output is new each call shows no
-    overlap; the graph trees' presence, seen after the first call, makes the rest serial:
-    right, and nothing run again."""
+    overlap; the graph trees' generation, changed by the first call, makes the rest serial: right,
+    and nothing run again."""
     x = np.random.default_rng(9).random((3000, 4), dtype=np.float32)
     f = OneBuffer(fresh=True, trees=fakefw)
     pipe = StreamPipeline(f, form="torch", streams=3, chunk=200)
-    with pytest.warns(PipelineWarning, match="graph trees"):
+    with pytest.warns(PipelineWarning, match="CUDA graphs"):
         y = pipe.run(x)
     np.testing.assert_array_equal(y, x * 2 + 1)
-    assert f.calls == 15 and "graph trees" in pipe.stats.compute_serial
+    assert f.calls == 15 and "CUDA graphs" in pipe.stats.compute_serial
     _assert_clean(pipe)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from fullpipe import StreamPipeline
 from fullpipe.cuda.pool import DevicePool
+from fullpipe.pipeline import PipelineWarning
 
 pytestmark = pytest.mark.gpu
 
@@ -709,3 +710,9 @@ def test_a_compute_that_writes_the_same_memory_every_call_gets_every_batchs_own_
             for got, w in zip(pipe.run_batches(xs), want_list):
                 torch.testing.assert_close(got.float(), w.float(), **tol)
         assert pipe.stats.compute_serial
+    # an eager function in the same thread, after those graphs ran, stays concurrent
+    with StreamPipeline(mlp_fn(model), pool=pool, device=device, chunk="2MiB") as pipe:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PipelineWarning)
+            pipe.run(x)
+        assert pipe.stats.compute_serial is None

@@ -48,9 +48,9 @@ until one is seen:
 - ``y`` overlaps an output another lane still holds for its D2H: the memory may
   already have been written, so the run raises :class:`ComputeSharesOutput` and the
   pipeline runs it again from the start, serially (executor.py);
-- PyTorch's CUDA graph trees are in use in the calling thread
-  (:meth:`TorchFramework.graph_trees_in_use`): seen right after the first call that
-  made them, before a second could replay a graph; nothing needs doing again.
+- the call ran PyTorch's CUDA graph trees (:meth:`TorchFramework.graph_trees_state`
+  changed across it): seen right after the first such call, a warm-up that replays
+  no graph, before a second call could; nothing needs doing again.
 """
 
 from __future__ import annotations
@@ -287,20 +287,24 @@ class TorchFramework:
     def wait(fs: Any, event: Any) -> None:
         fs.wait_event(event)
 
-    def graph_trees_in_use(self) -> bool:
-        """Has ``torch.compile`` made CUDA graph trees for this device in this thread
-        (``mode="reduce-overhead"`` or ``"max-autotune"``)? Their replays share static
-        inputs, intermediates and outputs. PyTorch keeps one tree manager per device and
-        thread from the first such call on; read through its private module, so any
-        change there reads as False (the output check still stands)."""
+    def graph_trees_state(self) -> Any:
+        """Where torch.compile's CUDA graph trees for this device and thread stand
+        (``mode="reduce-overhead"`` or ``"max-autotune"``): None (never imported), () (no
+        tree manager yet), or (manager, its generation). A call that runs one of their
+        graphs changes it: the manager's generation follows torch.compile's count of
+        calls (p142, session 23: +1 at each such call, warm-up and recording included;
+        nothing for an eager call, nor for a call compiled in the default mode, whose
+        manager is untouched). Read through PyTorch's private module: another layout
+        reads as None (the output check still stands)."""
         trees = sys.modules.get("torch._inductor.cudagraph_trees")
         if trees is None:
-            return False
+            return None
         try:
             container = trees.get_obj(trees.local, "tree_manager_containers").get(self.device_index)
-            return container is not None and container.tree_manager is not None
+            manager = container.tree_manager if container is not None else None
+            return (id(manager), manager.current_gen) if manager is not None else ()
         except Exception:  # noqa: BLE001 - another PyTorch's private layout
-            return False
+            return None
 
 
 class CupyFramework:
@@ -373,8 +377,8 @@ class CupyFramework:
         fs.wait_event(event)
 
     @staticmethod
-    def graph_trees_in_use() -> bool:
-        return False
+    def graph_trees_state() -> Any:
+        return None
 
 
 def _pick_one_hint(y: Any) -> str:
@@ -495,10 +499,13 @@ class TensorCompute:
             y, shape, dtype, ptr = self._call_serially(fs, xt)
         else:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
+            trees = fw.graph_trees_state()
             x_ptr = ptr
             y, shape, dtype, ptr = fw.output(self.call_fn(xt), fs)
             if not x_ptr <= ptr < x_ptr + b.in_bytes:  # (a view of x is fullpipe's memory, never shared)
-                y, ptr = self._check_shared(lane, fs, y, ptr)
+                self._check_shared(lane, ptr, fw.nbytes(y))
+            if trees != fw.graph_trees_state():
+                y, ptr = self._serialize_after_graphs(fs, y)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
@@ -506,10 +513,10 @@ class TensorCompute:
         host_dtype, give_back = fw.host_dtype(dtype)
         return ptr, (shape, host_dtype, give_back)
 
-    def _check_shared(self, lane: int, fs: Any, y: Any, ptr: int) -> tuple[Any, int]:
-        """The two signs of a function that writes the same memory in every call (module
-        docstring); returns ``y`` and its address (a copy once calls are serial)."""
-        end = ptr + self.fw.nbytes(y)
+    def _check_shared(self, lane: int, ptr: int, nbytes: int) -> None:
+        """Raise ComputeSharesOutput if [ptr, ptr + nbytes) overlaps an output another lane
+        still holds for its D2H (the first sign in the module docstring)."""
+        end = ptr + nbytes
         if end > ptr:
             own_stream_d2h = self._fs_out[lane] is None  # (the lane's own D2H is ordered after its calls)
             for k, (lo, hi) in enumerate(self._held):
@@ -520,13 +527,15 @@ class TensorCompute:
                     raise ComputeSharesOutput(f"the compute returned device memory [{ptr:#x}, {end:#x}) that an "
                                               "earlier batch's output still uses")
             self._held[lane] = (ptr, end)
-        if self.fw.graph_trees_in_use():
-            self.serialize("torch.compile's CUDA graph trees are in use in this thread (mode='reduce-overhead' "
-                           "or 'max-autotune'): their replays share static memory")
-            y = self.fw.copy(y)  # (this call's output, on its stream, before any next call)
-            self._serial_done = self.fw.record(fs, self._serial_done)
-            ptr = self.fw.address(y)
-        return y, ptr
+
+    def _serialize_after_graphs(self, fs: Any, y: Any) -> tuple[Any, int]:
+        """The call ran torch.compile's CUDA graphs (the second sign): serial from now on,
+        this call's output copied and its end recorded for the next call to wait on."""
+        self.serialize("the compute runs torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune'), "
+                       "whose replays share static memory")
+        y = self.fw.copy(y)
+        self._serial_done = self.fw.record(fs, self._serial_done)
+        return y, self.fw.address(y)
 
     def serialize(self, why: str) -> None:
         """From now on, each call waits on the GPU for the one before and its output is
