@@ -502,8 +502,10 @@ class TensorCompute:
             trees = fw.graph_trees_state()
             x_ptr = ptr
             y, shape, dtype, ptr = fw.output(self.call_fn(xt), fs)
-            if not x_ptr <= ptr < x_ptr + b.in_bytes:  # (a view of x is fullpipe's memory, never shared)
+            if not x_ptr <= ptr < x_ptr + b.in_bytes:
                 self._check_shared(lane, ptr, fw.nbytes(y))
+            else:  # (a view of x is fullpipe's memory, never shared; the lane holds nothing else now)
+                self._held[lane] = (0, 0)
             if trees != fw.graph_trees_state():
                 y, ptr = self._serialize_after_graphs(fs, y)
         check_rows(shape, b.in_shape)
@@ -616,10 +618,10 @@ def _note_graph_trees_off_thread(exc: BaseException) -> None:
 
     if (threading.current_thread() is not threading.main_thread() and hasattr(exc, "add_note")
             and any("cudagraph_trees" in f.filename for f in traceback.extract_tb(exc.__traceback__))):
-        exc.add_note("torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune') failed on a thread "
-                     "other than the main one: PyTorch keeps them per thread. Run such a model with "
-                     "compute_threads=1 (its calls then run one after another anyway), or compile it with "
-                     "another mode.")
+        exc.add_note("torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune') failed in a thread "
+                     "other than the main one: PyTorch keeps their state per thread. With compute_threads > 1, "
+                     "use compute_threads=1 (such a model's calls run one after another anyway); else run the "
+                     "pipeline in the thread that first ran the model, or compile it in another mode.")
 
 
 class TorchGraphs:
