@@ -8,9 +8,11 @@ host memory the fake streams work on), and outputs f allocates itself."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -83,6 +85,11 @@ class FakeFramework:
 
     def keep_for(self, y, other_fs):
         self.kept.append((y, other_fs))
+
+    # what compute threads read of the caller's modes (compute_threads.TorchModes)
+    torch = types.SimpleNamespace(is_inference_mode_enabled=lambda: False, is_grad_enabled=lambda: True,
+                                  is_autocast_enabled=lambda device: False,
+                                  set_grad_enabled=lambda on: contextlib.nullcontext())
 
     # what the adapter needs once a function writes the same memory in every call
     graph_trees = 0  # the generation of PyTorch's CUDA graph trees (a compute that runs them adds one)
@@ -521,16 +528,19 @@ class OneBuffer:
         return y
 
 
-@pytest.mark.parametrize("copy_streams", [False, True])
-def test_a_compute_that_returns_one_buffer_turns_serial_and_its_run_is_done_again(fake, fakefw, copy_streams):
+@pytest.mark.parametrize("copy_streams, threads", [(False, 1), (True, 1), (False, 3)])
+def test_a_compute_that_returns_one_buffer_turns_serial_and_its_run_is_done_again(fake, fakefw, copy_streams,
+                                                                                   threads):
     """Its output overlaps one another lane still copies out: the run is done again from the
     start with calls one after another (each output copied on the device), right, with one
-    warning; later runs are serial from their first call."""
+    warning; later runs are serial from their first call. On compute threads too (the
+    overlap is seen on a worker thread; its calls then take turns)."""
     x = np.random.default_rng(8).random((3000, 4), dtype=np.float32)
     if copy_streams:
         fake.pinned.add(x.ctypes.data)
     f = OneBuffer()
-    pipe = StreamPipeline(f, form="torch", streams=3, chunk=200, copy_streams=copy_streams)
+    pipe = StreamPipeline(f, form="torch", streams=3, chunk=200, copy_streams=copy_streams,
+                          compute_threads=threads)
     with pytest.warns(PipelineWarning, match="one after another") as got:
         y = pipe.run(x)
     assert len([w for w in got if issubclass(w.category, PipelineWarning)]) == 1
