@@ -588,3 +588,32 @@ def test_outputs_that_view_the_input_or_are_new_stay_concurrent(fake, fakefw):
                 np.testing.assert_allclose(pipe.run(x), want_y, rtol=1e-6)
         assert pipe.stats.compute_serial is None
         _assert_clean(pipe)
+
+
+def test_in_place_runs_are_right_and_a_shifted_output_is_refused(fake, fakefw):
+    """out=x (each output row where its input row is) is an in-place run; an output that
+    overlaps its input shifted by some rows would overwrite rows not yet read: refused
+    before anything runs, the input untouched."""
+    kept = []
+
+    def affine(t):  # y = 2x + 1, a new tensor, enqueued on the current stream
+        y = FakeTensor.empty(t.shape, np.float32)
+        kept.append(y)
+        _current.stream.put(lambda: y.host().__setitem__(..., t.host() * 2 + 1))
+        return y
+
+    x0 = np.random.default_rng(12).random((3000, 4), dtype=np.float32)
+    x = x0.copy()
+    pipe = StreamPipeline(affine, form="torch", streams=3, chunk=200)
+    assert pipe.run(x, out=x) is x
+    np.testing.assert_array_equal(x, x0 * 2 + 1)
+    xs = [x[i:i + 150] for i in range(0, 3000, 150)]
+    pipe.run_batches(xs, outs=xs)
+    np.testing.assert_array_equal(x, (x0 * 2 + 1) * 2 + 1)
+    before = x.copy()
+    with pytest.raises(ValueError, match="without lining up"):
+        pipe.run(x[:-100], out=x[100:])
+    with pytest.raises(ValueError, match=r"outs\[0\] shares memory"):
+        pipe.run_batches([x[0:100], x[200:300]], outs=[x[50:150], x[300:400]])
+    np.testing.assert_array_equal(x, before)
+    _assert_clean(pipe)

@@ -570,6 +570,8 @@ class StreamPipeline:
                     P.check_output(out_np, out_shape, out_dtype)  # type: ignore[arg-type]
         elif out_np is not None:
             _check_out_layout(out_np, rows, "out")
+        if out_np is not None:
+            _check_in_place(out_np, x_np, "out")
         fixed_rows = None if self.chunk == "auto" else chunk_rows(self.chunk, row_bytes, rows)
         self._start()
         ensure_current(self._dev_index)
@@ -861,6 +863,8 @@ class StreamPipeline:
         else:
             items, out_arrays, _ = P.batches_from_list(arrays, out_given, spec, addresses)
             self._check_input_dtype(items[0].src.dtype)
+        for i, (o, a) in enumerate(zip(out_given or (), arrays)):
+            _check_in_place(o, a, f"outs[{i}]")
         self._start()
         ensure_current(self._dev_index)
         kind = views[0][1]
@@ -2502,6 +2506,22 @@ def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool)
         if len(copies) > i:
             m[name] = copies[i]
     return m
+
+
+def _check_in_place(out: np.ndarray, x: np.ndarray, what: str) -> None:
+    """An output that shares memory with its input is safe only in place: each output row
+    starting where its input row starts, and no longer (``run(x, out=x)``). A row's output
+    is then written after its own batch's input was read, and never over a later row's
+    input; an output shifted against its input would overwrite rows not yet read. (Both
+    are C-contiguous with the same number of rows.)"""
+    if not np.may_share_memory(out, x):
+        return
+    rows = x.shape[0]
+    if out.ctypes.data == x.ctypes.data and out.nbytes // rows <= x.nbytes // rows:
+        return
+    raise ValueError(f"{what} shares memory with its input without lining up with it row for row (its rows would "
+                     "overwrite input rows not yet read): pass a separate array, or the input itself for an "
+                     "in-place run")
 
 
 def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
