@@ -545,7 +545,7 @@ class StreamPipeline:
         axis 0. Returns the output (``out`` if given; else a new one of the input's kind,
         pinned if ``x`` was pinned by its owner, or once fullpipe has pinned it in place
         for ``PINNED_OUTPUTS_AFTER_RUNS`` runs), or None with ``output=None``. ``out=x``
-        runs in place (output rows no longer than input rows); an ``out`` that shares memory
+        runs in place (``y`` of ``x``'s row shape and dtype); an ``out`` that shares memory
         with ``x`` shifted against it is refused."""
         self._check_not_running("run")
         if out is None and self._tc is not None:
