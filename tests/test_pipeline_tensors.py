@@ -95,8 +95,8 @@ class FakeFramework:
     graph_trees = 0  # the generation of PyTorch's CUDA graph trees (a compute that runs them adds one)
 
     @staticmethod
-    def nbytes(y):
-        return int(np.prod(y.shape)) * y.dtype.itemsize
+    def extent(y):  # (fake tensors are contiguous)
+        return y.ptr, y.ptr + int(np.prod(y.shape)) * y.dtype.itemsize
 
     @staticmethod
     def address(y):
@@ -590,10 +590,13 @@ def test_outputs_that_view_the_input_or_are_new_stay_concurrent(fake, fakefw):
         _assert_clean(pipe)
 
 
-def test_in_place_runs_are_right_and_a_shifted_output_is_refused(fake, fakefw):
-    """out=x (each output row where its input row is) is an in-place run; an output that
-    overlaps its input shifted by some rows would overwrite rows not yet read: refused
-    before anything runs, the input untouched."""
+def test_in_place_runs_are_right_and_overlaps_across_batches_are_refused(fake, fakefw):
+    """out=x (each output row where its input row is) is an in-place run; so is a batch whose
+    output overlaps its own input anyhow (its input is read before its output is written).
+    An output shifted against the input of run(), or over another batch's input, could be
+    written before that input is read: refused before anything runs, the input untouched.
+    The first in-place run calls serially (a run that went wrong could not be done again)
+    and, seeing no sign, makes the compute verified: later in-place runs overlap."""
     kept = []
 
     def affine(t):  # y = 2x + 1, a new tensor, enqueued on the current stream
@@ -607,13 +610,33 @@ def test_in_place_runs_are_right_and_a_shifted_output_is_refused(fake, fakefw):
     pipe = StreamPipeline(affine, form="torch", streams=3, chunk=200)
     assert pipe.run(x, out=x) is x
     np.testing.assert_array_equal(x, x0 * 2 + 1)
+    assert pipe._tc.verified and pipe.stats.compute_serial is None
     xs = [x[i:i + 150] for i in range(0, 3000, 150)]
     pipe.run_batches(xs, outs=xs)
     np.testing.assert_array_equal(x, (x0 * 2 + 1) * 2 + 1)
+    x1 = x.copy()
+    pipe.run_batches([x[0:100], x[1000:1100]], outs=[x[50:150], x[1050:1150]])  # each over its own input
+    np.testing.assert_array_equal(x[50:150], x1[0:100] * 2 + 1)
+    np.testing.assert_array_equal(x[1050:1150], x1[1000:1100] * 2 + 1)
     before = x.copy()
     with pytest.raises(ValueError, match="without lining up"):
         pipe.run(x[:-100], out=x[100:])
-    with pytest.raises(ValueError, match=r"outs\[0\] shares memory"):
-        pipe.run_batches([x[0:100], x[200:300]], outs=[x[50:150], x[300:400]])
+    with pytest.raises(ValueError, match=r"outs\[0\] shares memory with batch 1's input"):
+        pipe.run_batches([x[0:100], x[100:200]], outs=[x[50:150], x[300:400]])
     np.testing.assert_array_equal(x, before)
+    _assert_clean(pipe)
+
+
+def test_an_in_place_run_of_a_compute_that_returns_one_buffer_is_right_at_once(fake, fakefw):
+    """In place, a run that showed the first sign could not be done again (its inputs are
+    overwritten): the first in-place run calls serially while it watches, so the buffer is
+    seen without harm, every row is right, and nothing is run twice."""
+    x0 = np.random.default_rng(13).random((3000, 4), dtype=np.float32)
+    x = x0.copy()
+    f = OneBuffer()
+    pipe = StreamPipeline(f, form="torch", streams=3, chunk=200)
+    with pytest.warns(PipelineWarning, match="one after another"):
+        pipe.run(x, out=x)
+    np.testing.assert_array_equal(x, x0 * 2 + 1)
+    assert f.calls == 15 and pipe.stats.compute_serial and not pipe._tc.verified
     _assert_clean(pipe)

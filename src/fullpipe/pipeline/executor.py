@@ -30,6 +30,7 @@ pageable.py (CPU threads for pageable arrays), tuning.py (chunk="auto"), stats.p
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import dataclasses
@@ -323,6 +324,7 @@ class StreamPipeline:
         self._running = False
         self._tc: TensorCompute | None = None
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
+        self._in_place = False  # the run in progress writes its outputs over its inputs (run(x, out=x))
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
@@ -572,8 +574,7 @@ class StreamPipeline:
                     P.check_output(out_np, out_shape, out_dtype)  # type: ignore[arg-type]
         elif out_np is not None:
             _check_out_layout(out_np, rows, "out")
-        if out_np is not None:
-            _check_in_place(out_np, x_np, "out")
+        in_place = out_np is not None and _check_in_place(out_np, x_np, "out")
         fixed_rows = None if self.chunk == "auto" else chunk_rows(self.chunk, row_bytes, rows)
         self._start()
         ensure_current(self._dev_index)
@@ -581,14 +582,17 @@ class StreamPipeline:
             usage = PinnedUsage()
             notes: list[str] = []
             pins = self._pins()
+            self._in_place = in_place
             try:
                 got = self._run_array(x, x_np, kind, out, out_np, tensor, spec, rows, row_bytes, out_shape,
                                       out_dtype, fixed_rows, usage, notes, pins)
                 break
-            except ComputeSharesOutput:  # its calls are serial from now on: the whole run again
-                if again:
+            except ComputeSharesOutput as exc:  # its calls are serial from now on: the whole run again
+                if again or in_place:
+                    _cannot_run_again(exc, in_place)
                     raise
             finally:
+                self._in_place = False
                 pins.release()
         self._say_serial()
         return got
@@ -709,6 +713,7 @@ class StreamPipeline:
             if len(outs) != len(given):
                 return _NOT_SMALL
             outs_np = [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)]
+            _check_outputs_apart(outs_np, arrays)  # (as the long way: the same calls refused)
             for o, a in zip(outs_np, arrays):  # (_check_out_layout's conditions: else the long way says which)
                 if (not o.ndim or o.shape[0] != a.shape[0] or not o.flags.c_contiguous or not o.flags.writeable
                         or not _from_numpy_takes(o.dtype)):
@@ -865,15 +870,13 @@ class StreamPipeline:
         else:
             items, out_arrays, _ = P.batches_from_list(arrays, out_given, spec, addresses)
             self._check_input_dtype(items[0].src.dtype)
-        for i, (o, a) in enumerate(zip(out_given or (), arrays)):
-            _check_in_place(o, a, f"outs[{i}]")
+        in_place = out_given is not None and _check_outputs_apart(out_given, arrays)
         self._start()
         ensure_current(self._dev_index)
         kind = views[0][1]
         usage = PinnedUsage()
         notes: list[str] = []
         pins = self._pins(register=pin_new)
-        retry = False
         try:
             in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
                                          self._pinned)
@@ -908,14 +911,15 @@ class StreamPipeline:
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
                 self._warn_few_batches(len(items), None, 0, stacklevel=4)
+            self._in_place = in_place
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
                     stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
-                except ComputeSharesOutput:  # its calls are serial from now on: the whole run again
-                    retry = True
-            if retry:
-                pins.release()
-                return self._run_batches(given, outs, warn_few=False, pin_new=pin_new)
+                except ComputeSharesOutput as exc:  # its calls are serial from now on: the whole run again
+                    if in_place:
+                        _cannot_run_again(exc, in_place)
+                        raise
+                    stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
             self._say_serial(stacklevel=4)
             stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run_batches -> _run_batches -> here)
             pins.annotate(stats)
@@ -929,6 +933,7 @@ class StreamPipeline:
                         for o, (_, k) in zip(outputs.items, views)]
             return [like_input(o, k) for o, (_, k) in zip(out_arrays, views)]  # type: ignore[arg-type]
         finally:
+            self._in_place = False
             pins.release()
 
     def imap(self, batches: Iterable[Any], *, window: int | str = imap_windows.DEFAULT_WINDOW,
@@ -1492,7 +1497,8 @@ class StreamPipeline:
                              self._routes, self._ring_in, self._ring_out, device_bytes=graph_bytes)
             tc = self._tc if self.form == "tensor" else None
             if tc is not None:
-                tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype)
+                tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype,
+                             in_place=self._in_place)
                 if tc.graphs is not None:
                     tc.graphs.begin_run()
             if outputs is not None:
@@ -2510,20 +2516,53 @@ def _probe_point(pst: PipelineStats, i: int, with_compute: bool, with_out: bool)
     return m
 
 
-def _check_in_place(out: np.ndarray, x: np.ndarray, what: str) -> None:
-    """An output that shares memory with its input is safe only in place: each output row
-    starting where its input row starts, and no longer (``run(x, out=x)``). A row's output
-    is then written after its own batch's input was read, and never over a later row's
-    input; an output shifted against its input would overwrite rows not yet read. (Both
-    are C-contiguous with the same number of rows.)"""
+def _check_in_place(out: np.ndarray, x: np.ndarray, what: str) -> bool:
+    """run(): may ``out`` share memory with ``x``? Only in place: each output row where its
+    input row is, of the same size (``run(x, out=x)``). A batch's output is then written
+    after its own input was read, and over no other batch's input; any other overlap would
+    overwrite input rows another batch has not read yet (its H2D may wait on another
+    stream). Returns whether the run is in place. (Both C-contiguous, the same rows.)"""
     if not np.may_share_memory(out, x):
-        return
-    rows = x.shape[0]
-    if out.ctypes.data == x.ctypes.data and out.nbytes // rows <= x.nbytes // rows:
-        return
-    raise ValueError(f"{what} shares memory with its input without lining up with it row for row (its rows would "
-                     "overwrite input rows not yet read): pass a separate array, or the input itself for an "
-                     "in-place run")
+        return False
+    if out.ctypes.data == x.ctypes.data and out.nbytes == x.nbytes:
+        return True
+    raise ValueError(f"{what} shares memory with the input without lining up with it row for row (its rows would "
+                     "overwrite input rows not yet read): pass a separate array, or the input itself, of the "
+                     "output's row shape and dtype, for an in-place run")
+
+
+def _cannot_run_again(exc: BaseException, in_place: bool) -> None:
+    """A ComputeSharesOutput that reaches the caller: say why the run was not done again."""
+    if hasattr(exc, "add_note"):
+        exc.add_note("This run wrote its outputs over its inputs (out= shares their memory), so it cannot be done "
+                     "again: the rows of the batches already copied out may be wrong, and their inputs are gone. "
+                     "The compute's calls are serial from now on (an in-place run is serial until a run has shown "
+                     "it need not be): run it again from a copy of the input." if in_place else
+                     "It happened again in the run done again, whose calls were serial: please report it.")
+
+
+def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> bool:
+    """run_batches: no output may share memory with another batch's input (it may be
+    written before that batch's H2D read it); a batch's output over its own input is an
+    in-place batch (its input is read before its output is written, in stream order).
+    Returns whether any batch is in place. Address ranges, sorted: O(n log n)."""
+    spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes, j) for j, a in enumerate(inputs) if a.nbytes)
+    starts = [lo for lo, _, _ in spans]
+    reach = list(itertools.accumulate((hi for _, hi, _ in spans), max))
+    in_place = False
+    for i, o in enumerate(outs):
+        lo, hi = o.ctypes.data, o.ctypes.data + o.nbytes
+        k = bisect.bisect_left(starts, hi) - 1
+        while k >= 0 and reach[k] > lo:  # (reach: the furthest end among spans[0..k])
+            a, z, j = spans[k]
+            if a < hi and lo < z:
+                if j != i:
+                    raise ValueError(f"outs[{i}] shares memory with batch {j}'s input: it could be written before "
+                                     "that batch is read. Pass outputs apart from the other batches' inputs (each "
+                                     "batch's own input is allowed: an in-place batch)")
+                in_place = True
+            k -= 1
+    return in_place
 
 
 def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:

@@ -51,6 +51,12 @@ until one is seen:
 - the call ran PyTorch's CUDA graph trees (:meth:`TorchFramework.graph_trees_state`
   changed across it): seen right after the first such call, a warm-up that replays
   no graph, before a second call could; nothing needs doing again.
+
+A run that writes its outputs over its inputs (``run(x, out=x)``) cannot be done
+again, so until a run has shown neither sign on two lanes or more (``verified``)
+such a run is *careful*: its calls go serially while both signs are still watched.
+With ``graph=True``, a capture whose static output overlaps another stream's is
+refused (the graphs would race on it).
 """
 
 from __future__ import annotations
@@ -264,8 +270,14 @@ class TorchFramework:
         y.record_stream(other_fs)
 
     @staticmethod
-    def nbytes(y: Any) -> int:
-        return y.nbytes
+    def extent(y: Any) -> tuple[int, int]:
+        """[start, end) of the device memory ``y`` spans (a view's own span, not its
+        storage's); (0, 0) for an empty tensor."""
+        if not y.numel():
+            return 0, 0
+        item = y.element_size()
+        start = y.data_ptr()
+        return start, start + (1 + sum((n - 1) * st for n, st in zip(y.shape, y.stride()))) * item
 
     @staticmethod
     def address(y: Any) -> int:
@@ -300,7 +312,8 @@ class TorchFramework:
         if trees is None:
             return None
         try:
-            container = trees.get_obj(trees.local, "tree_manager_containers").get(self.device_index)
+            containers = trees.get_obj(trees.local, "tree_manager_containers")
+            container = containers.get(self.device_index) or containers.get(self.device)
             manager = container.tree_manager if container is not None else None
             return (id(manager), manager.current_gen) if manager is not None else ()
         except Exception:  # noqa: BLE001 - another PyTorch's private layout
@@ -355,8 +368,12 @@ class CupyFramework:
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
 
     @staticmethod
-    def nbytes(y: Any) -> int:
-        return y.nbytes
+    def extent(y: Any) -> tuple[int, int]:
+        if not y.size:
+            return 0, 0
+        low = sum(min(0, (n - 1) * st) for n, st in zip(y.shape, y.strides))  # (bytes; may be negative)
+        high = sum(max(0, (n - 1) * st) for n, st in zip(y.shape, y.strides)) + y.itemsize
+        return y.data.ptr + low, y.data.ptr + high
 
     @staticmethod
     def address(y: Any) -> int:
@@ -440,18 +457,29 @@ class TensorCompute:
         self.called = False  # f has returned once (a TypeError before that may be the wrong framework)
         # calls one after another on the GPU (see the module docstring): why, or None
         self.serial: str | None = None
-        self._held: list[tuple[int, int]] = [(0, 0)] * len(routes)  # per lane: the kept y's [start, end)
+        # no sign seen in a run whose calls were checked on two lanes or more: an in-place run
+        # need not be careful (begin_run)
+        self.verified = False
+        self._careful = False  # this run: calls serial, and checked, until verified (begin_run)
+        self._checked_lanes: set[int] = set()
+        self._held: list[tuple[int, int]] = [(0, 0)] * len(routes)  # per lane: the returned y's [start, end)
+        self._raw: list[Any] = [None] * len(routes)  # careful runs: each lane's last y as returned (alive)
+        self._check_lock = threading.Lock()  # (calls on compute threads check at once)
         self._serial_lock = threading.Lock()
         self._serial_done: Any = None  # the event after the last serial call and its copy
 
-    def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8) -> None:
+    def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8, in_place: bool = False) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
-        ``np_dtype``: the host input's dtype."""
+        ``np_dtype``: the host input's dtype. ``in_place``: the outputs overwrite the
+        inputs (``run(x, out=x)``): a run that showed the first sign could not be done
+        again, so until a run has shown neither sign the calls go serially, still checked."""
         self.in_dtype = in_dtype
         self.np_dtype = np.dtype(np_dtype)
         self._bases = []
         self._block = None
         self._held = [(0, 0)] * len(self._held)
+        self._checked_lanes = set()
+        self._careful = in_place and not self.verified and self.serial is None
         self._caller_stream = self.fw.current_stream()
 
     def use_lanes(self, buffers: list[tuple[int, int]]) -> None:
@@ -495,19 +523,23 @@ class TensorCompute:
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is not None:  # (fullpipe's own graphs: static tensors per lane)
             y, shape, dtype, ptr = fw.output(g, fs)
-        elif self.serial is not None:
-            y, shape, dtype, ptr = self._call_serially(fs, xt)
+        elif self.serial is not None or self._careful:
+            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, (ptr, ptr + b.in_bytes))
         else:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
             trees = fw.graph_trees_state()
-            x_ptr = ptr
-            y, shape, dtype, ptr = fw.output(self.call_fn(xt), fs)
-            if not x_ptr <= ptr < x_ptr + b.in_bytes:
-                self._check_shared(lane, ptr, fw.nbytes(y))
-            else:  # (a view of x is fullpipe's memory, never shared; the lane holds nothing else now)
-                self._held[lane] = (0, 0)
-            if trees != fw.graph_trees_state():
-                y, ptr = self._serialize_after_graphs(fs, y)
+            raw = self.call_fn(xt)
+            if self._shares(lane, raw, (ptr, ptr + b.in_bytes)):
+                self.serialize("the compute returned memory that an earlier batch's output, still being copied "
+                               "out, used (one output buffer written again, or a CUDA graph's static output)")
+                raise ComputeSharesOutput("the compute returned device memory that an earlier batch's output "
+                                          "still uses")
+            y, shape, dtype, ptr = fw.output(raw, fs)
+            if _graphs_ran(trees, fw.graph_trees_state()):
+                self.serialize(_GRAPHS_RAN)
+                y = fw.copy(y)  # (this call's output, on its stream, before any next call)
+                self._serial_done = fw.record(fs, self._serial_done)
+                ptr = fw.address(y)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
@@ -515,29 +547,26 @@ class TensorCompute:
         host_dtype, give_back = fw.host_dtype(dtype)
         return ptr, (shape, host_dtype, give_back)
 
-    def _check_shared(self, lane: int, ptr: int, nbytes: int) -> None:
-        """Raise ComputeSharesOutput if [ptr, ptr + nbytes) overlaps an output another lane
-        still holds for its D2H (the first sign in the module docstring)."""
-        end = ptr + nbytes
-        if end > ptr:
-            own_stream_d2h = self._fs_out[lane] is None  # (the lane's own D2H is ordered after its calls)
-            for k, (lo, hi) in enumerate(self._held):
-                if lo < end and ptr < hi and not (k == lane and own_stream_d2h):
-                    self.serialize("the compute returned memory that an earlier batch's output, still being "
-                                   "copied out, used (one output buffer written again, or a CUDA graph's static "
-                                   "output)")
-                    raise ComputeSharesOutput(f"the compute returned device memory [{ptr:#x}, {end:#x}) that an "
-                                              "earlier batch's output still uses")
-            self._held[lane] = (ptr, end)
-
-    def _serialize_after_graphs(self, fs: Any, y: Any) -> tuple[Any, int]:
-        """The call ran torch.compile's CUDA graphs (the second sign): serial from now on,
-        this call's output copied and its end recorded for the next call to wait on."""
-        self.serialize("the compute runs torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune'), "
-                       "whose replays share static memory")
-        y = self.fw.copy(y)
-        self._serial_done = self.fw.record(fs, self._serial_done)
-        return y, self.fw.address(y)
+    def _shares(self, lane: int, raw: Any, x_span: tuple[int, int]) -> bool:
+        """The first sign: does ``raw`` (f's result, before any contiguous copy) span memory
+        of an output another lane still holds (its D2H, or its contiguous copy, may still
+        read it)? Records ``raw``'s span for this lane otherwise. A view of the batch's own
+        input is fullpipe's memory and never counts."""
+        try:
+            lo, hi = self.fw.extent(raw)
+        except (AttributeError, TypeError):  # not a tensor: output() says what is wrong with it
+            return False
+        if x_span[0] <= lo and hi <= x_span[1]:
+            lo = hi = 0
+        own_d2h_in_order = self._fs_out[lane] is None  # (the lane's own D2H is ordered after its calls)
+        with self._check_lock:
+            if hi > lo:
+                for k, (a, z) in enumerate(self._held):
+                    if a < hi and lo < z and not (k == lane and own_d2h_in_order):
+                        return True
+            self._held[lane] = (lo, hi)
+            self._checked_lanes.add(lane)
+        return False
 
     def serialize(self, why: str) -> None:
         """From now on, each call waits on the GPU for the one before and its output is
@@ -545,13 +574,29 @@ class TensorCompute:
         if self.serial is None:
             self.serial = why
 
-    def _call_serially(self, fs: Any, xt: Any) -> tuple[Any, tuple[int, ...], Any, int]:
+    def _call_serially(self, lane: int, fs: Any, xt: Any,
+                       x_span: tuple[int, int]) -> tuple[Any, tuple[int, ...], Any, int]:
+        """A call after the one before it on the GPU, its output copied before the next.
+        In a careful run (``begin_run``) both signs are still watched, to learn whether the
+        function needs this: a sign makes it serial for good; neither, on two lanes or more,
+        makes it verified (``release``). Careful calls keep their raw output alive, so new
+        memory of the framework's allocator cannot take its place and read as a sign."""
         fw = self.fw
         with self._serial_lock:  # (calls on compute threads take turns)
             if self._serial_done is not None:
                 fw.wait(fs, self._serial_done)
             fw.set_current(fs)
-            y, shape, dtype, _ = fw.output(self.call_fn(xt), fs)
+            learning = self.serial is None
+            trees = fw.graph_trees_state() if learning else None
+            raw = self.call_fn(xt)
+            if learning:
+                if self._shares(lane, raw, x_span):
+                    self.serialize("the compute returned memory that an earlier batch's output used (one output "
+                                   "buffer written again, or a CUDA graph's static output)")
+                elif _graphs_ran(trees, fw.graph_trees_state()):
+                    self.serialize(_GRAPHS_RAN)
+                self._raw[lane] = raw
+            y, shape, dtype, _ = fw.output(raw, fs)
             y = fw.copy(y)
             self._serial_done = fw.record(fs, self._serial_done)
         return y, shape, dtype, fw.address(y)
@@ -561,11 +606,9 @@ class TensorCompute:
         handed (a CuPy function given a torch tensor, or the other way round)."""
         try:
             y = self.fn(xt)
-        except TypeError as exc:
-            if not self.called:
-                _note_framework(exc, self.fw.name)
-            raise
         except Exception as exc:
+            if isinstance(exc, TypeError) and not self.called:
+                _note_framework(exc, self.fw.name)
             _note_graph_trees_off_thread(exc)
             raise
         self.called = True
@@ -575,8 +618,13 @@ class TensorCompute:
         """Drop the outputs kept for the D2H and the lane tensors (the streams have
         drained; the lane buffers go back to the pool), and make the caller's stream
         current again."""
+        if self.serial is None and len(self._checked_lanes) >= 2:
+            self.verified = True
+        self._careful = False
         self._keep = [None] * len(self._keep)
+        self._raw = [None] * len(self._raw)
         self._held = [(0, 0)] * len(self._held)
+        self._checked_lanes = set()
         self._bases = []
         self._block = None
         if self._caller_stream is not None:
@@ -610,18 +658,29 @@ def _note_framework(exc: BaseException, given: str) -> None:
                      "(a NumPy input goes to PyTorch when both are imported).")
 
 
+_GRAPHS_RAN = ("the compute runs torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune'), whose "
+               "replays share static memory")
+
+
+def _graphs_ran(before: Any, after: Any) -> bool:
+    """The second sign: a CUDA graph tree manager after the call, not where it stood
+    before (TorchFramework.graph_trees_state)."""
+    return bool(after) and after != before
+
+
 def _note_graph_trees_off_thread(exc: BaseException) -> None:
     """torch.compile's CUDA graph trees (mode="reduce-overhead", "max-autotune") keep their
-    state per thread and fail, with a bare AssertionError, in a thread PyTorch did not set
-    up for them (compute_threads > 1: session 23). Say so."""
+    state per thread and fail, with a bare AssertionError, on fullpipe's compute threads
+    (compute_threads > 1: session 23). Say so."""
     import traceback
 
-    if (threading.current_thread() is not threading.main_thread() and hasattr(exc, "add_note")
+    from .compute_threads import on_compute_thread
+
+    if (on_compute_thread() and hasattr(exc, "add_note")
             and any("cudagraph_trees" in f.filename for f in traceback.extract_tb(exc.__traceback__))):
-        exc.add_note("torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune') failed in a thread "
-                     "other than the main one: PyTorch keeps their state per thread. With compute_threads > 1, "
-                     "use compute_threads=1 (such a model's calls run one after another anyway); else run the "
-                     "pipeline in the thread that first ran the model, or compile it in another mode.")
+        exc.add_note("torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune') failed on a compute "
+                     "thread: PyTorch keeps their state per thread. Use compute_threads=1 (such a model's calls "
+                     "run one after another anyway), or compile it in another mode.")
 
 
 class TorchGraphs:
@@ -713,6 +772,13 @@ class TorchGraphs:
         if not isinstance(static_y, torch.Tensor):
             raise TypeError(f"the compute returned {type(static_y).__name__}; a tensor function must return one "
                             "torch tensor")
+        lo, hi = TorchFramework.extent(static_y)
+        for (lane, *_), (_, _, other_y) in self._cache.items():
+            a, z = TorchFramework.extent(other_y)
+            if lane != key[0] and a < hi and lo < z:  # (one lane's graphs replay in order on its stream)
+                raise ValueError("graph=True: the compute returns memory that another stream's graph returns too "
+                                 "(one output buffer it writes in every call): the graphs would race on it. Return "
+                                 "a new tensor, or pass graph=False (fullpipe then calls it one call after another)")
         self._cache[key] = (graph, static_x, static_y)
         self.captures += 1
         return graph, static_x, static_y
