@@ -716,3 +716,36 @@ def test_a_compute_that_writes_the_same_memory_every_call_gets_every_batchs_own_
             warnings.simplefilter("error", PipelineWarning)
             pipe.run(x)
         assert pipe.stats.compute_serial is None
+
+
+def test_a_reused_buffer_returned_as_a_view_or_captured_with_graph_true(device, pool):
+    """A buffer written in every call and returned transposed (fullpipe's contiguous copy of
+    it, on one stream, would race with the next call's write on another) is seen from its
+    own span and called serially, every row right; with graph=True each stream's graph would
+    write that one buffer: refused at the second stream's capture, cleanly."""
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(16384, 64, generator=gen)
+    buf = torch.empty(64, 4096, device="cuda")
+
+    @torch.inference_mode()
+    def transposed(t):
+        b = buf[:, :t.shape[0]]
+        torch.mul(t.t(), 2, out=b)
+        return b.t()  # (rows, 64), not contiguous
+
+    with StreamPipeline(transposed, pool=pool, device=device, chunk=4096) as pipe:
+        with pytest.warns(UserWarning, match="one after another"):
+            y = pipe.run(x)
+        torch.testing.assert_close(y, x * 2, rtol=0, atol=0)
+
+    out = torch.empty(4096, 64, device="cuda")
+
+    @torch.inference_mode()
+    def into_out(t):
+        return torch.mul(t, 2, out=out[:t.shape[0]])
+
+    start = pool.stats().used_bytes
+    with StreamPipeline(into_out, pool=pool, device=device, chunk=4096, graph=True) as pipe:
+        with pytest.raises(ValueError, match="another stream's graph"):
+            pipe.run(x)
+        assert pool.stats().used_bytes == start and not pipe.resources()["running"]
