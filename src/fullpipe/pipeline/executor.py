@@ -324,7 +324,6 @@ class StreamPipeline:
         self._running = False
         self._tc: TensorCompute | None = None
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
-        self._in_place = False  # the run in progress writes its outputs over its inputs (run(x, out=x))
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
@@ -582,17 +581,15 @@ class StreamPipeline:
             usage = PinnedUsage()
             notes: list[str] = []
             pins = self._pins()
-            self._in_place = in_place
             try:
                 got = self._run_array(x, x_np, kind, out, out_np, tensor, spec, rows, row_bytes, out_shape,
-                                      out_dtype, fixed_rows, usage, notes, pins)
+                                      out_dtype, fixed_rows, usage, notes, pins, in_place)
                 break
             except ComputeSharesOutput as exc:  # its calls are serial from now on: the whole run again
                 if again or in_place:
                     _cannot_run_again(exc, in_place)
                     raise
             finally:
-                self._in_place = False
                 pins.release()
         self._say_serial()
         return got
@@ -744,8 +741,9 @@ class StreamPipeline:
 
     def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
                    tensor: bool, spec: Any, rows: int, row_bytes: int, out_shape: Any, out_dtype: Any,
-                   fixed_rows: int | None, usage: PinnedUsage, notes: list, pins: "_Pins") -> Any:
-        """run() once its arguments are checked: staging, chunking, the run itself."""
+                   fixed_rows: int | None, usage: PinnedUsage, notes: list, pins: "_Pins", in_place: bool) -> Any:
+        """run() once its arguments are checked: staging, chunking, the run itself
+        (``in_place``: ``out`` is ``x``'s memory)."""
         in_pinned = pins.pinned("input", x, x_np, self._pinned)
         new_pinned = in_pinned and pins.pinned_outputs()  # (a new output is pinned only for a pinned input)
         outputs: _Outputs | None = None
@@ -768,7 +766,7 @@ class StreamPipeline:
         source = "given"
         self.probe_stats = None
         pst_list: list[PipelineStats] = []
-        run_args = dict(outputs=outputs, usage=usage, kind=kind)
+        run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place)
         if fixed_rows is None:
             with nvtx.range("fullpipe.pipeline: chunk='auto'"):
                 fixed_rows, choice, start, n_probe, source = self._tune(
@@ -911,15 +909,15 @@ class StreamPipeline:
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
                 self._warn_few_batches(len(items), None, 0, stacklevel=4)
-            self._in_place = in_place
+            run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
-                    stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
+                    stats = self._execute(items, stage_in, stage_out, **run_args)
                 except ComputeSharesOutput as exc:  # its calls are serial from now on: the whole run again
                     if in_place:
                         _cannot_run_again(exc, in_place)
                         raise
-                    stats = self._execute(items, stage_in, stage_out, outputs=outputs, usage=usage, kind=kind)
+                    stats = self._execute(items, stage_in, stage_out, **run_args)
             self._say_serial(stacklevel=4)
             stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run_batches -> _run_batches -> here)
             pins.annotate(stats)
@@ -933,7 +931,6 @@ class StreamPipeline:
                         for o, (_, k) in zip(outputs.items, views)]
             return [like_input(o, k) for o, (_, k) in zip(out_arrays, views)]  # type: ignore[arg-type]
         finally:
-            self._in_place = False
             pins.release()
 
     def imap(self, batches: Iterable[Any], *, window: int | str = imap_windows.DEFAULT_WINDOW,
@@ -1457,9 +1454,11 @@ class StreamPipeline:
     # ------------------------------------------------------------------ the loop
     def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None,
                  mode: RunMode | None = None, outputs: "_Outputs | None" = None,
-                 usage: PinnedUsage | None = None, kind: HostKind | None = None) -> PipelineStats:
+                 usage: PinnedUsage | None = None, kind: HostKind | None = None,
+                 in_place: bool = False) -> PipelineStats:
         """Enqueue every batch (the host-driver pattern of the module docstring), wait
-        once at the end, and return what the run did."""
+        once at the end, and return what the run did (``in_place``: the outputs are the
+        inputs' memory, TensorCompute.begin_run)."""
         mode = self._run_mode() if mode is None else mode
         free_collected()  # pinned frees the collector queued: here, before any graph capture of this run
         n, K, N = len(batches), self.slots, self.n_streams
@@ -1498,7 +1497,7 @@ class StreamPipeline:
             tc = self._tc if self.form == "tensor" else None
             if tc is not None:
                 tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype,
-                             in_place=self._in_place)
+                             in_place=in_place)
                 if tc.graphs is not None:
                     tc.graphs.begin_run()
             if outputs is not None:

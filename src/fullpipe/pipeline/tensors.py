@@ -530,16 +530,13 @@ class TensorCompute:
             trees = fw.graph_trees_state()
             raw = self.call_fn(xt)
             if self._shares(lane, raw, (ptr, ptr + b.in_bytes)):
-                self.serialize("the compute returned memory that an earlier batch's output, still being copied "
-                               "out, used (one output buffer written again, or a CUDA graph's static output)")
+                self.serialize(_OUTPUT_SHARED)
                 raise ComputeSharesOutput("the compute returned device memory that an earlier batch's output "
                                           "still uses")
             y, shape, dtype, ptr = fw.output(raw, fs)
             if _graphs_ran(trees, fw.graph_trees_state()):
                 self.serialize(_GRAPHS_RAN)
-                y = fw.copy(y)  # (this call's output, on its stream, before any next call)
-                self._serial_done = fw.record(fs, self._serial_done)
-                ptr = fw.address(y)
+                y, ptr = self._copy_for_next(fs, y)  # (this call's output, before any next call)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
@@ -591,15 +588,20 @@ class TensorCompute:
             raw = self.call_fn(xt)
             if learning:
                 if self._shares(lane, raw, x_span):
-                    self.serialize("the compute returned memory that an earlier batch's output used (one output "
-                                   "buffer written again, or a CUDA graph's static output)")
+                    self.serialize(_OUTPUT_SHARED)
                 elif _graphs_ran(trees, fw.graph_trees_state()):
                     self.serialize(_GRAPHS_RAN)
                 self._raw[lane] = raw
             y, shape, dtype, _ = fw.output(raw, fs)
-            y = fw.copy(y)
-            self._serial_done = fw.record(fs, self._serial_done)
-        return y, shape, dtype, fw.address(y)
+            y, ptr = self._copy_for_next(fs, y)
+        return y, shape, dtype, ptr
+
+    def _copy_for_next(self, fs: Any, y: Any) -> tuple[Any, int]:
+        """``y`` copied on ``fs`` (the memory the function returned is free for its next
+        call), and the event the next call waits on recorded after it: (the copy, its address)."""
+        y = self.fw.copy(y)
+        self._serial_done = self.fw.record(fs, self._serial_done)
+        return y, self.fw.address(y)
 
     def call_fn(self, xt: Any) -> Any:
         """``f(xt)``; a TypeError from the first call gets a note on the framework it was
@@ -658,6 +660,8 @@ def _note_framework(exc: BaseException, given: str) -> None:
                      "(a NumPy input goes to PyTorch when both are imported).")
 
 
+_OUTPUT_SHARED = ("the compute returned memory that an earlier batch's output, still being copied out, used (one "
+                  "output buffer written again, or a CUDA graph's static output)")
 _GRAPHS_RAN = ("the compute runs torch.compile's CUDA graphs (mode='reduce-overhead' or 'max-autotune'), whose "
                "replays share static memory")
 
