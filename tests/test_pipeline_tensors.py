@@ -86,6 +86,20 @@ class FakeFramework:
     def keep_for(self, y, other_fs):
         self.kept.append((y, other_fs))
 
+    def repeat_rows(self, t, rows):
+        def op():
+            h, have = t.host(), rows
+            while have < len(h):
+                k = min(have, len(h) - have)
+                h[have:have + k] = h[:k]
+                have += k
+
+        _current.stream.put(op)
+
+    @staticmethod
+    def first_rows(y, rows):
+        return FakeTensor(y.ptr, (rows,) + y.shape[1:], y.dtype, owner=y)
+
     # what compute threads read of the caller's modes (compute_threads.TorchModes)
     torch = types.SimpleNamespace(is_inference_mode_enabled=lambda: False, is_grad_enabled=lambda: True,
                                   is_autocast_enabled=lambda device: False,
@@ -640,3 +654,82 @@ def test_an_in_place_run_of_a_compute_that_returns_one_buffer_is_right_at_once(f
     np.testing.assert_array_equal(x, x0 * 2 + 1)
     assert f.calls == 15 and pipe.stats.compute_serial and not pipe._tc.verified
     _assert_clean(pipe)
+
+
+# --------------------------------------------------------------------------- pad_last
+class ShapeLog(RowStats):
+    """RowStats that logs the shape of every call, and the input rows of the calls at
+    ``watch`` rows as the stream saw them; optionally slow at each new shape's first call
+    (a framework's per-shape setup: cuDNN plans, a recompile)."""
+
+    def __init__(self, new_shape_s=0.0, watch=None):
+        super().__init__()
+        self.shapes, self.new_shape_s, self.watch, self.seen_inputs = [], new_shape_s, watch, []
+
+    def __call__(self, x):
+        if self.new_shape_s and x.shape not in self.shapes:
+            time.sleep(self.new_shape_s)
+        self.shapes.append(x.shape)
+        if x.shape[0] == self.watch:
+            _current.stream.put(lambda: self.seen_inputs.append(x.host().copy()))
+        return super().__call__(x)
+
+
+def test_pad_last_runs_the_last_chunk_at_the_chunks_rows_and_returns_its_own(fake, fakefw):
+    x = np.random.default_rng(3).random((1000, 16), dtype=np.float32)  # chunks of 300, 300, 300, 100
+    f = ShapeLog(watch=300)
+    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_last=True) as pipe:
+        y = pipe.run(x)
+        np.testing.assert_allclose(y, want(x), rtol=1e-6)
+        assert set(f.shapes) == {(300, 16)} and pipe.stats.chunk["padded_rows"] == 200
+        last_in = next(a for a in f.seen_inputs if np.array_equal(a[:100], x[900:]))  # (streams run in any order)
+        # the last chunk's rows, then copies of them in turn
+        np.testing.assert_array_equal(last_in, np.concatenate([x[900:], x[900:], x[900:]]))
+        y2 = pipe.run(x[:950])  # another length, another last chunk: still one shape
+        np.testing.assert_allclose(y2, want(x[:950]), rtol=1e-6)
+        assert set(f.shapes) == {(300, 16)} and pipe.stats.chunk["padded_rows"] == 250
+    f = ShapeLog()
+    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_last=False) as pipe:
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+        assert set(f.shapes) == {(300, 16), (100, 16)} and "padded_rows" not in pipe.stats.chunk
+
+
+def test_pad_last_needs_a_lane_buffer_and_a_known_mode(fake, fakefw):
+    x = np.random.default_rng(4).random((1000, 16), dtype=np.float32)
+    f = ShapeLog()
+    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_last=True, copy_streams=True) as pipe:
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)  # no lane buffers: as is
+        assert (100, 16) in f.shapes and "padded_rows" not in pipe.stats.chunk
+
+    with pytest.raises(TypeError, match="pad_last"):
+        StreamPipeline(f, form="torch", pad_last="yes")
+
+
+def test_pad_last_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fakefw):
+    fake.jitter["value"] = 0.0
+    x = np.random.default_rng(5).random((48 * (1 << 20) // 64 + 37, 16), dtype=np.float32)  # 48 MiB and a bit
+    f = ShapeLog(new_shape_s=0.3)
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        y = pipe.run(x)
+        np.testing.assert_allclose(y, want(x), rtol=1e-5)
+        c = pipe.stats.chunk
+        assert c["new_shape_ms"] >= 250 and c["padded_rows"] > 0
+        first = set(f.shapes)
+        row_bytes = 16 * 4
+        probes = {((1 << 20) // row_bytes, 16), ((8 << 20) // row_bytes, 16)}
+        assert (c["rows"], 16) in first and first <= probes | {(c["rows"], 16)}  # no shape of a last chunk
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
+        np.testing.assert_allclose(pipe.run(x[:-1000]), want(x[:-1000]), rtol=1e-5)  # another length
+        assert set(f.shapes) == first
+        # once the padding's cost adds up to one new shape's, the last chunk runs at its own shape
+        # (once: it is a shape seen from then on)
+        new_shape_s = c["new_shape_ms"] / 1e3
+        pipe._pad_paid = {k: new_shape_s for k in pipe._pad_paid}
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
+        assert "padded_rows" not in pipe.stats.chunk and len(set(f.shapes)) == len(first) + 1
+        pipe.run(x)
+        assert "padded_rows" not in pipe.stats.chunk and len(set(f.shapes)) == len(first) + 1
+    f = ShapeLog()  # a compute with no per-shape cost: nothing padded
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        pipe.run(x)
+        assert "padded_rows" not in pipe.stats.chunk

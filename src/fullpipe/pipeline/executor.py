@@ -162,6 +162,20 @@ class StreamPipeline:
       come back for ``PINNED_OUTPUTS_AFTER_RUNS`` (16) runs in place, and are pinned from
       the pinned pool after (the D2H straight in: 3-4x faster steady runs, for two outputs'
       worth of pinned memory; ``_Pins.pinned_outputs``). False: never.
+    - ``pad_last``: a tensor function's :meth:`run` cuts its input into chunks of equal
+      rows and a shorter last one, a batch shape of its own. A framework model can pay
+      seconds for each new shape (cuDNN plans: 3 s for a torchvision mobilenet_v3_large on
+      an H100; torch.compile recompiles), and a run of another length has another last
+      chunk. Padded, the last chunk runs at the others' rows: its rows, then copies of
+      them in the device buffer after it; only its own rows come back. This needs each
+      output row to depend only on its input row, as cutting the input into chunks does
+      anyway. ``"auto"`` (default): pad where ``chunk="auto"`` measured that a new shape
+      costs the compute more than ``NEW_SHAPE_COSTLY_S``, and only until the padding's
+      compute (predicted) adds up to one new shape's cost: then the last chunk runs at
+      its own shape once, and is a shape seen from then on. ``True``: always (a fixed
+      chunk, a model you know to be slow at new shapes); ``False``: never.
+      ``stats.chunk["padded_rows"]`` says how many rows a run added. Not where the
+      batch has no lane buffer to grow into (``copy_streams=True``).
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
       for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
     - ``pinned_pool``: the :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the ring's
@@ -262,6 +276,7 @@ class StreamPipeline:
         pinned_pool: Any = None,
         pin_in_place: bool = True,
         compute_threads: int = 1,
+        pad_last: bool | str = "auto",
     ):
         self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
         self._form_option = form
@@ -314,6 +329,10 @@ class StreamPipeline:
         if not isinstance(pin_in_place, bool):
             raise TypeError(f"pin_in_place must be True or False, got {pin_in_place!r}")
         self.pin_in_place = pin_in_place
+        if not (isinstance(pad_last, bool) or pad_last == "auto"):
+            raise TypeError(f"pad_last must be True, False or 'auto', got {pad_last!r}")
+        self.pad_last = pad_last
+        self._pad_paid: dict[tuple, float] = {}  # pad_last="auto": (tune key, last rows) -> padding's cost so far
         self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
         if self.compute_threads > 1 and self.form == "none":
             raise ValueError(f"compute_threads={compute_threads} needs a compute to call (compute=None)")
@@ -773,6 +792,8 @@ class StreamPipeline:
                     x_np, None if tensor else out_np, rows, row_bytes, stage_in, stage_out, run_args, pst_list)
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
+        if tensor:
+            self._pad_last_chunk(batches, fixed_rows, row_bytes, self._tune_key(x_np, stage_in, stage_out))
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
         if self._runs_plain(batches, n_probe, x_np, outputs):
@@ -786,6 +807,8 @@ class StreamPipeline:
             with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
                 stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
+        if tensor and self._tc is not None and self._tc.padded_rows:
+            stats.chunk["padded_rows"] = self._tc.padded_rows
         if choice is not None:
             stats.chunk.update(choice.as_dict())
             stats.chunk["probe_batches"] = n_probe
@@ -1163,6 +1186,35 @@ class StreamPipeline:
         if result[0] != self._SUCCESS:
             raise drv.error_from_code(name, result[0])
         return result[1] if len(result) > 1 else None
+
+    def _pad_last_chunk(self, batches: list[P.Batch], chunk_rows: int, row_bytes: int, key: tuple) -> None:
+        """run() of a tensor function: run the last chunk at the others' rows (``pad_last``)
+        where that saves a new batch shape. "auto": rent until the padding's predicted
+        compute adds up to what a new shape cost the compute once, then buy (the shape)
+        — at most about twice the better of the two in hindsight."""
+        tc = self._tc
+        if self.pad_last is False or tc is None or len(batches) < 2:
+            return
+        last = batches[-1]
+        rows = last.in_shape[0]
+        if rows >= chunk_rows or batches[-2].in_shape[0] != chunk_rows:
+            return
+        if self.pad_last is True:
+            last.pad_to = chunk_rows
+            return
+        tuned = self._tuned.get(key)
+        if tuned is None or not tuned.costly_shapes or last.in_shape in tc.shapes_seen:
+            return
+        compute = tuned.models.get("compute")
+        cost_s = (chunk_rows - rows) * row_bytes * (compute.per_byte_s if compute is not None else 0.0)
+        paid_key = (key, rows)
+        paid_s = self._pad_paid.get(paid_key, 0.0)
+        if paid_s + cost_s > tuned.new_shape_s:
+            return  # (from this run on its shape is one the compute has seen)
+        if len(self._pad_paid) >= 256:
+            self._pad_paid.clear()
+        self._pad_paid[paid_key] = paid_s + cost_s
+        last.pad_to = chunk_rows
 
     # ------------------------------------------------------------------ chunk="auto"
     def _tune_key(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> tuple:

@@ -121,6 +121,9 @@ class Batch:
     out_shape: tuple[int, ...] | None
     rows: tuple[int, int] | None = None  # (start, stop) when cut from one array
     src_address: dataclasses.InitVar[int | None] = None  # src's address when the caller has it already
+    # run(): the last chunk, shorter than the others, may be run at their rows (copies of its
+    # own rows after it; only its rows come back): a batch shape the compute has seen. 0: as is.
+    pad_to: int = 0
 
     def __post_init__(self, src_address: int | None) -> None:
         # Read once here, not per enqueue: the executor's loop counts microseconds.

@@ -76,6 +76,7 @@ from ..cuda.memory import DeviceArray, contiguous_strides
 FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
 BASE_CACHE_SIZE = 16  # tensors over the lanes' buffers kept across runs (3 per run with the defaults)
+SHAPES_SEEN_SIZE = 4096  # input shapes remembered for pad_last (run_batches of many shapes: forgotten all at once)
 
 
 class ComputeSharesOutput(RuntimeError):
@@ -270,6 +271,20 @@ class TorchFramework:
         y.record_stream(other_fs)
 
     @staticmethod
+    def repeat_rows(t: Any, rows: int) -> None:
+        """Fill ``t[rows:]`` with copies of ``t[:rows]``, in turn, on the current stream
+        (a padded last chunk: :meth:`TensorCompute._padded_input`)."""
+        n, have = t.shape[0], rows
+        while have < n:
+            k = min(have, n - have)
+            t[have:have + k].copy_(t[:k])
+            have += k
+
+    @staticmethod
+    def first_rows(y: Any, rows: int) -> Any:
+        return y[:rows]
+
+    @staticmethod
     def extent(y: Any) -> tuple[int, int]:
         """[start, end) of the device memory ``y`` spans (a view's own span, not its
         storage's); (0, 0) for an empty tensor."""
@@ -366,6 +381,18 @@ class CupyFramework:
 
     def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+
+    @staticmethod
+    def repeat_rows(t: Any, rows: int) -> None:
+        n, have = t.shape[0], rows  # (as TorchFramework.repeat_rows; CuPy copies on its current stream)
+        while have < n:
+            k = min(have, n - have)
+            t[have:have + k] = t[:k]
+            have += k
+
+    @staticmethod
+    def first_rows(y: Any, rows: int) -> Any:
+        return y[:rows]
 
     @staticmethod
     def extent(y: Any) -> tuple[int, int]:
@@ -467,6 +494,8 @@ class TensorCompute:
         self._check_lock = threading.Lock()  # (calls on compute threads check at once)
         self._serial_lock = threading.Lock()
         self._serial_done: Any = None  # the event after the last serial call and its copy
+        self.padded_rows = 0  # rows added to padded last chunks in this run (_padded_input)
+        self.shapes_seen: set[tuple[int, ...]] = set()  # input shapes f was called with (pad_last)
 
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8, in_place: bool = False) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
@@ -475,6 +504,7 @@ class TensorCompute:
         again, so until a run has shown neither sign the calls go serially, still checked."""
         self.in_dtype = in_dtype
         self.np_dtype = np.dtype(np_dtype)
+        self.padded_rows = 0
         self._bases = []
         self._block = None
         self._held = [(0, 0)] * len(self._held)
@@ -519,17 +549,28 @@ class TensorCompute:
 
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> tuple[int, tuple]:
         fw, fs = self.fw, self._fs[lane]
-        xt = self._input(lane, ptr, b.in_shape)
+        keep = 0  # a padded last chunk (b.pad_to): the rows of f's output that are the batch's
+        x_span = (ptr, ptr + b.in_bytes)
+        xt = self._padded_input(lane, fs, ptr, b) if b.pad_to else None
+        if xt is not None:
+            keep = b.in_shape[0]
+            x_span = (ptr, ptr + b.in_bytes // max(keep, 1) * b.pad_to)
+        else:
+            xt = self._input(lane, ptr, b.in_shape)
+        seen = self.shapes_seen
+        if len(seen) >= SHAPES_SEEN_SIZE:
+            seen.clear()
+        seen.add((b.pad_to,) + b.in_shape[1:] if keep else b.in_shape)
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is not None:  # (fullpipe's own graphs: static tensors per lane)
-            y, shape, dtype, ptr = fw.output(g, fs)
+            y, shape, dtype, ptr = fw.output(self._unpad(g, b.pad_to, keep), fs)
         elif self.serial is not None or self._careful:
-            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, (ptr, ptr + b.in_bytes))
+            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, x_span, b.pad_to, keep)
         else:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
             trees = fw.graph_trees_state()
-            raw = self.call_fn(xt)
-            if self._shares(lane, raw, (ptr, ptr + b.in_bytes)):
+            raw = self._unpad(self.call_fn(xt), b.pad_to, keep)
+            if self._shares(lane, raw, x_span):
                 self.serialize(_OUTPUT_SHARED)
                 raise ComputeSharesOutput("the compute returned device memory that an earlier batch's output "
                                           "still uses")
@@ -543,6 +584,35 @@ class TensorCompute:
         self._keep[lane] = y  # alive until this lane's next batch: its D2H is enqueued by then
         host_dtype, give_back = fw.host_dtype(dtype)
         return ptr, (shape, host_dtype, give_back)
+
+    def _padded_input(self, lane: int, fs: Any, ptr: int, b: Any) -> Any:
+        """The last chunk of a run padded to ``b.pad_to`` rows (the run's chunk, a batch
+        shape f has seen): its rows, then copies of them, in the lane's buffer past the
+        batch. None where the buffer has no room (no lane buffers: ``copy_streams``, a
+        bulk block): the batch runs at its own shape."""
+        if not self._bases or self._bases[lane][0] != ptr:
+            return None
+        shape = (b.pad_to,) + tuple(b.in_shape[1:])
+        n = math.prod(shape)
+        base = self._bases[lane][1]
+        if n > math.prod(base.shape):
+            return None
+        xt = self.fw.cut(base, n, shape)
+        self.fw.set_current(fs)  # (the copies go on the lane's stream, after the batch's H2D)
+        self.fw.repeat_rows(xt, b.in_shape[0])
+        self.padded_rows += b.pad_to - b.in_shape[0]
+        return xt
+
+    def _unpad(self, raw: Any, rows: int, keep: int) -> Any:
+        """f's output for a padded input: checked for one row per input row, then its
+        first ``keep`` rows (a view); as is when nothing was padded."""
+        if not keep:
+            return raw
+        shape = getattr(raw, "shape", None)
+        if shape is None:
+            return raw  # (output() says what is wrong with it)
+        check_rows(tuple(shape), (rows,))
+        return self.fw.first_rows(raw, keep)
 
     def _shares(self, lane: int, raw: Any, x_span: tuple[int, int]) -> bool:
         """The first sign: does ``raw`` (f's result, before any contiguous copy) span memory
@@ -571,8 +641,8 @@ class TensorCompute:
         if self.serial is None:
             self.serial = why
 
-    def _call_serially(self, lane: int, fs: Any, xt: Any,
-                       x_span: tuple[int, int]) -> tuple[Any, tuple[int, ...], Any, int]:
+    def _call_serially(self, lane: int, fs: Any, xt: Any, x_span: tuple[int, int], pad_to: int = 0,
+                       keep: int = 0) -> tuple[Any, tuple[int, ...], Any, int]:
         """A call after the one before it on the GPU, its output copied before the next.
         In a careful run (``begin_run``) both signs are still watched, to learn whether the
         function needs this: a sign makes it serial for good; neither, on two lanes or more,
@@ -585,7 +655,7 @@ class TensorCompute:
             fw.set_current(fs)
             learning = self.serial is None
             trees = fw.graph_trees_state() if learning else None
-            raw = self.call_fn(xt)
+            raw = self._unpad(self.call_fn(xt), pad_to, keep)
             if learning:
                 if self._shares(lane, raw, x_span):
                     self.serialize(_OUTPUT_SHARED)
