@@ -703,6 +703,8 @@ def test_pad_last_needs_a_lane_buffer_and_a_known_mode(fake, fakefw):
 
     with pytest.raises(TypeError, match="pad_last"):
         StreamPipeline(f, form="torch", pad_last="yes")
+    with pytest.raises(ValueError, match="pad_last=True pads the last chunk a tensor function"):
+        StreamPipeline(lambda stream, x, y: None, pad_last=True)
 
 
 def test_pad_last_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fakefw):

@@ -331,6 +331,9 @@ class StreamPipeline:
         self.pin_in_place = pin_in_place
         if not (isinstance(pad_last, bool) or pad_last == "auto"):
             raise TypeError(f"pad_last must be True, False or 'auto', got {pad_last!r}")
+        if pad_last is True and self.form != "tensor":
+            raise ValueError("pad_last=True pads the last chunk a tensor function (y = f(x)) is called with; "
+                             "this compute is not one (a compute(stream, x, y) or compute=None)")
         self.pad_last = pad_last
         self._pad_paid: dict[tuple, float] = {}  # pad_last="auto": (tune key, last rows) -> padding's cost so far
         self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
