@@ -100,6 +100,18 @@ class FakeFramework:
     def first_rows(y, rows):
         return FakeTensor(y.ptr, (rows,) + y.shape[1:], y.dtype, owner=y)
 
+    def tiled_rows(self, x, rows):
+        t = FakeTensor.empty((rows,) + x.shape[1:], x.dtype)
+        self.copies.append(t)  # (alive to the end, as copy())
+
+        def op():
+            src, dst = x.host(), t.host()
+            for a in range(0, rows, len(src)):
+                dst[a:a + len(src)] = src[:rows - a]
+
+        _current.stream.put(op)
+        return t
+
     # what compute threads read of the caller's modes (compute_threads.TorchModes)
     torch = types.SimpleNamespace(is_inference_mode_enabled=lambda: False, is_grad_enabled=lambda: True,
                                   is_autocast_enabled=lambda device: False,
@@ -656,7 +668,7 @@ def test_an_in_place_run_of_a_compute_that_returns_one_buffer_is_right_at_once(f
     _assert_clean(pipe)
 
 
-# --------------------------------------------------------------------------- pad_last
+# --------------------------------------------------------------------------- pad_shapes
 class ShapeLog(RowStats):
     """RowStats that logs the shape of every call, and the input rows of the calls at
     ``watch`` rows as the stream saw them; optionally slow at each new shape's first call
@@ -675,39 +687,68 @@ class ShapeLog(RowStats):
         return super().__call__(x)
 
 
-def test_pad_last_runs_the_last_chunk_at_the_chunks_rows_and_returns_its_own(fake, fakefw):
+def test_pad_shapes_runs_the_last_chunk_at_the_chunks_rows_and_returns_its_own(fake, fakefw):
     x = np.random.default_rng(3).random((1000, 16), dtype=np.float32)  # chunks of 300, 300, 300, 100
     f = ShapeLog(watch=300)
-    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_last=True) as pipe:
+    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_shapes=True) as pipe:
         y = pipe.run(x)
         np.testing.assert_allclose(y, want(x), rtol=1e-6)
-        assert set(f.shapes) == {(300, 16)} and pipe.stats.chunk["padded_rows"] == 200
+        assert set(f.shapes) == {(300, 16)} and pipe.stats.padded == {"batches": 1, "rows": 200}
         last_in = next(a for a in f.seen_inputs if np.array_equal(a[:100], x[900:]))  # (streams run in any order)
         # the last chunk's rows, then copies of them in turn
         np.testing.assert_array_equal(last_in, np.concatenate([x[900:], x[900:], x[900:]]))
         y2 = pipe.run(x[:950])  # another length, another last chunk: still one shape
         np.testing.assert_allclose(y2, want(x[:950]), rtol=1e-6)
-        assert set(f.shapes) == {(300, 16)} and pipe.stats.chunk["padded_rows"] == 250
+        assert set(f.shapes) == {(300, 16)} and pipe.stats.padded == {"batches": 1, "rows": 250}
     f = ShapeLog()
-    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_last=False) as pipe:
+    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_shapes=False) as pipe:
         np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
-        assert set(f.shapes) == {(300, 16), (100, 16)} and "padded_rows" not in pipe.stats.chunk
+        assert set(f.shapes) == {(300, 16), (100, 16)} and pipe.stats.padded is None
 
 
-def test_pad_last_needs_a_lane_buffer_and_a_known_mode(fake, fakefw):
+def test_pad_shapes_without_a_lane_buffer_and_in_run_batches(fake, fakefw):
     x = np.random.default_rng(4).random((1000, 16), dtype=np.float32)
+    f = ShapeLog(watch=300)
+    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_shapes=True, copy_streams=True) as pipe:
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)  # no lane buffers: a new tensor
+        assert set(f.shapes) == {(300, 16)} and pipe.stats.padded == {"batches": 1, "rows": 200}
+        assert any(np.array_equal(a, np.concatenate([x[900:]] * 3)) for a in f.seen_inputs)
+    # run_batches: a batch of a new shape runs at the fewest rows of a seen one, at most twice its own
+    sizes = [40, 25, 40, 21, 50, 19]
+    xs = [x[:n] + i for i, n in enumerate(sizes)]
     f = ShapeLog()
-    with StreamPipeline(f, form="torch", streams=2, chunk=300, pad_last=True, copy_streams=True) as pipe:
-        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)  # no lane buffers: as is
-        assert (100, 16) in f.shapes and "padded_rows" not in pipe.stats.chunk
+    with StreamPipeline(f, form="torch", streams=2, pad_shapes=True) as pipe:
+        ys = pipe.run_batches(xs)
+        for y, xi in zip(ys, xs):
+            np.testing.assert_allclose(y, want(xi), rtol=1e-6)
+        assert [s[0] for s in f.shapes] == [40, 40, 40, 40, 50, 19]  # 19: 40 is more than twice its rows
+        assert pipe.stats.padded == {"batches": 2, "rows": 15 + 19}
+    with pytest.raises(TypeError, match="pad_shapes"):
+        StreamPipeline(f, form="torch", pad_shapes="yes")
+    with pytest.raises(ValueError, match="pad_shapes=True pads the batches a tensor function"):
+        StreamPipeline(lambda stream, x, y: None, pad_shapes=True)
 
-    with pytest.raises(TypeError, match="pad_last"):
-        StreamPipeline(f, form="torch", pad_last="yes")
-    with pytest.raises(ValueError, match="pad_last=True pads the last chunk a tensor function"):
-        StreamPipeline(lambda stream, x, y: None, pad_last=True)
+
+def test_pad_shapes_auto_in_run_batches_learns_what_a_new_shape_costs_from_the_calls(fake, fakefw):
+    x = np.random.default_rng(6).random((64, 16), dtype=np.float32)
+    sizes = [32, 32, 20, 20, 24, 12, 30, 16]
+    xs = [x[:n] * (i + 1) for i, n in enumerate(sizes)]
+    f = ShapeLog(new_shape_s=0.3)
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        ys = pipe.run_batches(xs)
+        for y, xi in zip(ys, xs):
+            np.testing.assert_allclose(y, want(xi), rtol=1e-6)
+        # the first call of all is not a shape's cost; 20's and 24's first calls are: from then on
+        # 12 runs at 20, 30 at 32, 16 at 20
+        assert [s[0] for s in f.shapes] == [32, 32, 20, 20, 24, 20, 32, 20]
+        assert pipe.stats.padded == {"batches": 3, "rows": 8 + 2 + 4}
+    f = ShapeLog()  # no per-shape cost: every batch at its own shape
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        pipe.run_batches(xs)
+        assert [s[0] for s in f.shapes] == sizes and pipe.stats.padded is None
 
 
-def test_pad_last_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fakefw):
+def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fakefw):
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(5).random((48 * (1 << 20) // 64 + 37, 16), dtype=np.float32)  # 48 MiB and a bit
     f = ShapeLog(new_shape_s=0.3)
@@ -715,7 +756,7 @@ def test_pad_last_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fake
         y = pipe.run(x)
         np.testing.assert_allclose(y, want(x), rtol=1e-5)
         c = pipe.stats.chunk
-        assert c["new_shape_ms"] >= 250 and c["padded_rows"] > 0
+        assert c["new_shape_ms"] >= 250 and pipe.stats.padded["rows"] > 0
         first = set(f.shapes)
         row_bytes = 16 * 4
         probes = {((1 << 20) // row_bytes, 16), ((8 << 20) // row_bytes, 16)}
@@ -728,10 +769,10 @@ def test_pad_last_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fake
         new_shape_s = c["new_shape_ms"] / 1e3
         pipe._pad_paid = {k: new_shape_s for k in pipe._pad_paid}
         np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
-        assert "padded_rows" not in pipe.stats.chunk and len(set(f.shapes)) == len(first) + 1
+        assert pipe.stats.padded is None and len(set(f.shapes)) == len(first) + 1
         pipe.run(x)
-        assert "padded_rows" not in pipe.stats.chunk and len(set(f.shapes)) == len(first) + 1
+        assert pipe.stats.padded is None and len(set(f.shapes)) == len(first) + 1
     f = ShapeLog()  # a compute with no per-shape cost: nothing padded
     with StreamPipeline(f, form="torch", streams=2) as pipe:
         pipe.run(x)
-        assert "padded_rows" not in pipe.stats.chunk
+        assert pipe.stats.padded is None

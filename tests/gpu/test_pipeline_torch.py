@@ -752,7 +752,7 @@ def test_a_reused_buffer_returned_as_a_view_or_captured_with_graph_true(device, 
 
 
 def test_pad_last_runs_every_chunk_at_one_shape_with_the_same_results(device, pool):
-    """pad_last=True: the last chunk runs at the chunk's rows (copies of its rows after it);
+    """pad_shapes=True: the last chunk runs at the chunk's rows (copies of its rows after it);
     only its own rows come back: a convnet, an in-place MLP, graph=True and CuPy."""
     shapes = []
     model = convnet()
@@ -763,33 +763,48 @@ def test_pad_last_runs_every_chunk_at_one_shape_with_the_same_results(device, po
         return f_conv(u8)
 
     x = np.random.default_rng(12).integers(0, 256, (1000, 3, 64, 64), dtype=np.uint8)
-    with StreamPipeline(f, chunk=256, pad_last=True, pool=pool, device=device) as pipe:
+    with StreamPipeline(f, chunk=256, pad_shapes=True, pool=pool, device=device) as pipe:
         y = pipe.run(x)
-        assert pipe.stats.chunk["padded_rows"] == 24 and set(shapes) == {(256, 3, 64, 64)}
+        assert pipe.stats.padded == {"batches": 1, "rows": 24} and set(shapes) == {(256, 3, 64, 64)}
     torch.testing.assert_close(torch.from_numpy(y), naive(f_conv, x, 256), **FP16_TOL)
 
     square = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).cuda().eval()
     f_sq = torch.inference_mode()(lambda t: square(t))
     xt = torch.randn(10_000, 256)
     ref = naive(f_sq, xt.numpy(), 4096)
-    with StreamPipeline(f_sq, chunk=4096, pad_last=True, pool=pool, device=device) as pipe:
+    with StreamPipeline(f_sq, chunk=4096, pad_shapes=True, pool=pool, device=device) as pipe:
         for _ in range(2):  # (the first in-place run of a pipeline calls serially, still padded)
             x_run = xt.clone()
             assert pipe.run(x_run, out=x_run) is x_run
-            assert pipe.stats.chunk["padded_rows"] == 4096 - 10_000 % 4096
+            assert pipe.stats.padded == {"batches": 1, "rows": 4096 - 10_000 % 4096}
             torch.testing.assert_close(x_run, ref, rtol=1e-4, atol=1e-4)
 
     f_mlp = mlp_fn(mlp())
     x = torch.randn(30_000, 256)
-    with StreamPipeline(f_mlp, graph=True, streams=3, chunk=4096, pad_last=True, pool=pool, device=device) as pipe:
+    with StreamPipeline(f_mlp, graph=True, streams=3, chunk=4096, pad_shapes=True, pool=pool, device=device) as pipe:
         y = pipe.run(x)
         assert pipe.stats.graph["captures"] == 3  # one shape on 3 lanes (4 without padding)
         torch.testing.assert_close(y, naive(f_mlp, x, 4096), **BF16_TOL)
+    with StreamPipeline(f_mlp, streams=3, chunk=4096, pad_shapes=True, copy_streams=True, pool=pool,
+                        device=device) as pipe:
+        y = pipe.run(x)  # (no lane buffers: the last chunk padded in a new tensor)
+        assert pipe.stats.padded == {"batches": 1, "rows": 4096 - 30_000 % 4096}
+        torch.testing.assert_close(y, naive(f_mlp, x, 4096), **BF16_TOL)
+
+    shapes.clear()
+    images = [torch.from_numpy(x) for x in np.split(np.random.default_rng(14).integers(
+        0, 256, (300, 3, 64, 64), dtype=np.uint8), [40, 65, 105, 126, 176])]  # 40, 25, 40, 21, 50, 124 images
+    with StreamPipeline(f, pad_shapes=True, pool=pool, device=device) as pipe:
+        ys = pipe.run_batches(images)
+        assert [s[0] for s in shapes] == [40, 40, 40, 40, 50, 124]
+        assert pipe.stats.padded == {"batches": 2, "rows": 15 + 19}
+    for y, im in zip(ys, images):
+        torch.testing.assert_close(y, naive(f_conv, im, 256), **FP16_TOL)
 
     cp = pytest.importorskip("cupy")
     x = np.random.default_rng(13).random((100_500, 64))
-    with StreamPipeline(lambda a: cp.sqrt(a).sum(axis=1), form="cupy", chunk=10_000, pad_last=True, pool=pool,
+    with StreamPipeline(lambda a: cp.sqrt(a).sum(axis=1), form="cupy", chunk=10_000, pad_shapes=True, pool=pool,
                         device=device) as pipe:
         y = pipe.run(x)
-        assert pipe.stats.chunk["padded_rows"] == 9_500
+        assert pipe.stats.padded == {"batches": 1, "rows": 9_500}
     np.testing.assert_allclose(y, np.sqrt(x).sum(axis=1), rtol=1e-12)

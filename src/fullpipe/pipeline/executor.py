@@ -69,7 +69,8 @@ from . import compute_threads as ct
 from .plain import (PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain,
                     run_small, run_small_list)
 from . import imap as imap_windows
-from .tensors import ComputeSharesOutput, TensorCompute, TorchGraphs, compute_form, make_framework, tensor_framework
+from .tensors import (NEW_SHAPE_COSTLY_S, ComputeSharesOutput, TensorCompute, TorchGraphs, compute_form,
+                      make_framework, tensor_framework)
 from .tuning import (HOST_STAGES, ChunkChoice, StageModel, choose_chunk, chunk_rows,
                      even_split_choice, even_split_rows, fit_stage, parse_chunk, probe_rows)
 
@@ -162,20 +163,22 @@ class StreamPipeline:
       come back for ``PINNED_OUTPUTS_AFTER_RUNS`` (16) runs in place, and are pinned from
       the pinned pool after (the D2H straight in: 3-4x faster steady runs, for two outputs'
       worth of pinned memory; ``_Pins.pinned_outputs``). False: never.
-    - ``pad_last``: a tensor function's :meth:`run` cuts its input into chunks of equal
-      rows and a shorter last one, a batch shape of its own. A framework model can pay
-      seconds for each new shape (cuDNN plans: 3 s for a torchvision mobilenet_v3_large on
-      an H100; torch.compile recompiles), and a run of another length has another last
-      chunk. Padded, the last chunk runs at the others' rows: its rows, then copies of
-      them in the device buffer after it; only its own rows come back. This needs each
-      output row to depend only on its input row, as cutting the input into chunks does
-      anyway. ``"auto"`` (default): pad where ``chunk="auto"`` measured that a new shape
-      costs the compute more than ``NEW_SHAPE_COSTLY_S``, and only until the padding's
-      compute (predicted) adds up to one new shape's cost: then the last chunk runs at
-      its own shape once, and is a shape seen from then on. ``True``: always (a fixed
-      chunk, a model you know to be slow at new shapes); ``False``: never.
-      ``stats.chunk["padded_rows"]`` says how many rows a run added. Not where the
-      batch has no lane buffer to grow into (``copy_streams=True``).
+    - ``pad_shapes``: run a tensor function's batch at a batch shape it has been called
+      with: the batch's rows, then copies of them (in its lane's buffer after it, or a new
+      tensor on its stream), and only its own rows of ``y`` come back. A framework model can
+      pay seconds for each new batch shape (cuDNN plans: 3 s for a torchvision
+      mobilenet_v3_large in fp16 on an H100; torch.compile recompiles). :meth:`run` cuts its
+      input into chunks of equal rows and a shorter last one, a shape of its own (another for
+      each length of input): padded, it runs at the chunk's rows. In :meth:`run_batches` and
+      :meth:`imap` a batch of a new shape runs at the fewest rows of a seen shape with the
+      same row shape, at most twice its own. Padding needs each output row to depend only on
+      its own input row, as cutting the input into chunks does anyway. ``"auto"`` (default):
+      only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s; what
+      chunk="auto"'s probes measured, or the calls so far: a new shape's first call over the
+      quickest recent one), and per shape only until the padding's cost (predicted) adds up
+      to one new shape's: then it runs at its own shape once, a shape seen from then on.
+      ``True``: always where a seen shape fits (the last chunk of every run; a model you know
+      to be slow at new shapes); ``False``: never. ``stats.padded`` says what a run padded.
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
       for a tensor function), ``None`` (no output), or ``(row_shape, dtype)``.
     - ``pinned_pool``: the :class:`~fullpipe.cuda.pinned_pool.PinnedPool` the ring's
@@ -276,7 +279,7 @@ class StreamPipeline:
         pinned_pool: Any = None,
         pin_in_place: bool = True,
         compute_threads: int = 1,
-        pad_last: bool | str = "auto",
+        pad_shapes: bool | str = "auto",
     ):
         self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
         self._form_option = form
@@ -329,13 +332,13 @@ class StreamPipeline:
         if not isinstance(pin_in_place, bool):
             raise TypeError(f"pin_in_place must be True or False, got {pin_in_place!r}")
         self.pin_in_place = pin_in_place
-        if not (isinstance(pad_last, bool) or pad_last == "auto"):
-            raise TypeError(f"pad_last must be True, False or 'auto', got {pad_last!r}")
-        if pad_last is True and self.form != "tensor":
-            raise ValueError("pad_last=True pads the last chunk a tensor function (y = f(x)) is called with; "
+        if not (isinstance(pad_shapes, bool) or pad_shapes == "auto"):
+            raise TypeError(f"pad_shapes must be True, False or 'auto', got {pad_shapes!r}")
+        if pad_shapes is True and self.form != "tensor":
+            raise ValueError("pad_shapes=True pads the batches a tensor function (y = f(x)) is called with; "
                              "this compute is not one (a compute(stream, x, y) or compute=None)")
-        self.pad_last = pad_last
-        self._pad_paid: dict[tuple, float] = {}  # pad_last="auto": (tune key, last rows) -> padding's cost so far
+        self.pad_shapes = pad_shapes
+        self._pad_paid: dict[tuple, float] = {}  # pad_shapes="auto", run(): (tune key, last rows) -> padding's cost
         self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
         if self.compute_threads > 1 and self.form == "none":
             raise ValueError(f"compute_threads={compute_threads} needs a compute to call (compute=None)")
@@ -796,7 +799,11 @@ class StreamPipeline:
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
         if tensor:
-            self._pad_last_chunk(batches, fixed_rows, row_bytes, self._tune_key(x_np, stage_in, stage_out))
+            key = self._tune_key(x_np, stage_in, stage_out)
+            tuned = self._tuned.get(key)
+            if tuned is not None and tuned.costly_shapes:  # (what the probes saw a new shape cost: pad_shapes)
+                self._tc.new_shape_s = max(self._tc.new_shape_s, tuned.new_shape_s)  # type: ignore[union-attr]
+            self._pad_last_chunk(batches, fixed_rows, row_bytes, key)
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
         if self._runs_plain(batches, n_probe, x_np, outputs):
@@ -810,8 +817,6 @@ class StreamPipeline:
             with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
                 stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
-        if tensor and self._tc is not None and self._tc.padded_rows:
-            stats.chunk["padded_rows"] = self._tc.padded_rows
         if choice is not None:
             stats.chunk.update(choice.as_dict())
             stats.chunk["probe_batches"] = n_probe
@@ -935,7 +940,7 @@ class StreamPipeline:
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
                 self._warn_few_batches(len(items), None, 0, stacklevel=4)
-            run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place)
+            run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, bucket=True)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
                     stats = self._execute(items, stage_in, stage_out, **run_args)
@@ -1028,6 +1033,7 @@ class StreamPipeline:
                                  "function is called on the enqueueing thread (compute_threads=1)")
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
                                      graphs=TorchGraphs() if self.graph else None)
+            self._tc.pad_shapes = self.pad_shapes
             self._said_serial = False
         return self._tc
 
@@ -1191,18 +1197,18 @@ class StreamPipeline:
         return result[1] if len(result) > 1 else None
 
     def _pad_last_chunk(self, batches: list[P.Batch], chunk_rows: int, row_bytes: int, key: tuple) -> None:
-        """run() of a tensor function: run the last chunk at the others' rows (``pad_last``)
+        """run() of a tensor function: run the last chunk at the others' rows (``pad_shapes``)
         where that saves a new batch shape. "auto": rent until the padding's predicted
         compute adds up to what a new shape cost the compute once, then buy (the shape)
         — at most about twice the better of the two in hindsight."""
         tc = self._tc
-        if self.pad_last is False or tc is None or len(batches) < 2:
+        if self.pad_shapes is False or tc is None or len(batches) < 2:
             return
         last = batches[-1]
         rows = last.in_shape[0]
         if rows >= chunk_rows or batches[-2].in_shape[0] != chunk_rows:
             return
-        if self.pad_last is True:
+        if self.pad_shapes is True:
             last.pad_to = chunk_rows
             return
         tuned = self._tuned.get(key)
@@ -1510,10 +1516,10 @@ class StreamPipeline:
     def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None,
                  mode: RunMode | None = None, outputs: "_Outputs | None" = None,
                  usage: PinnedUsage | None = None, kind: HostKind | None = None,
-                 in_place: bool = False) -> PipelineStats:
+                 in_place: bool = False, bucket: bool = False) -> PipelineStats:
         """Enqueue every batch (the host-driver pattern of the module docstring), wait
         once at the end, and return what the run did (``in_place``: the outputs are the
-        inputs' memory, TensorCompute.begin_run)."""
+        inputs' memory; ``bucket``: batches of new shapes may run at seen ones: TensorCompute.begin_run)."""
         mode = self._run_mode() if mode is None else mode
         free_collected()  # pinned frees the collector queued: here, before any graph capture of this run
         n, K, N = len(batches), self.slots, self.n_streams
@@ -1552,7 +1558,7 @@ class StreamPipeline:
             tc = self._tc if self.form == "tensor" else None
             if tc is not None:
                 tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype,
-                             in_place=in_place)
+                             in_place=in_place, bucket=bucket)
                 if tc.graphs is not None:
                     tc.graphs.begin_run()
             if outputs is not None:
@@ -1670,6 +1676,8 @@ class StreamPipeline:
         elif tc is not None and tc.graphs is not None:
             stats.graph = tc.graphs.run_stats(n)
         stats.compute_serial = tc.serial if tc is not None else None
+        if tc is not None and tc.padded_batches:
+            stats.padded = {"batches": tc.padded_batches, "rows": tc.padded_rows}
         stats.timed_batches = len(run.timings)
         if run.timings:
             stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)
@@ -2092,7 +2100,6 @@ MAX_REFINES = 3  # ... by at most this many runs per kind of work
 # its second (a torchvision mobilenet_v3_small or efficientnet_b0 in fp16/bf16 channels_last: 1.5-2.9 s
 # per shape on an H100 host, cuDNN's per-shape setup; resnet50 75-120 ms; session 19) is probed at
 # no more sizes than the first two, and keeps its chunk from run to run
-NEW_SHAPE_COSTLY_S = 0.25
 FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share

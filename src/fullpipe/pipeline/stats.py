@@ -114,6 +114,9 @@ class PipelineStats:
     # why a tensor function's calls ran one after another on the GPU (it writes the same memory in every
     # call: a reused output buffer, torch.compile's CUDA graphs; pipeline/tensors.py), or None
     compute_serial: str | None = None
+    # batches run at a batch shape the compute had seen, padded with copies of their rows
+    # (StreamPipeline's pad_shapes): {"batches", "rows" added}, or None
+    padded: dict[str, int] | None = None
     # pinned memory this run took from the pinned pool: allocations, allocated_bytes (new pinning),
     # reuses, pool_held_bytes, ring_bytes[, fallback]
     pinned: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -223,6 +226,9 @@ class PipelineStats:
         if self.compute_threads:
             lines.append(f"compute calls: on {self.compute_threads['threads']} host threads (the enqueueing thread "
                          f"waited {self.compute_threads['wait_ms']:.2f} ms for them)")
+        if self.padded:
+            lines.append(f"padded: {self.padded['batches']} batches run at a batch shape the compute had seen "
+                         f"({self.padded['rows']} rows of copies added; pad_shapes)")
         if self.bulk_uploads:
             lines.append(f"bulk inputs: on the GPU in {self.bulk_uploads} copies (one per group of batches), "
                          "not one per batch")

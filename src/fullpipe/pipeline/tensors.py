@@ -61,8 +61,10 @@ refused (the graphs would race on it).
 
 from __future__ import annotations
 
+import collections
 import inspect
 import math
+import statistics
 import sys
 import threading
 import time
@@ -76,7 +78,8 @@ from ..cuda.memory import DeviceArray, contiguous_strides
 FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
 BASE_CACHE_SIZE = 16  # tensors over the lanes' buffers kept across runs (3 per run with the defaults)
-SHAPES_SEEN_SIZE = 4096  # input shapes remembered for pad_last (run_batches of many shapes: forgotten all at once)
+SHAPES_SEEN_SIZE = 4096  # input shapes remembered for pad_shapes (run_batches of many shapes: forgotten all at once)
+NEW_SHAPE_COSTLY_S = 0.25  # a new batch shape that costs the compute this much is worth padding to avoid
 
 
 class ComputeSharesOutput(RuntimeError):
@@ -273,12 +276,19 @@ class TorchFramework:
     @staticmethod
     def repeat_rows(t: Any, rows: int) -> None:
         """Fill ``t[rows:]`` with copies of ``t[:rows]``, in turn, on the current stream
-        (a padded last chunk: :meth:`TensorCompute._padded_input`)."""
+        (a padded batch in its lane's buffer: :meth:`TensorCompute._padded_input`)."""
         n, have = t.shape[0], rows
         while have < n:
             k = min(have, n - have)
             t[have:have + k].copy_(t[:k])
             have += k
+
+    @staticmethod
+    def tiled_rows(x: Any, rows: int) -> Any:
+        """A new tensor of ``rows`` rows: ``x``'s rows, then copies of them, in turn (on the
+        current stream: PyTorch's allocator keeps it for this stream's work)."""
+        k = -(-rows // x.shape[0])
+        return x.repeat((k,) + (1,) * (x.dim() - 1))[:rows]
 
     @staticmethod
     def first_rows(y: Any, rows: int) -> Any:
@@ -390,6 +400,10 @@ class CupyFramework:
             t[have:have + k] = t[:k]
             have += k
 
+    def tiled_rows(self, x: Any, rows: int) -> Any:
+        k = -(-rows // x.shape[0])
+        return self.cupy.tile(x, (k,) + (1,) * (x.ndim - 1))[:rows]
+
     @staticmethod
     def first_rows(y: Any, rows: int) -> Any:
         return y[:rows]
@@ -494,17 +508,29 @@ class TensorCompute:
         self._check_lock = threading.Lock()  # (calls on compute threads check at once)
         self._serial_lock = threading.Lock()
         self._serial_done: Any = None  # the event after the last serial call and its copy
-        self.padded_rows = 0  # rows added to padded last chunks in this run (_padded_input)
-        self.shapes_seen: set[tuple[int, ...]] = set()  # input shapes f was called with (pad_last)
+        # Batch shapes (StreamPipeline's pad_shapes; see _bucket): the input shapes f was called with,
+        # what a new one costs its first call (the larger of what the calls here showed and what
+        # chunk="auto"'s probes did), the recent calls' host times, and what padding has cost per shape
+        self.pad_shapes: bool | str = "auto"
+        self.bucket = False  # this run: a batch of a new shape may run at a seen one (run_batches)
+        self.shapes_seen: set[tuple[int, ...]] = set()
+        self.new_shape_s = 0.0
+        self._call_times: collections.deque = collections.deque(maxlen=32)
+        self._excess: collections.deque = collections.deque(maxlen=2)  # new shapes' calls over the quickest
+        self._timed_first = False  # the first call of all carries one-time costs: not a shape's
+        self._pad_paid: dict[tuple[int, ...], float] = {}
+        self.padded_rows = self.padded_batches = 0  # this run's padded batches (_padded_input)
 
-    def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8, in_place: bool = False) -> None:
+    def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8, in_place: bool = False,
+                  bucket: bool = False) -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
         ``np_dtype``: the host input's dtype. ``in_place``: the outputs overwrite the
         inputs (``run(x, out=x)``): a run that showed the first sign could not be done
         again, so until a run has shown neither sign the calls go serially, still checked."""
         self.in_dtype = in_dtype
         self.np_dtype = np.dtype(np_dtype)
-        self.padded_rows = 0
+        self.padded_rows = self.padded_batches = 0
+        self.bucket = bucket
         self._bases = []
         self._block = None
         self._held = [(0, 0)] * len(self._held)
@@ -549,27 +575,27 @@ class TensorCompute:
 
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> tuple[int, tuple]:
         fw, fs = self.fw, self._fs[lane]
-        keep = 0  # a padded last chunk (b.pad_to): the rows of f's output that are the batch's
+        pad_to = b.pad_to or (self._bucket(b.in_shape) if self.bucket else 0)
+        keep = 0  # a padded batch: the rows of f's output that are the batch's own
         x_span = (ptr, ptr + b.in_bytes)
-        xt = self._padded_input(lane, fs, ptr, b) if b.pad_to else None
-        if xt is not None:
-            keep = b.in_shape[0]
-            x_span = (ptr, ptr + b.in_bytes // max(keep, 1) * b.pad_to)
+        if pad_to:
+            xt, in_lane = self._padded_input(lane, fs, ptr, b, pad_to)
+            keep, called = b.in_shape[0], (pad_to,) + b.in_shape[1:]
+            if in_lane:
+                x_span = (ptr, ptr + b.in_bytes // keep * pad_to)
         else:
-            xt = self._input(lane, ptr, b.in_shape)
-        seen = self.shapes_seen
-        if len(seen) >= SHAPES_SEEN_SIZE:
-            seen.clear()
-        seen.add((b.pad_to,) + b.in_shape[1:] if keep else b.in_shape)
+            xt, called = self._input(lane, ptr, b.in_shape), b.in_shape
+        new = called not in self.shapes_seen
+        t0 = time.perf_counter()
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is not None:  # (fullpipe's own graphs: static tensors per lane)
-            y, shape, dtype, ptr = fw.output(self._unpad(g, b.pad_to, keep), fs)
+            y, shape, dtype, ptr = fw.output(self._unpad(g, pad_to, keep), fs)
         elif self.serial is not None or self._careful:
-            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, x_span, b.pad_to, keep)
+            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, x_span, pad_to, keep)
         else:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
             trees = fw.graph_trees_state()
-            raw = self._unpad(self.call_fn(xt), b.pad_to, keep)
+            raw = self._unpad(self.call_fn(xt), pad_to, keep)
             if self._shares(lane, raw, x_span):
                 self.serialize(_OUTPUT_SHARED)
                 raise ComputeSharesOutput("the compute returned device memory that an earlier batch's output "
@@ -578,6 +604,11 @@ class TensorCompute:
             if _graphs_ran(trees, fw.graph_trees_state()):
                 self.serialize(_GRAPHS_RAN)
                 y, ptr = self._copy_for_next(fs, y)  # (this call's output, before any next call)
+        self._learn_shape_cost(new, time.perf_counter() - t0)
+        if new:
+            if len(self.shapes_seen) >= SHAPES_SEEN_SIZE:
+                self.shapes_seen.clear()
+            self.shapes_seen.add(called)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
@@ -585,23 +616,63 @@ class TensorCompute:
         host_dtype, give_back = fw.host_dtype(dtype)
         return ptr, (shape, host_dtype, give_back)
 
-    def _padded_input(self, lane: int, fs: Any, ptr: int, b: Any) -> Any:
-        """The last chunk of a run padded to ``b.pad_to`` rows (the run's chunk, a batch
-        shape f has seen): its rows, then copies of them, in the lane's buffer past the
-        batch. None where the buffer has no room (no lane buffers: ``copy_streams``, a
-        bulk block): the batch runs at its own shape."""
-        if not self._bases or self._bases[lane][0] != ptr:
-            return None
-        shape = (b.pad_to,) + tuple(b.in_shape[1:])
+    def _padded_input(self, lane: int, fs: Any, ptr: int, b: Any, rows: int) -> tuple[Any, bool]:
+        """Batch ``b`` padded to ``rows`` rows, a batch shape f has seen: its rows, then
+        copies of them, in turn. In its lane's buffer after it where the buffer has room
+        (True), else a new tensor on the lane's stream (one device copy more)."""
+        fw = self.fw
+        shape = (rows,) + tuple(b.in_shape[1:])
         n = math.prod(shape)
-        base = self._bases[lane][1]
-        if n > math.prod(base.shape):
-            return None
-        xt = self.fw.cut(base, n, shape)
-        self.fw.set_current(fs)  # (the copies go on the lane's stream, after the batch's H2D)
-        self.fw.repeat_rows(xt, b.in_shape[0])
-        self.padded_rows += b.pad_to - b.in_shape[0]
-        return xt
+        fw.set_current(fs)  # (the copies go on the lane's stream, after the batch's H2D)
+        self.padded_rows += rows - b.in_shape[0]
+        self.padded_batches += 1
+        if self._bases and self._bases[lane][0] == ptr and n <= math.prod(self._bases[lane][1].shape):
+            xt = fw.cut(self._bases[lane][1], n, shape)
+            fw.repeat_rows(xt, b.in_shape[0])
+            return xt, True
+        return fw.tiled_rows(self._input(lane, ptr, b.in_shape), rows), False
+
+    def _bucket(self, shape: tuple[int, ...]) -> int:
+        """run_batches: the rows to run a batch of a shape f has not seen at, or 0. The
+        fewest rows of a shape it has seen with the same row shape, at most twice the
+        batch's (so a padded batch costs at most one more batch's compute), where a new
+        shape is costly (``new_shape_s`` at least NEW_SHAPE_COSTLY_S, with
+        ``pad_shapes="auto"``), and only until what padding this shape cost (predicted:
+        the padded share of a recent call's host time) adds up to one new shape's cost:
+        then it runs at its own shape, seen from then on (rent or buy)."""
+        mode = self.pad_shapes
+        if mode is False or shape in self.shapes_seen:
+            return 0
+        if mode == "auto" and self.new_shape_s < NEW_SHAPE_COSTLY_S:
+            return 0
+        rows, row_shape = shape[0], shape[1:]
+        best = 0
+        for s in tuple(self.shapes_seen):  # (a copy: calls on compute threads add to it)
+            if s[1:] == row_shape and rows < s[0] <= 2 * rows and (not best or s[0] < best):
+                best = s[0]
+        if not best or mode is True:
+            return best
+        paid = self._pad_paid.get(shape, 0.0) + (best - rows) / best * statistics.median(self._call_times)
+        if paid > self.new_shape_s:
+            return 0
+        if len(self._pad_paid) >= SHAPES_SEEN_SIZE:
+            self._pad_paid.clear()
+        self._pad_paid[shape] = paid
+        return best
+
+    def _learn_shape_cost(self, new: bool, call_s: float) -> None:
+        """What a new batch shape costs f's first call: its host time over the quickest
+        recent call's; the smaller of the last two (a hiccup of the host is not a shape's
+        cost). Not the first call of all, which carries the compute's one-time costs."""
+        if not self._timed_first:
+            self._timed_first = True
+            return
+        times = self._call_times
+        if new and times:
+            self._excess.append(call_s - min(times))
+            if len(self._excess) == 2:
+                self.new_shape_s = max(self.new_shape_s, min(self._excess))
+        times.append(call_s)
 
     def _unpad(self, raw: Any, rows: int, keep: int) -> Any:
         """f's output for a padded input: checked for one row per input row, then its
