@@ -738,10 +738,10 @@ def test_pad_shapes_auto_in_run_batches_learns_what_a_new_shape_costs_from_the_c
         ys = pipe.run_batches(xs)
         for y, xi in zip(ys, xs):
             np.testing.assert_allclose(y, want(xi), rtol=1e-6)
-        # the first call of all is not a shape's cost; 20's and 24's first calls are: from then on
-        # 12 runs at 20, 30 at 32, 16 at 20
-        assert [s[0] for s in f.shapes] == [32, 32, 20, 20, 24, 20, 32, 20]
-        assert pipe.stats.padded == {"batches": 3, "rows": 8 + 2 + 4}
+        # the first call of all is not a shape's cost; 20's first call over its second is: from
+        # then on 24 runs at 32, 12 at 20, 30 at 32, 16 at 20
+        assert [s[0] for s in f.shapes] == [32, 32, 20, 20, 32, 20, 32, 20]
+        assert pipe.stats.padded == {"batches": 4, "rows": 8 + 8 + 2 + 4}
     f = ShapeLog()  # no per-shape cost: every batch at its own shape
     with StreamPipeline(f, form="torch", streams=2) as pipe:
         pipe.run_batches(xs)
@@ -766,8 +766,9 @@ def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fa
         assert set(f.shapes) == first
         # once the padding's cost adds up to one new shape's, the last chunk runs at its own shape
         # (once: it is a shape seen from then on)
-        new_shape_s = c["new_shape_ms"] / 1e3
-        pipe._pad_paid = {k: new_shape_s for k in pipe._pad_paid}
+        tc = pipe._tc
+        assert tc._pad_paid  # (what padding each last chunk's shape has cost so far)
+        tc._pad_paid = {k: tc.new_shape_s for k in tc._pad_paid}
         np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
         assert pipe.stats.padded is None and len(set(f.shapes)) == len(first) + 1
         pipe.run(x)
@@ -776,3 +777,23 @@ def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fa
     with StreamPipeline(f, form="torch", streams=2) as pipe:
         pipe.run(x)
         assert pipe.stats.padded is None
+
+
+def test_pad_shapes_auto_takes_no_slow_call_for_a_shapes_cost(fake, fakefw):
+    """A function whose calls are slow for a large batch every time (it waits for the GPU, or
+    works on the CPU) shows no per-shape cost: a shape's first call is compared with its second."""
+    x = np.random.default_rng(8).random((64, 16), dtype=np.float32)
+
+    class SlowWhenLarge(ShapeLog):
+        def __call__(self, t):
+            if t.shape[0] >= 40:
+                time.sleep(0.3)
+            return super().__call__(t)
+
+    sizes = [8, 8, 48, 48, 56, 30, 8, 52, 27]
+    xs = [x[:n] for n in sizes]
+    f = SlowWhenLarge()
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        pipe.run_batches(xs)
+        assert [s[0] for s in f.shapes] == sizes and pipe.stats.padded is None
+        assert pipe._tc.new_shape_s < 0.05

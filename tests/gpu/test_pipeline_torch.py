@@ -751,7 +751,7 @@ def test_a_reused_buffer_returned_as_a_view_or_captured_with_graph_true(device, 
         assert pool.stats().used_bytes == start and not pipe.resources()["running"]
 
 
-def test_pad_last_runs_every_chunk_at_one_shape_with_the_same_results(device, pool):
+def test_pad_shapes_runs_every_chunk_at_one_shape_with_the_same_results(device, pool):
     """pad_shapes=True: the last chunk runs at the chunk's rows (copies of its rows after it);
     only its own rows come back: a convnet, an in-place MLP, graph=True and CuPy."""
     shapes = []

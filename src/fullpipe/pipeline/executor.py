@@ -174,9 +174,10 @@ class StreamPipeline:
       same row shape, at most twice its own. Padding needs each output row to depend only on
       its own input row, as cutting the input into chunks does anyway. ``"auto"`` (default):
       only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s; what
-      chunk="auto"'s probes measured, or the calls so far: a new shape's first call over the
-      quickest recent one), and per shape only until the padding's cost (predicted) adds up
-      to one new shape's: then it runs at its own shape once, a shape seen from then on.
+      chunk="auto"'s probes measured, or the calls so far: a shape's first call over its
+      second), and per shape only until the padding's cost (the rows added at the compute's
+      GPU time per row, from timed runs) adds up to one new shape's: then it runs at its own
+      shape once, a shape seen from then on (TensorCompute.pays_to_pad).
       ``True``: always where a seen shape fits (the last chunk of every run; a model you know
       to be slow at new shapes); ``False``: never. ``stats.padded`` says what a run padded.
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
@@ -338,7 +339,6 @@ class StreamPipeline:
             raise ValueError("pad_shapes=True pads the batches a tensor function (y = f(x)) is called with; "
                              "this compute is not one (a compute(stream, x, y) or compute=None)")
         self.pad_shapes = pad_shapes
-        self._pad_paid: dict[tuple, float] = {}  # pad_shapes="auto", run(): (tune key, last rows) -> padding's cost
         self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
         if self.compute_threads > 1 and self.form == "none":
             raise ValueError(f"compute_threads={compute_threads} needs a compute to call (compute=None)")
@@ -799,11 +799,8 @@ class StreamPipeline:
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
         if tensor:
-            key = self._tune_key(x_np, stage_in, stage_out)
-            tuned = self._tuned.get(key)
-            if tuned is not None and tuned.costly_shapes:  # (what the probes saw a new shape cost: pad_shapes)
-                self._tc.new_shape_s = max(self._tc.new_shape_s, tuned.new_shape_s)  # type: ignore[union-attr]
-            self._pad_last_chunk(batches, fixed_rows, row_bytes, key)
+            self._pad_last_chunk(batches, fixed_rows, row_bytes, self._tuned.get(self._tune_key(x_np, stage_in, stage_out)),
+                                 TensorCompute.dtype_key(x_np.dtype, kind.torch_dtype if kind.reinterpreted else None))
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
         if self._runs_plain(batches, n_probe, x_np, outputs):
@@ -1033,7 +1030,6 @@ class StreamPipeline:
                                  "function is called on the enqueueing thread (compute_threads=1)")
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
                                      graphs=TorchGraphs() if self.graph else None)
-            self._tc.pad_shapes = self.pad_shapes
             self._said_serial = False
         return self._tc
 
@@ -1196,34 +1192,27 @@ class StreamPipeline:
             raise drv.error_from_code(name, result[0])
         return result[1] if len(result) > 1 else None
 
-    def _pad_last_chunk(self, batches: list[P.Batch], chunk_rows: int, row_bytes: int, key: tuple) -> None:
-        """run() of a tensor function: run the last chunk at the others' rows (``pad_shapes``)
-        where that saves a new batch shape. "auto": rent until the padding's predicted
-        compute adds up to what a new shape cost the compute once, then buy (the shape)
-        — at most about twice the better of the two in hindsight."""
+    def _pad_last_chunk(self, batches: list[P.Batch], chunk_rows: int, row_bytes: int, tuned: "_Tuned | None",
+                        dtype_key: tuple) -> None:
+        """run() of a tensor function: run the last chunk at the others' rows where that saves
+        a new batch shape (``pad_shapes``; TensorCompute.pays_to_pad), the probes' readings
+        (what a new shape cost, the compute's time per byte) handed to the adapter first."""
         tc = self._tc
-        if self.pad_shapes is False or tc is None or len(batches) < 2:
+        if tc is None:
+            return
+        if tuned is not None:
+            tc.shape_cost_hint = max(tc.shape_cost_hint, tuned.new_shape_s)
+            compute = tuned.models.get("compute")
+            row_key = (tuple(batches[0].in_shape[1:]), dtype_key) if batches else None
+            if compute is not None and row_key is not None and row_key not in tc.gpu_row_s:
+                tc.gpu_row_s[row_key] = compute.per_byte_s * row_bytes
+        if self.pad_shapes is False or len(batches) < 2:
             return
         last = batches[-1]
-        rows = last.in_shape[0]
-        if rows >= chunk_rows or batches[-2].in_shape[0] != chunk_rows:
-            return
-        if self.pad_shapes is True:
+        if (last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
+                and not tc.has_seen(last.in_shape, dtype_key)
+                and tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes)):
             last.pad_to = chunk_rows
-            return
-        tuned = self._tuned.get(key)
-        if tuned is None or not tuned.costly_shapes or last.in_shape in tc.shapes_seen:
-            return
-        compute = tuned.models.get("compute")
-        cost_s = (chunk_rows - rows) * row_bytes * (compute.per_byte_s if compute is not None else 0.0)
-        paid_key = (key, rows)
-        paid_s = self._pad_paid.get(paid_key, 0.0)
-        if paid_s + cost_s > tuned.new_shape_s:
-            return  # (from this run on its shape is one the compute has seen)
-        if len(self._pad_paid) >= 256:
-            self._pad_paid.clear()
-        self._pad_paid[paid_key] = paid_s + cost_s
-        last.pad_to = chunk_rows
 
     # ------------------------------------------------------------------ chunk="auto"
     def _tune_key(self, x: np.ndarray, stage_in: str, stage_out: str | None) -> tuple:
@@ -1558,7 +1547,7 @@ class StreamPipeline:
             tc = self._tc if self.form == "tensor" else None
             if tc is not None:
                 tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype,
-                             in_place=in_place, bucket=bucket)
+                             in_place=in_place, bucket=bucket, pad_shapes=self.pad_shapes)
                 if tc.graphs is not None:
                     tc.graphs.begin_run()
             if outputs is not None:
@@ -1683,6 +1672,12 @@ class StreamPipeline:
             stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)
             if len(run.timings) < n:  # sampled: scaled by the bytes each stage moved, at most the span
                 stats.busy_ms = _scaled_busy(stats.busy_ms, run.timings, batches, stats.gpu_span_ms)
+            if tc is not None and stats.busy_ms.get("compute"):  # (what padding a row costs: pad_shapes)
+                row_shapes = {b.in_shape[1:] for b in batches}
+                if len(row_shapes) == 1:
+                    rows = sum(b.in_shape[0] for b in batches) + tc.padded_rows
+                    tc.gpu_row_s[(row_shapes.pop(), tc.dtype_key(in_dtype, tc.in_dtype))] = (
+                        stats.busy_ms["compute"] * 1e-3 / rows)
         return stats
 
     def _eager_loop(self, run: "_Run", proto: Protocol, batches: list[P.Batch], L: int, ring_in: bool,

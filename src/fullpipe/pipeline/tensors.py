@@ -508,29 +508,43 @@ class TensorCompute:
         self._check_lock = threading.Lock()  # (calls on compute threads check at once)
         self._serial_lock = threading.Lock()
         self._serial_done: Any = None  # the event after the last serial call and its copy
-        # Batch shapes (StreamPipeline's pad_shapes; see _bucket): the input shapes f was called with,
-        # what a new one costs its first call (the larger of what the calls here showed and what
-        # chunk="auto"'s probes did), the recent calls' host times, and what padding has cost per shape
+        # Batch shapes (StreamPipeline's pad_shapes; see pays_to_pad): the shapes f was called with
+        # (with the input's dtypes), what a new one costs its first call (new_shape_s), the recent
+        # calls' host times, the compute's GPU time per row (the executor's), what padding has cost
         self.pad_shapes: bool | str = "auto"
         self.bucket = False  # this run: a batch of a new shape may run at a seen one (run_batches)
-        self.shapes_seen: set[tuple[int, ...]] = set()
-        self.new_shape_s = 0.0
+        self.shapes_seen: set[tuple] = set()  # (input shape, dtype key)
+        self.shape_cost_hint = 0.0  # what chunk="auto"'s probes measured a new shape cost (the executor's)
+        self.gpu_row_s: dict[tuple, float] = {}  # (row shape, dtype key) -> GPU compute time per row
+        self._dtype_key: tuple = ()
         self._call_times: collections.deque = collections.deque(maxlen=32)
-        self._excess: collections.deque = collections.deque(maxlen=2)  # new shapes' calls over the quickest
         self._timed_first = False  # the first call of all carries one-time costs: not a shape's
-        self._pad_paid: dict[tuple[int, ...], float] = {}
+        self._shape_first: dict[tuple, float] = {}  # a shape called once: its first call's host time
+        self._pair_excess: float | None = None  # the latest shape's first call over its second
+        self._new_excess: collections.deque = collections.deque(maxlen=2)  # new shapes' over the quickest
+        self._pad_paid: dict[tuple, float] = {}
+        self._shape_lock = threading.Lock()  # (calls on compute threads count and pay at once)
         self.padded_rows = self.padded_batches = 0  # this run's padded batches (_padded_input)
 
+    @staticmethod
+    def dtype_key(np_dtype: Any, in_dtype: Any) -> tuple:
+        """What tells a batch's dtype apart for its shape's sake (begin_run's arguments)."""
+        return (np.dtype(np_dtype).str, in_dtype)
+
     def begin_run(self, in_dtype: Any, np_dtype: Any = np.uint8, in_place: bool = False,
-                  bucket: bool = False) -> None:
+                  bucket: bool = False, pad_shapes: bool | str = "auto") -> None:
         """``in_dtype``: the framework dtype x is given as (None: from ``np_dtype``);
         ``np_dtype``: the host input's dtype. ``in_place``: the outputs overwrite the
         inputs (``run(x, out=x)``): a run that showed the first sign could not be done
-        again, so until a run has shown neither sign the calls go serially, still checked."""
+        again, so until a run has shown neither sign the calls go serially, still checked.
+        ``bucket``: a batch of a new shape may run at a seen one (run_batches); ``pad_shapes``:
+        the pipeline's option (StreamPipeline)."""
         self.in_dtype = in_dtype
         self.np_dtype = np.dtype(np_dtype)
         self.padded_rows = self.padded_batches = 0
         self.bucket = bucket
+        self.pad_shapes = pad_shapes
+        self._dtype_key = self.dtype_key(self.np_dtype, in_dtype)
         self._bases = []
         self._block = None
         self._held = [(0, 0)] * len(self._held)
@@ -585,7 +599,8 @@ class TensorCompute:
                 x_span = (ptr, ptr + b.in_bytes // keep * pad_to)
         else:
             xt, called = self._input(lane, ptr, b.in_shape), b.in_shape
-        new = called not in self.shapes_seen
+        key = (called, self._dtype_key)
+        new = key not in self.shapes_seen
         t0 = time.perf_counter()
         g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
         if g is not None:  # (fullpipe's own graphs: static tensors per lane)
@@ -604,11 +619,7 @@ class TensorCompute:
             if _graphs_ran(trees, fw.graph_trees_state()):
                 self.serialize(_GRAPHS_RAN)
                 y, ptr = self._copy_for_next(fs, y)  # (this call's output, before any next call)
-        self._learn_shape_cost(new, time.perf_counter() - t0)
-        if new:
-            if len(self.shapes_seen) >= SHAPES_SEEN_SIZE:
-                self.shapes_seen.clear()
-            self.shapes_seen.add(called)
+        self._learn_shape_cost(key, new, time.perf_counter() - t0)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
@@ -624,55 +635,95 @@ class TensorCompute:
         shape = (rows,) + tuple(b.in_shape[1:])
         n = math.prod(shape)
         fw.set_current(fs)  # (the copies go on the lane's stream, after the batch's H2D)
-        self.padded_rows += rows - b.in_shape[0]
-        self.padded_batches += 1
+        with self._shape_lock:
+            self.padded_rows += rows - b.in_shape[0]
+            self.padded_batches += 1
         if self._bases and self._bases[lane][0] == ptr and n <= math.prod(self._bases[lane][1].shape):
             xt = fw.cut(self._bases[lane][1], n, shape)
             fw.repeat_rows(xt, b.in_shape[0])
             return xt, True
         return fw.tiled_rows(self._input(lane, ptr, b.in_shape), rows), False
 
+    def has_seen(self, shape: tuple[int, ...], dtype_key: tuple) -> bool:
+        return (tuple(shape), dtype_key) in self.shapes_seen
+
+    @property
+    def new_shape_s(self) -> float:
+        """What a new batch shape costs f's first call (a framework's per-shape setup: cuDNN
+        plans, a recompile): the larger of what chunk="auto"'s probes measured and what the
+        calls have shown. The calls: the latest shape's first call over its second (a batch
+        that is large, or a function that waits for the GPU, takes long at every call, not
+        just the first); where it is known, no more than the last two new shapes' first calls
+        over the quickest recent call (a hiccup of the host is not a shape's cost). Not the
+        first call of all, which carries the compute's one-time costs."""
+        measured = 0.0
+        if self._pair_excess is not None:
+            measured = self._pair_excess
+            if len(self._new_excess) == 2:
+                measured = min(measured, min(self._new_excess))
+        return max(self.shape_cost_hint, measured)
+
+    def _learn_shape_cost(self, key: tuple, new: bool, call_s: float) -> None:
+        """Record a call of f (``key``: its shape and dtypes, ``new``: first seen now)."""
+        with self._shape_lock:
+            if new:
+                if len(self.shapes_seen) >= SHAPES_SEEN_SIZE:
+                    self.shapes_seen.clear()
+                    self._shape_first.clear()
+                self.shapes_seen.add(key)
+            if not self._timed_first:
+                self._timed_first = True
+                return
+            times = self._call_times
+            if new:
+                if times:
+                    self._new_excess.append(call_s - min(times))
+                self._shape_first[key] = call_s
+            else:
+                first = self._shape_first.pop(key, None)
+                if first is not None:
+                    self._pair_excess = first - call_s
+            times.append(call_s)
+
+    def pays_to_pad(self, shape: tuple[int, ...], dtype_key: tuple, to_rows: int, mode: bool | str) -> bool:
+        """Run a batch of ``shape`` at ``to_rows`` rows, a shape f has seen? Always with
+        ``mode`` (StreamPipeline's ``pad_shapes``) True; with "auto", where a new shape is costly (``new_shape_s`` at
+        least NEW_SHAPE_COSTLY_S) and only until what padding this shape has cost adds up to
+        one new shape's cost: then it runs at its own shape, seen from then on (rent until
+        the rent paid would buy: at most about twice the better of the two in hindsight).
+        Padding's cost: the rows added at the compute's GPU time per row (timed runs), or
+        their share of a recent call's host time where that is more."""
+        if mode is True:
+            return True
+        new_shape_s = self.new_shape_s
+        if mode is False or new_shape_s < NEW_SHAPE_COSTLY_S:
+            return False
+        typical_s = statistics.median(self._call_times) if self._call_times else 0.0
+        per_row_s = max(self.gpu_row_s.get((tuple(shape[1:]), dtype_key), 0.0), typical_s / to_rows)
+        key = (tuple(shape), dtype_key)
+        with self._shape_lock:
+            paid = self._pad_paid.get(key, 0.0) + (to_rows - shape[0]) * per_row_s
+            if paid > new_shape_s:
+                return False
+            if len(self._pad_paid) >= SHAPES_SEEN_SIZE:
+                self._pad_paid.clear()
+            self._pad_paid[key] = paid
+        return True
+
     def _bucket(self, shape: tuple[int, ...]) -> int:
-        """run_batches: the rows to run a batch of a shape f has not seen at, or 0. The
-        fewest rows of a shape it has seen with the same row shape, at most twice the
-        batch's (so a padded batch costs at most one more batch's compute), where a new
-        shape is costly (``new_shape_s`` at least NEW_SHAPE_COSTLY_S, with
-        ``pad_shapes="auto"``), and only until what padding this shape cost (predicted:
-        the padded share of a recent call's host time) adds up to one new shape's cost:
-        then it runs at its own shape, seen from then on (rent or buy)."""
-        mode = self.pad_shapes
-        if mode is False or shape in self.shapes_seen:
-            return 0
-        if mode == "auto" and self.new_shape_s < NEW_SHAPE_COSTLY_S:
+        """run_batches: the rows to run a batch of a shape f has not been called with at,
+        or 0: the fewest rows of a seen shape of the same row shape and dtypes, at most
+        twice the batch's (so a padded batch costs at most one more batch's compute),
+        where :meth:`pays_to_pad`."""
+        dkey = self._dtype_key
+        if self.pad_shapes is False or (shape, dkey) in self.shapes_seen:
             return 0
         rows, row_shape = shape[0], shape[1:]
         best = 0
-        for s in tuple(self.shapes_seen):  # (a copy: calls on compute threads add to it)
-            if s[1:] == row_shape and rows < s[0] <= 2 * rows and (not best or s[0] < best):
+        for s, d in tuple(self.shapes_seen):  # (a copy: calls on compute threads add to it)
+            if d == dkey and s[1:] == row_shape and rows < s[0] <= 2 * rows and (not best or s[0] < best):
                 best = s[0]
-        if not best or mode is True:
-            return best
-        paid = self._pad_paid.get(shape, 0.0) + (best - rows) / best * statistics.median(self._call_times)
-        if paid > self.new_shape_s:
-            return 0
-        if len(self._pad_paid) >= SHAPES_SEEN_SIZE:
-            self._pad_paid.clear()
-        self._pad_paid[shape] = paid
-        return best
-
-    def _learn_shape_cost(self, new: bool, call_s: float) -> None:
-        """What a new batch shape costs f's first call: its host time over the quickest
-        recent call's; the smaller of the last two (a hiccup of the host is not a shape's
-        cost). Not the first call of all, which carries the compute's one-time costs."""
-        if not self._timed_first:
-            self._timed_first = True
-            return
-        times = self._call_times
-        if new and times:
-            self._excess.append(call_s - min(times))
-            if len(self._excess) == 2:
-                self.new_shape_s = max(self.new_shape_s, min(self._excess))
-        times.append(call_s)
+        return best if best and self.pays_to_pad(shape, dkey, best, self.pad_shapes) else 0
 
     def _unpad(self, raw: Any, rows: int, keep: int) -> Any:
         """f's output for a padded input: checked for one row per input row, then its
@@ -682,7 +733,7 @@ class TensorCompute:
         shape = getattr(raw, "shape", None)
         if shape is None:
             return raw  # (output() says what is wrong with it)
-        check_rows(tuple(shape), (rows,))
+        check_rows(tuple(shape), (rows,))  # (f was given ``rows`` rows: the batch's ``keep`` and copies)
         return self.fw.first_rows(raw, keep)
 
     def _shares(self, lane: int, raw: Any, x_span: tuple[int, int]) -> bool:
