@@ -799,7 +799,8 @@ class StreamPipeline:
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
         if tensor:
-            self._pad_last_chunk(batches, fixed_rows, row_bytes, self._tuned.get(self._tune_key(x_np, stage_in, stage_out)),
+            tuned = self._tuned.get(self._tune_key(x_np, stage_in, stage_out))
+            self._pad_last_chunk(batches, fixed_rows, row_bytes, tuned,
                                  TensorCompute.dtype_key(x_np.dtype, kind.torch_dtype if kind.reinterpreted else None))
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
