@@ -1201,12 +1201,10 @@ class StreamPipeline:
         tc = self._tc
         if tc is None:
             return
-        if tuned is not None:
-            tc.shape_cost_hint = max(tc.shape_cost_hint, tuned.new_shape_s)
+        if tuned is not None and batches:
             compute = tuned.models.get("compute")
-            row_key = (tuple(batches[0].in_shape[1:]), dtype_key) if batches else None
-            if compute is not None and row_key is not None and row_key not in tc.gpu_row_s:
-                tc.gpu_row_s[row_key] = compute.per_byte_s * row_bytes
+            tc.learn_from_probes(tuned.new_shape_s, compute.per_byte_s * row_bytes if compute is not None else 0.0,
+                                 batches[0].in_shape[1:], dtype_key)
         if self.pad_shapes is False or len(batches) < 2:
             return
         last = batches[-1]
@@ -1674,11 +1672,7 @@ class StreamPipeline:
             if len(run.timings) < n:  # sampled: scaled by the bytes each stage moved, at most the span
                 stats.busy_ms = _scaled_busy(stats.busy_ms, run.timings, batches, stats.gpu_span_ms)
             if tc is not None and stats.busy_ms.get("compute"):  # (what padding a row costs: pad_shapes)
-                row_shapes = {b.in_shape[1:] for b in batches}
-                if len(row_shapes) == 1:
-                    rows = sum(b.in_shape[0] for b in batches) + tc.padded_rows
-                    tc.gpu_row_s[(row_shapes.pop(), tc.dtype_key(in_dtype, tc.in_dtype))] = (
-                        stats.busy_ms["compute"] * 1e-3 / rows)
+                tc.learn_compute_time([b.in_shape for b in batches], stats.busy_ms["compute"] * 1e-3)
         return stats
 
     def _eager_loop(self, run: "_Run", proto: Protocol, batches: list[P.Batch], L: int, ring_in: bool,

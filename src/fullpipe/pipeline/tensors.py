@@ -647,6 +647,24 @@ class TensorCompute:
     def has_seen(self, shape: tuple[int, ...], dtype_key: tuple) -> bool:
         return (tuple(shape), dtype_key) in self.shapes_seen
 
+    def learn_from_probes(self, new_shape_s: float, compute_s_per_row: float, row_shape: tuple[int, ...],
+                          dtype_key: tuple) -> None:
+        """chunk="auto"'s probe readings: what a new shape cost the compute, and its GPU time
+        per row (kept only until a timed run measures it: :meth:`learn_compute_time`)."""
+        self.shape_cost_hint = max(self.shape_cost_hint, new_shape_s)
+        key = (tuple(row_shape), dtype_key)
+        if compute_s_per_row and key not in self.gpu_row_s:
+            self.gpu_row_s[key] = compute_s_per_row
+
+    def learn_compute_time(self, in_shapes: list[tuple[int, ...]], compute_s: float) -> None:
+        """A timed run's GPU compute time (its batches' input shapes, as in this run's
+        begin_run): per row, the padding's price (:meth:`pays_to_pad`), where the batches
+        share one row shape. The padded rows were computed too."""
+        row_shapes = {s[1:] for s in in_shapes}
+        if len(row_shapes) == 1 and compute_s > 0:
+            rows = sum(s[0] for s in in_shapes) + self.padded_rows
+            self.gpu_row_s[(row_shapes.pop(), self._dtype_key)] = compute_s / rows
+
     @property
     def new_shape_s(self) -> float:
         """What a new batch shape costs f's first call (a framework's per-shape setup: cuDNN
