@@ -748,6 +748,62 @@ def test_pad_shapes_auto_in_run_batches_learns_what_a_new_shape_costs_from_the_c
         assert [s[0] for s in f.shapes] == sizes and pipe.stats.padded is None
 
 
+def test_pad_shapes_auto_learns_from_a_list_of_all_different_sizes(fake, fakefw):
+    """No size comes twice, so no shape is called twice on its own: after two slow new shapes,
+    one batch runs at a shape called once, and that second call, quick, shows the cost was the
+    shape's. Without the trial every batch is a new shape (10 calls of 0.3 s)."""
+    x = np.random.default_rng(9).random((64, 16), dtype=np.float32)
+    sizes = [32, 20, 24, 12, 30, 16, 40, 28, 18, 36]
+    xs = [x[:n] * (i + 1) for i, n in enumerate(sizes)]
+    f = ShapeLog(new_shape_s=0.3)
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        ys = pipe.run_batches(xs)
+        for y, xi in zip(ys, xs):
+            np.testing.assert_allclose(y, want(xi), rtol=1e-6)
+        # 12 is the trial (at 20, called once); then 30 at 32, 16 at 20, 28 at 32, 18 at 20, 36 at 40
+        assert [s[0] for s in f.shapes] == [32, 20, 24, 20, 32, 20, 40, 32, 20, 40]
+        assert pipe.stats.padded == {"batches": 6, "rows": 8 + 2 + 4 + 4 + 2 + 4}
+        assert pipe._tc.new_shape_s >= 0.25
+
+
+def test_pad_shapes_auto_tries_once_where_every_call_is_slow(fake, fakefw):
+    """A function slow at every call (it waits for the GPU, or works on the CPU) over sizes that
+    never repeat: one batch is padded to find out, then none."""
+    x = np.random.default_rng(10).random((64, 16), dtype=np.float32)
+
+    class SlowAlways(ShapeLog):
+        def __call__(self, t):
+            time.sleep(0.3)
+            return super().__call__(t)
+
+    sizes = [40, 30, 36, 24, 44, 20, 26]
+    f = SlowAlways()
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        pipe.run_batches([x[:n] for n in sizes])
+        assert [s[0] for s in f.shapes] == [40, 30, 36, 30, 44, 20, 26]  # 24: the trial, at 30
+        assert pipe.stats.padded == {"batches": 1, "rows": 6}
+        assert pipe._tc.new_shape_s < 0.05
+
+
+def test_chunk_auto_probes_call_the_compute_on_one_stream(fake, fakefw):
+    """A framework's caching allocator keeps freed memory per stream: a probe size's second
+    call on another stream would allocate again and read as host time. The probes all run on
+    one lane; the run after them on every lane."""
+    x = np.random.default_rng(11).random((48 * (1 << 20) // 64, 16), dtype=np.float32)
+    streams = []
+
+    class StreamLog(RowStats):
+        def __call__(self, t):
+            streams.append(id(_current.stream))
+            return super().__call__(t)
+
+    with StreamPipeline(StreamLog(), form="torch", streams=3) as pipe:
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
+        n_probe = pipe.stats.chunk["probe_batches"]
+        assert n_probe >= 4 and len(set(streams[:n_probe])) == 1
+        assert len(set(streams[n_probe:])) == 3
+
+
 def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fakefw):
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(5).random((48 * (1 << 20) // 64 + 37, 16), dtype=np.float32)  # 48 MiB and a bit

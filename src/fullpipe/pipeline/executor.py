@@ -175,7 +175,8 @@ class StreamPipeline:
       its own input row, as cutting the input into chunks does anyway. ``"auto"`` (default):
       only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s; what
       chunk="auto"'s probes measured, or the calls so far: a shape's first call over its
-      second), and per shape only until the padding's cost (the rows added at the compute's
+      second; where no shape has come twice and new shapes' calls are that slow, one batch
+      runs at a shape called once to find out), and per shape only until the padding's cost (the rows added at the compute's
       GPU time per row, from timed runs) adds up to one new shape's: then it runs at its own
       shape once, a shape seen from then on (TensorCompute.pays_to_pad).
       ``True``: always where a seen shape fits (the last chunk of every run; a model you know
@@ -1682,6 +1683,12 @@ class StreamPipeline:
         flight while the compute call of batch j runs on the host. With compute threads,
         :meth:`_threaded_loop` instead, with the same fronts and bookkeeping."""
         n, K, N = len(batches), self.slots, self.n_streams
+        if mode is PROBE_RUN:
+            # chunk="auto"'s probes, each batch waited for before the next, all on lane 0: a
+            # framework's caching allocator keeps what a call freed for that call's stream, so
+            # a size's second call on another lane would allocate its memory afresh, and the
+            # host time per batch read there (the chunk's model) would include the allocations
+            N = 1
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
         synchronous, timing = mode.synchronous, mode.timing

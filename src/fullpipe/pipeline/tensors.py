@@ -521,7 +521,7 @@ class TensorCompute:
         self._timed_first = False  # the first call of all carries one-time costs: not a shape's
         self._shape_first: dict[tuple, float] = {}  # a shape called once: its first call's host time
         self._pair_excess: float | None = None  # the latest shape's first call over its second
-        self._new_excess: collections.deque = collections.deque(maxlen=2)  # new shapes' over the quickest
+        self._new_calls: collections.deque = collections.deque(maxlen=2)  # the last two new shapes' first calls
         self._pad_paid: dict[tuple, float] = {}
         self._shape_lock = threading.Lock()  # (calls on compute threads count and pay at once)
         self.padded_rows = self.padded_batches = 0  # this run's padded batches (_padded_input)
@@ -677,8 +677,8 @@ class TensorCompute:
         measured = 0.0
         if self._pair_excess is not None:
             measured = self._pair_excess
-            if len(self._new_excess) == 2:
-                measured = min(measured, min(self._new_excess))
+            if len(self._new_calls) == 2:
+                measured = min(measured, min(self._new_calls) - min(self._call_times))
         return max(self.shape_cost_hint, measured)
 
     def _learn_shape_cost(self, key: tuple, new: bool, call_s: float) -> None:
@@ -694,8 +694,7 @@ class TensorCompute:
                 return
             times = self._call_times
             if new:
-                if times:
-                    self._new_excess.append(call_s - min(times))
+                self._new_calls.append(call_s)
                 self._shape_first[key] = call_s
             else:
                 first = self._shape_first.pop(key, None)
@@ -736,12 +735,34 @@ class TensorCompute:
         dkey = self._dtype_key
         if self.pad_shapes is False or (shape, dkey) in self.shapes_seen:
             return 0
+        best = self._fewest_rows_above(shape, dkey, self.shapes_seen)
+        if best and self.pays_to_pad(shape, dkey, best, self.pad_shapes):
+            return best
+        return self._trial_rows(shape, dkey)
+
+    @staticmethod
+    def _fewest_rows_above(shape: tuple[int, ...], dkey: tuple, among: Any) -> int:
+        """The fewest rows of a shape in ``among`` (keys: shape, dtype key) with ``shape``'s
+        row shape and dtypes, more than its rows and at most twice them; 0 if none."""
         rows, row_shape = shape[0], shape[1:]
         best = 0
-        for s, d in tuple(self.shapes_seen):  # (a copy: calls on compute threads add to it)
+        for s, d in tuple(among):  # (a copy: calls on compute threads add to it)
             if d == dkey and s[1:] == row_shape and rows < s[0] <= 2 * rows and (not best or s[0] < best):
                 best = s[0]
-        return best if best and self.pays_to_pad(shape, dkey, best, self.pad_shapes) else 0
+        return best
+
+    def _trial_rows(self, shape: tuple[int, ...], dkey: tuple) -> int:
+        """pad_shapes="auto" where no shape has been called twice yet (a list of batches of
+        all different sizes) but the last two new shapes' calls each took a costly shape's
+        time: pad this batch to a shape called once, and its second call tells whether that
+        time was the shape's (a framework's per-shape setup: the call is now quick) or the
+        work's (it is as slow as before). Once: that second call answers it. Costs at most
+        one batch's compute; 0 where no such shape fits."""
+        if self.pad_shapes != "auto" or self._pair_excess is not None:
+            return 0
+        with self._shape_lock:
+            slow = len(self._new_calls) == 2 and min(self._new_calls) >= NEW_SHAPE_COSTLY_S
+            return self._fewest_rows_above(shape, dkey, self._shape_first) if slow else 0
 
     def _unpad(self, raw: Any, rows: int, keep: int) -> Any:
         """f's output for a padded input: checked for one row per input row, then its
