@@ -785,23 +785,85 @@ def test_pad_shapes_auto_tries_once_where_every_call_is_slow(fake, fakefw):
         assert pipe._tc.new_shape_s < 0.05
 
 
-def test_chunk_auto_probes_call_the_compute_on_one_stream(fake, fakefw):
+def test_chunk_auto_probes_call_each_size_on_one_stream(fake, fakefw):
     """A framework's caching allocator keeps freed memory per stream: a probe size's second
-    call on another stream would allocate again and read as host time. The probes all run on
-    one lane; the run after them on every lane."""
+    call on another stream would allocate again and read as host time. Each probe size runs
+    on one lane, the sizes on different lanes; the run after them on every lane."""
     x = np.random.default_rng(11).random((48 * (1 << 20) // 64, 16), dtype=np.float32)
-    streams = []
+    calls = []
 
     class StreamLog(RowStats):
         def __call__(self, t):
-            streams.append(id(_current.stream))
+            calls.append((t.shape[0], id(_current.stream)))
             return super().__call__(t)
 
     with StreamPipeline(StreamLog(), form="torch", streams=3) as pipe:
         np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
         n_probe = pipe.stats.chunk["probe_batches"]
-        assert n_probe >= 4 and len(set(streams[:n_probe])) == 1
-        assert len(set(streams[n_probe:])) == 3
+        probes = calls[:n_probe]
+        sizes = sorted({n for n, _ in probes})
+        assert n_probe >= 4 and len(sizes) >= 2
+        lanes = [{s for n, s in probes if n == size} for size in sizes]
+        assert all(len(lane) == 1 for lane in lanes) and lanes[0] != lanes[1]
+        assert len({s for _, s in calls[n_probe:]}) == 3
+
+
+def test_chunk_auto_with_a_compute_that_returns_one_buffer_per_shape(fake, fakefw):
+    """The probes call each size on one lane, so a compute that returns one buffer per batch
+    shape (a CUDA graph's static output) shows no overlap there; the run after them sees it,
+    and is done again with its calls one after another: right, one warning."""
+    x = np.random.default_rng(12).random((48 * (1 << 20) // 64, 16), dtype=np.float32)
+    f = OneBuffer()
+    with StreamPipeline(f, form="torch", streams=3) as pipe:
+        with pytest.warns(PipelineWarning, match="one after another") as got:
+            y = pipe.run(x)
+        assert len([w for w in got if issubclass(w.category, PipelineWarning)]) == 1
+        np.testing.assert_array_equal(y, x * 2 + 1)
+        assert "still being copied out" in pipe.stats.compute_serial
+        _assert_clean(pipe)
+
+
+def test_an_in_place_run_with_chunk_auto_is_verified_by_its_probes(fake, fakefw):
+    """A compute with new outputs, in place, chunk="auto": the probes' sizes run on two lanes,
+    and their checks find no sign, so the run after them is not careful (its calls are not
+    made one after another)."""
+    kept, careful = [], []
+
+    def affine(t):  # y = 2x + 1, a new tensor, enqueued on the current stream
+        careful.append(pipe._tc._careful)
+        y = FakeTensor.empty(t.shape, np.float32)
+        kept.append(y)
+        _current.stream.put(lambda: y.host().__setitem__(..., t.host() * 2 + 1))
+        return y
+
+    x0 = np.random.default_rng(14).random((48 * (1 << 20) // 64, 16), dtype=np.float32)
+    x = x0.copy()
+    with StreamPipeline(affine, form="torch", streams=3) as pipe:
+        pipe.run(x, out=x)
+        np.testing.assert_array_equal(x, x0 * 2 + 1)
+        n_probe = pipe.stats.chunk["probe_batches"]
+        assert n_probe >= 4 and any(careful[:n_probe]) and not any(careful[n_probe:])
+        assert pipe._tc.verified and pipe.stats.compute_serial is None
+
+
+def test_pad_shapes_auto_tries_once_on_compute_threads(fake, fakefw):
+    """On compute threads the calls decided before the trial's answer do not start trials of
+    their own: one batch padded."""
+    x = np.random.default_rng(13).random((64, 16), dtype=np.float32)
+
+    class SlowAlways(ShapeLog):
+        def __call__(self, t):
+            time.sleep(0.3)
+            return super().__call__(t)
+
+    sizes = [40, 30, 36, 24, 44, 20, 26, 34, 22, 18]
+    for threads in (2, 3):
+        f = SlowAlways()
+        with StreamPipeline(f, form="torch", streams=4, compute_threads=threads) as pipe:
+            ys = pipe.run_batches([x[:n] for n in sizes])
+            for y, n in zip(ys, sizes):
+                np.testing.assert_allclose(y, want(x[:n]), rtol=1e-6)
+            assert pipe.stats.padded is not None and pipe.stats.padded["batches"] == 1
 
 
 def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fakefw):

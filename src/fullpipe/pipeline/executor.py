@@ -175,10 +175,11 @@ class StreamPipeline:
       its own input row, as cutting the input into chunks does anyway. ``"auto"`` (default):
       only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s; what
       chunk="auto"'s probes measured, or the calls so far: a shape's first call over its
-      second; where no shape has come twice and new shapes' calls are that slow, one batch
-      runs at a shape called once to find out), and per shape only until the padding's cost (the rows added at the compute's
-      GPU time per row, from timed runs) adds up to one new shape's: then it runs at its own
-      shape once, a shape seen from then on (TensorCompute.pays_to_pad).
+      second; where no shape has come twice and new shapes' calls are that slow, one
+      batch runs at a shape called once to find out), and per shape only until the
+      padding's cost (the rows added at the compute's GPU time per row, from timed runs)
+      adds up to one new shape's: then it runs at its own shape once, a shape seen from
+      then on (TensorCompute.pays_to_pad).
       ``True``: always where a seen shape fits (the last chunk of every run; a model you know
       to be slow at new shapes); ``False``: never. ``stats.padded`` says what a run padded.
     - ``output``: ``"same"`` (default: like the input for the stream form, like ``y``
@@ -1683,12 +1684,7 @@ class StreamPipeline:
         flight while the compute call of batch j runs on the host. With compute threads,
         :meth:`_threaded_loop` instead, with the same fronts and bookkeeping."""
         n, K, N = len(batches), self.slots, self.n_streams
-        if mode is PROBE_RUN:
-            # chunk="auto"'s probes, each batch waited for before the next, all on lane 0: a
-            # framework's caching allocator keeps what a call freed for that call's stream, so
-            # a size's second call on another lane would allocate its memory afresh, and the
-            # host time per batch read there (the chunk's model) would include the allocations
-            N = 1
+        lane_of = _probe_lanes(batches, N) if mode is PROBE_RUN else None
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
         synchronous, timing = mode.synchronous, mode.timing
@@ -1720,7 +1716,7 @@ class StreamPipeline:
                         bulk_in.wait_input(nxt)
                     src = bb.src_addr
                 t0 = perf()
-                pending.append(front(bb, nxt % N, slot, src))
+                pending.append(front(bb, lane_of[nxt] if lane_of else nxt % N, slot, src))
                 front_us.append((perf() - t0) * 1e6)
                 nxt += 1
 
@@ -1761,7 +1757,7 @@ class StreamPipeline:
             t1 = settle(pos, b, slot, t0, off, front_us[pos])
             if synchronous:
                 with drv.translated("cuStreamSynchronize"):
-                    routes[pos % N].d2h_stream.sync()
+                    routes[lane_of[pos] if lane_of else pos % N].d2h_stream.sync()
                 run.wait_s += perf() - t1
 
     def _threads_for(self, mode: RunMode, tc: TensorCompute | None) -> int:
@@ -2634,6 +2630,17 @@ def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
         raise ValueError(f"{what} is not C-contiguous")
     if not out.flags.writeable:
         raise ValueError(f"{what} is read-only")
+
+
+def _probe_lanes(batches: list[P.Batch], lanes: int) -> list[int]:
+    """chunk="auto"'s probes (each batch waited for before the next): the lane of each batch,
+    one per batch size in the order the sizes come. A framework's caching allocator keeps
+    what a call freed for that call's stream, so a size's second call on another lane would
+    allocate afresh and read as host time per chunk (an H100: 361-1115 us against 130-250 us
+    on the same stream; session 25). Sizes on different lanes still let a tensor function's
+    outputs be checked across lanes (TensorCompute._shares)."""
+    rank: dict[tuple[int, ...], int] = {}
+    return [rank.setdefault(b.in_shape, len(rank)) % lanes for b in batches]
 
 
 def _host_s_per_batch(stats: PipelineStats) -> float:

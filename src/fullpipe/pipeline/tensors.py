@@ -519,9 +519,10 @@ class TensorCompute:
         self._dtype_key: tuple = ()
         self._call_times: collections.deque = collections.deque(maxlen=32)
         self._timed_first = False  # the first call of all carries one-time costs: not a shape's
-        self._shape_first: dict[tuple, float] = {}  # a shape called once: its first call's host time
+        self._shape_first: dict[tuple, tuple[float, int]] = {}  # a shape called once: (its host time, lane)
         self._pair_excess: float | None = None  # the latest shape's first call over its second
         self._new_calls: collections.deque = collections.deque(maxlen=2)  # the last two new shapes' first calls
+        self._tried = False  # _trial_rows has padded its one batch
         self._pad_paid: dict[tuple, float] = {}
         self._shape_lock = threading.Lock()  # (calls on compute threads count and pay at once)
         self.padded_rows = self.padded_batches = 0  # this run's padded batches (_padded_input)
@@ -589,7 +590,7 @@ class TensorCompute:
 
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> tuple[int, tuple]:
         fw, fs = self.fw, self._fs[lane]
-        pad_to = b.pad_to or (self._bucket(b.in_shape) if self.bucket else 0)
+        pad_to = b.pad_to or (self._bucket(b.in_shape, lane) if self.bucket else 0)
         keep = 0  # a padded batch: the rows of f's output that are the batch's own
         x_span = (ptr, ptr + b.in_bytes)
         if pad_to:
@@ -619,7 +620,7 @@ class TensorCompute:
             if _graphs_ran(trees, fw.graph_trees_state()):
                 self.serialize(_GRAPHS_RAN)
                 y, ptr = self._copy_for_next(fs, y)  # (this call's output, before any next call)
-        self._learn_shape_cost(key, new, time.perf_counter() - t0)
+        self._learn_shape_cost(key, new, time.perf_counter() - t0, lane)
         check_rows(shape, b.in_shape)
         if self._fs_out[lane] is not None:
             fw.keep_for(y, self._fs_out[lane])
@@ -675,14 +676,15 @@ class TensorCompute:
         over the quickest recent call (a hiccup of the host is not a shape's cost). Not the
         first call of all, which carries the compute's one-time costs."""
         measured = 0.0
-        if self._pair_excess is not None:
-            measured = self._pair_excess
-            if len(self._new_calls) == 2:
-                measured = min(measured, min(self._new_calls) - min(self._call_times))
+        with self._shape_lock:  # (calls on compute threads record at once)
+            if self._pair_excess is not None:
+                measured = self._pair_excess
+                if len(self._new_calls) == 2:
+                    measured = min(measured, min(self._new_calls) - min(self._call_times))
         return max(self.shape_cost_hint, measured)
 
-    def _learn_shape_cost(self, key: tuple, new: bool, call_s: float) -> None:
-        """Record a call of f (``key``: its shape and dtypes, ``new``: first seen now)."""
+    def _learn_shape_cost(self, key: tuple, new: bool, call_s: float, lane: int) -> None:
+        """Record a call of f (``key``: its shape and dtypes, ``new``: first seen now) on ``lane``."""
         with self._shape_lock:
             if new:
                 if len(self.shapes_seen) >= SHAPES_SEEN_SIZE:
@@ -695,11 +697,11 @@ class TensorCompute:
             times = self._call_times
             if new:
                 self._new_calls.append(call_s)
-                self._shape_first[key] = call_s
+                self._shape_first[key] = (call_s, lane)
             else:
                 first = self._shape_first.pop(key, None)
                 if first is not None:
-                    self._pair_excess = first - call_s
+                    self._pair_excess = first[0] - call_s
             times.append(call_s)
 
     def pays_to_pad(self, shape: tuple[int, ...], dtype_key: tuple, to_rows: int, mode: bool | str) -> bool:
@@ -727,7 +729,7 @@ class TensorCompute:
             self._pad_paid[key] = paid
         return True
 
-    def _bucket(self, shape: tuple[int, ...]) -> int:
+    def _bucket(self, shape: tuple[int, ...], lane: int) -> int:
         """run_batches: the rows to run a batch of a shape f has not been called with at,
         or 0: the fewest rows of a seen shape of the same row shape and dtypes, at most
         twice the batch's (so a padded batch costs at most one more batch's compute),
@@ -738,7 +740,7 @@ class TensorCompute:
         best = self._fewest_rows_above(shape, dkey, self.shapes_seen)
         if best and self.pays_to_pad(shape, dkey, best, self.pad_shapes):
             return best
-        return self._trial_rows(shape, dkey)
+        return self._trial_rows(shape, dkey, lane)
 
     @staticmethod
     def _fewest_rows_above(shape: tuple[int, ...], dkey: tuple, among: Any) -> int:
@@ -751,18 +753,26 @@ class TensorCompute:
                 best = s[0]
         return best
 
-    def _trial_rows(self, shape: tuple[int, ...], dkey: tuple) -> int:
+    def _trial_rows(self, shape: tuple[int, ...], dkey: tuple, lane: int) -> int:
         """pad_shapes="auto" where no shape has been called twice yet (a list of batches of
         all different sizes) but the last two new shapes' calls each took a costly shape's
-        time: pad this batch to a shape called once, and its second call tells whether that
-        time was the shape's (a framework's per-shape setup: the call is now quick) or the
-        work's (it is as slow as before). Once: that second call answers it. Costs at most
-        one batch's compute; 0 where no such shape fits."""
-        if self.pad_shapes != "auto" or self._pair_excess is not None:
+        time: pad this batch (on ``lane``) to a shape called once, and its second call tells
+        whether that time was the shape's (a framework's per-shape setup: the call is now
+        quick) or the work's (it is as slow as before). A shape first called on the same lane
+        where one fits, so that nothing kept per stream (an allocator's blocks, a graph
+        captured per lane) is new to the second call; where it is, the call reads slow and
+        nothing is padded. Once (on compute threads too): that second call answers it. Costs
+        at most one batch's compute; 0 where no such shape fits."""
+        if self.pad_shapes != "auto" or self._pair_excess is not None or self._tried:
             return 0
         with self._shape_lock:
-            slow = len(self._new_calls) == 2 and min(self._new_calls) >= NEW_SHAPE_COSTLY_S
-            return self._fewest_rows_above(shape, dkey, self._shape_first) if slow else 0
+            if self._tried or not (len(self._new_calls) == 2 and min(self._new_calls) >= NEW_SHAPE_COSTLY_S):
+                return 0
+            here = [k for k, (_, first_lane) in self._shape_first.items() if first_lane == lane]
+            rows = self._fewest_rows_above(shape, dkey, here) or self._fewest_rows_above(shape, dkey,
+                                                                                         self._shape_first)
+            self._tried = rows > 0
+            return rows
 
     def _unpad(self, raw: Any, rows: int, keep: int) -> Any:
         """f's output for a padded input: checked for one row per input row, then its
