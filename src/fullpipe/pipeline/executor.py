@@ -1684,7 +1684,7 @@ class StreamPipeline:
         flight while the compute call of batch j runs on the host. With compute threads,
         :meth:`_threaded_loop` instead, with the same fronts and bookkeeping."""
         n, K, N = len(batches), self.slots, self.n_streams
-        lane_of = _probe_lanes(batches, N) if mode is PROBE_RUN else None
+        lane_of = _probe_lanes(batches, N) if mode is PROBE_RUN else [pos % N for pos in range(n)]
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
         synchronous, timing = mode.synchronous, mode.timing
@@ -1716,7 +1716,7 @@ class StreamPipeline:
                         bulk_in.wait_input(nxt)
                     src = bb.src_addr
                 t0 = perf()
-                pending.append(front(bb, lane_of[nxt] if lane_of else nxt % N, slot, src))
+                pending.append(front(bb, lane_of[nxt], slot, src))
                 front_us.append((perf() - t0) * 1e6)
                 nxt += 1
 
@@ -1757,7 +1757,7 @@ class StreamPipeline:
             t1 = settle(pos, b, slot, t0, off, front_us[pos])
             if synchronous:
                 with drv.translated("cuStreamSynchronize"):
-                    routes[lane_of[pos] if lane_of else pos % N].d2h_stream.sync()
+                    routes[lane_of[pos]].d2h_stream.sync()
                 run.wait_s += perf() - t1
 
     def _threads_for(self, mode: RunMode, tc: TensorCompute | None) -> int:

@@ -205,6 +205,17 @@ def _library_of(compute: Any) -> str | None:
 
 
 # --------------------------------------------------------------------------- frameworks
+def _repeat_rows(t: Any, rows: int) -> None:
+    """Fill ``t[rows:]`` with copies of ``t[:rows]``, in turn, doubling each time, on the
+    framework's current stream (a padded batch in its lane's buffer:
+    :meth:`TensorCompute._padded_input`). A torch tensor or a CuPy array."""
+    n, have = t.shape[0], rows
+    while have < n:
+        k = min(have, n - have)
+        t[have:have + k] = t[:k]
+        have += k
+
+
 class TorchFramework:
     name = "torch"
 
@@ -273,15 +284,7 @@ class TorchFramework:
     def keep_for(self, y: Any, other_fs: Any) -> None:
         y.record_stream(other_fs)
 
-    @staticmethod
-    def repeat_rows(t: Any, rows: int) -> None:
-        """Fill ``t[rows:]`` with copies of ``t[:rows]``, in turn, on the current stream
-        (a padded batch in its lane's buffer: :meth:`TensorCompute._padded_input`)."""
-        n, have = t.shape[0], rows
-        while have < n:
-            k = min(have, n - have)
-            t[have:have + k].copy_(t[:k])
-            have += k
+    repeat_rows = staticmethod(_repeat_rows)
 
     @staticmethod
     def tiled_rows(x: Any, rows: int) -> Any:
@@ -392,13 +395,7 @@ class CupyFramework:
     def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
 
-    @staticmethod
-    def repeat_rows(t: Any, rows: int) -> None:
-        n, have = t.shape[0], rows  # (as TorchFramework.repeat_rows; CuPy copies on its current stream)
-        while have < n:
-            k = min(have, n - have)
-            t[have:have + k] = t[:k]
-            have += k
+    repeat_rows = staticmethod(_repeat_rows)
 
     def tiled_rows(self, x: Any, rows: int) -> Any:
         k = -(-rows // x.shape[0])
