@@ -21,7 +21,8 @@ def _opcodes(variant: str, multicast: bool = True, build=None) -> dict[str, dict
     for part in re.split(r"\.section\s+\.text\.", text)[1:]:
         name = part.split(",", 1)[0].strip()
         counts = dict(sass.opcode_counts(part))
-        for m in re.finditer(r"\b((?:UTMALDG|UTMASTG|HGMMA|USETMAXREG|SYNCS|LDGSTS|STSM)(?:\.[A-Za-z0-9_]+)+)", part):
+        for m in re.finditer(r"\b((?:UTMALDG|UTMASTG|HGMMA|USETMAXREG|SYNCS|LDGSTS|STSM|STG|LDG|ATOMG)"
+                             r"(?:\.[A-Za-z0-9_]+)+)", part):
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
         out[name] = counts
     return out
@@ -46,8 +47,18 @@ TECHNIQUE = {
     "tma": ({"HGMMA", "UTMALDG", "SYNCS"}, {"LDGSTS", "USETMAXREG"}),
     "ws": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG"}, {"LDGSTS", "UTMASTG"}),
     "persistent": ({"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "UTMASTG", "UCGABAR_ARV", "UCGABAR_WAIT"},
-                   {"LDGSTS", "STG"}),
+                   {"LDGSTS"}),
 }
+
+
+def _stream_k_only_global_stores(counts: dict[str, int], where: str) -> None:
+    """The persistent rung writes C only by TMA stores: its global stores are stream-K's
+    (a warpgroup's partial sums, 32 coalesced 128-bit stores per thread at L2, and the
+    flag after them), read back as 32 128-bit loads at L2; the ticket is an atomic add."""
+    stores = {k: v for k, v in counts.items() if k.startswith("STG.")}
+    assert stores == {"STG.E.128.STRONG.GPU": 32, "STG.E.STRONG.GPU": 1}, f"{where}: {stores}"
+    assert counts.get("LDG.E.128.STRONG.GPU") == 32, f"{where}: partial sums not read back as 32 x 128 bits"
+    assert counts.get("ATOMG.E.ADD.STRONG.GPU") == 1, f"{where}: no ticket"
 
 
 @pytest.mark.parametrize("variant", hg.VARIANTS)
@@ -60,6 +71,8 @@ def test_rung_sass_shows_its_technique(variant):
             assert not _has(counts, op), f"{kernel}: unexpected {op} in SASS"
         # The MMAs are the 64x256x16 warpgroup ones, fp32 accumulate (4 per K slice).
         assert any(k.startswith("HGMMA.64x256x16.F32") for k in counts), f"{kernel}: {sorted(counts)}"
+        if variant == "persistent":
+            _stream_k_only_global_stores(counts, kernel)
 
 
 def test_persistent_multicasts_b_and_the_comparison_build_does_not():
@@ -70,6 +83,17 @@ def test_persistent_multicasts_b_and_the_comparison_build_does_not():
         assert multicast_loads(counts) > 0, kernel
     for kernel, counts in _opcodes("persistent", multicast=False).items():
         assert multicast_loads(counts) == 0 and _has(counts, "UTMALDG"), kernel
+
+
+def test_no_wgmma_is_serialized():
+    """ptxas serializes every wgmma of a kernel (C7515) when anything else may write an
+    accumulator register inside a pipeline stage: the asynchronous MMAs then wait for
+    each other. Each rung and each build of the persistent one keeps them in flight
+    (stream-K's partial sums are added as the tile is stored, not into the accumulators)."""
+    mods = [(v, hg.module(v, ARCH)) for v in hg.VARIANTS]
+    mods += [(b.label, hg.module("persistent", ARCH, build=b)) for b in hg.SWEEP_BUILDS]
+    for label, mod in mods:
+        assert "C7515" not in mod.log, f"{label}: {mod.log}"
 
 
 def test_register_reallocation_is_honoured():
@@ -108,8 +132,39 @@ def test_plan_maps_match_the_kernels_boxes():
 
 
 def test_persistent_grid_is_never_more_than_the_work():
-    p = hg.plan("persistent", 300, 512, 64, "bfloat16", max_clusters=66)
+    p = hg.plan("persistent", 300, 512, 64, "bfloat16", max_clusters=66, sk_tiles=0)
     assert p.grid == 2 * hg.cluster_tiles(300, 512) == 2 * 2 * 2
+    assert p.workspace_bytes == 0
+
+
+def test_stream_k_where_whole_tiles_leave_clusters_idle():
+    """Whole tiles where their waves keep the clusters busy (8192^3: 1024 tiles on 66
+    clusters, 0.97); below one wave each tile cut into equal runs, as many as fit (a power
+    of two, at most 8, 16 slices or more each); the last wave and the one before it
+    where two waves or more leave clusters idle (3072^3: 144 tiles, 0.73), the tiles left
+    whole a whole number of waves; nothing at one wave and a part."""
+    assert hg.stream_k(1024, 66, 128) == (0, 66)
+    assert hg.stream_k(132, 66, 128) == (0, 66)  # exactly two waves
+    assert hg.stream_k(144, 66, 48) == (66 + 12, 66)
+    assert hg.stream_k(100, 66, 160) == (0, 66)  # 2560 x 2560 x 10240: 1.5 waves
+    assert hg.stream_k(32, 66, 64) == (32, 64)  # 512 x 4096 x 4096: two runs a tile
+    assert hg.stream_k(4, 66, 256) == (4, 32)  # 512 x 512 x 16384: at most 8 runs
+    assert hg.stream_k(16, 66, 16) == (0, 16)  # 1024^3: runs of 8 slices would be too short
+    assert hg.stream_k(9, 66, 128) == (9, 36)  # 768 x 768 x 8192: 4 runs, not 7.3
+    assert hg.stream_k(40, 66, 64) == (0, 40)  # two runs a tile do not fit
+    assert hg.stream_k(1, 1, 64) == (0, 1)  # one cluster: nothing to share
+    # The kernel counts stream-K slices x clusters in 32 bits: beyond that, whole tiles.
+    assert hg.stream_k(32, 66, 2**20) == (0, 32)
+
+
+def test_stream_k_plan_uses_every_cluster_and_a_workspace_per_warpgroup():
+    p = hg.plan("persistent", 3072, 3072, 3072, "bfloat16", max_clusters=66)
+    assert p.sk_tiles == 78 and p.clusters == 66 and p.grid == 132
+    warpgroups = 132 * hg.CONSUMERS
+    assert p.workspace_zeroed == hg.WORKSPACE_HEADER + 1280  # the ticket, then a flag per warpgroup (1056 B, to 256)
+    assert p.workspace_bytes == p.workspace_zeroed + warpgroups * 64 * 256 * 4
+    with pytest.raises(ValueError, match="whole number of waves"):
+        hg.plan("persistent", 3072, 3072, 3072, "bfloat16", max_clusters=66, sk_tiles=10)
 
 
 @pytest.mark.parametrize("variant", hg.VARIANTS)
@@ -179,6 +234,7 @@ def test_every_sweep_build_compiles_to_the_persistent_technique(build):
         for op in absent:
             assert not _has(counts, op), f"{build.label} {kernel}: unexpected {op} in SASS"
         assert any(k.startswith("HGMMA.64x256x16.F32") for k in counts), f"{kernel}: {sorted(counts)}"
+        _stream_k_only_global_stores(counts, f"{build.label} {kernel}")
         plain, multi = _multicast_loads(counts)
         # Which operand is multicast shows in the loads: with blocks along N (cluster_n = 2)
         # A is shared too and every load is a multicast one; otherwise A is loaded plain.

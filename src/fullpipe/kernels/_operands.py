@@ -37,6 +37,16 @@ def _is_torch_tensor(x: Any) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "is_cuda")
 
 
+_torch_dtype_names: dict[Any, str] = {}  # torch dtype -> name (str(dtype) costs a few us per operand)
+
+
+def _torch_dtype_name(dtype: Any) -> str:
+    name = _torch_dtype_names.get(dtype)
+    if name is None:
+        name = _torch_dtype_names[dtype] = _TORCH_DTYPES.get(str(dtype), str(dtype).replace("torch.", ""))
+    return name
+
+
 def operand(x: Any, name: str) -> Operand:
     """Describe ``x`` (argument ``name``) or raise TypeError/ValueError saying what to fix."""
     if isinstance(x, np.ndarray):
@@ -46,8 +56,7 @@ def operand(x: Any, name: str) -> Operand:
             raise TypeError(f"{name} is a CPU tensor: move it to the GPU first (tensor.cuda())")
         if not x.is_contiguous():
             raise ValueError(f"{name} is not contiguous (row-major): call .contiguous() first")
-        dtype = _TORCH_DTYPES.get(str(x.dtype), str(x.dtype).replace("torch.", ""))
-        return Operand(x, int(x.data_ptr()), tuple(int(s) for s in x.shape), dtype, int(x.device.index or 0), "torch")
+        return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch")
     try:
         arr = as_device_array(x)
     except NotImplementedError as exc:  # e.g. bfloat16 through DLPack without ml_dtypes
@@ -60,36 +69,44 @@ def operand(x: Any, name: str) -> Operand:
 def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: Any) -> tuple[Any, Operand]:
     """A new output array of the same kind as ``ref`` (torch -> torch, cupy -> cupy,
     otherwise a fullpipe DeviceArray from the device's memory resource on ``stream``).
+    ``stream``: the cuda.core Stream the kernel goes on, or its int handle.
 
     Torch and CuPy allocate in stream order on *their* current stream, so ``stream``
-    is made to wait for that stream first: the kernel never writes memory that
-    their earlier work may still use.
+    is made to wait for that stream first where it is another one: the kernel never
+    writes memory that their earlier work may still use.
     """
     from cuda.core import Stream
 
     from ..cuda.streams import legacy_default_stream
 
-    def foreign(handle: int):  # 0 is the legacy default stream, where torch/cupy work by default
+    def core(handle: int):  # 0 is the legacy default stream, where torch/cupy work by default
         return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
+
+    handle = stream if isinstance(stream, int) else int(stream.handle)
+
+    def wait_for(current: int) -> None:
+        if current != handle:
+            (core(handle) if isinstance(stream, int) else stream).wait(core(current))
 
     if ref.kind == "torch":
         import torch
 
         dev = torch.device("cuda", ref.device_index)
         out = torch.empty(shape, dtype=getattr(torch, dtype), device=dev)
-        stream.wait(foreign(int(torch.cuda.current_stream(dev).cuda_stream)))
+        wait_for(int(torch.cuda.current_stream(dev).cuda_stream))
     elif ref.kind == "cupy":
         import cupy
 
         with cupy.cuda.Device(ref.device_index):
             out = cupy.empty(shape, dtype=dtype)
-            stream.wait(foreign(int(cupy.cuda.get_current_stream().ptr)))
+            wait_for(int(cupy.cuda.get_current_stream().ptr))
     else:
         from cuda.core import Device as CoreDevice
 
         from ..cuda.memory import device_empty
 
-        out = device_empty(shape, dtype, stream, CoreDevice(ref.device_index).memory_resource)
+        out = device_empty(shape, dtype, core(handle) if isinstance(stream, int) else stream,
+                           CoreDevice(ref.device_index).memory_resource)
     return out, operand(out, "out")
 
 

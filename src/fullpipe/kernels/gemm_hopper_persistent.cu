@@ -23,6 +23,19 @@
 //                 remote arrive, fp_mbar::mbar_arrive_cluster): the peer's next multicast
 //                 writes into this slot too
 //
+// Stream-K (sk_tiles > 0, chosen by hopper_gemm.stream_k): where the cluster tiles do
+// not fill the last wave (3072^3: 2.2 waves, 0.73 of the SMs' time busy; 512 x 4096 x
+// 4096: 32 tiles, half the clusters idle), the last sk_tiles tiles are not dealt out
+// whole but as K slices, evenly: sk_tiles x slices cut into one contiguous run per
+// cluster (below one wave the host launches tiles x SPLIT clusters, so each tile is cut
+// into SPLIT equal runs). A run that starts inside a tile leaves partial sums: its
+// block's consumers write them to a workspace (save_partial) and raise a flag; the
+// cluster whose run holds the tile's first slice adds them as it stores the tile
+// (PartialSums). The runs go to clusters by a ticket taken at start (an atomic
+// counter), the earliest slices to the latest tickets, so a cluster only ever waits
+// for partial sums of clusters that started before it: they are resident and finish
+// their partial before anything else, whatever else shares the GPU.
+//
 // The slot a multicast fills in the peer must be free there as well, which is why
 // empty[s] counts CONSUMERS x CLUSTER arrivals. full[s] may receive the peer's bytes
 // before this block's producer armed it: the phase cannot complete before that arrival,
@@ -36,9 +49,11 @@
 // counts the consumers of every block that writes into the slot), TILE_ORDER (grouped
 // or Hilbert), STMATRIX (epilogue pieces written with stmatrix).
 //
-// Kernels gemm_hopper_persistent_{bf16,f16}: grid = CLUSTER x clusters, cluster
-// (CLUSTER_M * CLUSTER_N, 1, 1), 384 threads, dynamic shared memory STAGES * 48 KiB +
-// 32 KiB + 1 KiB.
+// Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
+// workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1), 384
+// threads, dynamic shared memory STAGES * 48 KiB + 32 KiB + 1 KiB. workspace (sk_tiles
+// > 0 only): a ticket counter and one flag per consumer warpgroup (zeroed before each
+// launch), then 64 KiB of partial sums per consumer warpgroup (Workspace).
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
@@ -85,8 +100,13 @@ static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M spl
 static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N splits A's 128 rows: 1 or 2");
 static_assert(CLUSTER >= 1 && CLUSTER <= 8, "a portable cluster has at most 8 blocks");
 constexpr int THREADS = (1 + CONSUMERS) * 128;
-constexpr int PRODUCER_REGS = 40;
-constexpr int CONSUMER_REGS = 232;
+// setmaxnreg: the producer's thread keeps 40 registers, the consumers take the rest
+// (40 x 128 + 232 x 256 = the 168 x 384 of the launch). The Hilbert walk and a 2 x 2
+// cluster's ranks do not fit a stream-K producer in 40: 56 and 224 there.
+constexpr bool BIG_PRODUCER = TILE_ORDER == 1 || CLUSTER_N > 1;
+constexpr int PRODUCER_REGS = BIG_PRODUCER ? 56 : 40;
+constexpr int CONSUMER_REGS = BIG_PRODUCER ? 224 : 232;
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 168 * THREADS, "more registers than launched");
 constexpr int OUT_N = 64;                             // columns per TMA store (128 bytes)
 constexpr int OUT_BYTES = WG_M * OUT_N * ELEM;        // 8 KiB
 // What one block loads per slice: its share of B (chunks) and of A (rows); the tensor
@@ -108,22 +128,56 @@ struct SharedStorage {
     OutBuffer out[CONSUMERS][2];                      // double-buffered epilogue pieces
     unsigned long long full[STAGES];                  // slice landed (all its A and B parts)
     unsigned long long empty[STAGES];                 // slot free in every block writing it
+    unsigned ticket;                                  // this cluster's place in the stream-K order
 };
 
-// Cluster tiles ((CLUSTER_M * 128) x (CLUSTER_N * 256)); cluster c takes the c-th,
-// (c + clusters)-th, ... in grouped or Hilbert order. Every block of a cluster walks
-// the same sequence, so their rings stay in step.
-struct TileScheduler {
-    int rows, cols;
-    int next_tile, stride;
-    int rm, rn;                 // this block's place in the cluster
-    int side, cell, seen;       // Hilbert walk (side 0: grouped order): next cell, tiles passed
+// The stream-K workspace in global memory: [ticket counter | flags | partial sums], the
+// flags and sums one per (cluster ticket, block rank, consumer warpgroup). A partial is
+// a warpgroup's 128 accumulators per thread as 32 float4, thread-minor (coalesced, and
+// read back by the thread of the same place in the finishing warpgroup).
+struct Workspace {
+    unsigned char* base;
+    int clusters;
+    static constexpr int HEADER = 256;
+    __device__ unsigned* counter() const { return reinterpret_cast<unsigned*>(base); }
+    __device__ int slot(int ticket, int rank, int wg) const { return (ticket * CLUSTER + rank) * CONSUMERS + wg; }
+    __device__ unsigned* flag(int s) const { return reinterpret_cast<unsigned*>(base + HEADER) + s; }
+    __device__ float4* partial(int s) const {
+        const int flag_bytes = (clusters * CLUSTER * CONSUMERS * 4 + 255) / 256 * 256;
+        return reinterpret_cast<float4*>(base + HEADER + flag_bytes) + static_cast<long long>(s) * 32 * 128;
+    }
+};
 
-    __device__ TileScheduler(int M, int N) {
+// One piece of a cluster's work: K slices [k_begin, k_end) of a cluster tile, at this
+// block's origin (m0, n0). A whole tile has k_begin 0 and k_end = slices.
+struct WorkItem {
+    int m0, n0;
+    int k_begin, k_end;
+    int sk_tile;   // the tile's place among the stream-K tiles (-1: a whole, data-parallel tile)
+};
+
+// Cluster tiles ((CLUSTER_M * 128) x (CLUSTER_N * 256)) in grouped or Hilbert order.
+// The first tiles - sk_tiles go whole: cluster u takes tiles u, u + clusters, ... (a
+// whole number of waves, host-checked); the last sk_tiles as runs of K slices, cluster
+// u the run [begin(u), end(u)) of their sk_tiles x slices. Every block of a cluster
+// walks the same items, so their rings stay in step.
+struct TileScheduler {
+    int rows, cols, slices;
+    int unit;                     // this cluster's place (its ticket when sk_tiles > 0)
+    int dp_tiles, next_dp;
+    int pos, end;                 // this cluster's stream-K run (host-checked: its slices x clusters < 2^31)
+    int rm, rn;                   // this block's place in the cluster
+    int side, cell, seen;         // Hilbert walk (side 0: grouped order): next cell, tiles passed
+
+    __device__ TileScheduler(int M, int N, int slices_, int sk_tiles, int unit_) {
         rows = (M + CLUSTER_M * BM - 1) / (CLUSTER_M * BM);
         cols = (N + CLUSTER_N * BN - 1) / (CLUSTER_N * BN);
-        next_tile = blockIdx.x / CLUSTER;
-        stride = gridDim.x / CLUSTER;
+        slices = slices_;
+        unit = unit_;
+        dp_tiles = rows * cols - sk_tiles;
+        next_dp = unit;
+        pos = begin(unit);
+        end = begin(unit - 1);
         const int rank = static_cast<int>(fp_tma::cluster_rank());
         rm = rank % CLUSTER_M;
         rn = rank / CLUSTER_M;
@@ -133,6 +187,12 @@ struct TileScheduler {
         cell = 0;
         seen = 0;
     }
+    // Where cluster u's run of stream-K slices begins (u = -1: where they all end). The
+    // earliest slices go to the latest tickets: u's run ends where u - 1's begins.
+    __device__ __forceinline__ int begin(int u) const {
+        return (rows * cols - dp_tiles) * slices * (clusters() - 1 - u) / clusters();
+    }
+    __device__ __forceinline__ static int clusters() { return gridDim.x / CLUSTER; }
     // The k-th tile that lies inside the grid along the curve (k only grows).
     __device__ __forceinline__ TileCoord walk(int k) {
         for (;;) {
@@ -140,13 +200,28 @@ struct TileScheduler {
             if (c.m < rows && c.n < cols && seen++ == k) return c;
         }
     }
-    // This block's next tile origin; false when the cluster has no more tiles.
-    __device__ __forceinline__ bool next(int& m0, int& n0) {
-        if (next_tile >= rows * cols) return false;
-        const TileCoord c = side ? walk(next_tile) : grouped_tile(next_tile, rows, cols, GROUP_M);
-        next_tile += stride;
-        m0 = (c.m * CLUSTER_M + rm) * BM;
-        n0 = (c.n * CLUSTER_N + rn) * BN;
+    __device__ __forceinline__ void place(WorkItem& w, int tile) {
+        const TileCoord c = side ? walk(tile) : grouped_tile(tile, rows, cols, GROUP_M);
+        w.m0 = (c.m * CLUSTER_M + rm) * BM;
+        w.n0 = (c.n * CLUSTER_N + rn) * BN;
+    }
+    // This cluster's next item; false when it has no more.
+    __device__ __forceinline__ bool next(WorkItem& w) {
+        if (next_dp < dp_tiles) {
+            place(w, next_dp);
+            w.k_begin = 0;
+            w.k_end = slices;
+            w.sk_tile = -1;
+            next_dp += clusters();
+            return true;
+        }
+        if (pos >= end) return false;
+        const int t = pos / slices;
+        w.k_begin = pos % slices;
+        w.k_end = min(slices, w.k_begin + (end - pos));
+        w.sk_tile = t;
+        place(w, dp_tiles + t);
+        pos += w.k_end - w.k_begin;
         return true;
     }
 };
@@ -162,13 +237,14 @@ __device__ __forceinline__ unsigned short a_peers(int rm) {   // same rows: shar
 }
 
 __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
-                                         TileScheduler sched, int slices) {
+                                         TileScheduler sched) {
     const unsigned short mask_a = a_peers(sched.rm), mask_b = b_peers(sched.rn);
-    int it = 0;   // slices issued by this block, over all its tiles
-    int m0, n0;
-    while (sched.next(m0, n0)) {
+    int it = 0;   // slices issued by this block, over all its items
+    WorkItem w;
+    while (sched.next(w)) {
+        const int m0 = w.m0, n0 = w.n0;
 #pragma unroll 1   // one thread issuing copies: unrolling only costs the 40 registers it has
-        for (int kt = 0; kt < slices; ++kt, ++it) {
+        for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
             const int slot = it % STAGES;
             fp_mbar::mbar_wait(&smem.empty[slot], ((it / STAGES) & 1) ^ 1);
             Slice& s = smem.ring[slot];
@@ -213,11 +289,82 @@ __device__ __forceinline__ void release(SharedStorage& smem, int slot, int rm, i
     }
 }
 
+// Stream-K: this warpgroup's partial sums of a tile it did not start, for the cluster
+// that did (then the flag, released after every thread's stores).
+__device__ __forceinline__ void save_partial(const Workspace& ws, int slot, const float (&acc)[128], int wg) {
+    const int t = threadIdx.x % 128;
+    float4* dst = ws.partial(slot) + t;
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+        __stcg(dst + i * 128, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    fp_tma::named_barrier_sync(1 + wg, 128);
+    if (t == 0) {
+        __threadfence();
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ws.flag(slot)), "r"(1u) : "memory");
+    }
+}
+
+// Stream-K: the partial sums a tile's finishing warpgroup adds to its own as it stores
+// the tile, left by the clusters with the tickets before this one whose runs lie in the
+// tile (each run ends where the previous ticket's begins). Added as the epilogue packs
+// each place, not into the accumulators first: that needs fewer registers (added first,
+// the Hilbert and 2 x 2 builds spill).
+struct PartialSums {
+    const float4* last;   // the slot of the ticket before this one (this thread's float4 0)
+    int count;            // slots last, last - STRIDE, ...
+    static constexpr int STRIDE = CLUSTER * CONSUMERS * 32 * 128;   // float4 from one ticket's slot to the one before's
+
+    // The places of epilogue piece `piece` (accumulators 32 piece .. 32 piece + 31, as 8
+    // float4) plus the partial sums of the same places, 8 loads in flight per partial
+    // (loaded a place at a time, each load waits a whole trip to L2: measured ~16 us a
+    // partial, more than a run of 16 slices takes).
+    __device__ __forceinline__ void piece(const float (&acc)[128], int piece, float4 (&v)[8]) const {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int j = piece * 8 + i;
+            v[i] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+        }
+#pragma unroll 1
+        for (int c = 0; c < count; ++c) {
+            const float4* src = last - c * STRIDE + piece * 8 * 128;
+            float4 p[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) p[i] = __ldcg(src + i * 128);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[i].x += p[i].x;
+                v[i].y += p[i].y;
+                v[i].z += p[i].z;
+                v[i].w += p[i].w;
+            }
+        }
+    }
+};
+
+// Wait until the partial sums of this tile's later slices are all written (their flags).
+__device__ __forceinline__ PartialSums wait_partials(const Workspace& ws, const TileScheduler& sched,
+                                                     const WorkItem& w, int wg) {
+    const int tile_end = (w.sk_tile + 1) * sched.slices;
+    const int rank = sched.rm + CLUSTER_M * sched.rn;
+    int count = 0;
+    for (int u = sched.unit - 1; u >= 0 && sched.begin(u) < tile_end; --u, ++count) {
+        if (threadIdx.x % 128 == 0) {
+            unsigned ready;
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ready) : "l"(ws.flag(ws.slot(u, rank, wg)))
+                             : "memory");
+            } while (!ready);
+        }
+    }
+    fp_tma::named_barrier_sync(1 + wg, 128);   // (the acquire above, for every thread of the warpgroup)
+    return {ws.partial(ws.slot(sched.unit - 1, rank, wg)) + threadIdx.x % 128, count};
+}
+
 // The warpgroup's 64 x 256 result: four 64 x 64 pieces through shared memory, each
 // stored by one TMA store; a buffer is rewritten only once its previous store read it.
 template <bool BF16>
 __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* map_c, const float (&acc)[128],
-                                         int wg, int row0, int n0) {
+                                         const PartialSums& partials, int wg, int row0, int n0) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32, lane = t % 32;
     const bool leader = t == 0;
@@ -225,6 +372,8 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
 #pragma unroll
     for (int piece = 0; piece < BN / OUT_N; ++piece) {
         unsigned char* buf = smem.out[wg][piece & 1].bytes;
+        float4 v[8];   // this piece's 64 x 64 values: 8 places per thread
+        partials.piece(acc, piece, v);
         if (leader) fp_tma::store_wait_read<1>();
         fp_tma::named_barrier_sync(barrier_id, 128);
         if constexpr (STMATRIX) {
@@ -233,22 +382,18 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
             const int r = warp * 16 + 8 * ((lane / 8) & 1) + lane % 8;
 #pragma unroll
             for (int j8 = 0; j8 < OUT_N / 8; j8 += 2) {
-                const int j = piece * (OUT_N / 8) + j8;
-                store_matrix_x4(buf + swizzled_offset(r, j8 + lane / 16),
-                                pack2<BF16>(acc[4 * j], acc[4 * j + 1]), pack2<BF16>(acc[4 * j + 2], acc[4 * j + 3]),
-                                pack2<BF16>(acc[4 * j + 4], acc[4 * j + 5]),
-                                pack2<BF16>(acc[4 * j + 6], acc[4 * j + 7]));
+                const float4 v0 = v[j8], v1 = v[j8 + 1];
+                store_matrix_x4(buf + swizzled_offset(r, j8 + lane / 16), pack2<BF16>(v0.x, v0.y),
+                                pack2<BF16>(v0.z, v0.w), pack2<BF16>(v1.x, v1.y), pack2<BF16>(v1.z, v1.w));
             }
         } else {
 #pragma unroll
             for (int j8 = 0; j8 < OUT_N / 8; ++j8) {
-                const int j = piece * (OUT_N / 8) + j8;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = warp * 16 + lane / 4 + 8 * h;
-                    *reinterpret_cast<unsigned*>(buf + swizzled_offset(r, j8) + (lane % 4) * 4) =
-                        pack2<BF16>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                }
+                const int r = warp * 16 + lane / 4;
+                *reinterpret_cast<unsigned*>(buf + swizzled_offset(r, j8) + (lane % 4) * 4) =
+                    pack2<BF16>(v[j8].x, v[j8].y);
+                *reinterpret_cast<unsigned*>(buf + swizzled_offset(r + 8, j8) + (lane % 4) * 4) =
+                    pack2<BF16>(v[j8].z, v[j8].w);
             }
         }
         fp_mbar::fence_proxy_async_shared();
@@ -262,14 +407,16 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
 
 template <bool BF16>
 __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* map_c, TileScheduler sched,
-                                         int slices, int wg) {
+                                         const Workspace ws, int wg) {
     const bool signals = threadIdx.x % 128 == 0;
     float acc[128];
-    int it = 0;   // slices consumed, over all tiles
-    int m0, n0;
-    while (sched.next(m0, n0)) {
+    int it = 0;   // slices consumed, over all items
+    WorkItem w;
+    while (sched.next(w)) {
         zero(acc);
-        for (int kt = 0; kt < slices; ++kt, ++it) {
+        // (counted from 0, not from k_begin: that form makes ptxas serialize the wgmmas, C7515)
+        const int n_slices = w.k_end - w.k_begin;
+        for (int kt = 0; kt < n_slices; ++kt, ++it) {
             const int slot = it % STAGES;
             fp_mbar::mbar_wait(&smem.full[slot], (it / STAGES) & 1);
             fp_wgmma::fence();
@@ -282,18 +429,24 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
         fp_wgmma::wait<0>();
         fp_wgmma::fence_accumulators(acc);
         if (signals) release(smem, (it - 1) % STAGES, sched.rm, sched.rn);
-        epilogue<BF16>(smem, map_c, acc, wg, m0 + wg * WG_M, n0);
+        if (w.k_begin > 0) {   // a stream-K run that starts inside this tile: its sums go to the tile's first cluster
+            save_partial(ws, ws.slot(sched.unit, sched.rm + CLUSTER_M * sched.rn, wg), acc, wg);
+            continue;
+        }
+        const PartialSums partials = w.k_end < sched.slices ? wait_partials(ws, sched, w, wg) : PartialSums{nullptr, 0};
+        epilogue<BF16>(smem, map_c, acc, partials, wg, w.m0 + wg * WG_M, w.n0);
     }
     if (threadIdx.x % 128 == 0) fp_tma::store_wait<0>();
 }
 
 template <bool BF16>
 __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const TensorMap* map_b,
-                                                const TensorMap* map_c, int M, int N, int K) {
+                                                const TensorMap* map_c, int M, int N, int K, int sk_tiles,
+                                                unsigned char* workspace) {
     extern __shared__ unsigned char smem_raw[];
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-    const TileScheduler sched(M, N);
+    const Workspace ws{workspace, static_cast<int>(gridDim.x / CLUSTER)};   // (the ticket counter)
     const int slices = (K + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
 
@@ -306,16 +459,25 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
             fp_mbar::mbar_init(&smem.empty[s], CONSUMERS * WRITERS);
         }
         fp_mbar::fence_barrier_init();
+        if (fp_tma::cluster_rank() == 0)   // the cluster's ticket (every block reads it from here)
+            smem.ticket = sk_tiles > 0 ? atomicAdd(ws.counter(), 1u) : blockIdx.x / CLUSTER;
     }
-    fp_tma::cluster_sync();   // every block's barriers exist before any multicast / remote arrive
+    fp_tma::cluster_sync();   // every block's barriers and the ticket exist before any multicast / remote access
 
+    // (each role reads its ticket and builds its scheduler after setmaxnreg: values live
+    // across it are spilled)
     if (wg == 0) {
         fp_wgmma::release_registers<PRODUCER_REGS>();
-        if (threadIdx.x == 0) producer(smem, map_a, map_b, sched, slices);
+        if (threadIdx.x == 0) {
+            const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
+            producer(smem, map_a, map_b, TileScheduler(M, N, slices, sk_tiles, ticket));
+        }
         __syncwarp();
     } else {
         fp_wgmma::claim_registers<CONSUMER_REGS>();
-        consumer<BF16>(smem, map_c, sched, slices, wg - 1);
+        const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
+        consumer<BF16>(smem, map_c, TileScheduler(M, N, slices, sk_tiles, ticket),
+                       Workspace{workspace, static_cast<int>(gridDim.x / CLUSTER)}, wg - 1);
     }
     fp_tma::cluster_sync();   // no peer writes here nor arrives on our barriers any more
 }
@@ -324,11 +486,13 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_hopper_persistent_bf16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                            const __grid_constant__ TensorMap map_c, int M, int N, int K) {
-    gemm_persistent<true>(&map_a, &map_b, &map_c, M, N, K);
+                            const __grid_constant__ TensorMap map_c, int M, int N, int K, int sk_tiles,
+                            unsigned char* workspace) {
+    gemm_persistent<true>(&map_a, &map_b, &map_c, M, N, K, sk_tiles, workspace);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_hopper_persistent_f16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                           const __grid_constant__ TensorMap map_c, int M, int N, int K) {
-    gemm_persistent<false>(&map_a, &map_b, &map_c, M, N, K);
+                           const __grid_constant__ TensorMap map_c, int M, int N, int K, int sk_tiles,
+                           unsigned char* workspace) {
+    gemm_persistent<false>(&map_a, &map_b, &map_c, M, N, K, sk_tiles, workspace);
 }

@@ -42,6 +42,7 @@ import ctypes
 import dataclasses
 import functools
 import struct
+import threading
 from typing import Any
 
 from ..cuda import compiler
@@ -70,6 +71,17 @@ ELEM = 2
 SLICE_BYTES = (BM * BK + BK * BN) * ELEM  # 48 KiB
 THREADS = {"wgmma": 256, "tma": 256, "ws": 384, "persistent": 384}
 MAX_BLOCK_SHARED = 227 * 1024
+CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each)
+# Stream-K (the persistent rung): the workspace's header, and one warpgroup's partial sums
+WORKSPACE_HEADER = 256
+PARTIAL_BYTES = 64 * 256 * 4
+# Deal the last tiles out as K slices where whole tiles would keep the SMs busy for less
+# than this share of the kernel's time (the last wave only partly filled).
+SK_BELOW_BUSY = 0.93
+# Below one wave: each tile split into at most MAX_SPLIT runs of MIN_SPLIT_SLICES or more
+# (a run pays its pipeline's fill; the finishing run adds every other run's sums)
+MAX_SPLIT = 8
+MIN_SPLIT_SLICES = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,10 +274,31 @@ class HopperPlan:
     cluster: int | None
     maps: tuple[TensorMapArgs, ...]  # a, b (and c for persistent); empty for wgmma
     build: PersistentBuild | None = None  # persistent only: the compile-time options
+    sk_tiles: int = 0  # persistent only: cluster tiles dealt out as K slices (stream-K)
 
     @property
     def multicast(self) -> bool:
         return self.build is not None and self.build.multicast
+
+    @property
+    def clusters(self) -> int:
+        return self.grid // (self.cluster or 1)
+
+    @property
+    def workspace_zeroed(self) -> int:
+        """Bytes at the start of the stream-K workspace zeroed before each launch (the
+        ticket counter and the flags); 0 without stream-K."""
+        if not self.sk_tiles:
+            return 0
+        return WORKSPACE_HEADER + _round_up(self.clusters * self.cluster * CONSUMERS * 4, 256)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The stream-K workspace (gemm_hopper_persistent.cu, Workspace): header, flags,
+        and 64 KiB of partial sums per consumer warpgroup; 0 without stream-K."""
+        if not self.sk_tiles:
+            return 0
+        return self.workspace_zeroed + self.clusters * self.cluster * CONSUMERS * PARTIAL_BYTES
 
 
 def tiles(m: int, n: int) -> int:
@@ -275,6 +308,36 @@ def tiles(m: int, n: int) -> int:
 def cluster_tiles(m: int, n: int, build: PersistentBuild | None = None) -> int:
     b = build or PERSISTENT
     return -(-m // (b.cluster_m * BM)) * -(-n // (b.cluster_n * BN))
+
+
+def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
+    """(stream-K tiles, clusters to launch) of the persistent rung for ``tiles`` cluster
+    tiles of ``slices`` K slices each, on a GPU that runs ``clusters`` at once; the
+    stream-K tiles are the last ones, dealt out as runs of K slices instead of whole.
+    Measured on an H100 (session 26, ``docs/notes/2026-11-27-session26.md``):
+
+    - less than one wave: each tile split into SPLIT equal runs, SPLIT the largest power
+      of two with tiles x SPLIT clusters on the GPU, at most MAX_SPLIT and runs of
+      MIN_SPLIT_SLICES at least (every run then starts where a run of the tile at once
+      beside it does, and the finishing run adds SPLIT - 1 partial sums): 1.2-3.6x whole
+      tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
+    - two waves or more, where whole tiles keep the clusters busy less than SK_BELOW_BUSY
+      of the time (tiles / (waves x clusters)): the partly filled last wave and the one
+      before it (3072^3: 1.14x; 4224 x 8128 x 4160: 1.09x); above it, or at one wave and a
+      part, stream-K lost (6144^3: 0.9x, 2560 x 2560 x 10240: 0.85x);
+    - otherwise none: (0, the tiles or the clusters, the fewer)."""
+    whole = (0, max(1, min(tiles, clusters)))
+    if tiles < 1 or clusters < 2 or 2 * clusters * slices * clusters >= 2**31:  # (the kernel counts in 32 bits)
+        return whole
+    waves, rest = divmod(tiles, clusters)
+    if waves == 0:
+        split = 1
+        while split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
+            split *= 2
+        return (tiles, tiles * split) if split > 1 else whole
+    if waves >= 2 and rest and tiles / ((waves + 1) * clusters) < SK_BELOW_BUSY:
+        return clusters + rest, clusters
+    return whole
 
 
 def persistent_build(multicast: bool = True, build: PersistentBuild | None = None) -> PersistentBuild:
@@ -293,11 +356,14 @@ def check_shapes(m: int, n: int, k: int) -> None:
 
 
 def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, c_ptr: int = 0,
-         *, max_clusters: int = 66, multicast: bool = True, build: PersistentBuild | None = None) -> HopperPlan:
+         *, max_clusters: int = 66, multicast: bool = True, build: PersistentBuild | None = None,
+         sk_tiles: int | None = None) -> HopperPlan:
     """The launch of ``variant`` for an (M, K) @ (K, N) product: kernel name, grid, block,
     shared memory, cluster and tensor-map arguments. ``max_clusters``: clusters of the
     persistent kernel that fit on the GPU at once (its grid); ``build`` its options
-    (default :data:`PERSISTENT`; ``multicast=False`` turns multicast off in it)."""
+    (default :data:`PERSISTENT`; ``multicast=False`` turns multicast off in it);
+    ``sk_tiles``: its stream-K tiles (default :func:`stream_k`; 0: whole tiles only;
+    another number: on every cluster)."""
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     if dtype not in DTYPES:
@@ -315,8 +381,18 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
         b = persistent_build(multicast, build)
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), maps[1],
                 tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N))
-        grid = b.cluster * max(1, min(cluster_tiles(m, n, b), max_clusters))
-        return HopperPlan(variant, kernel, grid, THREADS[variant], smem, b.cluster, maps, b)
+        n_tiles = cluster_tiles(m, n, b)
+        slices = -(-k // BK)
+        if sk_tiles is None:
+            sk_tiles, clusters = stream_k(n_tiles, max_clusters, slices)
+        else:  # (an experiment's choice: every cluster)
+            clusters = max(1, max_clusters if sk_tiles else min(n_tiles, max_clusters))
+        if not 0 <= sk_tiles <= n_tiles or (sk_tiles and (n_tiles - sk_tiles) % clusters):
+            raise ValueError(f"sk_tiles={sk_tiles}: the tiles left whole ({n_tiles} - sk_tiles) must be a whole number "
+                             f"of waves of {clusters} clusters")
+        if sk_tiles * slices * clusters >= 2**31:
+            raise ValueError(f"sk_tiles={sk_tiles}: too many K slices to deal out ({sk_tiles} x {slices})")
+        return HopperPlan(variant, kernel, b.cluster * clusters, THREADS[variant], smem, b.cluster, maps, b, sk_tiles)
     return HopperPlan(variant, kernel, tiles(m, n), THREADS[variant], smem, None, maps)
 
 
@@ -373,22 +449,46 @@ def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, clust
     return cfg
 
 
-def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
-                device_index: int = 0, arch: str | None = None, stamps_ptr: int | None = None) -> None:
-    """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them).
-    ``stamps_ptr``: the ws rung's ROLE_STAMPS build, writing its stamps there
-    (:mod:`.role_stamps`)."""
+@dataclasses.dataclass
+class _Launch:
+    """One prepared launch: the kernel, its packed parameters (tensor maps encoded) and
+    its launch config on one stream. Preparing costs ~130 us of Python and driver calls
+    (tensor-map encoding, ctypes buffers, the config), far more than a small product's
+    kernel: gemm_hopper keeps the launches of recent operands (:data:`_LAUNCHES`)."""
+
+    kernel: Any
+    cfg: Any
+    params: Any  # ctypes array of pointers into ``bufs``
+    bufs: list
+    plan: HopperPlan
+    stream_handle: int
+    workspace_at: int = 0  # the address of the workspace pointer's parameter (stream-K), else 0
+    lock: Any = dataclasses.field(default_factory=threading.Lock)
+
+    def enqueue(self, workspace: int = 0) -> None:
+        """Launch; with stream-K, on ``workspace`` (workspace_bytes, on this stream), its
+        header zeroed first on the stream."""
+        if not self.workspace_at:
+            drv.call("cuLaunchKernelEx", self.cfg, self.kernel.handle, ctypes.addressof(self.params), 0)
+            return
+        if not workspace:
+            raise ValueError("this launch deals tiles out by K slices (stream-K): it needs a workspace")
+        drv.call("cuMemsetD32Async", workspace, 0, self.plan.workspace_zeroed // 4, self.stream_handle)
+        with self.lock:  # (the parameter buffer is shared by threads launching the same operands)
+            ctypes.memmove(self.workspace_at, struct.pack("<Q", workspace), 8)
+            drv.call("cuLaunchKernelEx", self.cfg, self.kernel.handle, ctypes.addressof(self.params), 0)
+
+
+def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, stream_handle: int,
+             device_index: int, arch: str, stamps_ptr: int | None = None) -> _Launch:
     from cuda.bindings import driver as d
 
-    if arch is None:
-        arch, _ = arch_and_sm_count(device_index)
     if stamps_ptr is not None:
         if p.variant != "ws":
             raise ValueError(f"role stamps are built into the ws rung only, not {p.variant!r}")
         kernel = _module("ws", arch, (("ROLE_STAMPS", 1),)).kernel(p.kernel)
     else:
         kernel = module(p.variant, arch, build=p.build).kernel(p.kernel)
-    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     if p.variant == "wgmma":
         raw = [struct.pack("<Q", a_ptr), struct.pack("<Q", b_ptr)]
@@ -397,47 +497,82 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
     if p.variant != "persistent":
         raw.append(struct.pack("<Q", c_ptr))
     raw += [struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k)]
+    if p.variant == "persistent":
+        raw += [struct.pack("<i", p.sk_tiles), struct.pack("<Q", 0)]  # (the workspace: set at each launch)
     if stamps_ptr is not None:
         raw.append(struct.pack("<Q", stamps_ptr))
-    # Each parameter in its own 64-byte aligned host buffer; the driver copies them.
+    # Each parameter in its own 64-byte aligned host buffer (the driver copies them at
+    # each launch; kept with the launch for the next one).
     bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
     ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
-    for b, ptr, r in zip(bufs, ptrs, raw):
+    for ptr, r in zip(ptrs, raw):
         ctypes.memmove(ptr, r, len(r))
     params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), p.cluster)
+    return _Launch(kernel, cfg, params, bufs, p, stream_handle, ptrs[-1] if p.sk_tiles else 0)
+
+
+def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
+                device_index: int = 0, arch: str | None = None, stamps_ptr: int | None = None) -> None:
+    """Enqueue ``p`` on ``stream`` for checked pointers (the maps in ``p`` name them).
+    ``stamps_ptr``: the ws rung's ROLE_STAMPS build, writing its stamps there
+    (:mod:`.role_stamps`)."""
+    if arch is None:
+        arch, _ = arch_and_sm_count(device_index)
+    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
     s = as_core_stream(stream)
-    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(int(s.handle)), p.cluster)
-    drv.call("cuLaunchKernelEx", cfg, kernel.handle, ctypes.addressof(params), 0)
-    del bufs  # the driver has copied the parameters by the time cuLaunchKernelEx returns
+    launch = _prepare(p, a_ptr, b_ptr, c_ptr, m, n, k, int(s.handle), device_index, arch, stamps_ptr)
+    if not p.workspace_bytes:
+        launch.enqueue()
+        return
+    ws = int(drv.call("cuMemAllocAsync", p.workspace_bytes, int(s.handle)))
+    try:
+        launch.enqueue(ws)
+    finally:
+        drv.call("cuMemFreeAsync", ws, int(s.handle))
 
 
-def _default_stream(ref: Operand) -> Any:
-    """The stream torch/CuPy work on now (so the product is ordered with their work);
-    the legacy default stream for fullpipe arrays."""
+# Recent launches of gemm_hopper, by everything that goes into them: the rung and build,
+# dtype, shape, the three addresses, stream and device. PyTorch's and CuPy's allocators
+# hand the same addresses back, so a loop over same-shaped products hits.
+_LAUNCHES: dict[tuple, _Launch] = {}
+LAUNCH_CACHE_SIZE = 256
+
+
+def _stream_handle(stream: Any, ref: Operand) -> int:
+    """The handle of the stream to enqueue on: ``stream``'s, or (None) the stream torch's
+    or CuPy's arrays are worked on now; 0 (the legacy default stream) for fullpipe arrays."""
+    if stream is None:
+        if ref.kind == "torch":
+            import torch
+
+            return torch.cuda.current_stream(ref.device_index).cuda_stream
+        if ref.kind == "cupy":
+            import cupy
+
+            return cupy.cuda.get_current_stream().ptr
+        return 0
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    return int(as_core_stream(stream).handle)
+
+
+def _core_stream(handle: int) -> Any:
     from cuda.core import Stream
 
     from ..cuda.streams import legacy_default_stream
 
-    if ref.kind == "torch":
-        import torch
-
-        h = int(torch.cuda.current_stream(ref.device_index).cuda_stream)
-    elif ref.kind == "cupy":
-        import cupy
-
-        h = int(cupy.cuda.get_current_stream().ptr)
-    else:
-        h = 0
-    return legacy_default_stream() if h == 0 else Stream.from_handle(h)
+    return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
 
 
 def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None, stream: Any = None,
-                _multicast: bool = True, _build: PersistentBuild | None = None) -> Any:
+                _multicast: bool = True, _build: PersistentBuild | None = None, _sk_tiles: int | None = None) -> Any:
     """``out = a @ b`` for bf16/fp16 (M, K) and (K, N) device arrays (torch, CuPy or
     fullpipe), fp32 accumulation, result in the input dtype; enqueued on ``stream``
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
     For the experiments (persistent only): ``_multicast=False``, every block loads all
-    of its operands; ``_build``, another :class:`PersistentBuild` than :data:`PERSISTENT`."""
+    of its operands; ``_build``, another :class:`PersistentBuild` than :data:`PERSISTENT`;
+    ``_sk_tiles``, the stream-K tiles (default :func:`stream_k`, 0: none)."""
 
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
@@ -448,21 +583,62 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     check_shapes(m, n, k)
     if A.ptr % 16 or B.ptr % 16:
         raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
-    s = as_core_stream(stream) if stream is not None else _default_stream(A)
+    device_index = A.device_index
+    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
+    handle = _stream_handle(stream, A)
     if out is None:
-        out, C = empty_like_kind(A, (m, n), A.dtype, s)
+        out, C = empty_like_kind(A, (m, n), A.dtype, handle)
     else:
         C = operand(out, "out")
         if C.shape != (m, n) or C.dtype != A.dtype:
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
-        if C.device_index != A.device_index:
+        if C.device_index != device_index:
             raise ValueError("out must be on the same GPU as a and b")
-    arch, _ = arch_and_sm_count(A.device_index)
     build = persistent_build(_multicast, _build) if variant == "persistent" else None
-    clusters = max_active_clusters(A.device_index, arch, build) if build else 0
-    p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build)
-    launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index, arch=arch)
+    key = (variant, build, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        arch, _ = arch_and_sm_count(device_index)
+        clusters = max_active_clusters(device_index, arch, build) if build else 0
+        p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build,
+                 sk_tiles=_sk_tiles)
+        launch = _prepare(p, A.ptr, B.ptr, C.ptr, m, n, k, handle, device_index, arch)
+        if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = launch
+    if not launch.workspace_at:
+        launch.enqueue()
+        return out
+    ws, ws_ptr = _workspace(A, launch.plan.workspace_bytes, handle)
+    launch.enqueue(ws_ptr)
+    del ws  # (freed in the order of the stream it was made for: after the kernel)
     return out
+
+
+def _workspace(ref: Operand, nbytes: int, handle: int) -> tuple[Any, int]:
+    """Stream-K's workspace (the array, to keep until the launch is enqueued, and its
+    address), from the allocator of ``ref``'s kind and in the order of the launch's stream
+    ``handle``: dropped, it is reused only by later work on that stream (inside a CUDA
+    graph capture, by the capture's own memory)."""
+    if ref.kind == "torch":
+        import torch
+
+        if handle == torch.cuda.current_stream(ref.device_index).cuda_stream:
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=ref.obj.device)
+        else:
+            from ..cuda.interop import torch_stream
+
+            with torch.cuda.stream(torch_stream(handle, device=ref.device_index)):
+                ws = torch.empty(nbytes, dtype=torch.uint8, device=ref.obj.device)
+        return ws, ws.data_ptr()
+    if ref.kind == "cupy":
+        from ..cuda.interop import cupy_stream
+
+        with cupy_stream(handle, device=ref.device_index):
+            ws, W = empty_like_kind(ref, (nbytes,), "uint8", handle)
+        return ws, W.ptr
+    ws, W = empty_like_kind(ref, (nbytes,), "uint8", handle)
+    return ws, W.ptr
 
 
 def flops(m: int, n: int, k: int) -> float:
@@ -484,7 +660,9 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
 
-    shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8)]
+    # (stream-K: every tile split, most clusters without a run; two tiles summed from ~33 runs each;
+    # whole tiles then split ones)
+    shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256)]
     if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
         shapes.append((1200, 1704, 520))
     bad = 0

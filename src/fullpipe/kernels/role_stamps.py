@@ -90,7 +90,7 @@ def gemm_role_stamps(a: Any, b: Any, *, out: Any = None, stream: Any = None) -> 
     if A.dtype not in hg.DTYPES:
         raise ValueError(f"the Hopper GEMM takes bfloat16 or float16 inputs, got {A.dtype}")
     hg.check_shapes(m, n, k)
-    s = as_core_stream(stream) if stream is not None else hg._default_stream(A)
+    s = as_core_stream(stream) if stream is not None else hg._core_stream(hg._stream_handle(None, A))
     if out is None:
         out, C = empty_like_kind(A, (m, n), A.dtype, s)
     else:

@@ -78,6 +78,17 @@ __device__ __forceinline__ unsigned cluster_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
+// The u32 at `p`'s offset in the shared memory of block `cta` of the cluster (valid once
+// every block of the cluster has started: after a cluster_sync).
+__device__ __forceinline__ unsigned load_cluster_u32(const unsigned* p, unsigned cta) {
+    unsigned value;
+    asm volatile(
+        "{\n .reg .b32 remote;\n"
+        " mapa.shared::cluster.u32 remote, %1, %2;\n"
+        " ld.shared::cluster.u32 %0, [remote];\n}"
+        : "=r"(value) : "r"(smem_addr(p)), "r"(cta) : "memory");
+    return value;
+}
 // Every thread of every block of the cluster arrives, then waits for all the others.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
