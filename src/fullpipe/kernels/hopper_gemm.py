@@ -660,8 +660,7 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
 
-    # (stream-K: every tile split, most clusters without a run; two tiles summed from ~33 runs each;
-    # whole tiles then split ones)
+    # (stream-K: 2 tiles of 4 runs each; a whole wave of tiles, then 78 split ones)
     shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256)]
     if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
         shapes.append((1200, 1704, 520))
