@@ -24,7 +24,7 @@ def jobs() -> list:
     out = [lambda t=t: compiler.compile_package_kernel(fa.SOURCE, arch=arch, defines=dict(fa.defines(t)))
            for t in fa.candidate_builds()]
     out += [lambda b=b: fah.module(arch, b) for b in fah.SWEEP_BUILDS]
-    out += [lambda b=b: hg.module("persistent", arch, build=b) for b in hg.SWEEP_BUILDS]
+    out += [lambda b=b: hg.module("persistent", arch, build=b) for b in (*hg.SWEEP_BUILDS, hg.PERSISTENT_ONE_ROW)]
     out += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
     # the shipped builds (test_kernels_level2_extra, test_kernels_sass, the last compile
     # tests) back to front: the tests may reach them first and go front to back, so the

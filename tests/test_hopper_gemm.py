@@ -146,6 +146,7 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(1024, 66, 128) == (0, 66)
     assert hg.stream_k(132, 66, 128) == (0, 66)  # exactly two waves
     assert hg.stream_k(144, 66, 48) == (66 + 12, 66)
+    assert hg.stream_k(184, 66, 32) == (0, 66)  # 5886 x 2048 x 2048: 0.93 busy, stream-K lost there
     assert hg.stream_k(100, 66, 160) == (0, 66)  # 2560 x 2560 x 10240: 1.5 waves
     assert hg.stream_k(32, 66, 64) == (32, 64)  # 512 x 4096 x 4096: two runs a tile
     assert hg.stream_k(4, 66, 256) == (4, 32)  # 512 x 512 x 16384: at most 8 runs
@@ -245,6 +246,29 @@ def test_every_sweep_build_compiles_to_the_persistent_technique(build):
             assert plain > 0, f"{build.label} {kernel}: A should be a plain load"
         # The stmatrix epilogue writes its pieces with STSM, the other with 32-bit STS.
         assert bool(_has(counts, "STSM")) == build.stmatrix, f"{build.label} {kernel}: STSM {_has(counts, 'STSM')}"
+
+
+def test_products_of_one_tile_row_run_one_block_a_cluster():
+    """At most 128 rows (a decode step's requests): one block a cluster, so no block runs
+    a main loop on rows past the end; the build compiles to the same technique, each
+    block loading its own B (nothing to share), with stream-K's stores, no spills."""
+    assert hg.default_build(8) == hg.default_build(128) == hg.PERSISTENT_ONE_ROW
+    assert hg.default_build(129) == hg.PERSISTENT
+    b = hg.PERSISTENT_ONE_ROW
+    assert b.cluster == 1
+    p = hg.plan("persistent", 8, 32000, 2048, "bfloat16", max_clusters=132, build=b)
+    assert p.cluster == 1 and p.grid == 125  # 125 tiles of 128 x 256 on 132 SMs: one wave
+    mod = hg.module("persistent", ARCH, build=b)
+    assert "C7515" not in mod.log, mod.log
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0 and r.registers <= 168, r
+    present, _ = TECHNIQUE["persistent"]
+    for kernel, counts in _opcodes("persistent", build=b).items():
+        for op in present:
+            assert _has(counts, op), f"{kernel}: no {op} in SASS"
+        plain, multi = _multicast_loads(counts)
+        assert plain > 0 and multi == 0, f"{kernel}: {plain} plain, {multi} multicast loads"
+        _stream_k_only_global_stores(counts, kernel)
 
 
 def test_two_by_two_without_multicast_loads_everything_itself():

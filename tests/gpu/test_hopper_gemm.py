@@ -16,6 +16,7 @@ SHAPES = [
     (130, 520, 1000),     # M just past a tile, K not a multiple of 64
     (1, 8, 8),            # the smallest legal problem
     (777, 1032, 4104),    # odd M, long K
+    (96, 2056, 1032),     # one row of tiles: one block a cluster (PERSISTENT_ONE_ROW)
 ]
 
 

@@ -77,7 +77,7 @@ WORKSPACE_HEADER = 256
 PARTIAL_BYTES = 64 * 256 * 4
 # Deal the last tiles out as K slices where whole tiles would keep the SMs busy for less
 # than this share of the kernel's time (the last wave only partly filled).
-SK_BELOW_BUSY = 0.93
+SK_BELOW_BUSY = 0.88
 # Below one wave: each tile split into at most MAX_SPLIT runs of MIN_SPLIT_SLICES or more
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
@@ -138,6 +138,16 @@ class PersistentBuild:
 
 # The build gemm_hopper(variant="persistent") runs. To adopt a sweep winner, change this line.
 PERSISTENT = PersistentBuild(group_m=8, cluster_m=2, cluster_n=1, multicast=True, tile_order="grouped", stmatrix=False)
+# The build for products of at most 128 rows (a decode step's M = requests): one block a
+# cluster. In a cluster of two along M the second block's rows all lie past the end: it
+# would run a whole main loop on zeros, on half the SMs.
+PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multicast=True, tile_order="grouped",
+                                     stmatrix=False)
+
+
+def default_build(m: int) -> PersistentBuild:
+    """The persistent rung's build for a product of ``m`` rows."""
+    return PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
 SWEEP_BUILDS = (
@@ -323,8 +333,10 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
       tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
     - two waves or more, where whole tiles keep the clusters busy less than SK_BELOW_BUSY
       of the time (tiles / (waves x clusters)): the partly filled last wave and the one
-      before it (3072^3: 1.14x; 4224 x 8128 x 4160: 1.09x); above it, or at one wave and a
-      part, stream-K lost (6144^3: 0.9x, 2560 x 2560 x 10240: 0.85x);
+      before it (3072^3: 1.23x; 5120^3: 1.13x); above it, or at one wave and a part,
+      stream-K lost or gained little (6144^3: 0.9x; the decoder's 5886 x 2048 x 2048 at
+      0.93 busy: 0.87x; 4224 x 8128 x 4160 at 0.92 busy: 1.05x; 2560 x 2560 x 10240:
+      0.85x);
     - otherwise none: (0, the tiles or the clusters, the fewer)."""
     whole = (0, max(1, min(tiles, clusters)))
     if tiles < 1 or clusters < 2 or 2 * clusters * slices * clusters >= 2**31:  # (the kernel counts in 32 bits)
@@ -571,7 +583,7 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     fullpipe), fp32 accumulation, result in the input dtype; enqueued on ``stream``
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
     For the experiments (persistent only): ``_multicast=False``, every block loads all
-    of its operands; ``_build``, another :class:`PersistentBuild` than :data:`PERSISTENT`;
+    of its operands; ``_build``, another :class:`PersistentBuild` than :func:`default_build`'s;
     ``_sk_tiles``, the stream-K tiles (default :func:`stream_k`, 0: none)."""
 
     if variant not in SOURCES:
@@ -594,7 +606,7 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
         if C.device_index != device_index:
             raise ValueError("out must be on the same GPU as a and b")
-    build = persistent_build(_multicast, _build) if variant == "persistent" else None
+    build = persistent_build(_multicast, _build or default_build(m)) if variant == "persistent" else None
     key = (variant, build, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
