@@ -60,6 +60,14 @@ def legacy_default_stream():
     return LEGACY_DEFAULT_STREAM
 
 
+def stream_from_handle(handle: int):
+    """A cuda.core Stream for an int CUstream handle, 0 meaning the legacy default stream
+    (where PyTorch and CuPy work by default)."""
+    from cuda.core import Stream
+
+    return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
+
+
 def per_thread_default_stream():
     """The calling thread's per-thread default stream (handle 0x2)."""
     from cuda.core import PER_THREAD_DEFAULT_STREAM

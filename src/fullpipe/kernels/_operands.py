@@ -75,18 +75,16 @@ def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: An
     is made to wait for that stream first where it is another one: the kernel never
     writes memory that their earlier work may still use.
     """
-    from cuda.core import Stream
-
-    from ..cuda.streams import legacy_default_stream
-
-    def core(handle: int):  # 0 is the legacy default stream, where torch/cupy work by default
-        return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
+    from ..cuda.streams import stream_from_handle
 
     handle = stream if isinstance(stream, int) else int(stream.handle)
 
+    def core() -> Any:  # ``stream`` as a cuda.core Stream
+        return stream_from_handle(stream) if isinstance(stream, int) else stream
+
     def wait_for(current: int) -> None:
         if current != handle:
-            (core(handle) if isinstance(stream, int) else stream).wait(core(current))
+            core().wait(stream_from_handle(current))
 
     if ref.kind == "torch":
         import torch
@@ -105,8 +103,7 @@ def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: An
 
         from ..cuda.memory import device_empty
 
-        out = device_empty(shape, dtype, core(handle) if isinstance(stream, int) else stream,
-                           CoreDevice(ref.device_index).memory_resource)
+        out = device_empty(shape, dtype, core(), CoreDevice(ref.device_index).memory_resource)
     return out, operand(out, "out")
 
 

@@ -296,9 +296,7 @@ def module_for(p: AttentionPlan, arch: str):
 
 
 def _stream_for(stream: Any, ref: Operand):
-    from cuda.core import Stream
-
-    from ..cuda.streams import as_core_stream, legacy_default_stream
+    from ..cuda.streams import as_core_stream, stream_from_handle
 
     if stream is not None:
         return as_core_stream(stream)
@@ -314,7 +312,7 @@ def _stream_for(stream: Any, ref: Operand):
     else:
         raise TypeError("stream is required for fullpipe/other device arrays (torch and cupy inputs default to "
                         "their library's current stream)")
-    return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
+    return stream_from_handle(handle)
 
 
 def _read_offsets(cu: Any, C: Operand) -> np.ndarray:

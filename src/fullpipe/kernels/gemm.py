@@ -43,7 +43,7 @@ import numpy as np
 from ..cuda import compiler
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, arch_and_sm_count, matmul_shape, operand, output
+from ._operands import arch_and_sm_count, matmul_shape, operand, output
 
 # ---- launch contracts of the fp32 ladder (fp32_tile.cuh and the gemm_*.cu beside this file)
 FP32_TILE = 128  # block tile of the fp32 kernels (128 x 128)

@@ -569,14 +569,6 @@ def _stream_handle(stream: Any, ref: Operand) -> int:
     return int(as_core_stream(stream).handle)
 
 
-def _core_stream(handle: int) -> Any:
-    from cuda.core import Stream
-
-    from ..cuda.streams import legacy_default_stream
-
-    return legacy_default_stream() if handle == 0 else Stream.from_handle(handle)
-
-
 def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None, stream: Any = None,
                 _multicast: bool = True, _build: PersistentBuild | None = None, _sk_tiles: int | None = None) -> Any:
     """``out = a @ b`` for bf16/fp16 (M, K) and (K, N) device arrays (torch, CuPy or
@@ -621,21 +613,22 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     if not launch.workspace_at:
         launch.enqueue()
         return out
-    ws, ws_ptr = _workspace(A, launch.plan.workspace_bytes, handle)
+    ws, ws_ptr = _workspace(A, launch.plan.workspace_bytes, handle, on_current=stream is None)
     launch.enqueue(ws_ptr)
     del ws  # (freed in the order of the stream it was made for: after the kernel)
     return out
 
 
-def _workspace(ref: Operand, nbytes: int, handle: int) -> tuple[Any, int]:
+def _workspace(ref: Operand, nbytes: int, handle: int, on_current: bool = False) -> tuple[Any, int]:
     """Stream-K's workspace (the array, to keep until the launch is enqueued, and its
     address), from the allocator of ``ref``'s kind and in the order of the launch's stream
-    ``handle``: dropped, it is reused only by later work on that stream (inside a CUDA
-    graph capture, by the capture's own memory)."""
+    ``handle`` (``on_current``: the framework's current stream, known to the caller):
+    dropped, it is reused only by later work on that stream (inside a CUDA graph capture,
+    by the capture's own memory)."""
     if ref.kind == "torch":
         import torch
 
-        if handle == torch.cuda.current_stream(ref.device_index).cuda_stream:
+        if on_current or handle == torch.cuda.current_stream(ref.device_index).cuda_stream:
             ws = torch.empty(nbytes, dtype=torch.uint8, device=ref.obj.device)
         else:
             from ..cuda.interop import torch_stream

@@ -81,7 +81,7 @@ def gemm_role_stamps(a: Any, b: Any, *, out: Any = None, stream: Any = None) -> 
     :data:`STAMP_BLOCKS` blocks. Waits for the GPU (a measurement, not a hot path)."""
     from ..cuda import driver as drv
     from ..cuda.device import ensure_current
-    from ..cuda.streams import as_core_stream
+    from ..cuda.streams import as_core_stream, stream_from_handle
     from . import hopper_gemm as hg
     from ._operands import arch_and_sm_count, empty_like_kind, matmul_shape, operand
 
@@ -90,7 +90,7 @@ def gemm_role_stamps(a: Any, b: Any, *, out: Any = None, stream: Any = None) -> 
     if A.dtype not in hg.DTYPES:
         raise ValueError(f"the Hopper GEMM takes bfloat16 or float16 inputs, got {A.dtype}")
     hg.check_shapes(m, n, k)
-    s = as_core_stream(stream) if stream is not None else hg._core_stream(hg._stream_handle(None, A))
+    s = as_core_stream(stream) if stream is not None else stream_from_handle(hg._stream_handle(None, A))
     if out is None:
         out, C = empty_like_kind(A, (m, n), A.dtype, s)
     else:
