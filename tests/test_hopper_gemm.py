@@ -51,13 +51,18 @@ TECHNIQUE = {
 }
 
 
-def _stream_k_only_global_stores(counts: dict[str, int], where: str) -> None:
+def _stream_k_only_global_stores(counts: dict[str, int], where: str, tile_n: int = 256) -> None:
     """The persistent rung writes C only by TMA stores: its global stores are stream-K's
-    (a warpgroup's partial sums, 32 coalesced 128-bit stores per thread at L2, and the
-    flag after them), read back as 32 128-bit loads at L2; the ticket is an atomic add."""
+    (a warpgroup's partial sums, its tile_n / 2 accumulators per thread as tile_n / 8
+    coalesced 128-bit stores at L2, and the flag after them); they are read back at L2 as
+    8 128-bit loads per epilogue piece (tile_n / 64 of them) for each of the partials
+    loaded at once (2 at tile_n 256, 4 at 128: 64 loads in flight either way); the ticket
+    is an atomic add."""
+    vectors = tile_n // 8
     stores = {k: v for k, v in counts.items() if k.startswith("STG.")}
-    assert stores == {"STG.E.128.STRONG.GPU": 32, "STG.E.STRONG.GPU": 1}, f"{where}: {stores}"
-    assert counts.get("LDG.E.128.STRONG.GPU") == 32, f"{where}: partial sums not read back as 32 x 128 bits"
+    assert stores == {"STG.E.128.STRONG.GPU": vectors, "STG.E.STRONG.GPU": 1}, f"{where}: {stores}"
+    loads = 8 * (tile_n // 64) * (2 if tile_n == 256 else 4)
+    assert counts.get("LDG.E.128.STRONG.GPU") == loads, f"{where}: partial sums not read back as {loads} x 128 bits"
     assert counts.get("ATOMG.E.ADD.STRONG.GPU") == 1, f"{where}: no ticket"
 
 
@@ -234,26 +239,32 @@ def test_every_sweep_build_compiles_to_the_persistent_technique(build):
             assert _has(counts, op), f"{build.label} {kernel}: no {op} in SASS"
         for op in absent:
             assert not _has(counts, op), f"{build.label} {kernel}: unexpected {op} in SASS"
-        assert any(k.startswith("HGMMA.64x256x16.F32") for k in counts), f"{kernel}: {sorted(counts)}"
-        _stream_k_only_global_stores(counts, f"{build.label} {kernel}")
+        # The MMAs are as wide as the build's tile: m64n256k16, or m64n128k16 at tile_n 128.
+        mma = f"HGMMA.64x{build.tile_n}x16.F32"
+        assert any(k.startswith(mma) for k in counts), f"{build.label} {kernel}: no {mma}: {sorted(counts)}"
+        _stream_k_only_global_stores(counts, f"{build.label} {kernel}", build.tile_n)
+        # The stmatrix epilogue writes its pieces with STSM, the other with 32-bit STS.
+        assert bool(_has(counts, "STSM")) == build.stmatrix, f"{build.label} {kernel}: STSM {_has(counts, 'STSM')}"
         plain, multi = _multicast_loads(counts)
-        # Which operand is multicast shows in the loads: with blocks along N (cluster_n = 2)
-        # A is shared too and every load is a multicast one; otherwise A is loaded plain.
+        # Which operand is multicast shows in the loads: with blocks along M B is shared;
+        # with blocks along N (cluster_n = 2) A is shared too and every load is a
+        # multicast one; otherwise A is loaded plain. One block a cluster shares nothing.
+        if build.cluster == 1:
+            assert multi == 0 and plain > 0, f"{build.label} {kernel}: {plain} plain, {multi} multicast loads"
+            continue
         assert multi > 0, f"{build.label} {kernel}: B is not multicast"
         if build.cluster_n > 1:
             assert plain == 0, f"{build.label} {kernel}: {plain} plain loads, A should be multicast"
         else:
             assert plain > 0, f"{build.label} {kernel}: A should be a plain load"
-        # The stmatrix epilogue writes its pieces with STSM, the other with 32-bit STS.
-        assert bool(_has(counts, "STSM")) == build.stmatrix, f"{build.label} {kernel}: STSM {_has(counts, 'STSM')}"
 
 
 def test_products_of_one_tile_row_run_one_block_a_cluster():
     """At most 128 rows (a decode step's requests): one block a cluster, so no block runs
     a main loop on rows past the end; the build compiles to the same technique, each
     block loading its own B (nothing to share), with stream-K's stores, no spills."""
-    assert hg.default_build(8) == hg.default_build(128) == hg.PERSISTENT_ONE_ROW
-    assert hg.default_build(129) == hg.PERSISTENT
+    assert hg.default_build(8, 32000, 132) == hg.default_build(128, 32000, 132) == hg.PERSISTENT_ONE_ROW
+    assert hg.default_build(129, 32000, 132) == hg.PERSISTENT
     b = hg.PERSISTENT_ONE_ROW
     assert b.cluster == 1
     p = hg.plan("persistent", 8, 32000, 2048, "bfloat16", max_clusters=132, build=b)
@@ -269,6 +280,29 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
         plain, multi = _multicast_loads(counts)
         assert plain > 0 and multi == 0, f"{kernel}: {plain} plain, {multi} multicast loads"
         _stream_k_only_global_stores(counts, kernel)
+
+
+@pytest.mark.parametrize("m, n, sms, build", [
+    (1024, 1024, 132, "PERSISTENT_NARROW"),          # 16 cluster tiles of 256 x 256 for 66 clusters
+    (512, 4096, 132, "PERSISTENT_NARROW"),           # 32 of 66: half a wave, 128-wide tiles fill it
+    (1536, 1536, 132, "PERSISTENT"),                 # 36 of 66: 128-wide tiles would make 1.1 waves
+    (8192, 8192, 132, "PERSISTENT"),
+    (128, 4096, 132, "PERSISTENT_NARROW_ONE_ROW"),   # 16 tiles of 128 x 256 for 132 one-block clusters
+    (128, 11008, 132, "PERSISTENT_NARROW_ONE_ROW"),  # 43 of 132
+    (8, 32000, 132, "PERSISTENT_ONE_ROW"),           # 125 of 132
+    (1024, 1024, 264, "PERSISTENT_NARROW"),
+    (1536, 1536, 264, "PERSISTENT_NARROW"),          # 36 of 132 on a GPU twice as wide
+    (1024, 1024, 32, "PERSISTENT"),                  # 16 of 16 on a small GPU
+])
+def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, sms, build):
+    """128 x 128 tiles where 128 x 256 ones would fill at most half of the GPU's clusters;
+    one block a cluster for at most 128 rows."""
+    chosen = hg.default_build(m, n, sms)
+    assert chosen == getattr(hg, build), (m, n, sms, chosen.label)
+    p = hg.plan("persistent", m, n, 4096, "bfloat16", max_clusters=sms // chosen.cluster, build=chosen)
+    assert p.grid <= sms and p.shared_mem <= hg.MAX_BLOCK_SHARED
+    assert p.workspace_bytes == (0 if not p.sk_tiles else
+                                 p.workspace_zeroed + p.grid * hg.CONSUMERS * 64 * chosen.tile_n * 4)
 
 
 def test_two_by_two_without_multicast_loads_everything_itself():

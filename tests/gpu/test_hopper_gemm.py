@@ -134,31 +134,38 @@ def test_errors_name_the_constraint():
 # equal runs (1024 x 1024 x 4096: 16 tiles, 4 runs each; 512 x 256 x 4096: 2 tiles, 4
 # runs; 1000 x 1032 x 4104: 20 tiles, runs of 32 and 33 slices), above it the last wave
 # and the one before (3072^3: 66 tiles whole, 78 split).
-SK_SHAPES = [(3072, 3072, 3072), (1024, 1024, 4096), (512, 4096, 4096), (512, 256, 4096), (1000, 1032, 4104)]
+# (shape, the build: None for the one gemm_hopper picks)
+SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), None), ((512, 2048, 4096), None),
+            ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"), ((200, 1032, 4104), None),
+            ((8, 4096, 4096), None), ((72, 1024, 8192), None), ((768, 768, 8192), None)]
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
-@pytest.mark.parametrize("shape", SK_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape):
+@pytest.mark.parametrize("shape, build_name", SK_CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else (c or "default"))
+def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape, build_name):
+    """Stream-K against float64 and against whole tiles: 128 x 256 and 128 x 128 tiles,
+    one block a cluster, odd sizes, warpgroups and warps on rows past the end."""
     import torch
 
     from fullpipe.kernels import hopper_gemm as hg
 
     dtype = getattr(torch, dtype_name)
     m, n, k = shape
-    p = hg.plan("persistent", m, n, k, dtype_name, max_clusters=66)
-    assert p.sk_tiles > 0, f"{shape}: expected stream-K on 66 clusters"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    build = getattr(hg, build_name) if build_name else hg.default_build(m, n, sms)
+    p = hg.plan("persistent", m, n, k, dtype_name, max_clusters=sms // build.cluster, build=build)
+    assert p.sk_tiles > 0, f"{shape} ({build.label}): expected stream-K on {sms} SMs"
     a, b = _inputs(m, n, k, dtype, seed=m + 3 * n + 7 * k)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     whole = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-    gemm_hopper(a, b, out=out)
-    gemm_hopper(a, b, out=whole, _sk_tiles=0)
+    gemm_hopper(a, b, out=out, _build=build)
+    gemm_hopper(a, b, out=whole, _build=build, _sk_tiles=0)
     torch.cuda.synchronize()
     assert not torch.isnan(out).any(), "some outputs were never written"
     ref = a.double() @ b.double()
     err, err_whole = _rel(out, ref), _rel(whole, ref)
     assert err < 1e-2 and err < 1.5 * err_whole + 1e-4, f"{shape}: stream-K {err:.2e}, whole tiles {err_whole:.2e}"
-    again = gemm_hopper(a, b)
+    again = gemm_hopper(a, b, _build=build)
     torch.cuda.synchronize()
     assert torch.equal(out, again), "the runs are fixed by ticket, not by SM: the same bits every time"
 

@@ -47,13 +47,16 @@
 // them): GROUP_M, MULTICAST, CLUSTER_M x CLUSTER_N (a 2 x 2 cluster also multicasts
 // A: each block loads half of its A box for itself and its row peer, and empty[s] then
 // counts the consumers of every block that writes into the slot), TILE_ORDER (grouped
-// or Hilbert), STMATRIX (epilogue pieces written with stmatrix).
+// or Hilbert), STMATRIX (epilogue pieces written with stmatrix), TILE_N (128: 128 x 128
+// block tiles, m64n128k16, for products with too few 128 x 256 tiles to fill the GPU;
+// fp_hopper's tile header) and STAGES (slices in the ring).
 //
 // Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
 // workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1), 384
-// threads, dynamic shared memory STAGES * 48 KiB + 32 KiB + 1 KiB. workspace (sk_tiles
-// > 0 only): a ticket counter and one flag per consumer warpgroup (zeroed before each
-// launch), then 64 KiB of partial sums per consumer warpgroup (Workspace).
+// threads, dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at TILE_N 128) + 32 KiB
+// + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
+// warpgroup (zeroed before each launch), then 64 x BN fp32 partial sums per consumer
+// warpgroup (Workspace).
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
@@ -96,7 +99,8 @@ using namespace fp_hopper;
 using fp_tma::TensorMap;
 
 constexpr int CLUSTER = CLUSTER_M * CLUSTER_N;
-static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M splits B's 4 chunks: 1, 2 or 4");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M splits B's chunks: 1, 2 or 4");
+static_assert(BN / CHUNK_N % CLUSTER_M == 0, "each block of a cluster loads a whole number of B chunks");
 static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N splits A's 128 rows: 1 or 2");
 static_assert(CLUSTER >= 1 && CLUSTER <= 8, "a portable cluster has at most 8 blocks");
 constexpr int THREADS = (1 + CONSUMERS) * 128;
@@ -133,8 +137,8 @@ struct SharedStorage {
 
 // The stream-K workspace in global memory: [ticket counter | flags | partial sums], the
 // flags and sums one per (cluster ticket, block rank, consumer warpgroup). A partial is
-// a warpgroup's 128 accumulators per thread as 32 float4, thread-minor (coalesced, and
-// read back by the thread of the same place in the finishing warpgroup).
+// a warpgroup's ACC accumulators per thread as ACC / 4 float4, thread-minor (coalesced,
+// and read back by the thread of the same place in the finishing warpgroup).
 struct Workspace {
     unsigned char* base;
     int clusters;
@@ -144,7 +148,7 @@ struct Workspace {
     __device__ unsigned* flag(int s) const { return reinterpret_cast<unsigned*>(base + HEADER) + s; }
     __device__ float4* partial(int s) const {
         const int flag_bytes = (clusters * CLUSTER * CONSUMERS * 4 + 255) / 256 * 256;
-        return reinterpret_cast<float4*>(base + HEADER + flag_bytes) + static_cast<long long>(s) * 32 * 128;
+        return reinterpret_cast<float4*>(base + HEADER + flag_bytes) + static_cast<long long>(s) * (ACC / 4) * 128;
     }
 };
 
@@ -156,7 +160,7 @@ struct WorkItem {
     int sk_tile;   // the tile's place among the stream-K tiles (-1: a whole, data-parallel tile)
 };
 
-// Cluster tiles ((CLUSTER_M * 128) x (CLUSTER_N * 256)) in grouped or Hilbert order.
+// Cluster tiles ((CLUSTER_M * BM) x (CLUSTER_N * BN)) in grouped or Hilbert order.
 // The first tiles - sk_tiles go whole: cluster u takes tiles u, u + clusters, ... (a
 // whole number of waves, host-checked); the last sk_tiles as runs of K slices, cluster
 // u the run [begin(u), end(u)) of their sk_tiles x slices. Every block of a cluster
@@ -289,14 +293,24 @@ __device__ __forceinline__ void release(SharedStorage& smem, int slot, int rm, i
     }
 }
 
+// Whether this thread's warp holds rows of C: a warp's accumulators are 16 rows from
+// row0 + 16 warp. (A few requests' product, M = 8, leaves 3 of 4 warps on rows past the
+// end: their partial sums are never written nor read.)
+__device__ __forceinline__ bool warp_has_rows(int row0, int M) {
+    return row0 + 16 * (static_cast<int>(threadIdx.x % 128) / 32) < M;
+}
+
 // Stream-K: this warpgroup's partial sums of a tile it did not start, for the cluster
 // that did (then the flag, released after every thread's stores).
-__device__ __forceinline__ void save_partial(const Workspace& ws, int slot, const float (&acc)[128], int wg) {
+__device__ __forceinline__ void save_partial(const Workspace& ws, int slot, const float (&acc)[ACC], int wg,
+                                             bool has_rows) {
     const int t = threadIdx.x % 128;
     float4* dst = ws.partial(slot) + t;
+    if (has_rows) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
-        __stcg(dst + i * 128, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+        for (int i = 0; i < ACC / 4; ++i)
+            __stcg(dst + i * 128, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    }
     fp_tma::named_barrier_sync(1 + wg, 128);
     if (t == 0) {
         __threadfence();
@@ -312,38 +326,48 @@ __device__ __forceinline__ void save_partial(const Workspace& ws, int slot, cons
 struct PartialSums {
     const float4* last;   // the slot of the ticket before this one (this thread's float4 0)
     int count;            // slots last, last - STRIDE, ...
-    static constexpr int STRIDE = CLUSTER * CONSUMERS * 32 * 128;   // float4 from one ticket's slot to the one before's
+    static constexpr int STRIDE = CLUSTER * CONSUMERS * (ACC / 4) * 128;   // float4 from one ticket's slot to the one before's
 
     // The places of epilogue piece `piece` (accumulators 32 piece .. 32 piece + 31, as 8
     // float4) plus the partial sums of the same places, 8 loads in flight per partial
     // (loaded a place at a time, each load waits a whole trip to L2: measured ~16 us a
     // partial, more than a run of 16 slices takes).
-    __device__ __forceinline__ void piece(const float (&acc)[128], int piece, float4 (&v)[8]) const {
+    // AT_ONCE partials are loaded together (8 x AT_ONCE loads in flight), then added in
+    // order: a tile cut into 8 runs adds 7 partials per piece.
+    static constexpr int AT_ONCE = ACC == 64 ? 4 : 2;
+    __device__ __forceinline__ void piece(const float (&acc)[ACC], int piece, float4 (&v)[8]) const {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int j = piece * 8 + i;
             v[i] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
         }
 #pragma unroll 1
-        for (int c = 0; c < count; ++c) {
-            const float4* src = last - c * STRIDE + piece * 8 * 128;
-            float4 p[8];
+        for (int c0 = 0; c0 < count; c0 += AT_ONCE) {
+            float4 p[AT_ONCE][8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) p[i] = __ldcg(src + i * 128);
+            for (int g = 0; g < AT_ONCE; ++g) {
+                const float4* src = last - (c0 + g) * STRIDE + piece * 8 * 128;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                v[i].x += p[i].x;
-                v[i].y += p[i].y;
-                v[i].z += p[i].z;
-                v[i].w += p[i].w;
+                for (int i = 0; i < 8; ++i)
+                    p[g][i] = c0 + g < count ? __ldcg(src + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
+#pragma unroll
+            for (int g = 0; g < AT_ONCE; ++g)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    v[i].x += p[g][i].x;
+                    v[i].y += p[g][i].y;
+                    v[i].z += p[g][i].z;
+                    v[i].w += p[g][i].w;
+                }
         }
     }
 };
 
-// Wait until the partial sums of this tile's later slices are all written (their flags).
+// Wait until the partial sums of this tile's later slices are all written (their flags);
+// a warp without rows of C adds none (none were written).
 __device__ __forceinline__ PartialSums wait_partials(const Workspace& ws, const TileScheduler& sched,
-                                                     const WorkItem& w, int wg) {
+                                                     const WorkItem& w, int wg, bool has_rows) {
     const int tile_end = (w.sk_tile + 1) * sched.slices;
     const int rank = sched.rm + CLUSTER_M * sched.rn;
     int count = 0;
@@ -357,13 +381,13 @@ __device__ __forceinline__ PartialSums wait_partials(const Workspace& ws, const 
         }
     }
     fp_tma::named_barrier_sync(1 + wg, 128);   // (the acquire above, for every thread of the warpgroup)
-    return {ws.partial(ws.slot(sched.unit - 1, rank, wg)) + threadIdx.x % 128, count};
+    return {ws.partial(ws.slot(sched.unit - 1, rank, wg)) + threadIdx.x % 128, has_rows ? count : 0};
 }
 
-// The warpgroup's 64 x 256 result: four 64 x 64 pieces through shared memory, each
+// The warpgroup's 64 x BN result: BN / 64 pieces of 64 x 64 through shared memory, each
 // stored by one TMA store; a buffer is rewritten only once its previous store read it.
 template <bool BF16>
-__device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* map_c, const float (&acc)[128],
+__device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* map_c, const float (&acc)[ACC],
                                          const PartialSums& partials, int wg, int row0, int n0) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32, lane = t % 32;
@@ -407,15 +431,26 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
 
 template <bool BF16>
 __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* map_c, TileScheduler sched,
-                                         const Workspace ws, int wg) {
+                                         const Workspace ws, int wg, int M) {
     const bool signals = threadIdx.x % 128 == 0;
-    float acc[128];
+    float acc[ACC];
     int it = 0;   // slices consumed, over all items
     WorkItem w;
     while (sched.next(w)) {
-        zero(acc);
         // (counted from 0, not from k_begin: that form makes ptxas serialize the wgmmas, C7515)
         const int n_slices = w.k_end - w.k_begin;
+        const int row0 = w.m0 + wg * WG_M;
+        if (row0 >= M) {
+            // Every row of this warpgroup lies past the end (M <= 64, or a cluster's last
+            // block): it multiplies nothing and stores nothing, but still frees each slot
+            // once it has landed, as the ring's phases need.
+            for (int kt = 0; kt < n_slices; ++kt, ++it) {
+                fp_mbar::mbar_wait(&smem.full[it % STAGES], (it / STAGES) & 1);
+                if (signals) release(smem, it % STAGES, sched.rm, sched.rn);
+            }
+            continue;
+        }
+        zero(acc);
         for (int kt = 0; kt < n_slices; ++kt, ++it) {
             const int slot = it % STAGES;
             fp_mbar::mbar_wait(&smem.full[slot], (it / STAGES) & 1);
@@ -429,12 +464,14 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
         fp_wgmma::wait<0>();
         fp_wgmma::fence_accumulators(acc);
         if (signals) release(smem, (it - 1) % STAGES, sched.rm, sched.rn);
+        const bool has_rows = warp_has_rows(row0, M);
         if (w.k_begin > 0) {   // a stream-K run that starts inside this tile: its sums go to the tile's first cluster
-            save_partial(ws, ws.slot(sched.unit, sched.rm + CLUSTER_M * sched.rn, wg), acc, wg);
+            save_partial(ws, ws.slot(sched.unit, sched.rm + CLUSTER_M * sched.rn, wg), acc, wg, has_rows);
             continue;
         }
-        const PartialSums partials = w.k_end < sched.slices ? wait_partials(ws, sched, w, wg) : PartialSums{nullptr, 0};
-        epilogue<BF16>(smem, map_c, acc, partials, wg, w.m0 + wg * WG_M, w.n0);
+        const PartialSums partials =
+            w.k_end < sched.slices ? wait_partials(ws, sched, w, wg, has_rows) : PartialSums{nullptr, 0};
+        epilogue<BF16>(smem, map_c, acc, partials, wg, row0, w.n0);
     }
     if (threadIdx.x % 128 == 0) fp_tma::store_wait<0>();
 }
@@ -477,7 +514,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
         fp_wgmma::claim_registers<CONSUMER_REGS>();
         const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
         consumer<BF16>(smem, map_c, TileScheduler(M, N, slices, sk_tiles, ticket),
-                       Workspace{workspace, static_cast<int>(gridDim.x / CLUSTER)}, wg - 1);
+                       Workspace{workspace, static_cast<int>(gridDim.x / CLUSTER)}, wg - 1, M);
     }
     fp_tma::cluster_sync();   // no peer writes here nor arrives on our barriers any more
 }

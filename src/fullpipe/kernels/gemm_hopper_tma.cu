@@ -79,7 +79,7 @@ __device__ __forceinline__ void gemm_tma(const TensorMap* map_a, const TensorMap
         for (int s = 0; s < STAGES - 1 && s < slices; ++s) issue_slice(smem, s, map_a, map_b, m0, n0, s * BK);
     }
 
-    float acc[128];
+    float acc[ACC];
     zero(acc);
     for (int kt = 0; kt < slices; ++kt) {
         const int slot = kt % STAGES;

@@ -78,7 +78,7 @@ __device__ __forceinline__ void gemm_wgmma(const unsigned short* A, const unsign
     const int wg = threadIdx.x / 128;
     const int slices = (K + BK - 1) / BK;
 
-    float acc[128];
+    float acc[ACC];
     zero(acc);
 
 #pragma unroll

@@ -98,7 +98,7 @@ template <bool BF16>
 __device__ __forceinline__ void consumer(SharedStorage& smem, int wg, unsigned short* C, const Problem& p,
                                          unsigned long long* stamps) {
     const bool signals = threadIdx.x % 128 == 0;   // one arrival per warpgroup on empty[]
-    float acc[128];
+    float acc[ACC];
     zero(acc);
     for (int kt = 0; kt < p.slices; ++kt) {
         const int slot = kt % STAGES;

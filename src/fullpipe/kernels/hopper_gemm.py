@@ -20,7 +20,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 ===========  =============================  ============================================
 
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
-K slices of 64. Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
+K slices of 64; the persistent rung also builds 128 x 128 tiles (``tile_n=128``) for
+products that 128 x 256 tiles spread over too few SMs. Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
 K and N multiples of 8 (a row of A or B must be a multiple of 16 bytes, which TMA
 needs for its strides and the cp.async rung for whole 16-byte chunks); A, B and C
 16-byte aligned. Any M, N, K otherwise: TMA zero-fills boxes that hang over an edge
@@ -62,6 +63,8 @@ VARIANTS = tuple(SOURCES)
 DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 
 # Geometry (gemm_hopper_tile.cuh and the kernels): keep in step with the .cu sources.
+# BN and SLICE_BYTES are those of rungs 1-3 and the persistent rung's default tile; a
+# PersistentBuild's own are its tile_n and slice_bytes.
 BM, BN, BK = 128, 256, 64
 CHUNK_N = 64  # B columns per TMA box / swizzle chunk (128 bytes)
 OUT_N, OUT_ROWS = 64, 64  # TMA store box of the persistent epilogue
@@ -72,9 +75,9 @@ SLICE_BYTES = (BM * BK + BK * BN) * ELEM  # 48 KiB
 THREADS = {"wgmma": 256, "tma": 256, "ws": 384, "persistent": 384}
 MAX_BLOCK_SHARED = 227 * 1024
 CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each)
-# Stream-K (the persistent rung): the workspace's header, and one warpgroup's partial sums
+# Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
+# its 64 x tile_n fp32 accumulators)
 WORKSPACE_HEADER = 256
-PARTIAL_BYTES = 64 * 256 * 4
 # Deal the last tiles out as K slices where whole tiles would keep the SMs busy for less
 # than this share of the kernel's time (the last wave only partly filled).
 SK_BELOW_BUSY = 0.88
@@ -82,6 +85,19 @@ SK_BELOW_BUSY = 0.88
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
 MIN_SPLIT_SLICES = 16
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def shared_mem_bytes(variant: str, stages: int = STAGES, tile_n: int = BN) -> int:
+    """Dynamic shared memory of a rung: its SharedStorage (a 1024-aligned struct, so its
+    size rounds up to 1 KiB) plus 1 KiB of slack for aligning the dynamic base to 1024."""
+    ring = stages * (BM * BK + BK * tile_n) * ELEM
+    barriers = {"wgmma": 0, "tma": 1, "ws": 2, "persistent": 2}[variant] * stages * 8
+    epilogue = 2 * 2 * OUT_ROWS * OUT_N * ELEM if variant == "persistent" else 0
+    return _round_up(ring + epilogue + barriers, 1024) + 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +108,9 @@ class PersistentBuild:
     ``cluster_m`` blocks along M share B, ``cluster_n`` blocks along N share A (both
     multicast when ``multicast``); ``tile_order`` "grouped" walks ``group_m`` cluster-tile
     rows at a time, "hilbert" follows a Hilbert curve; ``stmatrix`` writes the epilogue's
-    shared-memory pieces with stmatrix.
+    shared-memory pieces with stmatrix; ``tile_n`` the block tile's columns (256, or 128
+    for small products); ``stages`` the slices in the ring (a 128-wide slice is 32 KiB,
+    so 6 of them fit where 4 of 48 KiB do).
     """
 
     group_m: int = 8
@@ -101,8 +119,18 @@ class PersistentBuild:
     multicast: bool = True
     tile_order: str = "grouped"
     stmatrix: bool = False
+    tile_n: int = 256
+    stages: int = STAGES
 
     def __post_init__(self) -> None:
+        if self.tile_n not in (256, 128):
+            raise ValueError(f"tile_n must be 256 or 128, got {self.tile_n}")
+        if (self.tile_n // CHUNK_N) % self.cluster_m:
+            raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice's "
+                             f"{self.tile_n // CHUNK_N} chunks evenly")
+        if self.stages < 2 or shared_mem_bytes("persistent", self.stages, self.tile_n) > MAX_BLOCK_SHARED:
+            raise ValueError(f"stages={self.stages}: the ring needs 2 or more slices and must fit in "
+                             f"{MAX_BLOCK_SHARED} bytes of shared memory")
         if self.cluster_m not in (1, 2, 4) or self.cluster_n not in (1, 2):
             raise ValueError(f"cluster_m must be 1, 2 or 4 and cluster_n 1 or 2, got {self.cluster_m} x "
                              f"{self.cluster_n}")
@@ -117,6 +145,16 @@ class PersistentBuild:
         return self.cluster_m * self.cluster_n
 
     @property
+    def slice_bytes(self) -> int:
+        """One K slice of the ring: A[128 x 64] and B[64 x tile_n]."""
+        return (BM * BK + BK * self.tile_n) * ELEM
+
+    @property
+    def partial_bytes(self) -> int:
+        """One consumer warpgroup's stream-K partial sums: 64 x tile_n fp32."""
+        return 64 * self.tile_n * 4
+
+    @property
     def a_box_rows(self) -> int:
         """Rows of A one block loads per slice: its share of the 128 when A is multicast."""
         return BM // self.cluster_n if self.multicast else BM
@@ -124,7 +162,7 @@ class PersistentBuild:
     def defines(self) -> dict[str, int]:
         return {"GROUP_M": self.group_m, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
                 "MULTICAST": int(self.multicast), "TILE_ORDER": int(self.tile_order == "hilbert"),
-                "STMATRIX": int(self.stmatrix)}
+                "STMATRIX": int(self.stmatrix), "TILE_N": self.tile_n, "STAGES": self.stages}
 
     @property
     def label(self) -> str:
@@ -133,6 +171,10 @@ class PersistentBuild:
             parts.append("nomc")
         if self.stmatrix:
             parts.append("stsm")
+        if self.tile_n != 256:
+            parts.append(f"n{self.tile_n}")
+        if self.stages != STAGES:
+            parts.append(f"s{self.stages}")
         return "-".join(parts)
 
 
@@ -145,9 +187,22 @@ PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multic
                                      stmatrix=False)
 
 
-def default_build(m: int) -> PersistentBuild:
-    """The persistent rung's build for a product of ``m`` rows."""
-    return PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
+# The same two with 128 x 128 block tiles (m64n128k16) and a 6-slice ring: for products
+# whose 128 x 256 tiles fill at most half the GPU's clusters, twice as many tiles. On an
+# H100 (session 27, p176; GPU time x cuBLAS, 128 x 256 -> 128 x 128): 1024^3 0.42 -> 0.63,
+# 512 x 4096 x 4096 0.68 -> 0.91, 256 x 8192 x 8192 0.81 -> 0.96, 128 x 11008 x 4096
+# 0.74 -> 0.97; where 128 x 256 tiles fill more than half a wave they won (1536^3: 0.61
+# against 0.53, 4096^3: 0.92 against 0.81).
+PERSISTENT_NARROW = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
+PERSISTENT_NARROW_ONE_ROW = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=128, stages=6)
+
+
+def default_build(m: int, n: int, sms: int) -> PersistentBuild:
+    """The persistent rung's build for an (m, K) @ (K, n) product on a GPU of ``sms`` SMs:
+    one block a cluster for at most 128 rows, and 128 x 128 block tiles where 128 x 256
+    ones would fill at most half of the clusters (one wave or less either way)."""
+    wide, narrow = (PERSISTENT_ONE_ROW, PERSISTENT_NARROW_ONE_ROW) if m <= BM else (PERSISTENT, PERSISTENT_NARROW)
+    return narrow if 2 * cluster_tiles(m, n, wide) <= sms // wide.cluster else wide
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
 SWEEP_BUILDS = (
@@ -160,20 +215,9 @@ SWEEP_BUILDS = (
     PersistentBuild(cluster_n=2),                            # 2 x 2: A multicast too
     PersistentBuild(cluster_n=2, tile_order="hilbert", stmatrix=True),
     PersistentBuild(cluster_m=4, group_m=4),                 # 4 x 1: B read once per 4 blocks
+    PERSISTENT_NARROW,                                       # 128 x 128 block tiles, 6 slices in the ring
+    PERSISTENT_NARROW_ONE_ROW,                               # the same, one block a cluster
 )
-
-
-def _round_up(x: int, to: int) -> int:
-    return -(-x // to) * to
-
-
-def shared_mem_bytes(variant: str, stages: int = STAGES) -> int:
-    """Dynamic shared memory of a rung: its SharedStorage (a 1024-aligned struct, so its
-    size rounds up to 1 KiB) plus 1 KiB of slack for aligning the dynamic base to 1024."""
-    ring = stages * SLICE_BYTES
-    barriers = {"wgmma": 0, "tma": 1, "ws": 2, "persistent": 2}[variant] * stages * 8
-    epilogue = 2 * 2 * OUT_ROWS * OUT_N * ELEM if variant == "persistent" else 0
-    return _round_up(ring + epilogue + barriers, 1024) + 1024
 
 
 # --------------------------------------------------------------------------- tensor maps
@@ -308,7 +352,8 @@ class HopperPlan:
         and 64 KiB of partial sums per consumer warpgroup; 0 without stream-K."""
         if not self.sk_tiles:
             return 0
-        return self.workspace_zeroed + self.clusters * self.cluster * CONSUMERS * PARTIAL_BYTES
+        assert self.build is not None
+        return self.workspace_zeroed + self.clusters * self.cluster * CONSUMERS * self.build.partial_bytes
 
 
 def tiles(m: int, n: int) -> int:
@@ -317,7 +362,7 @@ def tiles(m: int, n: int) -> int:
 
 def cluster_tiles(m: int, n: int, build: PersistentBuild | None = None) -> int:
     b = build or PERSISTENT
-    return -(-m // (b.cluster_m * BM)) * -(-n // (b.cluster_n * BN))
+    return -(-m // (b.cluster_m * BM)) * -(-n // (b.cluster_n * b.tile_n))
 
 
 def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
@@ -385,7 +430,7 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
         if p % 16:
             raise ValueError(f"{name} must be 16-byte aligned (a sliced view may not be): copy it")
     kernel = f"gemm_hopper_{variant}_{DTYPES[dtype]}"
-    smem = shared_mem_bytes(variant)
+    smem = shared_mem_bytes(variant)  # (the persistent rung's: its build's, below)
     maps: tuple[TensorMapArgs, ...] = ()
     if variant != "wgmma":
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, BM, BK), tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
@@ -404,6 +449,7 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
                              f"of waves of {clusters} clusters")
         if sk_tiles * slices * clusters >= 2**31:
             raise ValueError(f"sk_tiles={sk_tiles}: too many K slices to deal out ({sk_tiles} x {slices})")
+        smem = shared_mem_bytes(variant, b.stages, b.tile_n)
         return HopperPlan(variant, kernel, b.cluster * clusters, THREADS[variant], smem, b.cluster, maps, b, sk_tiles)
     return HopperPlan(variant, kernel, tiles(m, n), THREADS[variant], smem, None, maps)
 
@@ -431,7 +477,7 @@ def max_active_clusters(device_index: int, arch: str, build: PersistentBuild | N
     _, sms = arch_and_sm_count(device_index)
     try:
         kernel = module("persistent", arch, build=b).kernel("gemm_hopper_persistent_bf16")
-        smem = shared_mem_bytes("persistent")
+        smem = shared_mem_bytes("persistent", b.stages, b.tile_n)
         set_max_dynamic_shared_memory(kernel, smem, device_index)
         cfg = _launch_config(sms // b.cluster * b.cluster, THREADS["persistent"], smem, None, b.cluster)
         func = drv.call("cuKernelGetFunction", kernel.handle)  # the kernel in the current context
@@ -598,11 +644,11 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
         if C.device_index != device_index:
             raise ValueError("out must be on the same GPU as a and b")
-    build = persistent_build(_multicast, _build or default_build(m)) if variant == "persistent" else None
-    key = (variant, build, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    key = (variant, _build, _multicast, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
-        arch, _ = arch_and_sm_count(device_index)
+        arch, sms = arch_and_sm_count(device_index)
+        build = persistent_build(_multicast, _build or default_build(m, n, sms)) if variant == "persistent" else None
         clusters = max_active_clusters(device_index, arch, build) if build else 0
         p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build,
                  sk_tiles=_sk_tiles)
@@ -666,7 +712,9 @@ def _selftest(argv: list[str] | None = None) -> int:
     build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
 
     # (stream-K: 2 tiles of 4 runs each; a whole wave of tiles, then 78 split ones)
-    shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256)]
+    # (8 x 512 x 4096 and 72 x 1024 x 2048: stream-K with a warpgroup, and warps, on rows past the end)
+    shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256),
+              (8, 512, 4096), (72, 1024, 2048)]
     if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
         shapes.append((1200, 1704, 520))
     bad = 0

@@ -9,6 +9,10 @@
 // slices of 64: one Slice holds A[128 x 64] (K-major) and B[64 x 256] (N-major, four
 // 64-wide chunks), 128-byte swizzled, exactly what TMA writes for boxes of 64 x rows
 // (fullpipe/wgmma.cuh describes the layout).
+//
+// TILE_N (-D, the persistent rung only; default 256): 128 builds 128 x 128 tiles
+// (m64n128k16, 64 accumulators, two B chunks a slice), twice as many tiles for products
+// that 128 x 256 tiles spread over too few SMs.
 #pragma once
 
 #include <fullpipe/wgmma.cuh>
@@ -16,7 +20,11 @@
 namespace fp_hopper {
 
 constexpr int BM = 128;         // C tile rows per block
-constexpr int BN = 256;         // C tile columns per block
+#ifndef TILE_N
+#define TILE_N 256
+#endif
+static_assert(TILE_N == 256 || TILE_N == 128, "C tiles of 128 x 256 or 128 x 128");
+constexpr int BN = TILE_N;      // C tile columns per block
 constexpr int BK = 64;          // K per slice: 64 elements = one 128-byte swizzled row
 constexpr int WG_M = 64;        // rows of C per consumer warpgroup
 constexpr int CONSUMERS = 2;    // consumer warpgroups per block
@@ -27,11 +35,12 @@ constexpr int B_CHUNK_BYTES = BK * CHUNK_N * ELEM;   //  8 KiB
 constexpr int B_SLICE_BYTES = BN * BK * ELEM;        // 32 KiB
 constexpr int SLICE_BYTES = A_SLICE_BYTES + B_SLICE_BYTES;
 constexpr int MMA_K = 16;       // K per wgmma
+constexpr int ACC = WG_M * BN / 128;   // fp32 accumulators per consumer thread (128 or 64)
 
 // One K slice of the ring: A then B, each 1024-byte aligned (swizzle atoms).
 struct alignas(1024) Slice {
     unsigned char a[A_SLICE_BYTES];   // 128 rows x 128 bytes
-    unsigned char b[B_SLICE_BYTES];   // 4 chunks x (64 K-rows x 128 bytes)
+    unsigned char b[B_SLICE_BYTES];   // BN / 64 chunks x (64 K-rows x 128 bytes)
 };
 static_assert(sizeof(Slice) == SLICE_BYTES, "Slice must be exactly A + B");
 
@@ -42,18 +51,18 @@ __device__ __forceinline__ int swizzled_offset(int row, int chunk) {
 
 // Warpgroup `wg` multiplies its 64 rows of A by all of B for one slice: 4 wgmma K-steps.
 template <bool BF16>
-__device__ __forceinline__ void mma_slice(float (&acc)[128], const Slice& s, int wg) {
+__device__ __forceinline__ void mma_slice(float (&acc)[ACC], const Slice& s, int wg) {
 #pragma unroll
     for (int kk = 0; kk < BK / MMA_K; ++kk) {
         const unsigned long long da = fp_wgmma::desc_k_major(s.a + wg * WG_M * 128 + kk * MMA_K * ELEM);
         const unsigned long long db = fp_wgmma::desc_mn_major(s.b + kk * MMA_K * 128, B_CHUNK_BYTES);
-        fp_wgmma::mma_m64n256k16<BF16>(acc, da, db, 1);
+        fp_wgmma::mma_ss_k_mn<BF16>(acc, da, db, 1);
     }
 }
 
-__device__ __forceinline__ void zero(float (&acc)[128]) {
+__device__ __forceinline__ void zero(float (&acc)[ACC]) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
 }
 
 // Two fp32 -> one bf16x2 / f16x2 word, `lo` in the low half (the lower column).
@@ -120,7 +129,7 @@ __device__ __forceinline__ void store_matrix_x4(void* row_addr, unsigned r0, uns
 // Epilogue straight from the accumulators (rungs 1-3): each thread stores bf16x2 /
 // f16x2 pairs of its rows; rows >= M and columns >= N are skipped (N is even).
 template <bool BF16>
-__device__ __forceinline__ void store_accumulators(unsigned short* C, const float (&acc)[128], int M, int N,
+__device__ __forceinline__ void store_accumulators(unsigned short* C, const float (&acc)[ACC], int M, int N,
                                                    int row0, int col0) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32, lane = t % 32;
@@ -130,7 +139,7 @@ __device__ __forceinline__ void store_accumulators(unsigned short* C, const floa
         if (row >= M) continue;
         unsigned short* crow = C + static_cast<long long>(row) * N;
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
+        for (int j = 0; j < BN / 8; ++j) {
             const int col = col0 + 8 * j + 2 * (lane % 4);
             if (col < N) *reinterpret_cast<unsigned*>(crow + col) = pack2<BF16>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }

@@ -58,9 +58,10 @@ __device__ __forceinline__ void wait() {
 
 // Keeps the compiler from moving reads/writes of the accumulators across an
 // asynchronous MMA (the registers change behind its back until wait<>).
-__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // ------------------------------------------------------------------ register reallocation
@@ -223,6 +224,33 @@ __device__ __forceinline__ void mma_m64n176k16_ss_kk(float (&d)[88], unsigned lo
         FP_WGMMA_SS_M64N176K16("bf16");
     } else {
         FP_WGMMA_SS_M64N176K16("f16");
+    }
+}
+
+// SS, A K-major, B MN-major (imm-trans-b 1), N = 128: the GEMM's narrow tile (a 64 x 128
+// quarter of the persistent rung's TILE_N = 128 build; B a row-major K x N slice).
+#define FP_WGMMA_SS_M64N128K16_MN(TYPE)                                             \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_D64_REGS "},\n"                                               \
+        " %64, %65, p, 1, 1, 0, 1;\n"                                              \
+        "}\n"                                                                      \
+        : FP_WGMMA_D64_OPERANDS                                                     \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256 or 128 by the
+// accumulator count (128 or 64 floats).
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
+                                            int scale_d) {
+    static_assert(N_REGS == 128 || N_REGS == 64, "m64n256 or m64n128");
+    if constexpr (N_REGS == 128) {
+        mma_m64n256k16<BF16>(d, desc_a, desc_b, scale_d);
+    } else if constexpr (BF16) {
+        FP_WGMMA_SS_M64N128K16_MN("bf16");
+    } else {
+        FP_WGMMA_SS_M64N128K16_MN("f16");
     }
 }
 
