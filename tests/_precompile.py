@@ -17,6 +17,7 @@ def jobs() -> list:
     from fullpipe.kernels import flash_attention as fa
     from fullpipe.kernels import flash_attention_hopper as fah
     from fullpipe.kernels import hopper_gemm as hg
+    from fullpipe.kernels import skinny_gemm as sk
 
     arch = "sm_90a"
     # In the order the test files reach them, after test_compiler (which compiles every
@@ -25,6 +26,7 @@ def jobs() -> list:
            for t in fa.candidate_builds()]
     out += [lambda b=b: fah.module(arch, b) for b in fah.SWEEP_BUILDS]
     out += [lambda b=b: hg.module("persistent", arch, build=b) for b in (*hg.SWEEP_BUILDS, hg.PERSISTENT_ONE_ROW)]
+    out += [lambda r=r: sk.module(r, arch) for r in sk.ROW_BUILDS]
     out += [lambda v=v: hg.module(v, arch) for v in hg.VARIANTS]
     # the shipped builds (test_kernels_level2_extra, test_kernels_sass, the last compile
     # tests) back to front: the tests may reach them first and go front to back, so the

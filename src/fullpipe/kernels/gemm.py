@@ -380,7 +380,7 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
 
 # The Hopper ladder (kernels/hopper_gemm.py): gemm(variant=...) name -> rung.
 HOPPER_VARIANTS = {"hopper_wgmma": "wgmma", "hopper_tma": "tma", "hopper_ws": "ws",
-                   "hopper_persistent": "persistent"}
+                   "hopper_persistent": "persistent", "hopper_skinny": "skinny", "hopper": "auto"}
 
 
 def gemm(
@@ -396,8 +396,9 @@ def gemm(
     """``out = a @ b``, enqueued on ``stream`` (required); returns ``out``. The fp32
     variants (tiled, double_buffer, warp_specialized) take float32, wmma takes fp16/bf16,
     and all four write float32; the Hopper variants (``hopper_wgmma``, ``hopper_tma``,
-    ``hopper_ws``, ``hopper_persistent``) take bf16/fp16 and write the same dtype (see
-    :mod:`.hopper_gemm`).
+    ``hopper_ws``, ``hopper_persistent``, ``hopper_skinny`` for at most 128 rows, and
+    ``hopper``: the skinny kernel for few rows, else the persistent rung) take bf16/fp16
+    and write the same dtype (see :mod:`.hopper_gemm`).
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)

@@ -89,6 +89,16 @@ __device__ __forceinline__ unsigned load_cluster_u32(const unsigned* p, unsigned
         : "=r"(value) : "r"(smem_addr(p)), "r"(cta) : "memory");
     return value;
 }
+// The float4 at `p`'s offset in the shared memory of block `cta` of the cluster (as above).
+__device__ __forceinline__ float4 load_cluster_f32x4(const float4* p, unsigned cta) {
+    float4 v;
+    asm volatile(
+        "{\n .reg .b32 remote;\n"
+        " mapa.shared::cluster.u32 remote, %4, %5;\n"
+        " ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_addr(p)), "r"(cta) : "memory");
+    return v;
+}
 // Every thread of every block of the cluster arrives, then waits for all the others.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");

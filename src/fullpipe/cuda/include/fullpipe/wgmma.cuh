@@ -310,6 +310,52 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a
     }
 }
 
+// ------------------------------------------------------------------ transposed A (the skinny GEMM)
+// SS with A MN-major (imm-trans-a 1) and B K-major: D[64 x N] += A[64 x 16] * B[16 x N]
+// where A is a K x 64 tile stored with its 64 M elements contiguous (a row-major B
+// matrix's 64-column chunk, read as the transposed operand) and B an N x 16 K-major tile
+// (N rows of a row-major activation matrix). N = 8, 16, 32, 64 or 128 by the accumulator
+// count (4, 8, 16, 32, 64 floats); the accumulator layout is the one above.
+#define FP_WGMMA_D4_REGS "%0, %1, %2, %3"
+#define FP_WGMMA_D4_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define FP_WGMMA_D8_REGS "%0, %1, %2, %3, %4, %5, %6, %7"
+#define FP_WGMMA_D8_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define FP_WGMMA_D16_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define FP_WGMMA_D16_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FP_WGMMA_SS_TA(SHAPE, TYPE, REGS, OPERANDS, DA, DB, SCALE)                   \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
+        "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE "\n"            \
+        "{" REGS "},\n"                                                            \
+        " %" DA ", %" DB ", p, 1, 1, 1, 0;\n"                                      \
+        "}\n"                                                                      \
+        : OPERANDS                                                                  \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_ss_mn_k(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
+                                            int scale_d) {
+    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,
+                  "m64n8, n16, n32, n64 or n128");
+    if constexpr (N_REGS == 4) {
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");
+        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");
+    } else if constexpr (N_REGS == 8) {
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");
+        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");
+    } else if constexpr (N_REGS == 16) {
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");
+        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");
+    } else if constexpr (N_REGS == 32) {
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");
+        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");
+    } else {
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");
+        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");
+    }
+}
+
 // Keeps registers an asynchronous MMA reads or writes (accumulators, register A
 // operands) live and unmoved across it: call after wait<> on everything it used.
 template <int N>

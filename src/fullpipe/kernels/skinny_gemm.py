@@ -1,0 +1,231 @@
+"""The skinny Hopper GEMM: ``C = A @ B`` for at most 128 rows of A on sm_90a.
+
+    c = gemm_skinny(a, b, stream=s)     # a: (M <= 128, K), b: (K, N), bf16 or fp16
+
+A decode step multiplies a few requests' activations (M = requests) by each weight
+matrix: the product reads all of B for 2 M flops per element, so it runs at the speed B
+streams from memory. ``gemm_hopper_skinny.cu`` computes it transposed (B's columns are
+wgmma's M, the few rows its N), in 128-column tiles, each tile's K cut into runs over
+enough blocks to keep every SM streaming; a tile's runs are one cluster, whose first
+block adds the others' fp32 sums over distributed shared memory (see the top of the .cu
+file).
+
+Constraints as :func:`.hopper_gemm.gemm_hopper`'s (K and N multiples of 8, 16-byte
+aligned operands), and M <= :data:`MAX_ROWS`. Builds: ``ROWS`` = M rounded up to 8, 16,
+32, 64 or 128.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import struct
+from typing import Any
+
+from ..cuda import compiler
+from ..cuda.device import ensure_current
+from ..cuda.launch import set_max_dynamic_shared_memory
+from . import hopper_gemm as hg
+from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
+
+SOURCE = "kernels/gemm_hopper_skinny.cu"
+MAX_ROWS = 128
+ROW_BUILDS = (8, 16, 32, 64, 128)
+TILE_N, BK, CHUNK_N = 128, 64, 64
+STAGES = 4
+THREADS = 160  # one consumer warpgroup and one producer warp
+CONSUMER_THREADS = 128
+# A run of K slices pays its ring's fill once; shorter ones are not worth a block.
+MIN_RUN_SLICES = 4
+# A tile's runs are one cluster: at most 8 blocks (the portable cluster size).
+MAX_RUNS = 8
+# The other runs' fp32 sums that a cluster's first block reads over DSMEM, (runs - 1) x
+# 128 x rows x 4 bytes, at most this much: at 64 rows 3 runs beat 4 (64 x 4096 x 4096:
+# 17.7 against 20.5 us), at 8 rows 8 runs were the fastest (8 x 1024 x 4096: 7.7 us
+# against 8.6 in 4; p178, session 27, H100).
+MAX_CLUSTER_SUM_BYTES = 64 * 1024
+
+
+def rows_build(m: int) -> int:
+    """The ROWS build for ``m`` rows: the smallest of ROW_BUILDS that holds them."""
+    if not 1 <= m <= MAX_ROWS:
+        raise ValueError(f"the skinny GEMM takes 1 to {MAX_ROWS} rows, got M={m}")
+    return next(r for r in ROW_BUILDS if r >= m)
+
+
+def shared_mem_bytes(rows: int) -> int:
+    """The ring (STAGES slices of B[64 x 128] and A[rows x 64]) and its barriers, rounded
+    to 1 KiB, plus 1 KiB for aligning the base to 1024."""
+    ring = STAGES * (TILE_N * BK * 2 + rows * BK * 2)
+    return hg._round_up(ring + 2 * STAGES * 8, 1024) + 1024
+
+
+def split_k(tiles: int, slices: int, rows: int, sms: int) -> int:
+    """K slices per run for ``tiles`` column tiles of ``slices`` slices each (the ROWS
+    build ``rows``) on a GPU of ``sms`` SMs: as many runs as give every SM one block, at
+    most MAX_RUNS, each of MIN_RUN_SLICES slices or more, and few enough that the first
+    block of a cluster reads at most MAX_CLUSTER_SUM_BYTES of the others' sums. Measured
+    on an H100 (p178): one block per SM streamed B as fast as three (8 x 4096 x 4096:
+    17.1 us in 4 runs, 18.8 in 11, sums through L2)."""
+    by_sms = sms // max(1, tiles)
+    by_sums = 1 + MAX_CLUSTER_SUM_BYTES // (TILE_N * rows * 4)
+    runs = max(1, min(by_sms, MAX_RUNS, slices // MIN_RUN_SLICES, by_sums))
+    return -(-slices // runs)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkinnyPlan:
+    """Everything a launch of the skinny kernel needs that is known without a GPU."""
+
+    kernel: str
+    rows: int  # the ROWS build
+    tiles: int  # 128-column tiles of C
+    runs: int  # runs of K slices per tile
+    slices_per_run: int
+    shared_mem: int
+    maps: tuple[hg.TensorMapArgs, ...]  # A (boxes of rows x 64), B (64 x 64)
+    threads: int = THREADS
+    variant: str = "skinny"
+
+    @property
+    def grid(self) -> int:
+        return self.tiles * self.runs
+
+    @property
+    def cluster(self) -> int | None:
+        """A tile's runs, one cluster (None: one run, no cluster)."""
+        return self.runs if self.runs > 1 else None
+
+
+
+def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, sms: int = 132,
+         slices_per_run: int | None = None) -> SkinnyPlan:
+    """The launch for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs;
+    ``slices_per_run``: the split of K (default :func:`split_k`)."""
+    if dtype not in hg.DTYPES:
+        raise ValueError(f"the skinny GEMM takes bfloat16 or float16 inputs, got {dtype}")
+    hg.check_shapes(m, n, k)
+    rows = rows_build(m)
+    tiles, slices = -(-n // TILE_N), -(-k // BK)
+    per = split_k(tiles, slices, rows, sms) if slices_per_run is None else slices_per_run
+    if not 1 <= per:
+        raise ValueError(f"slices_per_run must be >= 1, got {per}")
+    per = min(per, slices)
+    runs = -(-slices // per)
+    if runs > MAX_RUNS:
+        raise ValueError(f"slices_per_run={per}: {runs} runs of {slices} K slices; a tile's runs are one cluster "
+                         f"of at most {MAX_RUNS} blocks")
+    maps = (hg.tensor_map_args("a", a_ptr, m, k, dtype, rows, BK), hg.tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
+    return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tiles, runs, per, shared_mem_bytes(rows), maps)
+
+
+@functools.lru_cache(maxsize=None)
+def module(rows: int, arch: str):
+    """The compiled ROWS build (both dtypes); usable without a GPU."""
+    return compiler.compile_package_kernel(SOURCE, arch=arch, defines={"ROWS": rows})
+
+
+def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: int, device_index: int,
+             arch: str) -> hg._Launch:
+    import ctypes
+
+    from cuda.bindings import driver as d
+
+    kernel = module(p.rows, arch).kernel(p.kernel)
+    set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
+    raw = [hg._encoded(t) for t in p.maps]
+    raw += [struct.pack("<Q", c_ptr), struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k),
+            struct.pack("<i", p.slices_per_run)]
+    bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
+    ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
+    for ptr, r in zip(ptrs, raw):
+        ctypes.memmove(ptr, r, len(r))
+    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    cfg = hg._launch_config(p.grid, THREADS, p.shared_mem, d.CUstream(stream_handle), p.cluster)
+    return hg._Launch(kernel, cfg, params, bufs, p, stream_handle)
+
+
+# Recent launches, by everything that goes into them (as hopper_gemm._LAUNCHES).
+_LAUNCHES: dict[tuple, hg._Launch] = {}
+
+
+def gemm_skinny(a: Any, b: Any, *, out: Any = None, stream: Any = None, _slices_per_run: int | None = None) -> Any:
+    """``out = a @ b`` for a bf16/fp16 (M <= 128, K) device array and a (K, N) one (torch,
+    CuPy or fullpipe), fp32 accumulation, result in the input dtype, enqueued on
+    ``stream`` (default: torch's/CuPy's current stream for their arrays); returns ``out``.
+    ``_slices_per_run``: the experiments' split of K (default :func:`split_k`)."""
+    A, B = operand(a, "a"), operand(b, "b")
+    if A.dtype not in hg.DTYPES:
+        raise ValueError(f"gemm_skinny takes bfloat16 or float16 inputs, got {A.dtype}")
+    return run(A, B, out, stream, _slices_per_run)
+
+
+def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | None = None) -> Any:
+    """:func:`gemm_skinny` on parsed operands (``hopper_gemm.gemm_hopper`` comes here
+    for few rows)."""
+    m, n, k = matmul_shape(A, B)
+    hg.check_shapes(m, n, k)
+    rows_build(m)
+    if A.ptr % 16 or B.ptr % 16:
+        raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
+    device_index = A.device_index
+    ensure_current(device_index)
+    handle = hg._stream_handle(stream, A)
+    if out is None:
+        out, C = empty_like_kind(A, (m, n), A.dtype, handle)
+    else:
+        C = operand(out, "out")
+        if C.shape != (m, n) or C.dtype != A.dtype:
+            raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
+        if C.device_index != device_index:
+            raise ValueError("out must be on the same GPU as a and b")
+    key = (slices_per_run, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        arch, sms = arch_and_sm_count(device_index)
+        p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run)
+        launch = _prepare(p, C.ptr, m, n, k, handle, device_index, arch)
+        if len(_LAUNCHES) >= hg.LAUNCH_CACHE_SIZE:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = launch
+    launch.enqueue()
+    return out
+
+
+def _selftest(argv: list[str] | None = None) -> int:
+    """Small checked runs of every ROWS build, one run and split (for compute-sanitizer);
+    exit 1 on a wrong result."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.skinny_gemm")
+    ap.add_argument("--selftest", action="store_true", required=True)
+    ap.add_argument("--dtype", choices=list(hg.DTYPES), default="bfloat16")
+    args = ap.parse_args(argv)
+    import torch
+
+    # (edges: N not a multiple of 128, K not of 64; M of every build; one run and several)
+    shapes = [(1, 8, 8), (5, 200, 72), (8, 512, 2048), (16, 136, 1000), (33, 1032, 520), (64, 256, 4096),
+              (100, 264, 1032)]
+    bad = 0
+    for m, n, k in shapes:
+        for per in (None, 1 << 30, -(-k // BK // MAX_RUNS)):   # the default split, one run, 8 runs
+            g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+            dt = getattr(torch, args.dtype)
+            a = torch.randn(m, k, device="cuda", generator=g).to(dt)
+            b = torch.randn(k, n, device="cuda", generator=g).to(dt)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+            gemm_skinny(a, b, out=out, _slices_per_run=per)
+            torch.cuda.synchronize()
+            ref = a.double() @ b.double()
+            err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+            ok = err < 1e-2 and not torch.isnan(out).any()
+            bad += not ok
+            split = "default" if per is None else f"{-(-k // BK // min(per, -(-k // BK)))} runs"
+            print(f"{'ok  ' if ok else 'BAD '} skinny {args.dtype} {m}x{n}x{k} {split:8s} rel err {err:.2e}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_selftest())

@@ -1,0 +1,114 @@
+"""CPU tests of the skinny Hopper GEMM: every ROWS build compiles to an sm_90a cubin without
+spills whose SASS holds the technique (TMA loads on mbarriers, transposed-A wgmma as wide as
+the build's rows, cluster barriers and DSMEM loads for the runs' sums, no global memory
+but C's stores); the split of K and the launch plan; bad inputs fail clearly."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fullpipe.cuda import sass
+from fullpipe.kernels import hopper_gemm as hg
+from fullpipe.kernels import skinny_gemm as sk
+
+ARCH = "sm_90a"
+
+
+def _opcodes(rows: int) -> dict[str, dict[str, int]]:
+    text = sass.disassemble(sk.module(rows, ARCH).cubin)
+    out = {}
+    for part in re.split(r"\.section\s+\.text\.", text)[1:]:
+        name = part.split(",", 1)[0].strip()
+        counts: dict[str, int] = {}
+        for m in re.finditer(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)",
+                             part, re.M):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        out[name] = counts
+    return out
+
+
+def _has(counts: dict[str, int], prefix: str) -> int:
+    return sum(v for k, v in counts.items() if k == prefix or k.startswith(prefix + "."))
+
+
+@pytest.mark.parametrize("rows", sk.ROW_BUILDS)
+def test_each_rows_build_compiles_to_the_technique(rows):
+    mod = sk.module(rows, ARCH)
+    assert "C7515" not in mod.log, mod.log  # wgmma not serialized
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0, r
+    kernels = _opcodes(rows)
+    assert set(kernels) == {"gemm_hopper_skinny_bf16", "gemm_hopper_skinny_f16"}
+    for kernel, counts in kernels.items():
+        # B's two 64-column chunks and A's rows by TMA, completion on mbarriers
+        assert _has(counts, "UTMALDG") == 3, f"{kernel}: {_has(counts, 'UTMALDG')} TMA loads"
+        assert _has(counts, "SYNCS.ARRIVE.TRANS64") and _has(counts, "SYNCS.PHASECHK.TRANS64"), kernel
+        # the product transposed: m64 x rows, 2 chunks x 4 K-steps a slice
+        mma = [k for k in counts if k.startswith(f"HGMMA.64x{rows}x16.F32")]
+        assert mma and sum(counts[k] for k in mma) == 8, f"{kernel}: {sorted(k for k in counts if 'HGMMA' in k)}"
+        # the runs meet in the cluster: two cluster barriers, DSMEM loads of the peers' sums
+        assert _has(counts, "UCGABAR_ARV") == 2 and _has(counts, "UCGABAR_WAIT") == 2, kernel
+        assert _has(counts, "LD.E.128") > 0, f"{kernel}: no DSMEM loads"
+        # no global workspace: the only global stores are C's 16-bit elements, no global loads
+        stores = {k: v for k, v in counts.items() if k.startswith("STG")}
+        assert set(stores) == {"STG.E.U16"}, f"{kernel}: {stores}"
+        assert not _has(counts, "LDG") and not _has(counts, "ATOMG") and not _has(counts, "USETMAXREG"), kernel
+
+
+@pytest.mark.parametrize("m, rows", [(1, 8), (8, 8), (9, 16), (32, 32), (33, 64), (64, 64), (65, 128), (128, 128)])
+def test_rows_build_holds_m(m, rows):
+    assert sk.rows_build(m) == rows
+
+
+@pytest.mark.parametrize("m", [0, 129])
+def test_rows_outside_the_builds_are_refused(m):
+    with pytest.raises(ValueError, match="1 to 128 rows"):
+        sk.rows_build(m)
+
+
+@pytest.mark.parametrize("m, n, k, runs", [
+    (8, 4096, 4096, 4),      # 32 tiles: 4 runs give 128 of 132 SMs a block
+    (8, 1024, 4096, 8),      # 8 tiles: at most 8 runs, a cluster's limit
+    (8, 11008, 4096, 1),     # 86 tiles: one run each already spreads over 86 SMs
+    (8, 32000, 4096, 1),
+    (64, 4096, 4096, 3),     # the first block would read 4 x 32 KiB of sums: 3 runs
+    (128, 4096, 4096, 2),
+    (8, 1024, 256, 1),       # 4 slices: one run (runs of MIN_RUN_SLICES or more)
+    (8, 256, 512, 2),
+])
+def test_split_k_fills_the_sms_within_the_cluster_and_sums_limits(m, n, k, runs):
+    p = sk.plan(m, n, k, "bfloat16", sms=132)
+    assert p.runs == runs, (p.runs, p.slices_per_run)
+    assert p.grid == p.tiles * p.runs <= max(132, p.tiles)
+    assert p.cluster == (runs if runs > 1 else None)
+    slices = -(-k // 64)
+    assert (p.runs - 1) * p.slices_per_run < slices <= p.runs * p.slices_per_run  # every run has slices
+    assert (p.runs - 1) * 128 * p.rows * 4 <= sk.MAX_CLUSTER_SUM_BYTES
+
+
+def test_plan_maps_and_shared_memory():
+    p = sk.plan(24, 1000, 520, "float16", a_ptr=1 << 20, b_ptr=2 << 20)
+    a, b = p.maps
+    assert a.global_dims == (520, 24) and a.box_dims == (64, 32)      # A: rows of K, boxes of ROWS x 64
+    assert b.global_dims == (1000, 520) and b.box_dims == (64, 64)    # B: 64 x 64 chunks
+    assert a.swizzle == b.swizzle == "128B"
+    assert p.kernel == "gemm_hopper_skinny_f16" and p.tiles == 8
+    for rows in sk.ROW_BUILDS:  # the ring fits, and small builds leave room for a second block
+        smem = sk.shared_mem_bytes(rows)
+        assert smem <= hg.MAX_BLOCK_SHARED
+        assert rows > 64 or 2 * (smem + 1024) <= 228 * 1024
+
+
+def test_a_forced_split_beyond_a_cluster_is_refused():
+    with pytest.raises(ValueError, match="at most 8 blocks"):
+        sk.plan(8, 1024, 4096, "bfloat16", slices_per_run=4)  # 16 runs
+
+
+@pytest.mark.parametrize("m, n, sms, variant", [
+    (1, 4096, 132, "skinny"), (64, 32000, 132, "skinny"), (65, 4096, 132, "skinny"), (128, 8192, 132, "skinny"),
+    (65, 11008, 132, "persistent"), (128, 32000, 132, "persistent"), (129, 1024, 132, "persistent"),
+])
+def test_auto_takes_the_skinny_kernel_for_few_rows(m, n, sms, variant):
+    assert hg.auto_variant(m, n, sms) == variant
