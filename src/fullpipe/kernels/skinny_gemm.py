@@ -115,7 +115,8 @@ def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, 
     if runs > MAX_RUNS:
         raise ValueError(f"slices_per_run={per}: {runs} runs of {slices} K slices; a tile's runs are one cluster "
                          f"of at most {MAX_RUNS} blocks")
-    maps = (hg.tensor_map_args("a", a_ptr, m, k, dtype, rows, BK), hg.tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
+    maps = (hg.tensor_map_args("a", a_ptr, m, k, dtype, rows, BK),
+            hg.tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
     return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tiles, runs, per, shared_mem_bytes(rows), maps)
 
 
@@ -208,7 +209,8 @@ def _selftest(argv: list[str] | None = None) -> int:
               (100, 264, 1032)]
     bad = 0
     for m, n, k in shapes:
-        for per in (None, 1 << 30, -(-k // BK // MAX_RUNS)):   # the default split, one run, 8 runs
+        slices = -(-k // BK)
+        for per in (None, slices, -(-slices // MAX_RUNS)):   # the default split, one run, up to 8 runs
             g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
             dt = getattr(torch, args.dtype)
             a = torch.randn(m, k, device="cuda", generator=g).to(dt)
@@ -220,7 +222,7 @@ def _selftest(argv: list[str] | None = None) -> int:
             err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
             ok = err < 1e-2 and not torch.isnan(out).any()
             bad += not ok
-            split = "default" if per is None else f"{-(-k // BK // min(per, -(-k // BK)))} runs"
+            split = "default" if per is None else f"{-(-slices // per)} runs"
             print(f"{'ok  ' if ok else 'BAD '} skinny {args.dtype} {m}x{n}x{k} {split:8s} rel err {err:.2e}", flush=True)
     return 1 if bad else 0
 

@@ -70,7 +70,8 @@ def choose_matmul(kernels: str, arch: str | None, dtype: str, k: int, n: int) ->
         return MatmulChoice("torch", f"fullpipe's Hopper GEMM takes bfloat16/float16, not {dtype}")
     if k % 8 or n % 8:
         return MatmulChoice("torch", f"fullpipe's Hopper GEMM needs K and N multiples of 8, got K={k}, N={n}")
-    return MatmulChoice("hopper", "gemm_hopper(variant='persistent'), row-major [M, K] @ [K, N]")
+    return MatmulChoice("hopper", "gemm_hopper: the persistent rung, the skinny kernel for few rows; "
+                                  "row-major [M, K] @ [K, N]")
 
 
 @dataclasses.dataclass
