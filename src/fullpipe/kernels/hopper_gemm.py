@@ -559,15 +559,20 @@ def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, 
         raw += [struct.pack("<i", p.sk_tiles), struct.pack("<Q", 0)]  # (the workspace: set at each launch)
     if stamps_ptr is not None:
         raw.append(struct.pack("<Q", stamps_ptr))
-    # Each parameter in its own 64-byte aligned host buffer (the driver copies them at
-    # each launch; kept with the launch for the next one).
+    params, bufs, ptrs = pack_params(raw)
+    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), p.cluster)
+    return _Launch(kernel, cfg, params, bufs, p, stream_handle, ptrs[-1] if p.sk_tiles else 0)
+
+
+def pack_params(raw: list[bytes]) -> tuple[Any, list, list[int]]:
+    """cuLaunchKernelEx's parameter array for packed parameters ``raw``: each in its own
+    64-byte aligned host buffer (the driver copies them at each launch; the buffers are
+    kept with the launch for the next one). Returns (array, buffers, their addresses)."""
     bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
     ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
     for ptr, r in zip(ptrs, raw):
         ctypes.memmove(ptr, r, len(r))
-    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
-    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), p.cluster)
-    return _Launch(kernel, cfg, params, bufs, p, stream_handle, ptrs[-1] if p.sk_tiles else 0)
+    return (ctypes.c_void_p * len(ptrs))(*ptrs), bufs, ptrs
 
 
 def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
@@ -658,19 +663,8 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "auto", out: Any = None, strea
         from . import skinny_gemm
 
         return skinny_gemm.run(A, B, out, stream)
-    if A.ptr % 16 or B.ptr % 16:
-        raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
+    out, C, handle = prepare_output(A, B, out, stream)
     device_index = A.device_index
-    ensure_current(device_index)  # the kernel runs in the current context: the stream's device's
-    handle = _stream_handle(stream, A)
-    if out is None:
-        out, C = empty_like_kind(A, (m, n), A.dtype, handle)
-    else:
-        C = operand(out, "out")
-        if C.shape != (m, n) or C.dtype != A.dtype:
-            raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
-        if C.device_index != device_index:
-            raise ValueError("out must be on the same GPU as a and b")
     key = (variant, _build, _multicast, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
@@ -690,6 +684,26 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "auto", out: Any = None, strea
     launch.enqueue(ws_ptr)
     del ws  # (freed in the order of the stream it was made for: after the kernel)
     return out
+
+
+def prepare_output(A: Operand, B: Operand, out: Any, stream: Any) -> tuple[Any, Operand, int]:
+    """(out, its operand, the launch stream's handle) for ``A @ B`` on ``stream``: checks
+    the operands' alignment, makes their device current, allocates ``out`` (of A's kind,
+    on that stream) or checks the one given."""
+    if A.ptr % 16 or B.ptr % 16:
+        raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
+    m, n = A.shape[0], B.shape[1]
+    ensure_current(A.device_index)  # the kernel runs in the current context: the stream's device's
+    handle = _stream_handle(stream, A)
+    if out is None:
+        out, C = empty_like_kind(A, (m, n), A.dtype, handle)
+    else:
+        C = operand(out, "out")
+        if C.shape != (m, n) or C.dtype != A.dtype:
+            raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
+        if C.device_index != A.device_index:
+            raise ValueError("out must be on the same GPU as a and b")
+    return out, C, handle
 
 
 def _workspace(ref: Operand, nbytes: int, handle: int, on_current: bool = False) -> tuple[Any, int]:

@@ -23,10 +23,9 @@ import struct
 from typing import Any
 
 from ..cuda import compiler
-from ..cuda.device import ensure_current
 from ..cuda.launch import set_max_dynamic_shared_memory
 from . import hopper_gemm as hg
-from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
+from ._operands import Operand, arch_and_sm_count, matmul_shape, operand
 
 SOURCE = "kernels/gemm_hopper_skinny.cu"
 MAX_ROWS = 128
@@ -128,8 +127,6 @@ def module(rows: int, arch: str):
 
 def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: int, device_index: int,
              arch: str) -> hg._Launch:
-    import ctypes
-
     from cuda.bindings import driver as d
 
     kernel = module(p.rows, arch).kernel(p.kernel)
@@ -137,11 +134,7 @@ def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: i
     raw = [hg._encoded(t) for t in p.maps]
     raw += [struct.pack("<Q", c_ptr), struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k),
             struct.pack("<i", p.slices_per_run)]
-    bufs = [ctypes.create_string_buffer(r + b"\0" * 64, len(r) + 64) for r in raw]
-    ptrs = [(ctypes.addressof(b) + 63) // 64 * 64 for b in bufs]
-    for ptr, r in zip(ptrs, raw):
-        ctypes.memmove(ptr, r, len(r))
-    params = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    params, bufs, _ = hg.pack_params(raw)
     cfg = hg._launch_config(p.grid, THREADS, p.shared_mem, d.CUstream(stream_handle), p.cluster)
     return hg._Launch(kernel, cfg, params, bufs, p, stream_handle)
 
@@ -167,19 +160,8 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
     m, n, k = matmul_shape(A, B)
     hg.check_shapes(m, n, k)
     rows_build(m)
-    if A.ptr % 16 or B.ptr % 16:
-        raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
+    out, C, handle = hg.prepare_output(A, B, out, stream)
     device_index = A.device_index
-    ensure_current(device_index)
-    handle = hg._stream_handle(stream, A)
-    if out is None:
-        out, C = empty_like_kind(A, (m, n), A.dtype, handle)
-    else:
-        C = operand(out, "out")
-        if C.shape != (m, n) or C.dtype != A.dtype:
-            raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
-        if C.device_index != device_index:
-            raise ValueError("out must be on the same GPU as a and b")
     key = (slices_per_run, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
