@@ -141,7 +141,8 @@ SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), None), ((512, 2048,
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
-@pytest.mark.parametrize("shape, build_name", SK_CASES, ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else (c or "default"))
+@pytest.mark.parametrize("shape, build_name", SK_CASES,
+                         ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else (c or "default"))
 def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape, build_name):
     """Stream-K against float64 and against whole tiles: 128 x 256 and 128 x 128 tiles,
     one block a cluster, odd sizes, warpgroups and warps on rows past the end."""

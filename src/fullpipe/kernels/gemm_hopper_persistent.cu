@@ -326,14 +326,14 @@ __device__ __forceinline__ void save_partial(const Workspace& ws, int slot, cons
 struct PartialSums {
     const float4* last;   // the slot of the ticket before this one (this thread's float4 0)
     int count;            // slots last, last - STRIDE, ...
-    static constexpr int STRIDE = CLUSTER * CONSUMERS * (ACC / 4) * 128;   // float4 from one ticket's slot to the one before's
+    // float4 from one ticket's slot to the one before's
+    static constexpr int STRIDE = CLUSTER * CONSUMERS * (ACC / 4) * 128;
 
     // The places of epilogue piece `piece` (accumulators 32 piece .. 32 piece + 31, as 8
-    // float4) plus the partial sums of the same places, 8 loads in flight per partial
-    // (loaded a place at a time, each load waits a whole trip to L2: measured ~16 us a
-    // partial, more than a run of 16 slices takes).
-    // AT_ONCE partials are loaded together (8 x AT_ONCE loads in flight), then added in
-    // order: a tile cut into 8 runs adds 7 partials per piece.
+    // float4) plus the partial sums of the same places, in ticket order. AT_ONCE partials
+    // are loaded together, 8 x AT_ONCE loads in flight: loaded a place at a time, each
+    // load waited a whole trip to L2 (~16 us a partial, more than a run of 16 slices
+    // takes), and a tile cut into 8 runs adds 7 partials per piece.
     static constexpr int AT_ONCE = ACC == 64 ? 4 : 2;
     __device__ __forceinline__ void piece(const float (&acc)[ACC], int piece, float4 (&v)[8]) const {
 #pragma unroll

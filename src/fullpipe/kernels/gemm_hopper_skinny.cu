@@ -1,5 +1,5 @@
 // fullpipe-requires: sm_90a (wgmma, TMA, mbarrier transaction counts)
-// Skinny Hopper GEMM: C[M, N] = A[M, K] @ B[K, N] for a few rows (M <= 64: a decode
+// Skinny Hopper GEMM: C[M, N] = A[M, K] @ B[K, N] for a few rows (M <= 128: a decode
 // step's requests times a weight matrix). Such a product reads all of B for little
 // arithmetic, so what counts is B streaming from memory on every SM at once.
 //
@@ -63,7 +63,7 @@ struct alignas(1024) Slice {
 };
 
 struct SharedStorage {
-    Slice ring[STAGES];                 // after the main loop: this block's sums (ClusterSums)
+    Slice ring[STAGES];                 // after the main loop: this block's sums (add_cluster_sums)
     unsigned long long full[STAGES];    // producer -> consumer: the slice landed
     unsigned long long empty[STAGES];   // consumer -> producer: the slot was read
 };
@@ -72,7 +72,8 @@ struct SharedStorage {
 // its ACC accumulators per thread as float4, thread-minor (conflict-free, and read by the
 // thread of the same place in rank 0).
 constexpr int VEC = ACC / 4;   // float4 per thread and chunk
-static_assert(CHUNKS * VEC * 16 * CONSUMER_THREADS <= STAGES * static_cast<int>(sizeof(Slice)), "the sums fit in the ring");
+static_assert(CHUNKS * VEC * 16 * CONSUMER_THREADS <= STAGES * static_cast<int>(sizeof(Slice)),
+              "the sums fit in the ring");
 
 struct Run {
     int n0;            // first column of C

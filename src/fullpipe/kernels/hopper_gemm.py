@@ -21,15 +21,20 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
 K slices of 64; the persistent rung also builds 128 x 128 tiles (``tile_n=128``) for
-products that 128 x 256 tiles spread over too few SMs. Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
+products that 128 x 256 tiles spread over too few SMs. For a few rows (a decode step)
+``variant="skinny"`` runs :mod:`.skinny_gemm`, and ``variant="auto"`` (the default)
+picks it or the persistent rung (:func:`auto_variant`).
+
+Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
 K and N multiples of 8 (a row of A or B must be a multiple of 16 bytes, which TMA
 needs for its strides and the cp.async rung for whole 16-byte chunks); A, B and C
 16-byte aligned. Any M, N, K otherwise: TMA zero-fills boxes that hang over an edge
 and clips stores; the cp.async rung zero-fills chunks past the edges.
 
-Build options of the persistent rung (cluster shape, tile order, epilogue stores) are a
-:class:`PersistentBuild`; :data:`PERSISTENT` is the one ``gemm_hopper`` uses, and
-``scripts/hopper-gemm-sweep`` measures the alternatives.
+Build options of the persistent rung (cluster shape, tile order, epilogue stores, tile
+width) are a :class:`PersistentBuild`; :func:`default_build` picks the one ``gemm_hopper``
+uses (:data:`PERSISTENT` for most products), and ``scripts/hopper-gemm-sweep`` measures
+the alternatives.
 
 Tensor maps: :func:`tensor_map_args` computes cuTensorMapEncodeTiled's arguments as a
 :class:`TensorMapArgs` (pure, no GPU), :func:`encode_tensor_map` calls the driver. The
@@ -64,7 +69,7 @@ DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 
 # Geometry (gemm_hopper_tile.cuh and the kernels): keep in step with the .cu sources.
 # BN and SLICE_BYTES are those of rungs 1-3 and the persistent rung's default tile; a
-# PersistentBuild's own are its tile_n and slice_bytes.
+# PersistentBuild has its own tile_n.
 BM, BN, BK = 128, 256, 64
 CHUNK_N = 64  # B columns per TMA box / swizzle chunk (128 bytes)
 OUT_N, OUT_ROWS = 64, 64  # TMA store box of the persistent epilogue
@@ -143,11 +148,6 @@ class PersistentBuild:
     def cluster(self) -> int:
         """Blocks per cluster."""
         return self.cluster_m * self.cluster_n
-
-    @property
-    def slice_bytes(self) -> int:
-        """One K slice of the ring: A[128 x 64] and B[64 x tile_n]."""
-        return (BM * BK + BK * self.tile_n) * ELEM
 
     @property
     def partial_bytes(self) -> int:
@@ -349,7 +349,7 @@ class HopperPlan:
     @property
     def workspace_bytes(self) -> int:
         """The stream-K workspace (gemm_hopper_persistent.cu, Workspace): header, flags,
-        and 64 KiB of partial sums per consumer warpgroup; 0 without stream-K."""
+        and 64 x tile_n fp32 partial sums per consumer warpgroup; 0 without stream-K."""
         if not self.sk_tiles:
             return 0
         assert self.build is not None
@@ -612,6 +612,7 @@ def auto_variant(m: int, n: int, sms: int) -> str:
     if m <= 128 and 2 * -(-n // 128) <= sms:
         return "skinny"
     return "persistent"
+
 
 # Recent launches of gemm_hopper, by everything that goes into them: the rung and build,
 # dtype, shape, the three addresses, stream and device. PyTorch's and CuPy's allocators

@@ -64,8 +64,8 @@ def split_k(tiles: int, slices: int, rows: int, sms: int) -> int:
     build ``rows``) on a GPU of ``sms`` SMs: as many runs as give every SM one block, at
     most MAX_RUNS, each of MIN_RUN_SLICES slices or more, and few enough that the first
     block of a cluster reads at most MAX_CLUSTER_SUM_BYTES of the others' sums. Measured
-    on an H100 (p178): one block per SM streamed B as fast as three (8 x 4096 x 4096:
-    17.1 us in 4 runs, 18.8 in 11, sums through L2)."""
+    on an H100 (p178, session 27): 8 x 4096 x 4096 took 15.2-15.9 us in 3 or 4 runs (96 or
+    128 blocks), 16.6-17.0 in 8, 19.9-20.3 in one."""
     by_sms = sms // max(1, tiles)
     by_sums = 1 + MAX_CLUSTER_SUM_BYTES // (TILE_N * rows * 4)
     runs = max(1, min(by_sms, MAX_RUNS, slices // MIN_RUN_SLICES, by_sums))
@@ -83,8 +83,6 @@ class SkinnyPlan:
     slices_per_run: int
     shared_mem: int
     maps: tuple[hg.TensorMapArgs, ...]  # A (boxes of rows x 64), B (64 x 64)
-    threads: int = THREADS
-    variant: str = "skinny"
 
     @property
     def grid(self) -> int:
@@ -94,7 +92,6 @@ class SkinnyPlan:
     def cluster(self) -> int | None:
         """A tile's runs, one cluster (None: one run, no cluster)."""
         return self.runs if self.runs > 1 else None
-
 
 
 def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, sms: int = 132,
@@ -205,7 +202,8 @@ def _selftest(argv: list[str] | None = None) -> int:
             ok = err < 1e-2 and not torch.isnan(out).any()
             bad += not ok
             split = "default" if per is None else f"{-(-slices // per)} runs"
-            print(f"{'ok  ' if ok else 'BAD '} skinny {args.dtype} {m}x{n}x{k} {split:8s} rel err {err:.2e}", flush=True)
+            print(f"{'ok  ' if ok else 'BAD '} skinny {args.dtype} {m}x{n}x{k} {split:8s} rel err {err:.2e}",
+                  flush=True)
     return 1 if bad else 0
 
 
