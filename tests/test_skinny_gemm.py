@@ -106,9 +106,9 @@ def test_a_forced_split_beyond_a_cluster_is_refused():
         sk.plan(8, 1024, 4096, "bfloat16", slices_per_run=4)  # 16 runs
 
 
-@pytest.mark.parametrize("m, n, sms, variant", [
-    (1, 4096, 132, "skinny"), (64, 32000, 132, "skinny"), (65, 4096, 132, "skinny"), (128, 8192, 132, "skinny"),
-    (65, 11008, 132, "persistent"), (128, 32000, 132, "persistent"), (129, 1024, 132, "persistent"),
+@pytest.mark.parametrize("m, n, sms, skinny", [
+    (1, 4096, 132, True), (64, 32000, 132, True), (65, 4096, 132, True), (128, 8192, 132, True),
+    (65, 11008, 132, False), (128, 32000, 132, False), (129, 1024, 132, False),
 ])
-def test_auto_takes_the_skinny_kernel_for_few_rows(m, n, sms, variant):
-    assert hg.auto_variant(m, n, sms) == variant
+def test_the_skinny_kernel_is_preferred_for_few_rows(m, n, sms, skinny):
+    assert sk.preferred(m, n, sms) == skinny

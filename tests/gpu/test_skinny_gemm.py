@@ -1,14 +1,14 @@
 """GPU tests of the skinny Hopper GEMM (at most 128 rows): against float64 and cuBLAS on
 fresh inputs with poisoned outputs, in one run of K and split over a cluster,
-deterministic, on side streams, in a CUDA graph, with CuPy arrays; gemm_hopper's "auto"
+deterministic, on side streams, in a CUDA graph, with CuPy arrays; gemm(variant="hopper")
 takes it for few rows."""
 
 from __future__ import annotations
 
 import pytest
 
+from fullpipe.kernels import gemm
 from fullpipe.kernels import skinny_gemm as sk
-from fullpipe.kernels.hopper_gemm import gemm_hopper
 
 pytestmark = pytest.mark.gpu
 
@@ -68,11 +68,12 @@ def test_the_same_bits_every_time():
         assert torch.equal(sk.gemm_skinny(a, b), first)
 
 
-def test_auto_takes_the_skinny_kernel_for_few_rows():
+def test_gemm_hopper_variant_takes_the_skinny_kernel_for_few_rows():
     import torch
 
     from fullpipe.kernels import hopper_gemm as hg
 
+    s = torch.cuda.current_stream()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     wide = 128 * sms // 2 + 128   # too many 128-column tiles for the skinny kernel above 64 rows
     for m, n, skinny in [(1, 1024, True), (64, 1024, True), (65, 1024, True), (128, 1024, True),
@@ -80,12 +81,12 @@ def test_auto_takes_the_skinny_kernel_for_few_rows():
         a, b = _inputs(m, n, 1024, torch.float16, seed=m)
         sk._LAUNCHES.clear()
         hg._LAUNCHES.clear()
-        out = gemm_hopper(a, b)
+        out = gemm(a, b, variant="hopper", stream=s)
         torch.cuda.synchronize()
         assert _rel(out, a.double() @ b.double()) < 1e-2
         assert bool(sk._LAUNCHES) == skinny and bool(hg._LAUNCHES) == (not skinny), (m, n)
     with pytest.raises(ValueError, match="1 to 128 rows"):
-        gemm_hopper(*_inputs(129, 64, 64, torch.float16, seed=1), variant="skinny")
+        gemm(*_inputs(129, 64, 64, torch.float16, seed=1), variant="hopper_skinny", stream=s)
 
 
 def test_two_streams_and_a_cuda_graph():

@@ -6,6 +6,7 @@ import random, time
 import torch
 from fullpipe.kernels import gemm
 from fullpipe.kernels import hopper_gemm as hg
+from fullpipe.kernels import skinny_gemm as sk
 rnd = random.Random(27)
 side = torch.cuda.Stream()
 sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -21,9 +22,7 @@ for i in range(200):
     s.synchronize()
     ref = a.float() @ b.float()
     err = float((c.float() - ref).norm() / ref.norm())
-    v = hg.auto_variant(m, n, sms)
-    if v == "persistent":
-        v += "-" + hg.default_build(m, n, sms).label
+    v = "skinny" if sk.preferred(m, n, sms) else "persistent-" + hg.default_build(m, n, sms).label
     kinds[v] = kinds.get(v, 0) + 1
     if err > 1e-2 or c.shape != (m, n) or c.dtype != dt:
         bad += 1

@@ -381,6 +381,8 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
 # The Hopper ladder (kernels/hopper_gemm.py): gemm(variant=...) name -> rung.
 HOPPER_VARIANTS = {"hopper_wgmma": "wgmma", "hopper_tma": "tma", "hopper_ws": "ws",
                    "hopper_persistent": "persistent", "hopper_skinny": "skinny", "hopper": "auto"}
+# (the ladder's rungs are hopper_gemm.py's; "skinny" is skinny_gemm.py, "auto" the faster of
+# it and the persistent rung for the product's shape: skinny_gemm.preferred)
 
 
 def gemm(
@@ -408,10 +410,8 @@ def gemm(
     """
     if stream is None:
         raise TypeError("stream is required: pass the stream to enqueue the kernel on (fullpipe.cuda.create_stream)")
-    if variant in HOPPER_VARIANTS:  # bf16/fp16 in, the same dtype out (hopper_gemm.py)
-        from .hopper_gemm import gemm_hopper
-
-        return gemm_hopper(a, b, variant=HOPPER_VARIANTS[variant], out=out, stream=stream)
+    if variant in HOPPER_VARIANTS:  # bf16/fp16 in, the same dtype out (hopper_gemm.py, skinny_gemm.py)
+        return _gemm_hopper_family(a, b, HOPPER_VARIANTS[variant], out, stream)
     if variant not in VARIANTS:
         known = ", ".join([*VARIANTS, *HOPPER_VARIANTS])
         raise ValueError(f"unknown variant {variant!r}; choose one of {known}")
@@ -426,6 +426,21 @@ def gemm(
     p = plan(variant, m, n, k, A.dtype, stages=stages, aligned=aligned, sm_count=sm_count, config=config)
     launch_plan(p, A.ptr, B.ptr, C.ptr, m, n, k, stream=s, device_index=A.device_index)
     return out
+
+
+def _gemm_hopper_family(a: Any, b: Any, kind: str, out: Any, stream: Any) -> Any:
+    """A rung of the Hopper ladder, the skinny kernel, or ("auto") whichever of the skinny
+    kernel and the persistent rung is faster for the shape."""
+    from . import skinny_gemm
+    from .hopper_gemm import gemm_hopper
+
+    if kind == "auto":
+        A, B = operand(a, "a"), operand(b, "b")
+        m, n, _ = matmul_shape(A, B)
+        kind = "skinny" if skinny_gemm.preferred(m, n, arch_and_sm_count(A.device_index)[1]) else "persistent"
+    if kind == "skinny":
+        return skinny_gemm.gemm_skinny(a, b, out=out, stream=stream)
+    return gemm_hopper(a, b, variant=kind, out=out, stream=stream)
 
 
 def launch_plan(p: LaunchPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,

@@ -22,8 +22,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
 K slices of 64; the persistent rung also builds 128 x 128 tiles (``tile_n=128``) for
 products that 128 x 256 tiles spread over too few SMs. For a few rows (a decode step)
-``variant="skinny"`` runs :mod:`.skinny_gemm`, and ``variant="auto"`` (the default)
-picks it or the persistent rung (:func:`auto_variant`).
+:mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
+picks it or the persistent rung.
 
 Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
 K and N multiples of 8 (a row of A or B must be a multiple of 16 bytes, which TMA
@@ -595,25 +595,6 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
         drv.call("cuMemFreeAsync", ws, int(s.handle))
 
 
-# gemm_hopper(variant="auto") runs the skinny kernel (skinny_gemm.py) for at most this many
-# rows: on an H100 (session 27, p178; B from HBM, x cuBLAS) it read 0.64-1.07x at 1 to 64
-# rows where the persistent rung read 0.43-1.03x.
-AUTO_SKINNY_ROWS = 64
-
-
-def auto_variant(m: int, n: int, sms: int) -> str:
-    """gemm_hopper's choice for an (m, K) @ (K, n) product on a GPU of ``sms`` SMs: the
-    skinny kernel for at most AUTO_SKINNY_ROWS rows, and up to its 128 where n has too
-    few 128-column tiles to give half the SMs one (the persistent rung would split K
-    there too: 96-128 rows x 4096 x 4096, skinny 0.67-0.71x against 0.58-0.59x; with
-    11008 or 32000 columns the persistent rung won, 0.93-1.03x against 0.87-0.96x; p178)."""
-    if m <= AUTO_SKINNY_ROWS:
-        return "skinny"
-    if m <= 128 and 2 * -(-n // 128) <= sms:
-        return "skinny"
-    return "persistent"
-
-
 # Recent launches of gemm_hopper, by everything that goes into them: the rung and build,
 # dtype, shape, the three addresses, stream and device. PyTorch's and CuPy's allocators
 # hand the same addresses back, so a loop over same-shaped products hits.
@@ -639,31 +620,24 @@ def _stream_handle(stream: Any, ref: Operand) -> int:
     return int(as_core_stream(stream).handle)
 
 
-def gemm_hopper(a: Any, b: Any, *, variant: str = "auto", out: Any = None, stream: Any = None,
+def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None, stream: Any = None,
                 _multicast: bool = True, _build: PersistentBuild | None = None, _sk_tiles: int | None = None) -> Any:
     """``out = a @ b`` for bf16/fp16 (M, K) and (K, N) device arrays (torch, CuPy or
     fullpipe), fp32 accumulation, result in the input dtype; enqueued on ``stream``
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
-    ``variant``: a rung of the ladder, "skinny" (:mod:`.skinny_gemm`, at most 128 rows), or
-    "auto": the skinny kernel for few rows (:func:`auto_variant`), else the persistent rung.
+    ``variant``: a rung of the ladder (for a few rows, ``gemm(variant="hopper")`` picks the
+    skinny kernel where it is faster).
     For the experiments (persistent only): ``_multicast=False``, every block loads all
     of its operands; ``_build``, another :class:`PersistentBuild` than :func:`default_build`'s;
     ``_sk_tiles``, the stream-K tiles (default :func:`stream_k`, 0: none)."""
 
-    if variant not in SOURCES and variant not in ("auto", "skinny"):
-        raise ValueError(f"unknown variant {variant!r}; choose one of auto, {', '.join(VARIANTS)}, skinny")
+    if variant not in SOURCES:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     A, B = operand(a, "a"), operand(b, "b")
     m, n, k = matmul_shape(A, B)
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
     check_shapes(m, n, k)
-    if variant == "auto":
-        experiment = _build is not None or _sk_tiles is not None or not _multicast
-        variant = "persistent" if experiment else auto_variant(m, n, arch_and_sm_count(A.device_index)[1])
-    if variant == "skinny":
-        from . import skinny_gemm
-
-        return skinny_gemm.run(A, B, out, stream)
     out, C, handle = prepare_output(A, B, out, stream)
     device_index = A.device_index
     key = (variant, _build, _multicast, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)

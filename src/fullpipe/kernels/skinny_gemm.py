@@ -45,6 +45,24 @@ MAX_RUNS = 8
 MAX_CLUSTER_SUM_BYTES = 64 * 1024
 
 
+# Where ``gemm(variant="hopper")`` takes this kernel instead of the persistent rung: at most
+# this many rows, and up to MAX_ROWS where N has few 128-column tiles (preferred()). On an
+# H100 (session 27, p178; B from HBM, x cuBLAS) it read 0.64-1.07x at 1 to 64 rows where
+# the persistent rung read 0.43-1.03x.
+PREFERRED_ROWS = 64
+
+
+def preferred(m: int, n: int, sms: int) -> bool:
+    """Whether this kernel beats the persistent rung on an (m, K) @ (K, n) product on a
+    GPU of ``sms`` SMs: at most PREFERRED_ROWS rows, and up to MAX_ROWS where n has too few
+    128-column tiles to give half the SMs one (the persistent rung would split K there too:
+    96-128 rows x 4096 x 4096, skinny 0.67-0.71x cuBLAS against 0.58-0.59x; with 11008 or
+    32000 columns the persistent rung won, 0.93-1.03x against 0.87-0.96x; p178)."""
+    if m <= PREFERRED_ROWS:
+        return True
+    return m <= MAX_ROWS and 2 * -(-n // TILE_N) <= sms
+
+
 def rows_build(m: int) -> int:
     """The ROWS build for ``m`` rows: the smallest of ROW_BUILDS that holds them."""
     if not 1 <= m <= MAX_ROWS:
@@ -152,8 +170,7 @@ def gemm_skinny(a: Any, b: Any, *, out: Any = None, stream: Any = None, _slices_
 
 
 def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | None = None) -> Any:
-    """:func:`gemm_skinny` on parsed operands (``hopper_gemm.gemm_hopper`` comes here
-    for few rows)."""
+    """:func:`gemm_skinny` on parsed operands."""
     m, n, k = matmul_shape(A, B)
     hg.check_shapes(m, n, k)
     rows_build(m)

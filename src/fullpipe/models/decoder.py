@@ -70,8 +70,8 @@ def choose_matmul(kernels: str, arch: str | None, dtype: str, k: int, n: int) ->
         return MatmulChoice("torch", f"fullpipe's Hopper GEMM takes bfloat16/float16, not {dtype}")
     if k % 8 or n % 8:
         return MatmulChoice("torch", f"fullpipe's Hopper GEMM needs K and N multiples of 8, got K={k}, N={n}")
-    return MatmulChoice("hopper", "gemm_hopper: the persistent rung, the skinny kernel for few rows; "
-                                  "row-major [M, K] @ [K, N]")
+    return MatmulChoice("hopper", "gemm(variant='hopper'): the persistent rung, the skinny kernel for few "
+                                  "rows; row-major [M, K] @ [K, N]")
 
 
 @dataclasses.dataclass
@@ -395,9 +395,9 @@ class DecoderStack:
         import torch
 
         if self.matmul_choices[name].backend == "hopper":
-            from ..kernels.hopper_gemm import gemm_hopper
+            from ..kernels.gemm import gemm
 
-            gemm_hopper(a, w, out=out, stream=core_s)
+            gemm(a, w, variant="hopper", out=out, stream=core_s)
         else:
             torch.matmul(a, w, out=out)
 
