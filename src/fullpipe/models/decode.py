@@ -409,9 +409,10 @@ class DecodeSession:
             fused.rms_norm(x, W["layers.0.attn_norm"], eps, h, s)
         for i in layers:
             p = f"layers.{i}."
-            # cuBLAS: a step has one row per sequence; fullpipe's skinny GEMM (gemm(variant=
-            # "hopper")'s choice for few rows) read 0.78-0.83x torch.matmul at 1-8 x 2048 x 2048 with the
-            # weights in HBM, 0.94-1.05x only on wider products (session 27, p178)
+            # cuBLAS: a step has one row per sequence; fullpipe's skinny GEMM (what
+            # gemm(variant="hopper") takes for few rows) read 0.78-0.83x torch.matmul at
+            # 1-8 x 2048 x 2048 with the weights in HBM, 0.94-1.05x only on wider products
+            # (session 27, p178)
             torch.matmul(h, W[p + "wqkv"], out=qkv)
             fused.rope_qkv(qkv, mb.positions, q, k, v, hq, hkv, d, c.rope_base, s)
             kv_write(k, v, mb.page_table, mb.seq_ids, mb.positions, i, c.layers, cache.page_tokens, stream=s)
