@@ -11,22 +11,25 @@
 // activations' slice is the K-major B operand.
 //
 //   warp 4      PRODUCER  one thread, per K slice: wait empty[s] -> arm full[s] with
-//                         its bytes -> TMA B[64 x 128] (two chunks) + A[ROWS x 64]
-//   warps 0-3   CONSUMER  one warpgroup: wait full[s] -> 2 x 4 wgmma (each 64 columns
-//                         of C x ROWS rows) -> commit -> wait <= 1 -> free the slot before
+//                         its bytes -> TMA B[64 x TILE_N] (TILE_N / 64 chunks) + A[ROWS x 64]
+//   warps 0-3   CONSUMER  one warpgroup: wait full[s] -> TILE_N / 64 x 4 wgmma (each 64
+//                         columns of C x ROWS rows) -> commit -> wait <= 1 -> free the
+//                         slot before
 //
 // Split-K in a cluster: a tile's K is cut into `runs` equal runs (2..8) so that enough
-// blocks stream B at once (8 x 4096 x 4096 has 32 column tiles: 4 runs each on 132
-// SMs), and the runs of one tile are one cluster of blocks. Block rank r of cluster x
-// takes columns [128 x, 128 x + 128) and run r. After the main loop each block leaves its
+// blocks stream B at once (8 x 4096 x 4096 has 64 tiles of 64 columns: 2 runs each on
+// 132 SMs), and the runs of one tile are one cluster of blocks. Block rank r of cluster x
+// takes columns [TILE_N x, TILE_N (x + 1)) and run r. After the main loop each block leaves its
 // fp32 sums in its own shared memory (the ring, read out by then); rank 0 reads them over
 // DSMEM in rank order, adds them to its own and stores C. No global workspace, no
 // counters to zero, and the same bits on every run.
 //
 // Kernels gemm_hopper_skinny_{bf16,f16}(map_a, map_b, C, M, N, K, slices_per_run):
-// grid tiles x runs (tiles = ceil(N / 128)), cluster (runs, 1, 1), 160 threads, dynamic
-// shared memory STAGES * (16 KiB + ROWS * 128 B) + 1 KiB; tensor maps: A boxes of
-// ROWS x 64, B boxes of 64 x 64, both 128-byte swizzled.
+// grid tiles x runs (tiles = ceil(N / TILE_N)), cluster (runs, 1, 1), 160 threads,
+// dynamic shared memory STAGES * (TILE_N + ROWS) * 128 B + 1 KiB; tensor maps: A boxes
+// of ROWS x 64, B boxes of 64 x 64, both 128-byte swizzled. Builds: ROWS, TILE_N (128 or
+// 64) and STAGES (skinny_gemm.columns_build picks 64 columns and 8 slices where 64-column
+// tiles fit one wave).
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
 #include <fullpipe/wgmma.cuh>
@@ -37,13 +40,16 @@
 #ifndef STAGES
 #define STAGES 4
 #endif
+#ifndef TILE_N
+#define TILE_N 128   // columns of C per block: 128 (two 64-wide wgmma blocks) or 64
+#endif
 
 namespace {
 
 using fp_tma::TensorMap;
 
 static_assert(ROWS == 8 || ROWS == 16 || ROWS == 32 || ROWS == 64 || ROWS == 128, "ROWS: 8, 16, 32, 64 or 128");
-constexpr int TILE_N = 128;                         // columns of C per block: two 64-wide wgmma blocks
+static_assert(TILE_N == 128 || TILE_N == 64, "TILE_N: 128 or 64");
 constexpr int BK = 64;                              // K per slice (one 128-byte swizzled row)
 constexpr int CHUNK_N = 64;                         // B columns per TMA box
 constexpr int CHUNKS = TILE_N / CHUNK_N;
@@ -55,7 +61,7 @@ constexpr int ACC = ROWS / 2;                       // fp32 accumulators per thr
 constexpr int CONSUMER_THREADS = 128;
 constexpr int THREADS = CONSUMER_THREADS + 32;
 
-// One K slice: B[64 x 128] as two 64-column chunks (K-rows of 128 bytes), then A[ROWS x
+// One K slice: B[64 x TILE_N] as 64-column chunks (K-rows of 128 bytes), then A[ROWS x
 // 64] (rows of 128 bytes); every part a whole number of 1 KiB swizzle atoms.
 struct alignas(1024) Slice {
     unsigned char b[CHUNKS][B_CHUNK_BYTES];

@@ -5,7 +5,7 @@
 A decode step multiplies a few requests' activations (M = requests) by each weight
 matrix: the product reads all of B for 2 M flops per element, so it runs at the speed B
 streams from memory. ``gemm_hopper_skinny.cu`` computes it transposed (B's columns are
-wgmma's M, the few rows its N), in 128-column tiles, each tile's K cut into runs over
+wgmma's M, the few rows its N), in 64- or 128-column tiles, each tile's K cut into runs over
 enough blocks to keep every SM streaming; a tile's runs are one cluster, whose first
 block adds the others' fp32 sums over distributed shared memory (see the top of the .cu
 file).
@@ -30,7 +30,7 @@ from ._operands import Operand, arch_and_sm_count, matmul_shape, operand
 SOURCE = "kernels/gemm_hopper_skinny.cu"
 MAX_ROWS = 128
 ROW_BUILDS = (8, 16, 32, 64, 128)
-TILE_N, BK, CHUNK_N = 128, 64, 64
+TILE_N, BK, CHUNK_N = 128, 64, 64  # (TILE_N: the default build's columns per block; 64 builds too)
 STAGES = 4
 THREADS = 160  # one consumer warpgroup and one producer warp
 CONSUMER_THREADS = 128
@@ -63,6 +63,19 @@ def preferred(m: int, n: int, sms: int) -> bool:
     return m <= MAX_ROWS and 2 * -(-n // TILE_N) <= sms
 
 
+def columns_build(n: int, sms: int) -> tuple[int, int]:
+    """(tile_n, stages) for n columns on a GPU of ``sms`` SMs: 64 columns a block and an
+    8-slice ring where 64-column tiles still fit one wave (twice the blocks of 128-column
+    tiles, each streaming its own part of B), else 128 and 4. On an H100 (p181, session 27,
+    weights from HBM, x cuBLAS, 1-32 rows): 2048 x 2048 0.79-0.87 against 0.65-0.78,
+    2048 x 6144 1.10-1.12 against 0.89-0.92, 4096 x 4096 0.91-0.94 against 0.81-0.90;
+    with 11264 or 32000 columns (176 or 500 such tiles) 128 won (0.95-1.04 against
+    0.95-1.00). Known loss (p182): at 64 rows and 2048 columns (32 tiles in 4 runs, one
+    block an SM at this build's 129 KiB) 0.49-0.58 against 0.64-0.71 — likely fewer
+    clusters of 4 co-resident than 32 (GPCs), so two waves; not checked on a GPU."""
+    return (64, 8) if -(-n // 64) <= sms else (TILE_N, STAGES)
+
+
 def rows_build(m: int) -> int:
     """The ROWS build for ``m`` rows: the smallest of ROW_BUILDS that holds them."""
     if not 1 <= m <= MAX_ROWS:
@@ -70,14 +83,14 @@ def rows_build(m: int) -> int:
     return next(r for r in ROW_BUILDS if r >= m)
 
 
-def shared_mem_bytes(rows: int) -> int:
-    """The ring (STAGES slices of B[64 x 128] and A[rows x 64]) and its barriers, rounded
-    to 1 KiB, plus 1 KiB for aligning the base to 1024."""
-    ring = STAGES * (TILE_N * BK * 2 + rows * BK * 2)
-    return hg._round_up(ring + 2 * STAGES * 8, 1024) + 1024
+def shared_mem_bytes(rows: int, tile_n: int = TILE_N, stages: int = STAGES) -> int:
+    """The ring (``stages`` slices of B[64 x tile_n] and A[rows x 64]) and its barriers,
+    rounded to 1 KiB, plus 1 KiB for aligning the base to 1024."""
+    ring = stages * (tile_n * BK * 2 + rows * BK * 2)
+    return hg._round_up(ring + 2 * stages * 8, 1024) + 1024
 
 
-def split_k(tiles: int, slices: int, rows: int, sms: int) -> int:
+def split_k(tiles: int, slices: int, rows: int, sms: int, tile_n: int = TILE_N) -> int:
     """K slices per run for ``tiles`` column tiles of ``slices`` slices each (the ROWS
     build ``rows``) on a GPU of ``sms`` SMs: as many runs as give every SM one block, at
     most MAX_RUNS, each of MIN_RUN_SLICES slices or more, and few enough that the first
@@ -85,7 +98,7 @@ def split_k(tiles: int, slices: int, rows: int, sms: int) -> int:
     on an H100 (p178, session 27): 8 x 4096 x 4096 took 15.2-15.9 us in 3 or 4 runs (96 or
     128 blocks), 16.6-17.0 in 8, 19.9-20.3 in one."""
     by_sms = sms // max(1, tiles)
-    by_sums = 1 + MAX_CLUSTER_SUM_BYTES // (TILE_N * rows * 4)
+    by_sums = 1 + MAX_CLUSTER_SUM_BYTES // (tile_n * rows * 4)
     runs = max(1, min(by_sms, MAX_RUNS, slices // MIN_RUN_SLICES, by_sums))
     return -(-slices // runs)
 
@@ -96,7 +109,9 @@ class SkinnyPlan:
 
     kernel: str
     rows: int  # the ROWS build
-    tiles: int  # 128-column tiles of C
+    tile_n: int  # columns of C per block (the TILE_N build)
+    stages: int  # slices in the ring (the STAGES build)
+    tiles: int  # tile_n-column tiles of C
     runs: int  # runs of K slices per tile
     slices_per_run: int
     shared_mem: int
@@ -113,15 +128,20 @@ class SkinnyPlan:
 
 
 def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, sms: int = 132,
-         slices_per_run: int | None = None) -> SkinnyPlan:
+         slices_per_run: int | None = None, tile_n: int | None = None, stages: int | None = None) -> SkinnyPlan:
     """The launch for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs;
-    ``slices_per_run``: the split of K (default :func:`split_k`)."""
+    ``slices_per_run``: the split of K (default :func:`split_k`); ``tile_n``, ``stages``:
+    the build (default :func:`columns_build`)."""
+    if tile_n is None or stages is None:
+        tile_n, stages = columns_build(n, sms)
+    if tile_n not in (64, 128) or stages < 2:
+        raise ValueError(f"the skinny GEMM builds tile_n 64 or 128 and 2 or more stages, got {tile_n}, {stages}")
     if dtype not in hg.DTYPES:
         raise ValueError(f"the skinny GEMM takes bfloat16 or float16 inputs, got {dtype}")
     hg.check_shapes(m, n, k)
     rows = rows_build(m)
-    tiles, slices = -(-n // TILE_N), -(-k // BK)
-    per = split_k(tiles, slices, rows, sms) if slices_per_run is None else slices_per_run
+    tiles, slices = -(-n // tile_n), -(-k // BK)
+    per = split_k(tiles, slices, rows, sms, tile_n) if slices_per_run is None else slices_per_run
     if not 1 <= per:
         raise ValueError(f"slices_per_run must be >= 1, got {per}")
     per = min(per, slices)
@@ -131,20 +151,28 @@ def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, 
                          f"of at most {MAX_RUNS} blocks")
     maps = (hg.tensor_map_args("a", a_ptr, m, k, dtype, rows, BK),
             hg.tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
-    return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tiles, runs, per, shared_mem_bytes(rows), maps)
+    smem = shared_mem_bytes(rows, tile_n, stages)
+    if smem > hg.MAX_BLOCK_SHARED:
+        raise ValueError(f"{stages} stages of {tile_n} x 64 need {smem} bytes of shared memory")
+    return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tile_n, stages, tiles, runs, per, smem, maps)
 
 
 @functools.lru_cache(maxsize=None)
-def module(rows: int, arch: str):
-    """The compiled ROWS build (both dtypes); usable without a GPU."""
-    return compiler.compile_package_kernel(SOURCE, arch=arch, defines={"ROWS": rows})
+def module(rows: int, arch: str, tile_n: int = TILE_N, stages: int = STAGES):
+    """The compiled build (both dtypes); usable without a GPU."""
+    defines = {"ROWS": rows}
+    if tile_n != TILE_N:
+        defines["TILE_N"] = tile_n
+    if stages != STAGES:
+        defines["STAGES"] = stages
+    return compiler.compile_package_kernel(SOURCE, arch=arch, defines=defines)
 
 
 def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: int, device_index: int,
              arch: str) -> hg._Launch:
     from cuda.bindings import driver as d
 
-    kernel = module(p.rows, arch).kernel(p.kernel)
+    kernel = module(p.rows, arch, p.tile_n, p.stages).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     raw = [hg._encoded(t) for t in p.maps]
     raw += [struct.pack("<Q", c_ptr), struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k),
@@ -158,29 +186,32 @@ def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: i
 _LAUNCHES: dict[tuple, hg._Launch] = {}
 
 
-def gemm_skinny(a: Any, b: Any, *, out: Any = None, stream: Any = None, _slices_per_run: int | None = None) -> Any:
+def gemm_skinny(a: Any, b: Any, *, out: Any = None, stream: Any = None, _slices_per_run: int | None = None,
+                _build: tuple[int, int] | None = None) -> Any:
     """``out = a @ b`` for a bf16/fp16 (M <= 128, K) device array and a (K, N) one (torch,
     CuPy or fullpipe), fp32 accumulation, result in the input dtype, enqueued on
     ``stream`` (default: torch's/CuPy's current stream for their arrays); returns ``out``.
-    ``_slices_per_run``: the experiments' split of K (default :func:`split_k`)."""
+    ``_slices_per_run``, ``_build`` (tile_n, stages): the experiments' split of K and build."""
     A, B = operand(a, "a"), operand(b, "b")
     if A.dtype not in hg.DTYPES:
         raise ValueError(f"gemm_skinny takes bfloat16 or float16 inputs, got {A.dtype}")
-    return run(A, B, out, stream, _slices_per_run)
+    return run(A, B, out, stream, _slices_per_run, _build)
 
 
-def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | None = None) -> Any:
+def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | None = None,
+        build: tuple[int, int] | None = None) -> Any:
     """:func:`gemm_skinny` on parsed operands."""
     m, n, k = matmul_shape(A, B)
     hg.check_shapes(m, n, k)
     rows_build(m)
     out, C, handle = hg.prepare_output(A, B, out, stream)
     device_index = A.device_index
-    key = (slices_per_run, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    key = (slices_per_run, build, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
-        p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run)
+        tile_n, stages = build or (None, None)
+        p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run, tile_n=tile_n, stages=stages)
         launch = _prepare(p, C.ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= hg.LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
@@ -202,7 +233,7 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     # (edges: N not a multiple of 128, K not of 64; M of every build; one run and several)
     shapes = [(1, 8, 8), (5, 200, 72), (8, 512, 2048), (16, 136, 1000), (33, 1032, 520), (64, 256, 4096),
-              (100, 264, 1032)]
+              (100, 264, 1032), (4, 8512, 640), (120, 8512, 256)]   # (the last two: 128-column blocks)
     bad = 0
     for m, n, k in shapes:
         slices = -(-k // BK)

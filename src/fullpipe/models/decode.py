@@ -410,9 +410,9 @@ class DecodeSession:
         for i in layers:
             p = f"layers.{i}."
             # cuBLAS: a step has one row per sequence; fullpipe's skinny GEMM (what
-            # gemm(variant="hopper") takes for few rows) read 0.78-0.83x torch.matmul at
-            # 1-8 x 2048 x 2048 with the weights in HBM, 0.94-1.05x only on wider products
-            # (session 27, p178)
+            # gemm(variant="hopper") takes for few rows) reads 0.89-1.09x torch.matmul on
+            # these four projections at 8 rows with the weights in HBM: about equal in sum
+            # (session 27, p181/p182), not worth a change to the step's graph
             torch.matmul(h, W[p + "wqkv"], out=qkv)
             fused.rope_qkv(qkv, mb.positions, q, k, v, hq, hkv, d, c.rope_base, s)
             kv_write(k, v, mb.page_table, mb.seq_ids, mb.positions, i, c.layers, cache.page_tokens, stream=s)
