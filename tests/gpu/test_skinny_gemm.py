@@ -10,11 +10,13 @@ import pytest
 from fullpipe.kernels import gemm
 from fullpipe.kernels import skinny_gemm as sk
 
+from .test_hopper_gemm import _inputs, _rel
+
 pytestmark = pytest.mark.gpu
 
 SHAPES = [
     (1, 8, 8),            # the smallest legal problem
-    (8, 4096, 4096),      # a decode step's projection: 32 tiles, K split in 4
+    (8, 4096, 4096),      # a decode step's projection: 64 tiles of 64 columns, K split in 2
     (5, 200, 72),         # edges: N not a multiple of 128, K not of 64
     (16, 1032, 1000),
     (24, 136, 4104),      # a 32-row build with 8 rows past the end
@@ -23,20 +25,6 @@ SHAPES = [
     (8, 32000, 1024),     # an LM head: 250 tiles, one run
     (100, 1032, 2056),    # the 128-row build
 ]
-
-
-def _inputs(m, n, k, dtype, seed):
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(m, k, device="cuda", generator=g).to(dtype),
-            torch.randn(k, n, device="cuda", generator=g).to(dtype))
-
-
-def _rel(x, ref):
-    import torch
-
-    return float(torch.linalg.norm(x.double() - ref) / torch.linalg.norm(ref))
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])

@@ -66,6 +66,21 @@ def operand(x: Any, name: str) -> Operand:
                    arr.device_index, kind)
 
 
+def current_stream_handle(ref: Operand) -> int | None:
+    """The handle of the stream PyTorch or CuPy works on now on ``ref``'s device (where
+    their arrays are allocated and their calls enqueued), or None for other arrays."""
+    if ref.kind == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(ref.device_index).cuda_stream)
+    if ref.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(ref.device_index):
+            return int(cupy.cuda.get_current_stream().ptr)
+    return None
+
+
 def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: Any) -> tuple[Any, Operand]:
     """A new output array of the same kind as ``ref`` (torch -> torch, cupy -> cupy,
     otherwise a fullpipe DeviceArray from the device's memory resource on ``stream``).
@@ -89,15 +104,14 @@ def empty_like_kind(ref: Operand, shape: tuple[int, ...], dtype: str, stream: An
     if ref.kind == "torch":
         import torch
 
-        dev = torch.device("cuda", ref.device_index)
-        out = torch.empty(shape, dtype=getattr(torch, dtype), device=dev)
-        wait_for(int(torch.cuda.current_stream(dev).cuda_stream))
+        out = torch.empty(shape, dtype=getattr(torch, dtype), device=torch.device("cuda", ref.device_index))
+        wait_for(current_stream_handle(ref))
     elif ref.kind == "cupy":
         import cupy
 
         with cupy.cuda.Device(ref.device_index):
             out = cupy.empty(shape, dtype=dtype)
-            wait_for(int(cupy.cuda.get_current_stream().ptr))
+            wait_for(current_stream_handle(ref))
     else:
         from cuda.core import Device as CoreDevice
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from ..cuda import compiler
 from ..cuda.launch import launch
-from ._operands import Operand, arch_and_sm_count, empty_like_kind, operand
+from ._operands import Operand, arch_and_sm_count, current_stream_handle, empty_like_kind, operand
 
 SOURCE = "kernels/flash_attention.cu"
 HEAD_DIMS = (64, 128)
@@ -300,16 +300,8 @@ def _stream_for(stream: Any, ref: Operand):
 
     if stream is not None:
         return as_core_stream(stream)
-    if ref.kind == "torch":
-        import torch
-
-        handle = int(torch.cuda.current_stream(torch.device("cuda", ref.device_index)).cuda_stream)
-    elif ref.kind == "cupy":
-        import cupy
-
-        with cupy.cuda.Device(ref.device_index):
-            handle = int(cupy.cuda.get_current_stream().ptr)
-    else:
+    handle = current_stream_handle(ref)
+    if handle is None:
         raise TypeError("stream is required for fullpipe/other device arrays (torch and cupy inputs default to "
                         "their library's current stream)")
     return stream_from_handle(handle)

@@ -431,16 +431,15 @@ def gemm(
 def _gemm_hopper_family(a: Any, b: Any, kind: str, out: Any, stream: Any) -> Any:
     """A rung of the Hopper ladder, the skinny kernel, or ("auto") whichever of the skinny
     kernel and the persistent rung is faster for the shape."""
-    from . import skinny_gemm
-    from .hopper_gemm import gemm_hopper
+    from . import hopper_gemm, skinny_gemm
 
+    A, B = operand(a, "a"), operand(b, "b")  # (once: a decode step makes many such calls)
     if kind == "auto":
-        A, B = operand(a, "a"), operand(b, "b")
         m, n, _ = matmul_shape(A, B)
         kind = "skinny" if skinny_gemm.preferred(m, n, arch_and_sm_count(A.device_index)[1]) else "persistent"
     if kind == "skinny":
-        return skinny_gemm.gemm_skinny(a, b, out=out, stream=stream)
-    return gemm_hopper(a, b, variant=kind, out=out, stream=stream)
+        return skinny_gemm.run(A, B, out, stream)
+    return hopper_gemm.run(A, B, kind, out, stream)
 
 
 def launch_plan(p: LaunchPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,

@@ -56,7 +56,7 @@ from ..cuda import driver as drv
 from ..cuda.device import ensure_current
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, arch_and_sm_count, empty_like_kind, matmul_shape, operand
+from ._operands import Operand, arch_and_sm_count, current_stream_handle, empty_like_kind, matmul_shape, operand
 
 SOURCES = {
     "wgmma": "kernels/gemm_hopper_wgmma.cu",
@@ -606,15 +606,8 @@ def _stream_handle(stream: Any, ref: Operand) -> int:
     """The handle of the stream to enqueue on: ``stream``'s, or (None) the stream torch's
     or CuPy's arrays are worked on now; 0 (the legacy default stream) for fullpipe arrays."""
     if stream is None:
-        if ref.kind == "torch":
-            import torch
-
-            return torch.cuda.current_stream(ref.device_index).cuda_stream
-        if ref.kind == "cupy":
-            import cupy
-
-            return cupy.cuda.get_current_stream().ptr
-        return 0
+        current = current_stream_handle(ref)
+        return 0 if current is None else current
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
     return int(as_core_stream(stream).handle)
@@ -633,21 +626,27 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
 
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
-    A, B = operand(a, "a"), operand(b, "b")
+    return run(operand(a, "a"), operand(b, "b"), variant, out, stream, _multicast, _build, _sk_tiles)
+
+
+def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: bool = True,
+        build: PersistentBuild | None = None, sk_tiles: int | None = None) -> Any:
+    """:func:`gemm_hopper` on parsed operands and a known rung (``gemm(variant=...)``
+    comes here having parsed them once)."""
     m, n, k = matmul_shape(A, B)
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
     check_shapes(m, n, k)
     out, C, handle = prepare_output(A, B, out, stream)
     device_index = A.device_index
-    key = (variant, _build, _multicast, _sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
-        build = persistent_build(_multicast, _build or default_build(m, n, sms)) if variant == "persistent" else None
-        clusters = max_active_clusters(device_index, arch, build) if build else 0
-        p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=build,
-                 sk_tiles=_sk_tiles)
+        chosen = persistent_build(multicast, build or default_build(m, n, sms)) if variant == "persistent" else None
+        clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
+        p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=chosen,
+                 sk_tiles=sk_tiles)
         launch = _prepare(p, A.ptr, B.ptr, C.ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
@@ -690,7 +689,7 @@ def _workspace(ref: Operand, nbytes: int, handle: int, on_current: bool = False)
     if ref.kind == "torch":
         import torch
 
-        if on_current or handle == torch.cuda.current_stream(ref.device_index).cuda_stream:
+        if on_current or handle == current_stream_handle(ref):
             ws = torch.empty(nbytes, dtype=torch.uint8, device=ref.obj.device)
         else:
             from ..cuda.interop import torch_stream

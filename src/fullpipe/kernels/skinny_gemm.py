@@ -192,15 +192,15 @@ def gemm_skinny(a: Any, b: Any, *, out: Any = None, stream: Any = None, _slices_
     CuPy or fullpipe), fp32 accumulation, result in the input dtype, enqueued on
     ``stream`` (default: torch's/CuPy's current stream for their arrays); returns ``out``.
     ``_slices_per_run``, ``_build`` (tile_n, stages): the experiments' split of K and build."""
-    A, B = operand(a, "a"), operand(b, "b")
-    if A.dtype not in hg.DTYPES:
-        raise ValueError(f"gemm_skinny takes bfloat16 or float16 inputs, got {A.dtype}")
-    return run(A, B, out, stream, _slices_per_run, _build)
+    return run(operand(a, "a"), operand(b, "b"), out, stream, _slices_per_run, _build)
 
 
 def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | None = None,
         build: tuple[int, int] | None = None) -> Any:
-    """:func:`gemm_skinny` on parsed operands."""
+    """:func:`gemm_skinny` on parsed operands (``gemm(variant=...)`` comes here having
+    parsed them once)."""
+    if A.dtype not in hg.DTYPES:
+        raise ValueError(f"gemm_skinny takes bfloat16 or float16 inputs, got {A.dtype}")
     m, n, k = matmul_shape(A, B)
     hg.check_shapes(m, n, k)
     rows_build(m)
