@@ -96,6 +96,28 @@ def test_split_k_fills_the_sms_within_the_cluster_and_sums_limits(m, n, k, tile_
     assert (p.runs - 1) * p.tile_n * p.rows * 4 <= sk.MAX_CLUSTER_SUM_BYTES
 
 
+def _gpcs_of(sms_per_gpc):
+    """Clusters of ``runs`` blocks, one block an SM, that a GPU of these GPCs runs at once
+    (a cluster's blocks share a GPC)."""
+    return lambda rows, tile_n, stages, runs: sum(g // runs for g in sms_per_gpc)
+
+
+def test_split_k_takes_fewer_runs_where_the_clusters_would_not_all_fit():
+    h100 = _gpcs_of([18] * 6 + [16] + [8])  # 132 SMs; clusters of 4: 4 x 6 + 4 + 2 = 30
+    p = sk.plan(64, 2048, 2048, "bfloat16", sms=132)
+    assert (p.tiles, p.runs) == (32, 4)  # every SM a block, if all 32 clusters of 4 fit
+    p = sk.plan(64, 2048, 2048, "bfloat16", sms=132, co_resident=h100)
+    assert p.runs == 3 and h100(64, 64, 8, 3) >= p.tiles  # 6 x 6 + 5 + 2 = 43 clusters of 3
+    # where they all fit, nothing changes
+    even = _gpcs_of([12] * 11)
+    assert sk.plan(8, 4096, 4096, "bfloat16", sms=132, co_resident=even).runs == 2
+    # 16 tiles in 8 runs: 11 GPCs of 12 hold 11 clusters of 8, 22 of 6
+    assert sk.plan(8, 1024, 4096, "bfloat16", sms=132).runs == 8
+    assert sk.plan(8, 1024, 4096, "bfloat16", sms=132, co_resident=even).runs == 6
+    # an explicit split is taken as given
+    assert sk.plan(64, 2048, 2048, "bfloat16", sms=132, slices_per_run=8, co_resident=h100).runs == 4
+
+
 def test_plan_maps_and_shared_memory():
     p = sk.plan(24, 1000, 520, "float16", a_ptr=1 << 20, b_ptr=2 << 20)
     a, b = p.maps

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
-from typing import Any
+from typing import Any, Callable
 
 from ..cuda import compiler
 from ..cuda.launch import set_max_dynamic_shared_memory
@@ -70,9 +70,9 @@ def columns_build(n: int, sms: int) -> tuple[int, int]:
     weights from HBM, x cuBLAS, 1-32 rows): 2048 x 2048 0.79-0.87 against 0.65-0.78,
     2048 x 6144 1.10-1.12 against 0.89-0.92, 4096 x 4096 0.91-0.94 against 0.81-0.90;
     with 11264 or 32000 columns (176 or 500 such tiles) 128 won (0.95-1.04 against
-    0.95-1.00). Known loss (p182): at 64 rows and 2048 columns (32 tiles in 4 runs, one
-    block an SM at this build's 129 KiB) 0.49-0.58 against 0.64-0.71 — likely fewer
-    clusters of 4 co-resident than 32 (GPCs), so two waves; not checked on a GPU."""
+    0.95-1.00). At 64 rows this build holds one block an SM (129 KiB of ring): where a
+    GPU's clusters of that many blocks cannot all run at once, :func:`split_k` takes fewer
+    runs (p182: 64 x 2048 x 2048 read 0.49-0.58x cuBLAS in 4 runs)."""
     return (64, 8) if -(-n // 64) <= sms else (TILE_N, STAGES)
 
 
@@ -90,16 +90,25 @@ def shared_mem_bytes(rows: int, tile_n: int = TILE_N, stages: int = STAGES) -> i
     return hg._round_up(ring + 2 * stages * 8, 1024) + 1024
 
 
-def split_k(tiles: int, slices: int, rows: int, sms: int, tile_n: int = TILE_N) -> int:
+def split_k(tiles: int, slices: int, rows: int, sms: int, tile_n: int = TILE_N,
+            co_resident: Callable[[int], int] | None = None) -> int:
     """K slices per run for ``tiles`` column tiles of ``slices`` slices each (the ROWS
     build ``rows``) on a GPU of ``sms`` SMs: as many runs as give every SM one block, at
     most MAX_RUNS, each of MIN_RUN_SLICES slices or more, and few enough that the first
     block of a cluster reads at most MAX_CLUSTER_SUM_BYTES of the others' sums. Measured
     on an H100 (p178, session 27): 8 x 4096 x 4096 took 15.2-15.9 us in 3 or 4 runs (96 or
-    128 blocks), 16.6-17.0 in 8, 19.9-20.3 in one."""
+    128 blocks), 16.6-17.0 in 8, 19.9-20.3 in one.
+
+    ``co_resident(runs)``: how many clusters of ``runs`` blocks the GPU runs at once
+    (cuOccupancyMaxActiveClusters). A cluster's blocks share a GPC, so with one block an SM
+    fewer clusters fit than SMs // runs; a tile's cluster that does not fit waits for a
+    second wave, twice the time. Fewer runs then, until every tile's cluster fits."""
     by_sms = sms // max(1, tiles)
     by_sums = 1 + MAX_CLUSTER_SUM_BYTES // (tile_n * rows * 4)
     runs = max(1, min(by_sms, MAX_RUNS, slices // MIN_RUN_SLICES, by_sums))
+    if co_resident is not None:
+        while runs > 1 and co_resident(runs) < tiles:
+            runs -= 1
     return -(-slices // runs)
 
 
@@ -128,10 +137,13 @@ class SkinnyPlan:
 
 
 def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, sms: int = 132,
-         slices_per_run: int | None = None, tile_n: int | None = None, stages: int | None = None) -> SkinnyPlan:
+         slices_per_run: int | None = None, tile_n: int | None = None, stages: int | None = None,
+         co_resident: Callable[[int, int, int, int], int] | None = None) -> SkinnyPlan:
     """The launch for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs;
     ``slices_per_run``: the split of K (default :func:`split_k`); ``tile_n``, ``stages``:
-    the build (default :func:`columns_build`)."""
+    the build (default :func:`columns_build`); ``co_resident(rows, tile_n, stages, runs)``:
+    the clusters of a build that run at once (:func:`max_active_clusters`; None: all of
+    them)."""
     if tile_n is None or stages is None:
         tile_n, stages = columns_build(n, sms)
     if tile_n not in (64, 128) or stages < 2:
@@ -141,7 +153,11 @@ def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, 
     hg.check_shapes(m, n, k)
     rows = rows_build(m)
     tiles, slices = -(-n // tile_n), -(-k // BK)
-    per = split_k(tiles, slices, rows, sms, tile_n) if slices_per_run is None else slices_per_run
+    if slices_per_run is None:
+        fits = None if co_resident is None else functools.partial(co_resident, rows, tile_n, stages)
+        per = split_k(tiles, slices, rows, sms, tile_n, fits)
+    else:
+        per = slices_per_run
     if not 1 <= per:
         raise ValueError(f"slices_per_run must be >= 1, got {per}")
     per = min(per, slices)
@@ -166,6 +182,25 @@ def module(rows: int, arch: str, tile_n: int = TILE_N, stages: int = STAGES):
     if stages != STAGES:
         defines["STAGES"] = stages
     return compiler.compile_package_kernel(SOURCE, arch=arch, defines=defines)
+
+
+@functools.lru_cache(maxsize=None)
+def max_active_clusters(device_index: int, arch: str, rows: int, tile_n: int, stages: int, runs: int) -> int:
+    """How many clusters of ``runs`` blocks of a build the GPU runs at once
+    (cuOccupancyMaxActiveClusters); SMs // runs where the driver cannot say."""
+    _, sms = arch_and_sm_count(device_index)
+    if runs <= 1:
+        return sms
+    try:
+        kernel = module(rows, arch, tile_n, stages).kernel("gemm_hopper_skinny_bf16")
+        smem = shared_mem_bytes(rows, tile_n, stages)
+        set_max_dynamic_shared_memory(kernel, smem, device_index)
+        cfg = hg._launch_config(sms // runs * runs, THREADS, smem, None, runs)
+        func = hg.drv.call("cuKernelGetFunction", kernel.handle)  # the kernel in the current context
+        n = int(hg.drv.call("cuOccupancyMaxActiveClusters", func, cfg))
+        return n if n > 0 else sms // runs
+    except Exception:  # an older driver: assume the SMs split evenly into clusters
+        return sms // runs
 
 
 def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: int, device_index: int,
@@ -211,7 +246,8 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
         tile_n, stages = build or (None, None)
-        p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run, tile_n=tile_n, stages=stages)
+        p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run, tile_n=tile_n, stages=stages,
+                 co_resident=functools.partial(max_active_clusters, device_index, arch))
         launch = _prepare(p, C.ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= hg.LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
