@@ -4,6 +4,7 @@ and launch plans computed in Python are right, and bad inputs fail with clear er
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -257,6 +258,36 @@ def test_every_sweep_build_compiles_to_the_persistent_technique(build):
             assert plain == 0, f"{build.label} {kernel}: {plain} plain loads, A should be multicast"
         else:
             assert plain > 0, f"{build.label} {kernel}: A should be a plain load"
+
+
+def _hgmma_operands(build) -> set[str]:
+    """The operand text of every HGMMA of the persistent build (``gdesc[UR..].tnspB``...)."""
+    text = sass.disassemble(hg.module("persistent", ARCH, build=build).cubin)
+    return {re.sub(r"UR\d+", "UR", m) for m in re.findall(r"HGMMA\.\S+ R\d+, (\S+),", text)}
+
+
+@pytest.mark.parametrize("base", [hg.PERSISTENT, hg.PERSISTENT_NARROW, hg.PERSISTENT_ONE_ROW],
+                         ids=lambda b: b.label)
+def test_b_given_transposed_is_read_k_major_with_no_transpose_in_the_mma(base):
+    """B as ``w.T`` of a row-major (N, K) weight: the same kernel but for B's boxes
+    (64 of w's rows by 64 of K) and wgmma's B operand read K-major: no ``.tnspB`` on
+    any HGMMA, where the row-major build transposes every one."""
+    build = dataclasses.replace(base, b_k_major=True)
+    mod = hg.module("persistent", ARCH, build=build)
+    assert "C7508" not in mod.log and "C7515" not in mod.log, mod.log
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0 and r.registers <= 168, r
+    assert _hgmma_operands(base) == {"gdesc[UR].tnspB"}
+    assert _hgmma_operands(build) == {"gdesc[UR]"}
+    for kernel, counts in _opcodes("persistent", build=build).items():
+        assert _has(counts, "UTMALDG") and _has(counts, "USETMAXREG"), kernel
+        assert _multicast_loads(counts) == _multicast_loads(_opcodes("persistent", build=base)[kernel]), kernel
+    # the plan maps w (N x K) in boxes of 64 rows by 64 along K: the bytes of a row-major B chunk
+    p = hg.plan("persistent", 4096, 2048, 1024, "float16", 1 << 20, 2 << 20, 3 << 20, max_clusters=66, build=build)
+    b = p.maps[1]
+    assert (b.global_dims, b.box_dims, b.global_strides) == ((1024, 2048), (hg.BK, hg.CHUNK_N), (1024 * 2,))
+    assert b.box_bytes == hg.BK * hg.CHUNK_N * 2 and b.swizzle == "128B"
+    assert build.label.endswith("-bT") and build.defines()["B_K_MAJOR"] == 1
 
 
 def test_products_of_one_tile_row_run_one_block_a_cluster():

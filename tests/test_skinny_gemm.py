@@ -62,6 +62,30 @@ def test_each_build_compiles_to_the_technique(rows, tile_n, stages):
         assert not _has(counts, "LDG") and not _has(counts, "ATOMG") and not _has(counts, "USETMAXREG"), kernel
 
 
+@pytest.mark.parametrize("rows, tile_n, stages", [(8, 64, 8), (32, 64, 8), (64, 64, 8), (128, 128, 4)],
+                         ids=lambda v: str(v))
+def test_the_weight_given_transposed_is_read_k_major(rows, tile_n, stages):
+    """B as ``w.T`` of a row-major (N, K) weight (the B_K_MAJOR build): w's 64-row boxes
+    are the K-major A operand of the transposed product, so no HGMMA transposes A, where
+    the row-major build transposes every one; the rest of the kernel is the same."""
+    plain = sk.module(rows, ARCH, tile_n, stages)
+    mod = sk.module(rows, ARCH, tile_n, stages, True)
+    assert "C7515" not in mod.log, mod.log
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0, r
+
+    def operands(m):
+        return {re.sub(r"UR\d+", "UR", o) for o in re.findall(r"HGMMA\.\S+ R\d+, (\S+),", sass.disassemble(m.cubin))}
+
+    assert operands(plain) == {"gdesc[UR].tnspA"} and operands(mod) == {"gdesc[UR]"}
+    text = sass.disassemble(mod.cubin)
+    for op in ("UTMALDG", "UCGABAR_ARV", "HGMMA", "STG.E.U16"):
+        assert text.count(op) == sass.disassemble(plain.cubin).count(op), op
+    p = sk.plan(rows, 4096, 1024, "bfloat16", sms=132, b_transposed=True, tile_n=tile_n, stages=stages)
+    w = p.maps[1]
+    assert (w.global_dims, w.box_dims) == ((1024, 4096), (64, 64)) and p.b_transposed  # w: 4096 rows of K = 1024
+
+
 @pytest.mark.parametrize("m, rows", [(1, 8), (8, 8), (9, 16), (32, 32), (33, 64), (64, 64), (65, 128), (128, 128)])
 def test_rows_build_holds_m(m, rows):
     assert sk.rows_build(m) == rows

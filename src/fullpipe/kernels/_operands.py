@@ -31,6 +31,9 @@ class Operand:
     dtype: str  # "float32", "float16", "bfloat16", or another NumPy dtype name
     device_index: int
     kind: str  # "torch", "cupy" or "fullpipe"
+    # a 2-D array given as the transpose of a C-contiguous one (``w.T`` of an (N, K)
+    # weight): ``shape`` is the array's own, ``ptr`` the row-major (N, K) matrix's
+    transposed: bool = False
 
 
 def _is_torch_tensor(x: Any) -> bool:
@@ -47,23 +50,38 @@ def _torch_dtype_name(dtype: Any) -> str:
     return name
 
 
-def operand(x: Any, name: str) -> Operand:
-    """Describe ``x`` (argument ``name``) or raise TypeError/ValueError saying what to fix."""
+def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
+    """Describe ``x`` (argument ``name``) or raise TypeError/ValueError saying what to fix.
+    ``transposed_ok``: the caller also takes a 2-D ``x`` that is the transpose of a
+    C-contiguous array (``w.T``; ``Operand.transposed``)."""
     if isinstance(x, np.ndarray):
         raise TypeError(f"{name} is a NumPy (host) array: copy it to the GPU first (torch/cupy/fullpipe device array)")
     if _is_torch_tensor(x):
         if not x.is_cuda:
             raise TypeError(f"{name} is a CPU tensor: move it to the GPU first (tensor.cuda())")
         if not x.is_contiguous():
+            if transposed_ok and x.dim() == 2 and x.t().is_contiguous():
+                return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
+                               transposed=True)
             raise ValueError(f"{name} is not contiguous (row-major): call .contiguous() first")
         return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch")
+    transposed = transposed_ok and _is_transposed_view(x)
     try:
-        arr = as_device_array(x)
+        arr = as_device_array(x.T if transposed else x)
     except NotImplementedError as exc:  # e.g. bfloat16 through DLPack without ml_dtypes
         raise TypeError(f"{name}: cannot read its dtype ({exc}); pass a torch tensor or install ml_dtypes") from exc
     kind = "fullpipe" if isinstance(x, DeviceArray) else ("cupy" if type(x).__module__.startswith("cupy") else "other")
-    return Operand(x, arr.ptr, arr.shape, np.dtype(arr.dtype).name if arr.dtype.kind != "V" else str(arr.dtype),
-                   arr.device_index, kind)
+    shape = tuple(reversed(arr.shape)) if transposed else arr.shape
+    return Operand(x, arr.ptr, shape, np.dtype(arr.dtype).name if arr.dtype.kind != "V" else str(arr.dtype),
+                   arr.device_index, kind, transposed)
+
+
+def _is_transposed_view(x: Any) -> bool:
+    """A 2-D array (CuPy or another with ``.T`` and ``.flags``) that is Fortran- but not
+    C-contiguous: the transpose of a C-contiguous one."""
+    flags = getattr(x, "flags", None)
+    return (getattr(x, "ndim", 0) == 2 and flags is not None and bool(getattr(flags, "f_contiguous", False))
+            and not bool(getattr(flags, "c_contiguous", True)))
 
 
 def current_stream_handle(ref: Operand) -> int | None:

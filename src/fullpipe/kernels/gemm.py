@@ -402,6 +402,11 @@ def gemm(
     ``hopper``: the skinny kernel for few rows, else the persistent rung) take bf16/fp16
     and write the same dtype (see :mod:`.hopper_gemm`).
 
+    ``b`` of ``hopper``, ``hopper_persistent`` and ``hopper_skinny`` may also be a
+    transposed view, ``w.T`` of an (N, K) weight as ``torch.nn.Linear`` holds it
+    (``F.linear(x, w)`` is ``gemm(x, w.T, variant="hopper", ...)``): the kernels read ``w``
+    as it lies, with no copy.
+
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)
     C-contiguous device array of the output dtype; when None, one of the kind of ``a``
@@ -433,7 +438,7 @@ def _gemm_hopper_family(a: Any, b: Any, kind: str, out: Any, stream: Any) -> Any
     kernel and the persistent rung is faster for the shape."""
     from . import hopper_gemm, skinny_gemm
 
-    A, B = operand(a, "a"), operand(b, "b")  # (once: a decode step makes many such calls)
+    A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
     if kind == "auto":
         m, n, _ = matmul_shape(A, B)
         kind = "skinny" if skinny_gemm.preferred(m, n, arch_and_sm_count(A.device_index)[1]) else "persistent"

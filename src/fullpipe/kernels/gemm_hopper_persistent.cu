@@ -49,7 +49,8 @@
 // counts the consumers of every block that writes into the slot), TILE_ORDER (grouped
 // or Hilbert), STMATRIX (epilogue pieces written with stmatrix), TILE_N (128: 128 x 128
 // block tiles, m64n128k16, for products with too few 128 x 256 tiles to fill the GPU;
-// fp_hopper's tile header) and STAGES (slices in the ring).
+// fp_hopper's tile header), STAGES (slices in the ring) and B_K_MAJOR (B given as W^T for
+// a row-major N x K matrix W, e.g. an nn.Linear weight; the tile header).
 //
 // Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
 // workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1), 384
@@ -264,9 +265,11 @@ __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* m
             for (int i = 0; i < B_CHUNKS_PER_BLOCK; ++i) {
                 if constexpr (SHARE_B) {
                     const int c = sched.rm * B_CHUNKS_PER_BLOCK + i;
-                    fp_tma::load_2d_multicast(s.b + c * B_CHUNK_BYTES, map_b, full, n0 + c * CHUNK_N, kt * BK, mask_b);
+                    const BoxAt at = b_chunk_at(n0 + c * CHUNK_N, kt * BK);
+                    fp_tma::load_2d_multicast(s.b + c * B_CHUNK_BYTES, map_b, full, at.x, at.y, mask_b);
                 } else {
-                    fp_tma::load_2d(s.b + i * B_CHUNK_BYTES, map_b, full, n0 + i * CHUNK_N, kt * BK);
+                    const BoxAt at = b_chunk_at(n0 + i * CHUNK_N, kt * BK);
+                    fp_tma::load_2d(s.b + i * B_CHUNK_BYTES, map_b, full, at.x, at.y);
                 }
             }
         }

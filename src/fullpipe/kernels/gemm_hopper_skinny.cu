@@ -24,6 +24,11 @@
 // DSMEM in rank order, adds them to its own and stores C. No global workspace, no
 // counters to zero, and the same bits on every run.
 //
+// B_K_MAJOR=1 builds take B as the transpose of a row-major N x K matrix (an nn.Linear
+// weight W, the product x @ W^T): map_b then reads W in 64 x 64 boxes (64 of its rows,
+// 64 along K), which land exactly as the K-major A operand wants them (imm-trans-a 0),
+// with no copy of W.
+//
 // Kernels gemm_hopper_skinny_{bf16,f16}(map_a, map_b, C, M, N, K, slices_per_run):
 // grid tiles x runs (tiles = ceil(N / TILE_N)), cluster (runs, 1, 1), 160 threads,
 // dynamic shared memory STAGES * (TILE_N + ROWS) * 128 B + 1 KiB; tensor maps: A boxes
@@ -42,6 +47,9 @@
 #endif
 #ifndef TILE_N
 #define TILE_N 128   // columns of C per block: 128 (two 64-wide wgmma blocks) or 64
+#endif
+#ifndef B_K_MAJOR
+#define B_K_MAJOR 0  // 1: B is W^T for a row-major N x K matrix W (map_b over W)
 #endif
 
 namespace {
@@ -98,14 +106,21 @@ __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* m
         const int k = (r.k_begin + i) * BK;
         fp_mbar::mbar_arrive_expect_tx(full, SLICE_TX);
 #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) fp_tma::load_2d(s.b[c], map_b, full, r.n0 + c * CHUNK_N, k);
+        for (int c = 0; c < CHUNKS; ++c) {
+            if constexpr (B_K_MAJOR) {
+                fp_tma::load_2d(s.b[c], map_b, full, k, r.n0 + c * CHUNK_N);   // W's rows n0 + 64c ..
+            } else {
+                fp_tma::load_2d(s.b[c], map_b, full, r.n0 + c * CHUNK_N, k);   // B's K-rows k ..
+            }
+        }
         fp_tma::load_2d(s.a, map_a, full, k, 0);
     }
 }
 
 // One slice: for each 64-column chunk of B, D[64 columns x ROWS] += B^T[64 x 16] A^T[16 x ROWS]
 // over the slice's 4 K-steps. B^T is the chunk read MN-major (its 64 columns contiguous,
-// 8-row swizzle atoms 1 KiB apart along K); A^T the activations' rows read K-major.
+// 8-row swizzle atoms 1 KiB apart along K), or with B_K_MAJOR W's 64 rows read K-major
+// (atoms 1 KiB apart along N, a K-step 32 bytes on); A^T the activations' rows read K-major.
 template <bool BF16>
 __device__ __forceinline__ void mma_slice(float (&acc)[CHUNKS][ACC], const Slice& s) {
 #pragma unroll
@@ -113,8 +128,13 @@ __device__ __forceinline__ void mma_slice(float (&acc)[CHUNKS][ACC], const Slice
         const unsigned long long da_rows = fp_wgmma::desc_k_major(s.a + kk * MMA_K * 2);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
-            const unsigned long long db_cols = fp_wgmma::desc_mn_major(s.b[c] + kk * MMA_K * 128, B_CHUNK_BYTES);
-            fp_wgmma::mma_ss_mn_k<BF16>(acc[c], db_cols, da_rows, 1);
+            if constexpr (B_K_MAJOR) {
+                const unsigned long long dw_rows = fp_wgmma::desc_k_major(s.b[c] + kk * MMA_K * 2);
+                fp_wgmma::mma_ss_k_k_narrow<BF16>(acc[c], dw_rows, da_rows, 1);
+            } else {
+                const unsigned long long db_cols = fp_wgmma::desc_mn_major(s.b[c] + kk * MMA_K * 128, B_CHUNK_BYTES);
+                fp_wgmma::mma_ss_mn_k<BF16>(acc[c], db_cols, da_rows, 1);
+            }
         }
     }
 }

@@ -115,7 +115,8 @@ class PersistentBuild:
     rows at a time, "hilbert" follows a Hilbert curve; ``stmatrix`` writes the epilogue's
     shared-memory pieces with stmatrix; ``tile_n`` the block tile's columns (256, or 128
     for small products); ``stages`` the slices in the ring (a 128-wide slice is 32 KiB,
-    so 6 of them fit where 4 of 48 KiB do).
+    so 6 of them fit where 4 of 48 KiB do); ``b_k_major``: B given as the transpose of a
+    row-major (N, K) matrix (``w.T`` of an nn.Linear weight), read as it lies.
     """
 
     group_m: int = 8
@@ -126,6 +127,7 @@ class PersistentBuild:
     stmatrix: bool = False
     tile_n: int = 256
     stages: int = STAGES
+    b_k_major: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_n not in (256, 128):
@@ -162,7 +164,8 @@ class PersistentBuild:
     def defines(self) -> dict[str, int]:
         return {"GROUP_M": self.group_m, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
                 "MULTICAST": int(self.multicast), "TILE_ORDER": int(self.tile_order == "hilbert"),
-                "STMATRIX": int(self.stmatrix), "TILE_N": self.tile_n, "STAGES": self.stages}
+                "STMATRIX": int(self.stmatrix), "TILE_N": self.tile_n, "STAGES": self.stages,
+                "B_K_MAJOR": int(self.b_k_major)}
 
     @property
     def label(self) -> str:
@@ -175,6 +178,8 @@ class PersistentBuild:
             parts.append(f"n{self.tile_n}")
         if self.stages != STAGES:
             parts.append(f"s{self.stages}")
+        if self.b_k_major:
+            parts.append("bT")
         return "-".join(parts)
 
 
@@ -436,7 +441,8 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, BM, BK), tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
     if variant == "persistent":
         b = persistent_build(multicast, build)
-        maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), maps[1],
+        map_b = tensor_map_args("b", b_ptr, n, k, dtype, CHUNK_N, BK) if b.b_k_major else maps[1]  # (W = B^T: N x K)
+        maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), map_b,
                 tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N))
         n_tiles = cluster_tiles(m, n, b)
         slices = -(-k // BK)
@@ -619,14 +625,16 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     fullpipe), fp32 accumulation, result in the input dtype; enqueued on ``stream``
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
     ``variant``: a rung of the ladder (for a few rows, ``gemm(variant="hopper")`` picks the
-    skinny kernel where it is faster).
+    skinny kernel where it is faster). The persistent rung also takes ``b`` as ``w.T`` of a
+    row-major (N, K) ``w`` (an nn.Linear weight) and reads ``w`` as it lies.
     For the experiments (persistent only): ``_multicast=False``, every block loads all
     of its operands; ``_build``, another :class:`PersistentBuild` than :func:`default_build`'s;
     ``_sk_tiles``, the stream-K tiles (default :func:`stream_k`, 0: none)."""
 
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
-    return run(operand(a, "a"), operand(b, "b"), variant, out, stream, _multicast, _build, _sk_tiles)
+    return run(operand(a, "a"), operand(b, "b", transposed_ok=True), variant, out, stream, _multicast, _build,
+               _sk_tiles)
 
 
 def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: bool = True,
@@ -637,13 +645,19 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
     check_shapes(m, n, k)
+    if B.transposed and variant != "persistent":
+        raise ValueError(f"b is a transposed view (b.T is contiguous): the {variant} rung reads a row-major b only; "
+                         "the persistent rung (gemm(variant='hopper')) reads it as it lies, or pass b.contiguous()")
     out, C, handle = prepare_output(A, B, out, stream)
     device_index = A.device_index
-    key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, C.ptr, handle,
+           device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
         chosen = persistent_build(multicast, build or default_build(m, n, sms)) if variant == "persistent" else None
+        if chosen and B.transposed:
+            chosen = dataclasses.replace(chosen, b_k_major=True)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
         p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=chosen,
                  sk_tiles=sk_tiles)
@@ -721,6 +735,8 @@ def _selftest(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
     ap.add_argument("--build", choices=[b.label for b in SWEEP_BUILDS],
                     help="persistent rung: this build of SWEEP_BUILDS instead of PERSISTENT")
+    ap.add_argument("--b-transposed", action="store_true",
+                    help="b as w.T of a row-major (N, K) w (the persistent rung only)")
     args = ap.parse_args(argv)
     import torch
 
@@ -733,12 +749,15 @@ def _selftest(argv: list[str] | None = None) -> int:
     if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
         shapes.append((1200, 1704, 520))
     bad = 0
-    for variant in args.variant or VARIANTS:
+    for variant in args.variant or (["persistent"] if args.b_transposed else VARIANTS):
         for m, n, k in shapes:
             g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
             dt = getattr(torch, args.dtype)
             a = torch.randn(m, k, device="cuda", generator=g).to(dt)
-            b = torch.randn(k, n, device="cuda", generator=g).to(dt)
+            if args.b_transposed:
+                b = torch.randn(n, k, device="cuda", generator=g).to(dt).T
+            else:
+                b = torch.randn(k, n, device="cuda", generator=g).to(dt)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
             gemm_hopper(a, b, variant=variant, out=out, **({"_build": build} if variant == "persistent" else {}))
             torch.cuda.synchronize()
@@ -746,7 +765,9 @@ def _selftest(argv: list[str] | None = None) -> int:
             err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
             ok = err < 1e-2 and not torch.isnan(out).any()
             bad += not ok
-            print(f"{'ok  ' if ok else 'BAD '} {variant:10s} {args.dtype} {m}x{n}x{k}  rel err {err:.2e}", flush=True)
+            layout = " b=w.T" if args.b_transposed else ""
+            print(f"{'ok  ' if ok else 'BAD '} {variant:10s} {args.dtype} {m}x{n}x{k}{layout}  rel err {err:.2e}",
+                  flush=True)
     return 1 if bad else 0
 
 

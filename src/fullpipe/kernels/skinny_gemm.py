@@ -125,6 +125,7 @@ class SkinnyPlan:
     slices_per_run: int
     shared_mem: int
     maps: tuple[hg.TensorMapArgs, ...]  # A (boxes of rows x 64), B (64 x 64)
+    b_transposed: bool = False  # B given as w.T: map B over w (the B_K_MAJOR build)
 
     @property
     def grid(self) -> int:
@@ -138,12 +139,13 @@ class SkinnyPlan:
 
 def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, sms: int = 132,
          slices_per_run: int | None = None, tile_n: int | None = None, stages: int | None = None,
-         co_resident: Callable[[int, int, int, int], int] | None = None) -> SkinnyPlan:
+         co_resident: Callable[[int, int, int, int], int] | None = None, b_transposed: bool = False) -> SkinnyPlan:
     """The launch for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs;
     ``slices_per_run``: the split of K (default :func:`split_k`); ``tile_n``, ``stages``:
     the build (default :func:`columns_build`); ``co_resident(rows, tile_n, stages, runs)``:
     the clusters of a build that run at once (:func:`max_active_clusters`; None: all of
-    them)."""
+    them); ``b_transposed``: B is the transpose of a row-major (n, k) matrix at ``b_ptr``
+    (``w.T``), read as it lies (the B_K_MAJOR build)."""
     if tile_n is None or stages is None:
         tile_n, stages = columns_build(n, sms)
     if tile_n not in (64, 128) or stages < 2:
@@ -165,18 +167,23 @@ def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, 
     if runs > MAX_RUNS:
         raise ValueError(f"slices_per_run={per}: {runs} runs of {slices} K slices; a tile's runs are one cluster "
                          f"of at most {MAX_RUNS} blocks")
-    maps = (hg.tensor_map_args("a", a_ptr, m, k, dtype, rows, BK),
-            hg.tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
+    map_b = (hg.tensor_map_args("b", b_ptr, n, k, dtype, CHUNK_N, BK) if b_transposed  # (W = B^T: n x k)
+             else hg.tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
+    maps = (hg.tensor_map_args("a", a_ptr, m, k, dtype, rows, BK), map_b)
     smem = shared_mem_bytes(rows, tile_n, stages)
     if smem > hg.MAX_BLOCK_SHARED:
         raise ValueError(f"{stages} stages of {tile_n} x 64 need {smem} bytes of shared memory")
-    return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tile_n, stages, tiles, runs, per, smem, maps)
+    return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tile_n, stages, tiles, runs, per, smem, maps,
+                      b_transposed)
 
 
 @functools.lru_cache(maxsize=None)
-def module(rows: int, arch: str, tile_n: int = TILE_N, stages: int = STAGES):
-    """The compiled build (both dtypes); usable without a GPU."""
+def module(rows: int, arch: str, tile_n: int = TILE_N, stages: int = STAGES, b_k_major: bool = False):
+    """The compiled build (both dtypes); usable without a GPU. ``b_k_major``: B read as
+    the transpose of a row-major (N, K) matrix."""
     defines = {"ROWS": rows}
+    if b_k_major:
+        defines["B_K_MAJOR"] = 1
     if tile_n != TILE_N:
         defines["TILE_N"] = tile_n
     if stages != STAGES:
@@ -207,7 +214,7 @@ def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: i
              arch: str) -> hg._Launch:
     from cuda.bindings import driver as d
 
-    kernel = module(p.rows, arch, p.tile_n, p.stages).kernel(p.kernel)
+    kernel = module(p.rows, arch, p.tile_n, p.stages, p.b_transposed).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
     raw = [hg._encoded(t) for t in p.maps]
     raw += [struct.pack("<Q", c_ptr), struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k),
@@ -226,8 +233,9 @@ def gemm_skinny(a: Any, b: Any, *, out: Any = None, stream: Any = None, _slices_
     """``out = a @ b`` for a bf16/fp16 (M <= 128, K) device array and a (K, N) one (torch,
     CuPy or fullpipe), fp32 accumulation, result in the input dtype, enqueued on
     ``stream`` (default: torch's/CuPy's current stream for their arrays); returns ``out``.
+    ``b`` may be ``w.T`` of a row-major (N, K) ``w`` (an nn.Linear weight), read as it lies.
     ``_slices_per_run``, ``_build`` (tile_n, stages): the experiments' split of K and build."""
-    return run(operand(a, "a"), operand(b, "b"), out, stream, _slices_per_run, _build)
+    return run(operand(a, "a"), operand(b, "b", transposed_ok=True), out, stream, _slices_per_run, _build)
 
 
 def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | None = None,
@@ -241,13 +249,13 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
     rows_build(m)
     out, C, handle = hg.prepare_output(A, B, out, stream)
     device_index = A.device_index
-    key = (slices_per_run, build, A.dtype, m, n, k, A.ptr, B.ptr, C.ptr, handle, device_index)
+    key = (slices_per_run, build, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, C.ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
         tile_n, stages = build or (None, None)
         p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run, tile_n=tile_n, stages=stages,
-                 co_resident=functools.partial(max_active_clusters, device_index, arch))
+                 co_resident=functools.partial(max_active_clusters, device_index, arch), b_transposed=B.transposed)
         launch = _prepare(p, C.ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= hg.LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
@@ -264,6 +272,7 @@ def _selftest(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fullpipe.kernels.skinny_gemm")
     ap.add_argument("--selftest", action="store_true", required=True)
     ap.add_argument("--dtype", choices=list(hg.DTYPES), default="bfloat16")
+    ap.add_argument("--b-transposed", action="store_true", help="b as w.T of a row-major (N, K) w")
     args = ap.parse_args(argv)
     import torch
 
@@ -277,7 +286,10 @@ def _selftest(argv: list[str] | None = None) -> int:
             g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
             dt = getattr(torch, args.dtype)
             a = torch.randn(m, k, device="cuda", generator=g).to(dt)
-            b = torch.randn(k, n, device="cuda", generator=g).to(dt)
+            if args.b_transposed:
+                b = torch.randn(n, k, device="cuda", generator=g).to(dt).T
+            else:
+                b = torch.randn(k, n, device="cuda", generator=g).to(dt)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
             gemm_skinny(a, b, out=out, _slices_per_run=per)
             torch.cuda.synchronize()
@@ -286,7 +298,8 @@ def _selftest(argv: list[str] | None = None) -> int:
             ok = err < 1e-2 and not torch.isnan(out).any()
             bad += not ok
             split = "default" if per is None else f"{-(-slices // per)} runs"
-            print(f"{'ok  ' if ok else 'BAD '} skinny {args.dtype} {m}x{n}x{k} {split:8s} rel err {err:.2e}",
+            layout = " b=w.T" if args.b_transposed else ""
+            print(f"{'ok  ' if ok else 'BAD '} skinny {args.dtype} {m}x{n}x{k}{layout} {split:8s} rel err {err:.2e}",
                   flush=True)
     return 1 if bad else 0
 

@@ -13,6 +13,11 @@
 // TILE_N (-D, the persistent rung only; default 256): 128 builds 128 x 128 tiles
 // (m64n128k16, 64 accumulators, two B chunks a slice), twice as many tiles for products
 // that 128 x 256 tiles spread over too few SMs.
+//
+// B_K_MAJOR (-D, the persistent rung only; default 0): 1 takes B as the transpose of a
+// row-major N x K matrix W (an nn.Linear weight: C = A @ W^T) with no copy. B's chunk is
+// then 64 rows of W by 64 of K, one TMA box as for A, and the slice's B is K-major like A
+// (imm-trans-b 0): BN rows of 128 bytes, 8-row atoms 1 KiB apart.
 #pragma once
 
 #include <fullpipe/wgmma.cuh>
@@ -24,6 +29,9 @@ constexpr int BM = 128;         // C tile rows per block
 #define TILE_N 256
 #endif
 static_assert(TILE_N == 256 || TILE_N == 128, "C tiles of 128 x 256 or 128 x 128");
+#ifndef B_K_MAJOR
+#define B_K_MAJOR 0
+#endif
 constexpr int BN = TILE_N;      // C tile columns per block
 constexpr int BK = 64;          // K per slice: 64 elements = one 128-byte swizzled row
 constexpr int WG_M = 64;        // rows of C per consumer warpgroup
@@ -49,14 +57,28 @@ __device__ __forceinline__ int swizzled_offset(int row, int chunk) {
     return row * 128 + ((chunk ^ (row & 7)) << 4);
 }
 
+// The TMA box coordinates (innermost first) of B's 64-column chunk at column n and the
+// K slice at k: (n, k) in a row-major K x N B, (k, n) in W = B^T (B_K_MAJOR).
+struct BoxAt {
+    int x, y;
+};
+__device__ __forceinline__ BoxAt b_chunk_at(int n, int k) {
+    return B_K_MAJOR ? BoxAt{k, n} : BoxAt{n, k};
+}
+
 // Warpgroup `wg` multiplies its 64 rows of A by all of B for one slice: 4 wgmma K-steps.
 template <bool BF16>
 __device__ __forceinline__ void mma_slice(float (&acc)[ACC], const Slice& s, int wg) {
 #pragma unroll
     for (int kk = 0; kk < BK / MMA_K; ++kk) {
         const unsigned long long da = fp_wgmma::desc_k_major(s.a + wg * WG_M * 128 + kk * MMA_K * ELEM);
-        const unsigned long long db = fp_wgmma::desc_mn_major(s.b + kk * MMA_K * 128, B_CHUNK_BYTES);
-        fp_wgmma::mma_ss_k_mn<BF16>(acc, da, db, 1);
+        if constexpr (B_K_MAJOR) {
+            const unsigned long long db = fp_wgmma::desc_k_major(s.b + kk * MMA_K * ELEM);
+            fp_wgmma::mma_ss_kk<BF16>(acc, da, db, 1);
+        } else {
+            const unsigned long long db = fp_wgmma::desc_mn_major(s.b + kk * MMA_K * 128, B_CHUNK_BYTES);
+            fp_wgmma::mma_ss_k_mn<BF16>(acc, da, db, 1);
+        }
     }
 }
 

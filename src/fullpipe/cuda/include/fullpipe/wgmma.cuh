@@ -120,6 +120,18 @@ __device__ __forceinline__ void claim_registers() {
         : FP_WGMMA_D128_OPERANDS                                                    \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
+// The same with B K-major (imm-trans-b 0): B given as the rows of an N x K matrix (B^T
+// row-major, e.g. an nn.Linear weight), stored like A.
+#define FP_WGMMA_M64N256K16_KK(TYPE)                                                \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                              \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_D128_REGS "},\n"                                              \
+        " %128, %129, p, 1, 1, 0, 0;\n"                                            \
+        "}\n"                                                                      \
+        : FP_WGMMA_D128_OPERANDS                                                    \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
 __device__ __forceinline__ void mma_m64n256k16_bf16(float (&d)[128], unsigned long long desc_a,
                                                     unsigned long long desc_b, int scale_d) {
     FP_WGMMA_M64N256K16("bf16");
@@ -254,13 +266,19 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
     }
 }
 
-// D = A * B^T, both K-major, with N = 128 or 176 by the accumulator count.
+// D = A * B^T, both K-major, with N = 128, 176 or 256 by the accumulator count.
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_kk(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
                                           int scale_d) {
-    static_assert(N_REGS == 64 || N_REGS == 88, "m64n128 or m64n176");
+    static_assert(N_REGS == 64 || N_REGS == 88 || N_REGS == 128, "m64n128, m64n176 or m64n256");
     if constexpr (N_REGS == 64) {
         mma_m64n128k16_ss_kk<BF16>(d, desc_a, desc_b, scale_d);
+    } else if constexpr (N_REGS == 128) {
+        if constexpr (BF16) {
+            FP_WGMMA_M64N256K16_KK("bf16");
+        } else {
+            FP_WGMMA_M64N256K16_KK("f16");
+        }
     } else {
         mma_m64n176k16_ss_kk<BF16>(d, desc_a, desc_b, scale_d);
     }
@@ -328,32 +346,48 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a
         "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
         "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE "\n"            \
         "{" REGS "},\n"                                                            \
-        " %" DA ", %" DB ", p, 1, 1, 1, 0;\n"                                      \
+        " %" DA ", %" DB ", p, 1, 1, " FP_WGMMA_TRANS_A ", 0;\n"                   \
         "}\n"                                                                      \
         : OPERANDS                                                                  \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
+// mma_ss_mn_k's A is MN-major (imm-trans-a 1); mma_ss_k_k_narrow's is K-major (0): A the
+// rows of an N x K matrix (B^T row-major, e.g. an nn.Linear weight: the skinny GEMM's
+// weight given transposed). The same N and accumulators.
+#define FP_WGMMA_SS_A_BODY                                                                                    \
+    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,                 \
+                  "m64n8, n16, n32, n64 or n128");                                                            \
+    if constexpr (N_REGS == 4) {                                                                                               \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");         \
+        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");                         \
+    } else if constexpr (N_REGS == 8) {                                                                                        \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");       \
+        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");                       \
+    } else if constexpr (N_REGS == 16) {                                                                                       \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");   \
+        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");                   \
+    } else if constexpr (N_REGS == 32) {                                                                                       \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");   \
+        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");                   \
+    } else {                                                                                                                   \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");  \
+        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");                  \
+    }
+
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_mn_k(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
                                             int scale_d) {
-    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,
-                  "m64n8, n16, n32, n64 or n128");
-    if constexpr (N_REGS == 4) {
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");
-        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");
-    } else if constexpr (N_REGS == 8) {
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");
-        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");
-    } else if constexpr (N_REGS == 16) {
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");
-        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");
-    } else if constexpr (N_REGS == 32) {
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");
-        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");
-    } else {
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");
-        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");
-    }
+#define FP_WGMMA_TRANS_A "1"
+    FP_WGMMA_SS_A_BODY
+#undef FP_WGMMA_TRANS_A
+}
+
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_ss_k_k_narrow(float (&d)[N_REGS], unsigned long long desc_a,
+                                                  unsigned long long desc_b, int scale_d) {
+#define FP_WGMMA_TRANS_A "0"
+    FP_WGMMA_SS_A_BODY
+#undef FP_WGMMA_TRANS_A
 }
 
 // Keeps registers an asynchronous MMA reads or writes (accumulators, register A

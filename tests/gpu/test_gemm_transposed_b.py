@@ -1,0 +1,131 @@
+"""GPU tests of B given transposed (``x @ w.T`` for an (N, K) weight, as nn.Linear holds
+it): the persistent rung and the skinny kernel read ``w`` as it lies (no copy) and must
+match float64 and cuBLAS, with edges, stream-K, split K, every persistent build shape
+and CuPy; the rungs that read row-major B only refuse it with a message naming the
+variants that take it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fullpipe.kernels import gemm
+from fullpipe.kernels import skinny_gemm as sk
+from fullpipe.kernels.hopper_gemm import PERSISTENT, PERSISTENT_NARROW, PERSISTENT_ONE_ROW, gemm_hopper
+
+from .test_hopper_gemm import _rel
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [
+    (512, 512, 512),      # whole tiles
+    (200, 264, 72),       # edges in M, N and K
+    (777, 1032, 4104),    # odd M, long K
+    (1024, 1024, 4096),   # stream-K (16 tiles on 66 clusters)
+    (96, 2056, 1032),     # one row of tiles: one block a cluster
+    (2048, 4096, 1024),   # several waves
+    (1, 8, 8),            # the smallest
+    (8, 4096, 4096),      # a decode projection: the skinny kernel, K split
+    (33, 1024, 520),      # the skinny 64-row build
+    (100, 1032, 2056),    # the skinny 128-row build
+    (8, 32000, 1024),     # an LM head
+]
+
+
+def _weights(m, n, k, dtype, seed):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=g).to(dtype)
+    w = torch.randn(n, k, device="cuda", generator=g).to(dtype)  # nn.Linear's (out, in)
+    return x, w
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_x_at_w_t_matches_float64_and_cublas(dtype_name, shape):
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    m, n, k = shape
+    x, w = _weights(m, n, k, dtype, seed=m * 13 + n + k)
+    ref = x.double() @ w.double().T
+    cublas = _rel(torch.nn.functional.linear(x, w), ref)
+    kernels = ["hopper", "hopper_persistent"] + (["hopper_skinny"] if m <= sk.MAX_ROWS else [])
+    for variant in kernels:
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        got = gemm(x, w.T, variant=variant, out=out, stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        assert got is out and not torch.isnan(out).any(), f"{variant} {shape}: outputs never written"
+        err = _rel(out, ref)
+        assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{variant} {shape}: {err:.2e} (cuBLAS {cublas:.2e})"
+
+
+@pytest.mark.parametrize("build", [PERSISTENT, PERSISTENT_ONE_ROW, PERSISTENT_NARROW], ids=lambda b: b.label)
+def test_each_build_reads_w_as_it_lies_and_gives_the_bits_of_a_copy(build):
+    """The same kernel build reading ``w`` K-major, or a row-major copy of ``w.T``: the same
+    products in the same order, so the same bits."""
+    import torch
+
+    x, w = _weights(777, 1032, 4104, torch.bfloat16, seed=5)
+    got = gemm_hopper(x, w.T, _build=build)
+    copy = gemm_hopper(x, w.T.contiguous(), _build=build)
+    torch.cuda.synchronize()
+    assert torch.equal(got, copy)
+
+
+def test_skinny_split_k_every_way():
+    import torch
+
+    x, w = _weights(16, 2048, 4096, torch.float16, seed=9)
+    ref = x.double() @ w.double().T
+    first = None
+    for per in (None, 1 << 30, 8):   # the default split, one run, 8 runs
+        out = sk.gemm_skinny(x, w.T, _slices_per_run=per)
+        torch.cuda.synchronize()
+        assert _rel(out, ref) < 1e-2, per
+        if per is None:
+            first = out
+    assert torch.equal(sk.gemm_skinny(x, w.T), first)
+    assert torch.equal(sk.gemm_skinny(x, w.T.contiguous()), first)  # the same sums in the same order
+
+
+def test_the_launch_cache_tells_a_weight_from_its_transpose():
+    """w and w.T of a square w share an address and a shape: the cached launch of one must
+    not serve the other."""
+    import torch
+
+    x, w = _weights(64, 1024, 1024, torch.bfloat16, seed=3)
+    for variant in ("hopper_persistent", "hopper_skinny"):
+        s = torch.cuda.current_stream()
+        plain = gemm(x, w, variant=variant, stream=s)
+        trans = gemm(x, w.T, variant=variant, stream=s)
+        torch.cuda.synchronize()
+        assert _rel(plain, x.double() @ w.double()) < 1e-2
+        assert _rel(trans, x.double() @ w.double().T) < 1e-2
+
+
+def test_rungs_that_read_row_major_b_refuse_it_and_say_where_to_go():
+    import torch
+
+    x, w = _weights(256, 512, 256, torch.bfloat16, seed=1)
+    for variant in ("tma", "ws", "wgmma"):
+        with pytest.raises(ValueError, match="transposed view.*variant='hopper'"):
+            gemm_hopper(x, w.T, variant=variant)
+    with pytest.raises(ValueError, match="not contiguous"):   # another stride pattern: refused as before
+        gemm_hopper(x, torch.randn(512, 1024, device="cuda").to(torch.bfloat16)[:, ::2].T)
+
+
+def test_cupy_transposed_weights():
+    cupy = pytest.importorskip("cupy")
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    x = cupy.asarray(rng.standard_normal((300, 512)).astype(np.float16))
+    w = cupy.asarray(rng.standard_normal((1032, 512)).astype(np.float16))
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    c = gemm_hopper(x, w.T)   # (on CuPy's current stream)
+    c8 = sk.gemm_skinny(x[:8], w.T)
+    cupy.cuda.get_current_stream().synchronize()
+    for got, r in ((c, ref), (c8, ref[:8])):
+        assert got.dtype == np.float16
+        assert float(cupy.linalg.norm(got.astype(np.float64) - r) / cupy.linalg.norm(r)) < 1e-2
