@@ -6,11 +6,14 @@ variants that take it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fullpipe.kernels import gemm
 from fullpipe.kernels import skinny_gemm as sk
-from fullpipe.kernels.hopper_gemm import PERSISTENT, PERSISTENT_NARROW, PERSISTENT_ONE_ROW, gemm_hopper
+from fullpipe.kernels.hopper_gemm import (PERSISTENT, PERSISTENT_NARROW, PERSISTENT_ONE_ROW, SWEEP_BUILDS,
+                                          gemm_hopper)
 
 from .test_hopper_gemm import _rel
 
@@ -60,17 +63,26 @@ def test_x_at_w_t_matches_float64_and_cublas(dtype_name, shape):
         assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{variant} {shape}: {err:.2e} (cuBLAS {cublas:.2e})"
 
 
-@pytest.mark.parametrize("build", [PERSISTENT, PERSISTENT_ONE_ROW, PERSISTENT_NARROW], ids=lambda b: b.label)
-def test_each_build_reads_w_as_it_lies_and_gives_the_bits_of_a_copy(build):
+# the default builds, and the sweep's other cluster shapes (2 x 2: A multicast too; 4 x 1:
+# B in quarters); without multicast every block loads all of B itself
+BUILDS = [PERSISTENT, PERSISTENT_ONE_ROW, PERSISTENT_NARROW] + [
+    b for b in SWEEP_BUILDS if b.cluster_n == 2 or b.cluster_m == 4]
+
+
+@pytest.mark.parametrize("multicast", [True, False], ids=["multicast", "no-multicast"])
+@pytest.mark.parametrize("build", BUILDS, ids=lambda b: b.label)
+def test_each_build_reads_w_as_it_lies_and_gives_the_bits_of_a_copy(build, multicast):
     """The same kernel build reading ``w`` K-major, or a row-major copy of ``w.T``: the same
-    products in the same order, so the same bits."""
+    products in the same order (the same plan: stream-K included), so the same bits."""
     import torch
 
-    x, w = _weights(777, 1032, 4104, torch.bfloat16, seed=5)
-    got = gemm_hopper(x, w.T, _build=build)
-    copy = gemm_hopper(x, w.T.contiguous(), _build=build)
-    torch.cuda.synchronize()
-    assert torch.equal(got, copy)
+    for m, n, k in [(777, 1032, 4104), (1024, 1024, 4096)]:   # (the second: stream-K)
+        x, w = _weights(m, n, k, torch.bfloat16, seed=5)
+        got = gemm_hopper(x, w.T, _build=build, _multicast=multicast)
+        copy = gemm_hopper(x, w.T.contiguous(), _build=build, _multicast=multicast)
+        torch.cuda.synchronize()
+        assert _rel(got, x.double() @ w.double().T) < 1e-2, (build.label, m, n, k)
+        assert torch.equal(got, copy), (build.label, m, n, k)
 
 
 def test_skinny_split_k_every_way():
@@ -90,18 +102,20 @@ def test_skinny_split_k_every_way():
 
 
 def test_the_launch_cache_tells_a_weight_from_its_transpose():
-    """w and w.T of a square w share an address and a shape: the cached launch of one must
-    not serve the other."""
+    """w and w.T of a square w share an address and a shape: with the same x, out and
+    stream, the cached launch of one must not serve the other (either order)."""
     import torch
 
     x, w = _weights(64, 1024, 1024, torch.bfloat16, seed=3)
+    out = torch.empty(64, 1024, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.current_stream()
     for variant in ("hopper_persistent", "hopper_skinny"):
-        s = torch.cuda.current_stream()
-        plain = gemm(x, w, variant=variant, stream=s)
-        trans = gemm(x, w.T, variant=variant, stream=s)
-        torch.cuda.synchronize()
-        assert _rel(plain, x.double() @ w.double()) < 1e-2
-        assert _rel(trans, x.double() @ w.double().T) < 1e-2
+        for order in ((w, w.T, w), (w.T, w, w.T)):
+            for b in order:
+                gemm(x, b, variant=variant, out=out, stream=s)
+                torch.cuda.synchronize()
+                ref = x.double() @ (w.double() if b.is_contiguous() else w.double().T)
+                assert _rel(out, ref) < 1e-2, (variant, b.is_contiguous())
 
 
 def test_rungs_that_read_row_major_b_refuse_it_and_say_where_to_go():
@@ -109,8 +123,12 @@ def test_rungs_that_read_row_major_b_refuse_it_and_say_where_to_go():
 
     x, w = _weights(256, 512, 256, torch.bfloat16, seed=1)
     for variant in ("tma", "ws", "wgmma"):
-        with pytest.raises(ValueError, match="transposed view.*variant='hopper'"):
+        with pytest.raises(ValueError, match="transposed view.*variant='hopper'.*variant='persistent'"):
             gemm_hopper(x, w.T, variant=variant)
+    # a build asked for with the other layout than b's: b's layout decides
+    got = gemm_hopper(x, w.T.contiguous(), _build=dataclasses.replace(PERSISTENT, b_k_major=True))
+    torch.cuda.synchronize()
+    assert _rel(got, x.double() @ w.double().T) < 1e-2
     with pytest.raises(ValueError, match="not contiguous"):   # another stride pattern: refused as before
         gemm_hopper(x, torch.randn(512, 1024, device="cuda").to(torch.bfloat16)[:, ::2].T)
 

@@ -16,7 +16,7 @@ print("max active clusters (rows, tile_n, stages): runs 2..8")
 for rows in sk.ROW_BUILDS:
     for tn, st in ((64, 8), (128, 4)):
         print(f"  {rows:3d} n{tn}s{st} smem {sk.shared_mem_bytes(rows, tn, st) // 1024:3d} KiB:",
-              [sk.max_active_clusters(0, arch, rows, tn, st, r) for r in range(2, 9)], flush=True)
+              [sk.max_active_clusters(0, arch, False, rows, tn, st, r) for r in range(2, 9)], flush=True)
 
 
 def graph_ms(fns, n):
@@ -48,7 +48,7 @@ for k, n in KN:
         c = torch.empty((m, n), device=dev, dtype=torch.bfloat16)
         ref = a.float() @ bs[0].float()
         old = sk.plan(m, n, k, "bfloat16", sms=sms)
-        new = sk.plan(m, n, k, "bfloat16", sms=sms, co_resident=functools.partial(sk.max_active_clusters, 0, arch))
+        new = sk.plan(m, n, k, "bfloat16", sms=sms, co_resident=functools.partial(sk.max_active_clusters, 0, arch, False))
         for per in (old.slices_per_run, None):
             c.fill_(float("nan")); sk.gemm_skinny(a, bs[0], out=c, _slices_per_run=per); torch.cuda.synchronize()
             err = ((c.float() - ref).norm() / ref.norm()).item()

@@ -139,7 +139,8 @@ def measure(sizes=(4096, 8192), dtypes=("bfloat16", "float16"), variants=None, *
             progress=lambda f, m: None) -> list[dict[str, Any]]:
     """Rows {size, dtype, kernel, ms, TFLOP/s, vs_cublas, rel_err, spread}, cuBLAS first.
     ``repeat`` rounds, each timing cuBLAS and every rung once (a batch of launches), in
-    turn; ms is a kernel's median over the rounds, spread its (max - min) / median."""
+    turn, each round starting one kernel further on; ms is a kernel's median over the
+    rounds, spread its (max - min) / median."""
     import torch
 
     from ..kernels.hopper_gemm import VARIANTS, gemm_hopper
@@ -175,9 +176,10 @@ def measure(sizes=(4096, 8192), dtypes=("bfloat16", "float16"), variants=None, *
             for fn in launch.values():  # warm-up (module loads, prepared launches, clocks up)
                 _time(fn, repeat=0)
             samples: dict[str, list[float]] = {k: [] for k in launch}
-            for _ in range(repeat):  # interleaved rounds: every kernel in the same stretch of clock and power
-                for k, fn in launch.items():
-                    samples[k] += _time(fn, warmup=0, repeat=1)
+            order = list(launch)
+            for r in range(repeat):  # interleaved rounds: every kernel in the same stretch of clock and power,
+                for k in order[r % len(order):] + order[:r % len(order)]:  # each round starting one further on
+                    samples[k] += _time(launch[k], warmup=0, repeat=1)
             bound = _median(samples["cuBLAS"])
             for k, ts in samples.items():
                 ms = _median(ts)

@@ -25,6 +25,8 @@
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
 
+static_assert(!B_K_MAJOR, "this rung reads a row-major B only (B given as w.T: the persistent rung)");
+
 #ifndef STAGES
 #define STAGES 4
 #endif

@@ -26,6 +26,8 @@
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 
+static_assert(!B_K_MAJOR, "this rung reads a row-major B only (B given as w.T: the persistent rung)");
+
 #ifndef STAGES
 #define STAGES 4
 #endif

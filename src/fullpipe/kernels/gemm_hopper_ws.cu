@@ -36,6 +36,9 @@
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
+
+static_assert(!B_K_MAJOR, "this rung reads a row-major B only (B given as w.T: the persistent rung)");
+
 #ifdef ROLE_STAMPS
 #include <fullpipe/timer.cuh>
 #ifndef ROLE_STAMP_BLOCKS

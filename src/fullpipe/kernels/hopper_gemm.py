@@ -647,7 +647,8 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     check_shapes(m, n, k)
     if B.transposed and variant != "persistent":
         raise ValueError(f"b is a transposed view (b.T is contiguous): the {variant} rung reads a row-major b only; "
-                         "the persistent rung (gemm(variant='hopper')) reads it as it lies, or pass b.contiguous()")
+                         "the persistent rung (gemm(variant='hopper'), gemm_hopper(variant='persistent')) reads it "
+                         "as it lies, or pass b.contiguous()")
     out, C, handle = prepare_output(A, B, out, stream)
     device_index = A.device_index
     key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, C.ptr, handle,
@@ -656,8 +657,8 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
         chosen = persistent_build(multicast, build or default_build(m, n, sms)) if variant == "persistent" else None
-        if chosen and B.transposed:
-            chosen = dataclasses.replace(chosen, b_k_major=True)
+        if chosen and chosen.b_k_major != B.transposed:  # (b's layout decides, not the build asked for)
+            chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
         p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=chosen,
                  sk_tiles=sk_tiles)

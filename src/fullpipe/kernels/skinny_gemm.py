@@ -192,14 +192,15 @@ def module(rows: int, arch: str, tile_n: int = TILE_N, stages: int = STAGES, b_k
 
 
 @functools.lru_cache(maxsize=None)
-def max_active_clusters(device_index: int, arch: str, rows: int, tile_n: int, stages: int, runs: int) -> int:
+def max_active_clusters(device_index: int, arch: str, b_k_major: bool, rows: int, tile_n: int, stages: int,
+                        runs: int) -> int:
     """How many clusters of ``runs`` blocks of a build the GPU runs at once
     (cuOccupancyMaxActiveClusters); SMs // runs where the driver cannot say."""
     _, sms = arch_and_sm_count(device_index)
     if runs <= 1:
         return sms
     try:
-        kernel = module(rows, arch, tile_n, stages).kernel("gemm_hopper_skinny_bf16")
+        kernel = module(rows, arch, tile_n, stages, b_k_major).kernel("gemm_hopper_skinny_bf16")
         smem = shared_mem_bytes(rows, tile_n, stages)
         set_max_dynamic_shared_memory(kernel, smem, device_index)
         cfg = hg._launch_config(sms // runs * runs, THREADS, smem, None, runs)
@@ -255,7 +256,8 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
         arch, sms = arch_and_sm_count(device_index)
         tile_n, stages = build or (None, None)
         p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run, tile_n=tile_n, stages=stages,
-                 co_resident=functools.partial(max_active_clusters, device_index, arch), b_transposed=B.transposed)
+                 co_resident=functools.partial(max_active_clusters, device_index, arch, B.transposed),
+                 b_transposed=B.transposed)
         launch = _prepare(p, C.ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= hg.LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
