@@ -11,12 +11,12 @@ same stretches of the card's clock and power state; each kernel's median over th
 rounds is its time, cuBLAS's the bound. Every timed output is checked against a float64
 product first; a wrong rung makes the run "failed".
 
-Why rounds: at 8192^3 an H100 runs at its power limit and its clock wanders (1360-1380
-MHz sustained, higher in short bursts). Timed one after the other, with cuBLAS before
-and after the ladder and the faster of its two as the bound (sessions 5-27), the
-persistent rung read 0.93-0.94x cuBLAS bf16 on H100s; sustained for 3 s each, at the
-same clock and power, it read 0.99-1.00x (session 28, p185: 695-701 against 703
-TFLOP/s, 3856-3914 against 3891-3902 flop per SM clock).
+Why rounds: at 8192^3 an H100 runs at its power limit and its clock follows the power
+drawn (1330-1380 MHz sustained). Timed one after the other, with cuBLAS before and after
+the ladder and the faster of its two as the bound (sessions 5-27), the persistent rung
+read 0.93-0.94x cuBLAS bf16 on H100s; sustained for 3 s each, at the same clock and
+power, it read 0.99-1.00x (session 28, p185 on two H100s: 693-701 against 690-703
+TFLOP/s, 3856-3955 against 3890-3902 flop per SM clock).
 
 When Nsight Compute is installed (and FULLPIPE_NO_NCU is not 1) a child run profiles
 each rung once at 4096^3 bf16: tensor-pipe utilization, and the L2 -> SM read traffic

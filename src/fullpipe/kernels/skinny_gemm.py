@@ -72,7 +72,8 @@ def columns_build(n: int, sms: int) -> tuple[int, int]:
     with 11264 or 32000 columns (176 or 500 such tiles) 128 won (0.95-1.04 against
     0.95-1.00). At 64 rows this build holds one block an SM (129 KiB of ring): where a
     GPU's clusters of that many blocks cannot all run at once, :func:`split_k` takes fewer
-    runs (p182: 64 x 2048 x 2048 read 0.49-0.58x cuBLAS in 4 runs)."""
+    runs (64 x 2048 x 2048 and 64 x 5632 x 2048: 0.49 and 0.58x cuBLAS in 4 runs, 0.81 and
+    0.89x in 3; p183, session 28, H100)."""
     return (64, 8) if -(-n // 64) <= sms else (TILE_N, STAGES)
 
 
@@ -194,8 +195,9 @@ def module(rows: int, arch: str, tile_n: int = TILE_N, stages: int = STAGES, b_k
 @functools.lru_cache(maxsize=None)
 def max_active_clusters(device_index: int, arch: str, b_k_major: bool, rows: int, tile_n: int, stages: int,
                         runs: int) -> int:
-    """How many clusters of ``runs`` blocks of a build the GPU runs at once
-    (cuOccupancyMaxActiveClusters); SMs // runs where the driver cannot say."""
+    """How many clusters of ``runs`` blocks of a build (``b_k_major``, ``rows``, ``tile_n``,
+    ``stages``) the GPU runs at once (cuOccupancyMaxActiveClusters); SMs // runs where the
+    driver cannot say."""
     _, sms = arch_and_sm_count(device_index)
     if runs <= 1:
         return sms

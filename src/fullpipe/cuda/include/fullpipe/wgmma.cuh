@@ -354,24 +354,24 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a
 // mma_ss_mn_k's A is MN-major (imm-trans-a 1); mma_ss_k_k_narrow's is K-major (0): A the
 // rows of an N x K matrix (B^T row-major, e.g. an nn.Linear weight: the skinny GEMM's
 // weight given transposed). The same N and accumulators.
-#define FP_WGMMA_SS_A_BODY                                                                                    \
-    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,                 \
-                  "m64n8, n16, n32, n64 or n128");                                                            \
-    if constexpr (N_REGS == 4) {                                                                                               \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");         \
-        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");                         \
-    } else if constexpr (N_REGS == 8) {                                                                                        \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");       \
-        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");                       \
-    } else if constexpr (N_REGS == 16) {                                                                                       \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");   \
-        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");                   \
-    } else if constexpr (N_REGS == 32) {                                                                                       \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");   \
-        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");                   \
-    } else {                                                                                                                   \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");  \
-        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");                  \
+#define FP_WGMMA_SS_A_BODY                                                                                                    \
+    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,                                 \
+                  "m64n8, n16, n32, n64 or n128");                                                                            \
+    if constexpr (N_REGS == 4) {                                                                                              \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");        \
+        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");                        \
+    } else if constexpr (N_REGS == 8) {                                                                                       \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");      \
+        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");                      \
+    } else if constexpr (N_REGS == 16) {                                                                                      \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");  \
+        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");                  \
+    } else if constexpr (N_REGS == 32) {                                                                                      \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");  \
+        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");                  \
+    } else {                                                                                                                  \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66"); \
+        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");                 \
     }
 
 template <bool BF16, int N_REGS>
