@@ -129,8 +129,12 @@ def test_rungs_that_read_row_major_b_refuse_it_and_say_where_to_go():
     got = gemm_hopper(x, w.T.contiguous(), _build=dataclasses.replace(PERSISTENT, b_k_major=True))
     torch.cuda.synchronize()
     assert _rel(got, x.double() @ w.double().T) < 1e-2
-    with pytest.raises(ValueError, match="not contiguous"):   # another stride pattern: refused as before
+    with pytest.raises(ValueError, match="not contiguous.*nor the transpose"):   # another stride pattern: refused
         gemm_hopper(x, torch.randn(512, 1024, device="cuda").to(torch.bfloat16)[:, ::2].T)
+    with pytest.raises(ValueError, match="not contiguous.*nor the transpose"):   # a column slice of w
+        gemm(x, w[:, :128].T, variant="hopper", stream=torch.cuda.current_stream())
+    with pytest.raises(ValueError, match="variant='hopper' takes bfloat16 or float16 inputs, got float32"):
+        gemm(x.float(), w.float().T, variant="hopper", stream=torch.cuda.current_stream())
 
 
 def test_cupy_transposed_weights():

@@ -63,7 +63,8 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
             if transposed_ok and x.dim() == 2 and x.t().is_contiguous():
                 return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
                                transposed=True)
-            raise ValueError(f"{name} is not contiguous (row-major): call .contiguous() first")
+            raise ValueError(f"{name} is not contiguous (row-major){_NOR_TRANSPOSED if transposed_ok else ''}: "
+                             "call .contiguous() first")
         return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch")
     transposed = transposed_ok and _is_transposed_view(x)
     try:
@@ -74,6 +75,9 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
     shape = tuple(reversed(arr.shape)) if transposed else arr.shape
     return Operand(x, arr.ptr, shape, np.dtype(arr.dtype).name if arr.dtype.kind != "V" else str(arr.dtype),
                    arr.device_index, kind, transposed)
+
+
+_NOR_TRANSPOSED = ", nor the transpose of a contiguous matrix (w.T)"
 
 
 def _is_transposed_view(x: Any) -> bool:

@@ -439,6 +439,10 @@ def _gemm_hopper_family(a: Any, b: Any, kind: str, out: Any, stream: Any) -> Any
     from . import hopper_gemm, skinny_gemm
 
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
+    if A.dtype not in ("bfloat16", "float16"):
+        name = next(v for v, k in HOPPER_VARIANTS.items() if k == kind)
+        raise ValueError(f"variant={name!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
+                         f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
     if kind == "auto":
         m, n, _ = matmul_shape(A, B)
         kind = "skinny" if skinny_gemm.preferred(m, n, arch_and_sm_count(A.device_index)[1]) else "persistent"
