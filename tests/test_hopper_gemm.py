@@ -145,14 +145,21 @@ def test_persistent_grid_is_never_more_than_the_work():
 
 def test_stream_k_where_whole_tiles_leave_clusters_idle():
     """Whole tiles where their waves keep the clusters busy (8192^3: 1024 tiles on 66
-    clusters, 0.97); below one wave each tile cut into equal runs, as many as fit (a power
-    of two, at most 8, 16 slices or more each); the last wave and the one before it
-    where two waves or more leave clusters idle (3072^3: 144 tiles, 0.73), the tiles left
-    whole a whole number of waves; nothing at one wave and a part."""
+    clusters, the last wave 0.52 full); below one wave each tile cut into equal runs, as
+    many as fit (a power of two, at most 8, 16 slices or more each); the last wave and the
+    one before it where two waves or more end in a nearly empty one (at most a third of
+    the clusters), the tiles left whole a whole number of waves; nothing at one wave and a
+    part. The shapes' measured gains are in stream_k's docstring."""
     assert hg.stream_k(1024, 66, 128) == (0, 66)
     assert hg.stream_k(132, 66, 128) == (0, 66)  # exactly two waves
-    assert hg.stream_k(144, 66, 48) == (66 + 12, 66)
-    assert hg.stream_k(184, 66, 32) == (0, 66)  # 5886 x 2048 x 2048: 0.93 busy, stream-K lost there
+    assert hg.stream_k(144, 66, 48) == (66 + 12, 66)  # 3072^3: the last wave 12 of 66
+    assert hg.stream_k(400, 66, 80) == (66 + 4, 66)  # 5120^3
+    assert hg.stream_k(344, 66, 64) == (66 + 14, 66)  # 2048 x 11008 x 4096
+    assert hg.stream_k(544, 66, 65) == (66 + 16, 66)  # 4224 x 8128 x 4160: 8 waves, then 16 tiles
+    assert hg.stream_k(172, 66, 64) == (0, 66)  # 1024 x 11008 x 4096: the last wave 40 of 66, stream-K 0.88x
+    assert hg.stream_k(160, 66, 64) == (0, 66)  # 2560 x 4096 x 4096: 28 of 66, 0.96x
+    assert hg.stream_k(576, 66, 96) == (0, 66)  # 6144^3: 48 of 66, 0.9x
+    assert hg.stream_k(184, 66, 32) == (0, 66)  # 5886 x 2048 x 2048: 52 of 66, stream-K lost there
     assert hg.stream_k(100, 66, 160) == (0, 66)  # 2560 x 2560 x 10240: 1.5 waves
     assert hg.stream_k(32, 66, 64) == (32, 64)  # 512 x 4096 x 4096: two runs a tile
     assert hg.stream_k(4, 66, 256) == (4, 32)  # 512 x 512 x 16384: at most 8 runs

@@ -83,9 +83,10 @@ CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each)
 # Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
 # its 64 x tile_n fp32 accumulators)
 WORKSPACE_HEADER = 256
-# Deal the last tiles out as K slices where whole tiles would keep the SMs busy for less
-# than this share of the kernel's time (the last wave only partly filled).
-SK_BELOW_BUSY = 0.88
+# Two waves of tiles or more: deal the last wave and the one before it out as K runs where
+# the last wave holds at most this share of the clusters (a nearly empty last wave). Where
+# it is fuller, whole tiles won (stream_k's docstring).
+SK_LAST_WAVE_AT_MOST = 1 / 3
 # Below one wave: each tile split into at most MAX_SPLIT runs of MIN_SPLIT_SLICES or more
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
@@ -381,12 +382,15 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
       MIN_SPLIT_SLICES at least (every run then starts where a run of the tile at once
       beside it does, and the finishing run adds SPLIT - 1 partial sums): 1.2-3.6x whole
       tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
-    - two waves or more, where whole tiles keep the clusters busy less than SK_BELOW_BUSY
-      of the time (tiles / (waves x clusters)): the partly filled last wave and the one
-      before it (3072^3: 1.23x; 5120^3: 1.13x); above it, or at one wave and a part,
-      stream-K lost or gained little (6144^3: 0.9x; the decoder's 5886 x 2048 x 2048 at
-      0.93 busy: 0.87x; 4224 x 8128 x 4160 at 0.92 busy: 1.05x; 2560 x 2560 x 10240:
-      0.85x);
+    - two waves or more, where the last wave fills at most SK_LAST_WAVE_AT_MOST of the
+      clusters: that wave and the one before it. Stream-K against whole tiles, by the last
+      wave's share: 3072^3 (0.18) 1.13-1.23x, 5120^3 (0.06) 1.13x, 2048 x 11008 x 4096
+      (0.21) 1.05x, 4224 x 8128 x 4160 (0.24) 1.05x; 1024 x 14336 x 4096 (0.39) 0.99x,
+      2560 x 4096 x 4096 (0.42) 0.96x, 1024 x 11008 x 4096 (0.61) 0.88x, the decoder's
+      5886 x 2048 x 2048 (0.79) 0.87x, 6144^3 (0.73) 0.9x (sessions 26 and 28, p189:
+      interleaved rounds). A rule on the busy share of all waves (< 0.88, sessions 26-27)
+      took 1024 x 11008 x 4096 and left 4224 x 8128 x 4160;
+    - at one wave and a part, stream-K lost (2560 x 2560 x 10240: 0.85x);
     - otherwise none: (0, the tiles or the clusters, the fewer)."""
     whole = (0, max(1, min(tiles, clusters)))
     if tiles < 1 or clusters < 2 or 2 * clusters * slices * clusters >= 2**31:  # (the kernel counts in 32 bits)
@@ -397,7 +401,7 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
         while split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
             split *= 2
         return (tiles, tiles * split) if split > 1 else whole
-    if waves >= 2 and rest and tiles / ((waves + 1) * clusters) < SK_BELOW_BUSY:
+    if waves >= 2 and 0 < rest <= clusters * SK_LAST_WAVE_AT_MOST:
         return clusters + rest, clusters
     return whole
 
