@@ -375,7 +375,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
     """(stream-K tiles, clusters to launch) of the persistent rung for ``tiles`` cluster
     tiles of ``slices`` K slices each, on a GPU that runs ``clusters`` at once; the
     stream-K tiles are the last ones, dealt out as runs of K slices instead of whole.
-    Measured on an H100 (session 26, ``docs/notes/2026-11-27-session26.md``):
+    Measured on an H100 (sessions 26 and 28, ``docs/notes/2026-11-27-session26.md`` and
+    ``…-session28.md``):
 
     - less than one wave: each tile split into SPLIT equal runs, SPLIT the largest power
       of two with tiles x SPLIT clusters on the GPU, at most MAX_SPLIT and runs of
