@@ -50,6 +50,9 @@ def _torch_dtype_name(dtype: Any) -> str:
     return name
 
 
+_NOR_TRANSPOSED = ", nor the transpose of a contiguous matrix (w.T)"
+
+
 def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
     """Describe ``x`` (argument ``name``) or raise TypeError/ValueError saying what to fix.
     ``transposed_ok``: the caller also takes a 2-D ``x`` that is the transpose of a
@@ -75,9 +78,6 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
     shape = tuple(reversed(arr.shape)) if transposed else arr.shape
     return Operand(x, arr.ptr, shape, np.dtype(arr.dtype).name if arr.dtype.kind != "V" else str(arr.dtype),
                    arr.device_index, kind, transposed)
-
-
-_NOR_TRANSPOSED = ", nor the transpose of a contiguous matrix (w.T)"
 
 
 def _is_transposed_view(x: Any) -> bool:

@@ -49,7 +49,7 @@ import dataclasses
 import functools
 import struct
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ..cuda import compiler
 from ..cuda import driver as drv
@@ -485,17 +485,26 @@ def max_active_clusters(device_index: int, arch: str, build: PersistentBuild | N
     the GPU runs at once (cuOccupancyMaxActiveClusters); SMs // cluster if the driver
     cannot say."""
     b = build or PERSISTENT
+    return clusters_at_once(lambda: module("persistent", arch, build=b).kernel("gemm_hopper_persistent_bf16"),
+                            THREADS["persistent"], shared_mem_bytes("persistent", b.stages, b.tile_n), b.cluster,
+                            device_index)
+
+
+def clusters_at_once(get_kernel: Callable[[], Any], threads: int, smem: int, cluster: int, device_index: int) -> int:
+    """How many clusters of ``cluster`` blocks of the kernel ``get_kernel()`` returns
+    (``threads`` a block, ``smem`` bytes of dynamic shared memory) the GPU runs at once
+    (cuOccupancyMaxActiveClusters); SMs // cluster where the driver cannot say. A cluster's
+    blocks share a GPC, so with large blocks fewer fit than SMs // cluster."""
     _, sms = arch_and_sm_count(device_index)
     try:
-        kernel = module("persistent", arch, build=b).kernel("gemm_hopper_persistent_bf16")
-        smem = shared_mem_bytes("persistent", b.stages, b.tile_n)
+        kernel = get_kernel()
         set_max_dynamic_shared_memory(kernel, smem, device_index)
-        cfg = _launch_config(sms // b.cluster * b.cluster, THREADS["persistent"], smem, None, b.cluster)
+        cfg = _launch_config(sms // cluster * cluster, threads, smem, None, cluster)
         func = drv.call("cuKernelGetFunction", kernel.handle)  # the kernel in the current context
         n = int(drv.call("cuOccupancyMaxActiveClusters", func, cfg))
-        return n if n > 0 else sms // b.cluster
+        return n if n > 0 else sms // cluster
     except Exception:  # an older driver: assume the SMs split evenly into clusters
-        return sms // b.cluster
+        return sms // cluster
 
 
 def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, cluster: int | None):

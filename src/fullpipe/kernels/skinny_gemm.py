@@ -198,19 +198,10 @@ def max_active_clusters(device_index: int, arch: str, b_k_major: bool, rows: int
     """How many clusters of ``runs`` blocks of a build (``b_k_major``, ``rows``, ``tile_n``,
     ``stages``) the GPU runs at once (cuOccupancyMaxActiveClusters); SMs // runs where the
     driver cannot say."""
-    _, sms = arch_and_sm_count(device_index)
     if runs <= 1:
-        return sms
-    try:
-        kernel = module(rows, arch, tile_n, stages, b_k_major).kernel("gemm_hopper_skinny_bf16")
-        smem = shared_mem_bytes(rows, tile_n, stages)
-        set_max_dynamic_shared_memory(kernel, smem, device_index)
-        cfg = hg._launch_config(sms // runs * runs, THREADS, smem, None, runs)
-        func = hg.drv.call("cuKernelGetFunction", kernel.handle)  # the kernel in the current context
-        n = int(hg.drv.call("cuOccupancyMaxActiveClusters", func, cfg))
-        return n if n > 0 else sms // runs
-    except Exception:  # an older driver: assume the SMs split evenly into clusters
-        return sms // runs
+        return arch_and_sm_count(device_index)[1]
+    return hg.clusters_at_once(lambda: module(rows, arch, tile_n, stages, b_k_major).kernel("gemm_hopper_skinny_bf16"),
+                               THREADS, shared_mem_bytes(rows, tile_n, stages), runs, device_index)
 
 
 def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: int, device_index: int,
