@@ -352,6 +352,39 @@ def test_h2d_of_the_next_batches_is_in_flight_during_the_compute_call(fake, fake
     assert calls[:4] == [("h2d", "s0"), ("h2d", "s1"), ("h2d", "s2"), ("compute", "s0")]
 
 
+def test_the_calls_of_one_batch_per_lane_go_back_to_back(fake, fakefw, monkeypatch):
+    """A tensor function's calls for batches j..j+2 (one per lane) one after another, then
+    their D2Hs, then the next group's H2Ds: each behind its lane's D2H, so a lane buffer is
+    never written under a batch still to be computed; each lane's steps stay in order."""
+    rec = Recorder(monkeypatch, fake.driver)
+    x = np.random.default_rng(6).random((7000, 4), dtype=np.float32)
+    fake.pinned.add(x.ctypes.data)
+    pipe = StreamPipeline(RowStats(log=rec.raw), form="torch", streams=3, chunk=1000, timing=False)
+    np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+    assert (pipe.stats.call_group, pipe.stats.prefetch) == (3, 0)
+    assert "calls 3 at a time" in str(pipe.stats)
+    calls = [c[:2] for c in rec.named(pipe) if c[0] in ("h2d", "compute", "d2h")]
+    group = [("h2d", "s0"), ("h2d", "s1"), ("h2d", "s2"), ("compute", "s0"), ("compute", "s1"), ("compute", "s2"),
+             ("d2h", "s0"), ("d2h", "s1"), ("d2h", "s2")]
+    assert calls == group * 2 + [("h2d", "s0"), ("compute", "s0"), ("d2h", "s0")]
+    _assert_clean(pipe)
+
+
+@pytest.mark.parametrize("options, group", [(dict(streams=1), 1), (dict(streams=3, synchronous=True), 1),
+                                            (dict(streams=3, slots=2), 1), (dict(streams=3, slots=3), 2),
+                                            (dict(streams=8), 3), (dict(streams=8, slots=8), 4),
+                                            (dict(streams=3, compute_threads=2), 1)])
+def test_how_many_calls_go_back_to_back(fake, fakefw, options, group):
+    """One stream, synchronous runs and compute threads: one call at a time; a pageable input's
+    ring leaves a slot free (the group's fronts take one slot each before its first call); at
+    most four."""
+    x = np.random.default_rng(7).random((9000, 4), dtype=np.float32)
+    pipe = StreamPipeline(RowStats(), form="torch", chunk=500, timing=False, **options)
+    np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+    assert pipe.stats.call_group == group
+    _assert_clean(pipe)
+
+
 def test_torch_input_comes_back_as_torch(fake, fakefw):
     torch = pytest.importorskip("torch")
     x = torch.rand(500, 3)

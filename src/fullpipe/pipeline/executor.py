@@ -1595,11 +1595,12 @@ class StreamPipeline:
                             self._one_graph_batch(run, gx, proto, b, pos, ring_in, ring_out, mode)
                 else:
                     threads = self._threads_for(mode, tc)
-                    L = self._prefetch_for(mode, ring_in, threads)
-                    stats.prefetch = L
+                    group = self._call_group(mode, tc, ring_in) if threads == 1 else 1
+                    L = self._prefetch_for(mode, ring_in, threads) if group == 1 else 0
+                    stats.prefetch, stats.call_group = L, group
                     at = [0]  # the batch the loop works on, for the failure note
                     try:
-                        self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc, threads)
+                        self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc, threads, group)
                     finally:
                         pos = at[0]
                         b = batches[pos]
@@ -1678,11 +1679,13 @@ class StreamPipeline:
         return stats
 
     def _eager_loop(self, run: "_Run", proto: Protocol, batches: list[P.Batch], L: int, ring_in: bool,
-                    ring_out: bool, mode: RunMode, at: list, tc: TensorCompute | None, threads: int) -> None:
+                    ring_out: bool, mode: RunMode, at: list, tc: TensorCompute | None, threads: int,
+                    group: int = 1) -> None:
         """Issue order: the fronts (allocate, H2D) of batches j..j+L, then the back
         (compute, D2H, free) of batch j. With L >= 1 the next batches' H2Ds are in
         flight while the compute call of batch j runs on the host. With compute threads,
-        :meth:`_threaded_loop` instead, with the same fronts and bookkeeping."""
+        :meth:`_threaded_loop` instead, and with ``group`` > 1 :meth:`_grouped_loop`,
+        each with the same fronts and bookkeeping."""
         n, K, N = len(batches), self.slots, self.n_streams
         lane_of = _probe_lanes(batches, N) if mode is PROBE_RUN else [pos % N for pos in range(n)]
         stager, drainer, routes = run.stager, run.drainer, self._routes
@@ -1744,6 +1747,9 @@ class StreamPipeline:
         if threads > 1:
             self._threaded_loop(run, proto, fronts_upto, dst, settle, n, L, threads, at, tc)
             return
+        if group > 1:
+            self._grouped_loop(run, proto, fronts_upto, dst, settle, n, group, at)
+            return
         for pos in range(n):
             fronts_upto(pos + L)
             at[0] = pos
@@ -1759,6 +1765,58 @@ class StreamPipeline:
                 with drv.translated("cuStreamSynchronize"):
                     routes[lane_of[pos]].d2h_stream.sync()
                 run.wait_s += perf() - t1
+
+    def _call_group(self, mode: RunMode, tc: TensorCompute | None, ring_in: bool) -> int:
+        """How many batches' compute calls go back to back (1: one batch at a time).
+
+        A tensor function's call is mostly the framework's own host code (PyTorch's
+        dispatch and launches). Between two batches fullpipe runs its own (the D2H, the
+        output's place, events, the next fronts), and the next call then runs slower:
+        an encoder layer's call inside fullpipe's loop took 541 us right after
+        fullpipe's work against 465 us for the same call repeated at once (p194, session
+        29). So the calls of up to one batch per lane go one after another, then their
+        back halves, then the next group's fronts: one lane's next front still goes in
+        after that lane's back (the lane buffer), so nothing is prefetched beyond the
+        group. Not for stream-form computes (a launch or two: nothing to win), graphs
+        (a replay), synchronous runs and probes (one batch at a time by design)."""
+        if tc is None or tc.graphs is not None or mode.synchronous or mode.graphs:
+            return 1
+        group = min(self.n_streams, MAX_CALL_GROUP)
+        if ring_in:  # (the group's fronts take that many ring slots before its first call)
+            group = min(group, self.slots - 1)
+        return max(group, 1)
+
+    def _grouped_loop(self, run: "_Run", proto: Protocol, fronts_upto: Callable[[int], None],
+                      dst: Callable[[P.Batch, int], int], settle: Callable[..., float], n: int, group: int,
+                      at: list) -> None:
+        """The eager loop with the compute calls of ``group`` consecutive batches (each on
+        its own lane) back to back: the group's fronts, its calls, then its back halves
+        in batch order (:meth:`_call_group` says why). A failing call leaves the group's
+        batches in ``run.pending``, as the eager loop does: the run is taken down the same way."""
+        pending, front_us = run.pending, run.front_us
+        call, finish = proto.call, proto.finish
+        perf = time.perf_counter
+        called: list[tuple[Any, float]] = []  # per batch of the group: (what call returned, its host us)
+        for first in range(0, n, group):
+            last = min(first + group, n) - 1
+            fronts_upto(last)
+            for pos in range(first, last + 1):
+                at[0] = pos
+                off = run.off_s
+                t0 = perf()
+                got = call(pending[pos - first])
+                called.append((got, (perf() - t0 - (run.off_s - off)) * 1e6))
+            for pos in range(first, last + 1):
+                at[0] = pos
+                p = pending[0]
+                b, slot = p.b, p.slot
+                got, call_us = called[pos - first]
+                off = run.off_s
+                t0 = perf()
+                finish(p, got, dst(b, slot))
+                pending.popleft()
+                settle(pos, b, slot, t0, off, front_us[pos] + call_us)
+            called.clear()
 
     def _threads_for(self, mode: RunMode, tc: TensorCompute | None) -> int:
         """The host threads that call the compute this run (1: the enqueueing thread; also
@@ -2097,6 +2155,7 @@ FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this f
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
 TIMING_STRIDE = 8  # timing="sampled": after the first 2 x streams batches, about every 8th is timed
+MAX_CALL_GROUP = 4  # a tensor function's calls of at most this many batches go back to back (_call_group)
 HARVEST_EVERY = 4  # the loop reads the finished batches' timing events every this many batches
 # a pageable input pinned in place gets pinned outputs (from the pinned pool) from its 16th run: _Pins.pinned_outputs
 PINNED_OUTPUTS_AFTER_RUNS = 16

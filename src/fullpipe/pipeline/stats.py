@@ -108,6 +108,7 @@ class PipelineStats:
     # rest of the back half (D2H, signals, free), and waiting for the staging ring
     host_us: dict[str, float] = dataclasses.field(default_factory=dict)
     prefetch: int = 0  # batches whose H2D was enqueued before the compute call of the current one
+    call_group: int = 1  # a tensor function's calls of this many batches went back to back (executor._call_group)
     # StreamPipeline(compute_threads=N > 1): {"threads", "wait_ms" (the enqueueing thread waiting for
     # calls to come back)}; None: every call on the enqueueing thread
     compute_threads: dict[str, Any] | None = None
@@ -222,7 +223,8 @@ class PipelineStats:
         )
         if self.host_us:
             parts = ", ".join(f"{k} {v:.1f}" for k, v in self.host_us.items())
-            lines.append(f"host per batch (us): {parts}; prefetch {self.prefetch}")
+            lines.append(f"host per batch (us): {parts}; prefetch {self.prefetch}"
+                         + (f"; calls {self.call_group} at a time" if self.call_group > 1 else ""))
         if self.compute_threads:
             lines.append(f"compute calls: on {self.compute_threads['threads']} host threads (the enqueueing thread "
                          f"waited {self.compute_threads['wait_ms']:.2f} ms for them)")
