@@ -361,7 +361,7 @@ def test_the_calls_of_one_batch_per_lane_go_back_to_back(fake, fakefw, monkeypat
     fake.pinned.add(x.ctypes.data)
     pipe = StreamPipeline(RowStats(log=rec.raw), form="torch", streams=3, chunk=1000, timing=False)
     np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
-    assert (pipe.stats.call_group, pipe.stats.prefetch) == (3, 0)
+    assert (pipe.stats.call_group, pipe.stats.prefetch) == (3, 2)
     assert "calls 3 at a time" in str(pipe.stats)
     calls = [c[:2] for c in rec.named(pipe) if c[0] in ("h2d", "compute", "d2h")]
     group = [("h2d", "s0"), ("h2d", "s1"), ("h2d", "s2"), ("compute", "s0"), ("compute", "s1"), ("compute", "s2"),
@@ -373,11 +373,12 @@ def test_the_calls_of_one_batch_per_lane_go_back_to_back(fake, fakefw, monkeypat
 @pytest.mark.parametrize("options, group", [(dict(streams=1), 1), (dict(streams=3, synchronous=True), 1),
                                             (dict(streams=3, slots=2), 1), (dict(streams=3, slots=3), 2),
                                             (dict(streams=8), 3), (dict(streams=8, slots=8), 4),
-                                            (dict(streams=3, compute_threads=2), 1)])
+                                            (dict(streams=3, compute_threads=2), 1), (dict(streams=3, prefetch=0), 1),
+                                            (dict(streams=3, prefetch=1), 2)])
 def test_how_many_calls_go_back_to_back(fake, fakefw, options, group):
     """One stream, synchronous runs and compute threads: one call at a time; a pageable input's
     ring leaves a slot free (the group's fronts take one slot each before its first call); at
-    most four."""
+    most four, and at most prefetch + 1 where the option is set."""
     x = np.random.default_rng(7).random((9000, 4), dtype=np.float32)
     pipe = StreamPipeline(RowStats(), form="torch", chunk=500, timing=False, **options)
     np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)

@@ -17,7 +17,9 @@ stream order (protocol.py).
 All of it is enqueued without waiting. The enqueue order interleaves batches: the
 first half of batch j+1 .. j+prefetch (allocate, H2D) goes in before the second half
 of batch j (compute, D2H, free), so the next copies are in flight while the host is
-inside the compute call of batch j (a framework model's Python launches).
+inside the compute call of batch j (a framework model's Python launches). A tensor
+function's calls go a group at a time instead (one batch per stream: the group's
+fronts, its calls back to back, then its back halves; _call_group says why).
 Nothing inside the loop synchronizes a stream or the device; the only waits are
 the CPU staging threads waiting for "slot free" flags raised by the GPU, and one
 wait at the end. The sequence above is written once, in protocol.py, and used
@@ -127,7 +129,9 @@ class StreamPipeline:
     - ``prefetch``: how many later batches have their H2D enqueued before this batch's
       compute is called (default: ``streams - 1``, at most ``slots - 1`` for pageable
       input; 0 for ``synchronous`` and graph=True with the stream form). The host's
-      time in the compute call (a model's Python) then overlaps the next copies.
+      time in the compute call (a model's Python) then overlaps the next copies. A
+      tensor function's calls go one batch per stream (at most 4, at most ``prefetch``
+      + 1 where it is set) back to back, after their group's H2Ds (``stats.call_group``).
     - ``copy_streams``: False (default): each batch's copies and compute go on its own
       stream. True: every H2D goes on one copy stream and every D2H on another, with
       compute round-robin over the N streams, joined by events (two records and two
@@ -1597,7 +1601,7 @@ class StreamPipeline:
                     threads = self._threads_for(mode, tc)
                     group = self._call_group(mode, tc, ring_in) if threads == 1 else 1
                     L = self._prefetch_for(mode, ring_in, threads) if group == 1 else 0
-                    stats.prefetch, stats.call_group = L, group
+                    stats.prefetch, stats.call_group = (L if group == 1 else group - 1), group
                     at = [0]  # the batch the loop works on, for the failure note
                     try:
                         self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc, threads, group)
@@ -1778,10 +1782,14 @@ class StreamPipeline:
         back halves, then the next group's fronts: one lane's next front still goes in
         after that lane's back (the lane buffer), so nothing is prefetched beyond the
         group. Not for stream-form computes (a launch or two: nothing to win), graphs
-        (a replay), synchronous runs and probes (one batch at a time by design)."""
+        (a replay), synchronous runs and probes (one batch at a time by design); at most
+        ``prefetch`` + 1 where the option is set (the group's first call has the other
+        H2Ds of its group ahead of it)."""
         if tc is None or tc.graphs is not None or mode.synchronous or mode.graphs:
             return 1
         group = min(self.n_streams, MAX_CALL_GROUP)
+        if self.prefetch is not None:  # (the group's first call has the rest of its H2Ds ahead of it)
+            group = min(group, self.prefetch + 1)
         if ring_in:  # (the group's fronts take that many ring slots before its first call)
             group = min(group, self.slots - 1)
         return max(group, 1)

@@ -107,7 +107,8 @@ class PipelineStats:
     # per batch, microseconds of host time: front half (allocate, H2D), the compute call, the
     # rest of the back half (D2H, signals, free), and waiting for the staging ring
     host_us: dict[str, float] = dataclasses.field(default_factory=dict)
-    prefetch: int = 0  # batches whose H2D was enqueued before the compute call of the current one
+    prefetch: int = 0  # batches whose H2D was enqueued before the compute call of the current one (grouped
+    # calls: before the group's first call)
     call_group: int = 1  # a tensor function's calls of this many batches went back to back (executor._call_group)
     # StreamPipeline(compute_threads=N > 1): {"threads", "wait_ms" (the enqueueing thread waiting for
     # calls to come back)}; None: every call on the enqueueing thread
