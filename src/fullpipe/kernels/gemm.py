@@ -416,7 +416,7 @@ def gemm(
     if stream is None:
         raise TypeError("stream is required: pass the stream to enqueue the kernel on (fullpipe.cuda.create_stream)")
     if variant in HOPPER_VARIANTS:  # bf16/fp16 in, the same dtype out (hopper_gemm.py, skinny_gemm.py)
-        return _gemm_hopper_family(a, b, HOPPER_VARIANTS[variant], out, stream)
+        return _gemm_hopper_family(a, b, variant, out, stream)
     if variant not in VARIANTS:
         known = ", ".join([*VARIANTS, *HOPPER_VARIANTS])
         raise ValueError(f"unknown variant {variant!r}; choose one of {known}")
@@ -433,16 +433,16 @@ def gemm(
     return out
 
 
-def _gemm_hopper_family(a: Any, b: Any, kind: str, out: Any, stream: Any) -> Any:
-    """A rung of the Hopper ladder, the skinny kernel, or ("auto") whichever of the skinny
-    kernel and the persistent rung is faster for the shape."""
+def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> Any:
+    """A rung of the Hopper ladder, the skinny kernel, or ("hopper") whichever of the
+    skinny kernel and the persistent rung is faster for the shape."""
     from . import hopper_gemm, skinny_gemm
 
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
-    if A.dtype not in ("bfloat16", "float16"):
-        name = next(v for v, k in HOPPER_VARIANTS.items() if k == kind)
-        raise ValueError(f"variant={name!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
+    if A.dtype not in hopper_gemm.DTYPES:
+        raise ValueError(f"variant={variant!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
                          f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
+    kind = HOPPER_VARIANTS[variant]
     if kind == "auto":
         m, n, _ = matmul_shape(A, B)
         kind = "skinny" if skinny_gemm.preferred(m, n, arch_and_sm_count(A.device_index)[1]) else "persistent"

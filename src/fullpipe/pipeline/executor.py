@@ -1600,8 +1600,9 @@ class StreamPipeline:
                 else:
                     threads = self._threads_for(mode, tc)
                     group = self._call_group(mode, tc, ring_in) if threads == 1 else 1
-                    L = self._prefetch_for(mode, ring_in, threads) if group == 1 else 0
-                    stats.prefetch, stats.call_group = (L if group == 1 else group - 1), group
+                    # (grouped calls: the H2Ds ahead of a group's first call; _grouped_loop needs no L)
+                    L = self._prefetch_for(mode, ring_in, threads) if group == 1 else group - 1
+                    stats.prefetch, stats.call_group = L, group
                     at = [0]  # the batch the loop works on, for the failure note
                     try:
                         self._eager_loop(run, proto, batches, L, ring_in, ring_out, mode, at, tc, threads, group)
