@@ -161,17 +161,22 @@ def test_the_iterables_error_comes_after_every_output_before_it(read_ahead):
 
 
 def test_an_item_that_is_not_a_batch_names_it_and_a_pair_gets_a_hint():
+    """A tuple or dict is a batch of several arrays (records.py); one whose field is not an
+    array (a label left a Python int) is named, with what such a batch must be."""
     items = [np.zeros(4, np.int32)] * 5 + [(np.zeros(4, np.int32), 3)]
     got = []
-    with pytest.raises(TypeError) as info:
+    with pytest.raises(TypeError, match=r"batch 5\[1\] must be a NumPy array") as info:
         for y in _imap(Runner(), items, window=4):
             got.append(y)
     assert len(got) == 5
     notes = " ".join(getattr(info.value, "__notes__", []))
-    assert "item 5 of the iterable is not a host batch" in notes and "(x for x, _ in loader)" in notes
-    with pytest.raises(TypeError) as info:
+    assert "item 5 of the iterable is not a host batch" in notes and "tuple, list or dict of host arrays" in notes
+    with pytest.raises(TypeError, match=r"batch 0\['label'\] must be") as info:
         list(_imap(Runner(), [{"input_ids": np.zeros(4, np.int32), "label": 1}]))
-    assert "(b['input_ids'] for b in loader)" in " ".join(info.value.__notes__)
+    assert "It is a dict" in " ".join(info.value.__notes__)
+    with pytest.raises(TypeError) as info:
+        list(_imap(Runner(), [object()]))
+    assert "item 0 of the iterable is not a host batch." in " ".join(info.value.__notes__)
     assert list(_imap(Runner(), [])) == []
 
 

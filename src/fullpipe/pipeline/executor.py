@@ -42,6 +42,7 @@ import math
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -68,6 +69,7 @@ from ..trace import nvtx
 from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
+from . import records
 from .plain import (PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain,
                     run_small, run_small_list)
 from . import imap as imap_windows
@@ -354,6 +356,9 @@ class StreamPipeline:
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
+        # this run's batches of several arrays (records.py): batch index -> layout; whether packing copied
+        self._records: Callable[[int], records.Records] | None = None
+        self._packed_copies = False
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
@@ -573,13 +578,22 @@ class StreamPipeline:
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: Any = None) -> Any:
-        """Run one host array (NumPy, torch CPU tensor, buffer), cut into chunks along
-        axis 0. Returns the output (``out`` if given; else a new one of the input's kind,
+        """Run one host array (NumPy, torch CPU tensor, buffer; for a tensor function also
+        a tuple or dict of arrays with equal rows, handed to ``f`` the same way: records.py),
+        cut into chunks along axis 0. Returns the output (``out`` if given; else a new one of the input's kind,
         pinned if ``x`` was pinned by its owner, or once fullpipe has pinned it in place
         for ``PINNED_OUTPUTS_AFTER_RUNS`` runs), or None with ``output=None``. ``out=x``
         runs in place (``y`` of ``x``'s row shape and dtype); an ``out`` that shares memory
         with ``x`` shifted against it is refused."""
         self._check_not_running("run")
+        if records.is_record(x):  # (row after row: run() cuts it into chunks, and may pad the last)
+            packed = records.pack(x, "input", columns=False)
+            with self._records_for(lambda _index: packed.layout, packed.copied):
+                return self._run(packed.array, out)
+        return self._run(x, out)
+
+    def _run(self, x: Any, out: Any) -> Any:
+        """run() of one array (a batch of several arrays: packed as records already)."""
         if out is None and self._tc is not None:
             got = self._run_small(x)
             if got is not _NOT_SMALL:
@@ -622,7 +636,7 @@ class StreamPipeline:
                     raise
             finally:
                 pins.release()
-        self._say_serial()
+        self._say_serial(stacklevel=4)  # (run -> _run -> here)
         return got
 
     def _run_small(self, x: Any) -> Any:
@@ -673,7 +687,7 @@ class StreamPipeline:
                         **even_split_choice(rows, row_bytes, streams).as_dict(),
                         "probe_batches": 0, "refined_runs": 0, "new_shape_ms": 0.0}
             return st
-        self._record_short_run(stats, usage, notes, stacklevel=5)  # (a warning points at run()'s caller)
+        self._record_short_run(stats, usage, notes, stacklevel=6)  # (a warning points at run()'s caller)
         return y
 
     def _record_short_run(self, make: Callable[[], PipelineStats], usage: PinnedUsage, notes: list,
@@ -767,7 +781,7 @@ class StreamPipeline:
         ys, call_s, wall_s = got
         out_bytes, n = sum(o.nbytes for o in (outs_np if outs_np is not None else ys)), len(ys)
         self._record_short_run(lambda: plain_stats(total, out_bytes, wall_s, call_s, batches=n), usage, notes,
-                               stacklevel=6)  # (a warning points at run_batches()' caller)
+                               stacklevel=7)  # (a warning points at run_batches()' caller)
         return ys if outs is None else outs
 
     def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
@@ -809,7 +823,7 @@ class StreamPipeline:
             self._pad_last_chunk(batches, fixed_rows, row_bytes, tuned,
                                  TensorCompute.dtype_key(x_np.dtype, kind.torch_dtype if kind.reinterpreted else None))
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
-            self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=4)
+            self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=5)
         if self._runs_plain(batches, n_probe, x_np, outputs):
             self._running = True
             try:
@@ -831,7 +845,7 @@ class StreamPipeline:
             if batches and stats.staging.get("input") != "plain":  # (a plain run has no stage times to learn from)
                 self._refine(key, stats, fixed_rows * row_bytes)
                 self._count_kept_loss(key, choice)
-        stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run -> _run_array -> here)
+        stats.pinned = self._pinned_stats(usage, notes, stacklevel=5)  # (run -> _run -> _run_array -> here)
         pins.annotate(stats)
         self.stats = stats
         if spec.none:
@@ -855,8 +869,11 @@ class StreamPipeline:
 
     def run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None) -> list[Any] | None:
         """Run a sequence of host batches (sizes may differ; NumPy arrays, torch CPU
-        tensors, buffers). Returns their outputs (``outs`` if given, else new arrays of
-        each batch's kind, pinned when every input is), or None with ``output=None``."""
+        tensors, buffers; for a tensor function, also batches of several arrays: each a
+        tuple, list or dict of arrays with equal rows, handed to ``f`` the same way on the
+        device, records.py). Returns their outputs (``outs`` if given, else new arrays of
+        each batch's kind, the first array's for several, pinned when every input is), or
+        None with ``output=None``."""
         return self._run_batches(batches, outs)
 
     def _run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None,
@@ -869,6 +886,15 @@ class StreamPipeline:
             given = list(batches)
         except TypeError as exc:
             raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
+        given, layouts, copied = records.pack_all(given)
+        if layouts is not None:
+            with self._records_for(layouts.__getitem__, copied):
+                return self._run_list(given, outs, warn_few, pin_new)
+        return self._run_list(given, outs, warn_few, pin_new)
+
+    def _run_list(self, given: list[Any], outs: Sequence[Any] | None, warn_few: bool, pin_new: bool
+                  ) -> list[Any] | None:
+        """run_batches of ``given`` (one array each: batches of several arrays are packed)."""
         if not given:  # nothing to run, as map() over nothing (imap([]) yields nothing too)
             if outs is not None and (outs := list(outs)):
                 raise ValueError(f"{len(outs)} outputs for 0 batches")
@@ -943,7 +969,7 @@ class StreamPipeline:
                                  and sum(b.in_bytes for b in items) <= PLAIN_MAX_BYTES):
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
-                self._warn_few_batches(len(items), None, 0, stacklevel=4)
+                self._warn_few_batches(len(items), None, 0, stacklevel=5)
             run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, bucket=True)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
@@ -953,8 +979,8 @@ class StreamPipeline:
                         _cannot_run_again(exc, in_place)
                         raise
                     stats = self._execute(items, stage_in, stage_out, **run_args)
-            self._say_serial(stacklevel=4)
-            stats.pinned = self._pinned_stats(usage, notes, stacklevel=4)  # (run_batches -> _run_batches -> here)
+            self._say_serial(stacklevel=5)
+            stats.pinned = self._pinned_stats(usage, notes, stacklevel=5)  # (run_batches -> _run_batches -> _run_list -> here)
             pins.annotate(stats)
             self.stats = stats
             if spec.none:
@@ -1017,7 +1043,29 @@ class StreamPipeline:
         staging='ring' (no direct copy)."""
         if self.staging == "ring":
             return _Pins(None)
-        return _Pins(default_pin_cache(), register=register and self.pin_in_place and self.staging == "auto")
+        return _Pins(default_pin_cache(), register=register and self.pin_in_place and self.staging == "auto"
+                     and not self._packed_copies)  # (a batch packed as records is a new array every run)
+
+    @contextlib.contextmanager
+    def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool) -> Iterator[None]:
+        """A run of batches of several arrays each, packed as records (records.py):
+        ``layout_of(batch index)`` unpacks each on the device for the call; ``copied``: the
+        packed arrays are fullpipe's copies (not worth pinning in place)."""
+        if self.form != "tensor":
+            raise TypeError("batches of several arrays (a tuple, list or dict of arrays) are for a tensor function "
+                            "y = f(batch): a compute(stream, x, y) takes one array per batch")
+        if self.graph:
+            raise ValueError("graph=True does not take batches of several arrays yet: pass one array per batch, or "
+                             "graph=False")
+        self._records, self._packed_copies = layout_of, copied
+        if self._tc is not None:
+            self._tc.records = layout_of
+        try:
+            yield
+        finally:
+            self._records, self._packed_copies = None, False
+            if self._tc is not None:
+                self._tc.records = None
 
     def _tensor_compute(self, kind: HostKind) -> TensorCompute:
         """The tensor-function adapter, made at the first run (its library may depend
@@ -1038,6 +1086,7 @@ class StreamPipeline:
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
                                      graphs=TorchGraphs() if self.graph else None)
             self._said_serial = False
+        self._tc.records = self._records
         return self._tc
 
     def _new_output(self, shape: Any, dtype: Any, pinned: bool, usage: PinnedUsage, notes: list) -> np.ndarray:
@@ -2731,6 +2780,9 @@ def _refuse_one_array(batches: Any, what: str) -> None:
     """run_batches and imap take many batches: one array (iterable by its rows) is a mistake."""
     if isinstance(batches, np.ndarray) or _is_tensor(batches):
         raise TypeError(f"{what}; for one array use run(x)")
+    if isinstance(batches, Mapping):
+        raise TypeError(f"{what}, got a {type(batches).__name__}: for one batch of several arrays use run(batch) "
+                        "or a list of such batches, [batch]")
 
 
 def _is_tensor(x: Any) -> bool:

@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ..cuda.interop import host_view
-from . import bulk, pageable
+from . import bulk, pageable, records
 from .plan import align_up
 from .tuning import parse_chunk
 
@@ -168,13 +168,9 @@ class Window:
 
 def _not_a_batch_note(exc: BaseException, index: int, item: Any) -> None:
     hint = ""
-    if isinstance(item, (tuple, list)):
-        hint = (f" It is a {type(item).__name__} of {len(item)}: a DataLoader of (input, label) pairs "
-                "yields those; pass (x for x, _ in loader).")
-    elif isinstance(item, Mapping):
-        key = next((k for k in item if isinstance(k, str)), "x")
-        hint = (f" It is a {type(item).__name__} with keys {list(item)[:4]}: a DataLoader of dicts yields "
-                f"those; pass the input, e.g. (b[{key!r}] for b in loader).")
+    if isinstance(item, (tuple, list, Mapping)):
+        hint = (f" It is a {type(item).__name__}: a batch of several arrays is a tuple, list or dict of host "
+                "arrays with equal rows (axis 0), each a NumPy array, a torch CPU tensor or a buffer.")
     exc.add_note(f"fullpipe.StreamPipeline.imap: item {index} of the iterable is not a host batch.{hint}")
 
 
@@ -229,7 +225,9 @@ class WindowReader:
                 w.error, w.last = exc, True
                 return False
             try:
-                arr, _ = host_view(item, f"batch {index}")
+                if records.is_record(item):  # (packed here, on the reader's thread: records.py)
+                    item = records.pack(item, f"batch {index}")
+                arr, _ = host_view(item.array if isinstance(item, records.Packed) else item, f"batch {index}")
             except (TypeError, ValueError) as exc:
                 _not_a_batch_note(exc, index, item)
                 w.error, w.last = exc, True

@@ -77,7 +77,7 @@ def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, output
     xh = _host_tensor(torch, x_np, in_dtype)
     with _on_device(torch, fw.device_index):
         try:
-            y, call_s, host_dtype, give_back = _call(tc, fw, xh, b.in_shape)
+            y, call_s, host_dtype, give_back = _call(tc, fw, xh, b.in_shape, b.index)
             outputs.begin_execute([b], None)
             outputs.place(b, tuple(y.shape), host_dtype, give_back, usage)
             dst = torch.from_numpy(b.dst)
@@ -181,7 +181,7 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
                 # (a copy from pageable memory waits for the stream first, CUDA's rule: the host
                 # runs at most a batch ahead. Staged through pinned memory instead, a short list
                 # ran 8-16 % slower: p139, session 22)
-                y, dt, host_dtype, give_back = _call(tc, fw, xh, a.shape)
+                y, dt, host_dtype, give_back = _call(tc, fw, xh, a.shape, i)
                 call_s += dt
                 shape = tuple(y.shape)
                 if first is None:
@@ -299,12 +299,14 @@ def _on_device(torch: Any, index: int) -> Any:
     return contextlib.nullcontext() if torch.cuda.current_device() == index else torch.cuda.device(index)
 
 
-def _call(tc: TensorCompute, fw: Any, xh: Any, in_shape: tuple[int, ...]) -> tuple[Any, float, Any, Any]:
+def _call(tc: TensorCompute, fw: Any, xh: Any, in_shape: tuple[int, ...], index: int = 0
+          ) -> tuple[Any, float, Any, Any]:
     """x to the device, ``f(x)`` and the checks of ``y``: (y, the call's seconds, the host
-    NumPy dtype of y, the torch dtype to give back or None)."""
+    NumPy dtype of y, the torch dtype to give back or None). ``index``: the batch's in its
+    run (its layout, for batches of several arrays)."""
     xd = xh.to(device=fw.device, non_blocking=True)
     t0 = time.perf_counter()
-    y = tc.call_fn(xd)
+    y = tc.call_fn(xd, index)
     call_s = time.perf_counter() - t0
     y, shape, dtype, _ = fw.output(y, None)
     check_rows(shape, in_shape)

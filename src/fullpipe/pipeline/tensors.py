@@ -229,6 +229,7 @@ class TorchFramework:
         self.device = torch.device("cuda", device_index)
         self._as_torch = as_torch
         self._np_dtypes: dict[Any, tuple[np.dtype, Any]] = {}
+        self._torch_dtypes: dict[np.dtype, Any] = {}  # a NumPy field's torch dtype (record_field)
 
     def stream(self, fp_stream: Any) -> Any:
         from ..cuda.interop import torch_stream
@@ -283,6 +284,25 @@ class TorchFramework:
 
     def keep_for(self, y: Any, other_fs: Any) -> None:
         y.record_stream(other_fs)
+
+    def record_field(self, t: Any, f: Any, record_bytes: int, columns: bool) -> Any:
+        """Field ``f`` (records.Field) of the records ``t`` (a rows x record_bytes uint8
+        tensor, contiguous) as a contiguous tensor of its own: its bytes viewed where they
+        are together (``columns``: the field's rows in one span; or the whole record), else
+        a copy of its columns on the current stream."""
+        rows = t.shape[0]
+        if f.row_bytes == record_bytes:
+            cols = t
+        elif columns:
+            cols = t.view(-1).narrow(0, rows * f.offset, rows * f.row_bytes)
+        else:
+            cols = t[:, f.offset:f.offset + f.row_bytes].contiguous()
+        dtype = f.torch_dtype
+        if dtype is None:
+            dtype = self._torch_dtypes.get(f.dtype)
+            if dtype is None:
+                dtype = self._torch_dtypes[f.dtype] = self.torch.from_numpy(np.empty(0, f.dtype)).dtype
+        return cols.view(dtype).view((rows,) + f.row_shape)
 
     repeat_rows = staticmethod(_repeat_rows)
 
@@ -394,6 +414,17 @@ class CupyFramework:
 
     def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
+
+    def record_field(self, t: Any, f: Any, record_bytes: int, columns: bool) -> Any:
+        """As TorchFramework.record_field, a CuPy array (a copy on the current stream)."""
+        rows = t.shape[0]
+        if f.row_bytes == record_bytes:
+            cols = t
+        elif columns:
+            cols = t.reshape(-1)[rows * f.offset:rows * (f.offset + f.row_bytes)]
+        else:
+            cols = self.cupy.ascontiguousarray(t[:, f.offset:f.offset + f.row_bytes])
+        return cols.view(f.dtype).reshape((rows,) + f.row_shape)
 
     repeat_rows = staticmethod(_repeat_rows)
 
@@ -523,6 +554,8 @@ class TensorCompute:
         self._pad_paid: dict[tuple, float] = {}
         self._shape_lock = threading.Lock()  # (calls on compute threads count and pay at once)
         self.padded_rows = self.padded_batches = 0  # this run's padded batches (_padded_input)
+        # this run's batches of several arrays (records.py): batch index -> its layout; None: one array each
+        self.records: Callable[[int], Any] | None = None
 
     @staticmethod
     def dtype_key(np_dtype: Any, in_dtype: Any) -> tuple:
@@ -587,7 +620,8 @@ class TensorCompute:
 
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> tuple[int, tuple]:
         fw, fs = self.fw, self._fs[lane]
-        pad_to = b.pad_to or (self._bucket(b.in_shape, lane) if self.bucket else 0)
+        bucket = self.bucket and (self.records is None or not self.records(b.index).columns)  # (records.py)
+        pad_to = b.pad_to or (self._bucket(b.in_shape, lane) if bucket else 0)
         keep = 0  # a padded batch: the rows of f's output that are the batch's own
         x_span = (ptr, ptr + b.in_bytes)
         if pad_to:
@@ -604,11 +638,11 @@ class TensorCompute:
         if g is not None:  # (fullpipe's own graphs: static tensors per lane)
             y, shape, dtype, ptr = fw.output(self._unpad(g, pad_to, keep), fs)
         elif self.serial is not None or self._careful:
-            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, x_span, pad_to, keep)
+            y, shape, dtype, ptr = self._call_serially(lane, fs, xt, x_span, pad_to, keep, b.index)
         else:
             fw.set_current(fs)  # each call runs on its lane's stream; the caller's stream comes back in release()
             trees = fw.graph_trees_state()
-            raw = self._unpad(self.call_fn(xt), pad_to, keep)
+            raw = self._unpad(self.call_fn(xt, b.index), pad_to, keep)
             if self._shares(lane, raw, x_span):
                 self.serialize(_OUTPUT_SHARED)
                 raise ComputeSharesOutput("the compute returned device memory that an earlier batch's output "
@@ -810,7 +844,7 @@ class TensorCompute:
             self.serial = why
 
     def _call_serially(self, lane: int, fs: Any, xt: Any, x_span: tuple[int, int], pad_to: int = 0,
-                       keep: int = 0) -> tuple[Any, tuple[int, ...], Any, int]:
+                       keep: int = 0, index: int = 0) -> tuple[Any, tuple[int, ...], Any, int]:
         """A call after the one before it on the GPU, its output copied before the next.
         In a careful run (``begin_run``) both signs are still watched, to learn whether the
         function needs this: a sign makes it serial for good; neither, on two lanes or more,
@@ -823,7 +857,7 @@ class TensorCompute:
             fw.set_current(fs)
             learning = self.serial is None
             trees = fw.graph_trees_state() if learning else None
-            raw = self._unpad(self.call_fn(xt), pad_to, keep)
+            raw = self._unpad(self.call_fn(xt, index), pad_to, keep)
             if learning:
                 if self._shares(lane, raw, x_span):
                     self.serialize(_OUTPUT_SHARED)
@@ -841,14 +875,21 @@ class TensorCompute:
         self._serial_done = self.fw.record(fs, self._serial_done)
         return y, self.fw.address(y)
 
-    def call_fn(self, xt: Any) -> Any:
-        """``f(xt)``; a TypeError from the first call gets a note on the framework it was
-        handed (a CuPy function given a torch tensor, or the other way round)."""
+    def call_fn(self, xt: Any, index: int = 0) -> Any:
+        """``f(xt)``, or for batch ``index`` of a run of several arrays per batch, ``f`` of
+        them as given, unpacked from ``xt``'s records (records.py); a TypeError from the
+        first call gets a note on the framework it was handed (a CuPy function given a
+        torch tensor, or the other way round)."""
+        if self.records is not None:
+            xt = self.records(index).unpack(self.fw, xt)
         try:
             y = self.fn(xt)
         except Exception as exc:
             if isinstance(exc, TypeError) and not self.called:
-                _note_framework(exc, self.fw.name)
+                if self.records is not None:
+                    self.records(index).note(exc)
+                else:
+                    _note_framework(exc, self.fw.name)
             _note_graph_trees_off_thread(exc)
             raise
         self.called = True

@@ -1,0 +1,212 @@
+"""Batches of several arrays (pipeline/records.py) against the fake drivers: a tuple,
+list or dict of arrays per batch is packed into records on the host, travels as one
+array (ring or bulk staging, chunks, padding), and reaches ``f`` as it was given, each
+field a device tensor of its own; the errors a user meets on the way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fullpipe.pipeline.executor as fexec
+from fullpipe.pipeline import StreamPipeline, records
+from tests.test_pipeline_fakecuda import _assert_clean, fake  # noqa: F401 - fixture
+from tests.test_pipeline_tensors import FakeFramework, FakeTensor, _current
+
+
+class RecordFramework(FakeFramework):
+    """The fake framework with TorchFramework.record_field's semantics: a field is a new
+    tensor, its columns of the records copied on the current stream."""
+
+    def record_field(self, t, f, record_bytes, columns):
+        rows = t.shape[0]
+        if columns:  # (a view of the field's span, as TorchFramework's)
+            return FakeTensor(t.ptr + rows * f.offset, (rows,) + f.row_shape, f.dtype, owner=t)
+        out = FakeTensor.empty((rows,) + f.row_shape, f.dtype)
+        self.copies.append(out)  # (alive to the end: the fake has no caching allocator)
+
+        def op():
+            src = t.host().reshape(rows, record_bytes)
+            out.host().reshape(rows, -1).view(np.uint8)[:] = src[:, f.offset:f.offset + f.row_bytes]
+
+        _current.stream.put(op)
+        return out
+
+
+@pytest.fixture
+def recfw(fake, monkeypatch):
+    made = []
+    monkeypatch.setattr(fexec, "make_framework", lambda name, index: made.append(RecordFramework(index)) or made[-1])
+    return made
+
+
+class MaskedSum:
+    """y[i] = (sum of ids[i] where mask[i], count of mask[i]) as float64, from a batch
+    given as (ids, mask), [ids, mask] or {"ids": ..., "mask": ...}. Records what it got."""
+
+    def __init__(self):
+        self.got, self.outputs = [], []
+
+    def __call__(self, batch):
+        self.got.append(type(batch).__name__)
+        ids, mask = (batch["ids"], batch["mask"]) if isinstance(batch, dict) else batch
+        assert isinstance(ids, FakeTensor) and isinstance(mask, FakeTensor)
+        y = FakeTensor.empty((ids.shape[0], 2), np.float64)
+        self.outputs.append(y)
+
+        def op():
+            i, m = ids.host(), mask.host()
+            y.host()[:, 0] = np.where(m, i, 0).reshape(len(i), -1).sum(axis=1)
+            y.host()[:, 1] = m.reshape(len(m), -1).sum(axis=1)
+
+        _current.stream.put(op)
+        return y
+
+
+def masked_sum(ids, mask):
+    return np.stack([np.where(mask, ids, 0).reshape(len(ids), -1).sum(axis=1),
+                     mask.reshape(len(mask), -1).sum(axis=1)], axis=1).astype(np.float64)
+
+
+def token_batches(n, seed=0):
+    """Variable-length batches: int64 ids (B, L) and a bool mask (B, L), L from batch to
+    batch: the layout (the mask's place in a record) differs between batches."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        b, seq = int(rng.integers(1, 40)), int(rng.choice([3, 8, 17, 64]))
+        out.append((rng.integers(0, 1000, (b, seq)), rng.random((b, seq)) < 0.7))
+    return out
+
+
+@pytest.mark.parametrize("staging", ["bulk", "ring"])
+@pytest.mark.parametrize("container", ["tuple", "list", "dict"])
+def test_run_batches_of_several_arrays_reach_f_as_given(fake, recfw, monkeypatch, staging, container):
+    if staging == "ring":
+        from fullpipe.pipeline import bulk
+
+        monkeypatch.setattr(bulk, "BULK_MAX_BYTES", 0)
+    pairs = token_batches(40)
+    make = {"tuple": tuple, "list": list, "dict": lambda p: {"ids": p[0], "mask": p[1]}}[container]
+    f = MaskedSum()
+    pipe = StreamPipeline(f, form="torch", streams=3)
+    ys = pipe.run_batches([make(p) for p in pairs])
+    for (ids, mask), y in zip(pairs, ys):
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert set(f.got) == {container}
+    _assert_clean(pipe)
+    ys = pipe.run_batches([make(p) for p in pairs])  # (a second run: the adapter kept, the layouts new)
+    np.testing.assert_array_equal(ys[-1], masked_sum(*pairs[-1]))
+
+
+def test_one_array_per_batch_after_records_on_the_same_pipeline(fake, recfw):
+    """Nothing of a run of records is left behind: the next run's arrays reach f as they are."""
+    f = MaskedSum()
+
+    def either(batch):
+        return f(batch) if isinstance(batch, tuple) else f((batch, batch))
+
+    pipe = StreamPipeline(either, form="torch", streams=2)
+    pairs = token_batches(8, seed=1)
+    pipe.run_batches(pairs)
+    ids = [p[0] for p in pairs]
+    for x, y in zip(ids, pipe.run_batches(ids)):
+        np.testing.assert_array_equal(y, masked_sum(x, x))
+    _assert_clean(pipe)
+
+
+def test_run_cuts_a_dict_of_arrays_into_chunks_of_records(fake, recfw):
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 50, (5000, 6)).astype(np.int32)
+    mask = rng.random((5000, 6)) < 0.5
+    f = MaskedSum()
+    pipe = StreamPipeline(f, form="torch", streams=3, chunk=700)
+    y = pipe.run({"ids": ids, "mask": mask})
+    np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert pipe.stats.batches == 8 and set(f.got) == {"dict"}
+    _assert_clean(pipe)
+
+
+@pytest.mark.parametrize("pad", [True, False])
+def test_padding_pads_rows_of_records_and_leaves_whole_batches_alone(fake, recfw, pad):
+    """pad_shapes=True: run() pads its short last chunk of records (row after row) with
+    copies of its rows; run_batches' batches (field after field) are never padded."""
+    rng = np.random.default_rng(9)
+    ids, mask = rng.integers(0, 9, (1050, 4)), rng.random((1050, 4)) < 0.5
+    pipe = StreamPipeline(MaskedSum(), form="torch", streams=2, chunk=200, pad_shapes=pad)
+    np.testing.assert_array_equal(pipe.run((ids, mask)), masked_sum(ids, mask))
+    assert (pipe.stats.padded or {}).get("rows", 0) == (150 if pad else 0)
+    pairs = token_batches(30, seed=2)
+    for (i, m), y in zip(pairs, pipe.run_batches(pairs)):
+        np.testing.assert_array_equal(y, masked_sum(i, m))
+    assert not pipe.stats.padded
+    _assert_clean(pipe)
+
+
+def test_imap_takes_a_loaders_lists(fake, recfw):
+    """A DataLoader of (input, label) samples yields lists [inputs, labels]: packed on the
+    reader thread, handed to f as lists."""
+    pairs = token_batches(30, seed=5)
+    got, masked = [], MaskedSum()
+
+    def f(batch):
+        got.append(type(batch).__name__)
+        return masked(tuple(batch))
+
+    pipe = StreamPipeline(f, form="torch", streams=2)
+    ys = list(pipe.imap(([ids, mask] for ids, mask in pairs), window=7))
+    for (ids, mask), y in zip(pairs, ys):
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert set(got) == {"list"} and pipe.imap_stats["windows"] >= 4
+    _assert_clean(pipe)
+
+
+def test_pack_aligns_each_field_and_keeps_one_field_in_place():
+    a = np.arange(10, dtype=np.int8).reshape(5, 2)
+    b = np.arange(5, dtype=np.float64)
+    c = np.ones((5, 3), np.float16)
+    rows = records.pack((a, b, c), columns=False)
+    fields = rows.layout.fields
+    assert [f.offset for f in fields] == [0, 8, 16] and rows.layout.record_bytes == 24
+    assert rows.array.shape == (5, 24) and rows.copied
+    assert rows.array[:, 8:16].copy().view(np.float64).ravel().tolist() == b.tolist()
+    cols = records.pack((a, b, c))  # (field after field: b's five rows from byte 5 x 8 on)
+    assert cols.layout.fields == fields and cols.array.shape == (5, 24)
+    assert cols.array.reshape(-1)[40:80].view(np.float64).tolist() == b.tolist()
+    assert cols.array.reshape(-1)[:10].tolist() == a.ravel().tolist()
+    one = records.pack((b,))
+    assert not one.copied and np.shares_memory(one.array, b) and one.layout.container == "tuple"
+
+
+def test_what_a_user_gets_wrong(fake, recfw):
+    pipe = StreamPipeline(MaskedSum(), form="torch", streams=2)
+    ids = np.zeros((4, 3), np.int64)
+    pipe.run_batches([(ids, ids > 0)] * 4)
+    with pytest.raises(ValueError, match=r"batch 1: field 'mask' has 3 rows and field 'ids' has 4"):
+        pipe.run_batches([{"ids": ids, "mask": ids > 0}, {"ids": ids, "mask": ids[:3] > 0}])
+    with pytest.raises(TypeError, match="batch 1 is one array and batch 0 is several arrays"):
+        pipe.run_batches([(ids, ids > 0), ids])
+    with pytest.raises(TypeError, match=r"batch 0\[1\] is a tuple: the fields of a batch must be arrays"):
+        pipe.run_batches([(ids, (ids, ids))])
+    with pytest.raises(ValueError, match="at least one"):
+        pipe.run_batches([()])
+    with pytest.raises(TypeError, match=r"got a dict: for one batch of several arrays use run\(batch\)"):
+        pipe.run_batches({"ids": ids, "mask": ids > 0})
+    with pytest.raises(ValueError, match="0-dimensional"):
+        pipe.run((ids, np.float32(1.0)))
+    _assert_clean(pipe)
+
+    def stream_form(stream, x, y):
+        pass
+
+    with pytest.raises(TypeError, match="several arrays .* are for a tensor function"):
+        StreamPipeline(stream_form, streams=2).run_batches([(ids, ids)])
+
+    def wants_one_tensor(x):
+        raise TypeError("linear(): argument 'input' must be Tensor, not tuple")
+
+    pipe = StreamPipeline(wants_one_tensor, form="torch", streams=2)
+    with pytest.raises(TypeError) as info:
+        pipe.run_batches([(ids, ids > 0)] * 4)
+    assert "the compute was given a tuple of 2 tensors" in " ".join(info.value.__notes__)
+    _assert_clean(pipe)
