@@ -175,7 +175,35 @@ def test_pack_aligns_each_field_and_keeps_one_field_in_place():
     assert cols.array.reshape(-1)[40:80].view(np.float64).tolist() == b.tolist()
     assert cols.array.reshape(-1)[:10].tolist() == a.ravel().tolist()
     one = records.pack((b,))
-    assert not one.copied and np.shares_memory(one.array, b) and one.layout.container == "tuple"
+    assert not one.copied and np.shares_memory(one.array, b) and one.layout.container is tuple
+
+
+def test_a_namedtuple_or_mapping_class_comes_back_as_itself():
+    """f gets the batch's own container: a namedtuple by its fields, a dict subclass as
+    itself; the layout cache keeps keys of other types apart (True and 1)."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "ids mask")
+    ids, mask = np.arange(6).reshape(3, 2), np.ones((3, 2), bool)
+    parts = ["device ids", "device mask"]  # (what record_field would make)
+    fw = type("Fw", (), {"record_field": lambda self, t, f, rb, cols: parts[f.key if isinstance(f.key, int) else
+                                                                              ["a", "b"].index(f.key)]})()
+    got = records.pack(Pair(ids, mask)).layout.unpack(fw, None)
+    assert type(got) is Pair and got.mask == "device mask"
+    od = records.pack(collections.OrderedDict(a=ids, b=mask)).layout.unpack(fw, None)
+    assert type(od) is collections.OrderedDict and list(od) == ["a", "b"]
+    assert list(records.pack({True: ids}).layout.unpack(fw, None)) == [True]
+    assert list(records.pack({1: ids}).layout.unpack(fw, None)) == [1]
+
+
+def test_fields_are_checked_and_named():
+    ids = np.zeros((4, 3), np.int64)
+    with pytest.raises(ValueError, match=r"batch\['s'\] dtype <U1 cannot go to the GPU"):
+        records.pack({"x": ids, "s": np.array(list("abcd"))})
+    with pytest.raises(ValueError, match=r"batch has 0 rows \(fields of shapes \[\(0, 3\), \(0,\)\]\)"):
+        records.pack((ids[:0], np.zeros(0)))
+    strided = records.pack((ids[:, :2],))  # (a non-contiguous field: a copy, said so)
+    assert strided.copied and strided.array.shape == (4, 16)
 
 
 def test_what_a_user_gets_wrong(fake, recfw):
@@ -184,8 +212,9 @@ def test_what_a_user_gets_wrong(fake, recfw):
     pipe.run_batches([(ids, ids > 0)] * 4)
     with pytest.raises(ValueError, match=r"batch 1: field 'mask' has 3 rows and field 'ids' has 4"):
         pipe.run_batches([{"ids": ids, "mask": ids > 0}, {"ids": ids, "mask": ids[:3] > 0}])
-    with pytest.raises(TypeError, match="batch 1 is one array and batch 0 is several arrays"):
+    with pytest.raises(TypeError, match="batch 1 is one array and batch 0 is several arrays") as info:
         pipe.run_batches([(ids, ids > 0), ids])
+    assert info.value.batch_index == 1
     with pytest.raises(TypeError, match=r"batch 0\[1\] is a tuple: the fields of a batch must be arrays"):
         pipe.run_batches([(ids, (ids, ids))])
     with pytest.raises(ValueError, match="at least one"):
@@ -201,6 +230,8 @@ def test_what_a_user_gets_wrong(fake, recfw):
 
     with pytest.raises(TypeError, match="several arrays .* are for a tensor function"):
         StreamPipeline(stream_form, streams=2).run_batches([(ids, ids)])
+    with pytest.raises(TypeError, match=r"pass \(x for x, _ in loader\)"):  # (before packing: rows unequal here)
+        StreamPipeline(stream_form, streams=2).run((ids, ids[:1]))
 
     def wants_one_tensor(x):
         raise TypeError("linear(): argument 'input' must be Tensor, not tuple")

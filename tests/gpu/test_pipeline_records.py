@@ -143,3 +143,21 @@ def test_a_cupy_function_of_two_arrays():
     got = StreamPipeline(pick, form="cupy", streams=3).run_batches(batches)
     for (x, k), y in zip(batches, got):
         np.testing.assert_array_equal(y, x[np.arange(len(x)), k] * 3)
+
+
+def test_a_namedtuple_of_sliced_tensors():
+    """Fields that are slices of wider tensors (not contiguous: copied while packed) in a
+    namedtuple, which f gets back as itself."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "x w")
+    wide = torch.randn(30, 5000, 16)
+    batches = [Pair(wide[i, :, :8], wide[i, :, 8:]) for i in range(30)]
+
+    def f(b):
+        assert isinstance(b, Pair) and b.x.is_contiguous()
+        return (b.x * b.w).sum(1)
+
+    got = StreamPipeline(f, streams=3).run_batches(batches)
+    for b, y in zip(batches, got):
+        torch.testing.assert_close(y, (b.x * b.w).sum(1))

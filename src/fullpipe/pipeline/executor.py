@@ -587,6 +587,7 @@ class StreamPipeline:
         with ``x`` shifted against it is refused."""
         self._check_not_running("run")
         if records.is_record(x):  # (row after row: run() cuts it into chunks, and may pad the last)
+            self._check_records_allowed()
             packed = records.pack(x, "input", columns=False)
             with self._records_for(lambda _index: packed.layout, packed.copied):
                 return self._run(packed.array, out)
@@ -886,6 +887,8 @@ class StreamPipeline:
             given = list(batches)
         except TypeError as exc:
             raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
+        if given and (records.is_record(given[0]) or isinstance(given[0], records.Packed)):
+            self._check_records_allowed()
         given, layouts, copied = records.pack_all(given)
         if layouts is not None:
             with self._records_for(layouts.__getitem__, copied):
@@ -1046,17 +1049,22 @@ class StreamPipeline:
         return _Pins(default_pin_cache(), register=register and self.pin_in_place and self.staging == "auto"
                      and not self._packed_copies)  # (a batch packed as records is a new array every run)
 
+    def _check_records_allowed(self) -> None:
+        """Batches of several arrays (records.py) are for a tensor function without graphs:
+        said before any of them is packed."""
+        if self.form != "tensor":
+            raise TypeError("batches of several arrays (a tuple, list or dict of arrays) are for a tensor function "
+                            "y = f(batch): a compute(stream, x, y) takes one array per batch (a DataLoader's "
+                            "(input, label) pairs: pass (x for x, _ in loader))")
+        if self.graph:
+            raise ValueError("graph=True does not take batches of several arrays yet: pass one array per batch, or "
+                             "graph=False")
+
     @contextlib.contextmanager
     def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool) -> Iterator[None]:
         """A run of batches of several arrays each, packed as records (records.py):
         ``layout_of(batch index)`` unpacks each on the device for the call; ``copied``: the
         packed arrays are fullpipe's copies (not worth pinning in place)."""
-        if self.form != "tensor":
-            raise TypeError("batches of several arrays (a tuple, list or dict of arrays) are for a tensor function "
-                            "y = f(batch): a compute(stream, x, y) takes one array per batch")
-        if self.graph:
-            raise ValueError("graph=True does not take batches of several arrays yet: pass one array per batch, or "
-                             "graph=False")
         self._records, self._packed_copies = layout_of, copied
         if self._tc is not None:
             self._tc.records = layout_of

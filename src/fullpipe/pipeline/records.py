@@ -40,7 +40,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..cuda.interop import HostKind, host_view
+from ..cuda.interop import HostKind, _is_torch_tensor, host_view
+from .plan import check_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,14 +58,15 @@ class Field:
 
 @dataclasses.dataclass(frozen=True)
 class Records:
-    """A batch's record layout: its container ("tuple", "list" or "dict"), its fields in
-    order, the bytes of one record, and the order of the bytes: ``columns`` False, row
+    """A batch's record layout: its container (the batch's class: a tuple, a namedtuple, a
+    list, a dict or another mapping), its fields in order, the bytes of one record, and
+    the order of the bytes: ``columns`` False, row
     after row (each row holds every field's: a batch may be cut into chunks or padded
     with copies of its rows); True, field after field (``rows x offset`` bytes in, each
     field's rows together: on the device every field is a view, no copy; for whole
     batches, run_batches and imap, which are neither cut nor padded)."""
 
-    container: str
+    container: type
     fields: tuple[Field, ...]
     record_bytes: int
     columns: bool
@@ -74,18 +76,35 @@ class Records:
         tensor or CuPy array, ``rows x record_bytes``, contiguous). On the framework's
         current stream."""
         parts = [fw.record_field(t, f, self.record_bytes, self.columns) for f in self.fields]
-        if self.container == "dict":
-            return {f.key: p for f, p in zip(self.fields, parts)}
-        return tuple(parts) if self.container == "tuple" else parts
+        return _rebuild(self.container, [f.key for f in self.fields], parts)
 
     def note(self, exc: BaseException) -> None:
-        """A note for ``f``'s first call failing with a TypeError: what it was given."""
-        keys = ", ".join(repr(f.key) for f in self.fields) if self.container == "dict" else ""
-        given = (f"a dict of {len(self.fields)} tensors (keys {keys})" if keys else
-                 f"a {self.container} of {len(self.fields)} tensors")
+        """A note for ``f``'s first call failing with a TypeError or AttributeError: what it
+        was given."""
+        mapping = issubclass(self.container, Mapping)
+        keys = f" (keys {', '.join(repr(f.key) for f in self.fields)})" if mapping else ""
+        given = f"a {self.container.__name__} of {len(self.fields)} tensors{keys}"
         exc.add_note(f"fullpipe.StreamPipeline: the compute was given {given}: each batch as it came, on the device. "
                      "To pass only some of it, pick them before the pipeline (e.g. (x for x, _ in loader)) or in "
                      "the compute (lambda b: model(b[0])).")
+
+
+def _rebuild(cls: type, keys: list, parts: list) -> Any:
+    """The device tensors ``parts`` in a container of the batch's class ``cls``: a tuple, a
+    list or a dict as such; a namedtuple by its fields; another tuple, list or mapping
+    class from the plain one, or as the plain one where its constructor will not take it."""
+    if cls is tuple:
+        return tuple(parts)
+    if cls is list:
+        return parts
+    mapping = issubclass(cls, Mapping)
+    plain: Any = dict(zip(keys, parts)) if mapping else (tuple(parts) if issubclass(cls, tuple) else parts)
+    if cls is dict:
+        return plain
+    try:
+        return cls._make(parts) if hasattr(cls, "_make") else cls(plain)  # (a namedtuple; a subclass)
+    except Exception:  # noqa: BLE001 - a constructor of its own: f gets the plain container
+        return plain
 
 
 def is_record(batch: Any) -> bool:
@@ -109,23 +128,25 @@ def pack(batch: Any, what: str = "batch", columns: bool = True) -> Packed:
     """``batch`` (a tuple, list or mapping of host arrays with equal rows) as records, field
     after field (``columns``) or row after row (Records says which is for what). Raises
     TypeError or ValueError naming the field for anything else."""
-    if isinstance(batch, Mapping):
-        container, items = "dict", list(batch.items())
-    else:
-        container, items = ("tuple" if isinstance(batch, tuple) else "list"), list(enumerate(batch))
+    container = type(batch)
+    items = list(batch.items()) if isinstance(batch, Mapping) else list(enumerate(batch))
     if not items:
-        raise ValueError(f"{what} is an empty {type(batch).__name__}: a batch of several arrays needs at least one")
+        raise ValueError(f"{what} is an empty {container.__name__}: a batch of several arrays needs at least one")
     views: list[tuple[Any, np.ndarray, HostKind]] = []
+    copied = False  # (a field made contiguous is a copy already)
     for key, value in items:
         name = f"{what}[{key!r}]"
         if is_record(value):
             raise TypeError(f"{name} is a {type(value).__name__}: the fields of a batch must be arrays "
                             "(nested containers are not taken)")
+        if _is_torch_tensor(value) and value.device.type == "cpu" and not value.is_contiguous():
+            value, copied = value.contiguous(), True  # (a slice such as ids[:, :L]: it is copied anyway)
         arr, kind = host_view(value, name)
         if arr.ndim == 0:
             raise ValueError(f"{name} is 0-dimensional: every field needs rows (axis 0)")
+        check_dtype(arr.dtype, name)
         if not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr)
+            arr, copied = np.ascontiguousarray(arr), True
         views.append((key, arr, kind))
     rows = views[0][1].shape[0]
     for key, arr, _ in views:
@@ -133,25 +154,27 @@ def pack(batch: Any, what: str = "batch", columns: bool = True) -> Packed:
             first = views[0][0]
             raise ValueError(f"{what}: field {key!r} has {arr.shape[0]} rows and field {first!r} has {rows}: the "
                              "arrays of one batch must have equal rows (axis 0), one row each per output row")
-    signature = (container, columns, tuple((key, arr.dtype, arr.shape[1:], kind.torch_dtype if kind.library == "torch"
-                                   else None) for key, arr, kind in views))
+    if not rows:
+        raise ValueError(f"{what} has 0 rows (fields of shapes {[tuple(a.shape) for _, a, _ in views]}): "
+                         "a batch needs at least one row")
+    signature = (container, columns, tuple((type(key), key, arr.dtype, arr.shape[1:],  # (True and 1: two keys)
+                                            kind.torch_dtype if kind.library == "torch" else None)
+                                           for key, arr, kind in views))
     layout = _LAYOUTS.get(signature)
     if layout is None:
         layout = _layout(signature)
     first_kind = views[0][2]
     if len(views) == 1 and layout.fields[0].row_bytes == layout.record_bytes:  # (its bytes are the records)
-        arr = views[0][1]
-        return Packed(_of_kind(arr.reshape(rows, -1).view(np.uint8) if rows else
-                               np.empty((0, layout.record_bytes), np.uint8), first_kind), layout, False)
+        return Packed(_of_kind(views[0][1].reshape(rows, -1).view(np.uint8), first_kind), layout, copied)
     host = np.empty((rows, layout.record_bytes), np.uint8)
     if columns:
         flat = host.reshape(-1)
         for f, (_, arr, _) in zip(layout.fields, views):
-            if f.row_bytes and rows:
+            if f.row_bytes:
                 flat[rows * f.offset:rows * (f.offset + f.row_bytes)] = arr.reshape(-1).view(np.uint8)
     else:
         for f, (_, arr, _) in zip(layout.fields, views):
-            if f.row_bytes and rows:
+            if f.row_bytes:
                 host[:, f.offset:f.offset + f.row_bytes] = arr.reshape(rows, -1).view(np.uint8)
     return Packed(_of_kind(host, first_kind), layout)
 
@@ -167,7 +190,7 @@ def _layout(signature: tuple) -> Records:
     field starts at a multiple of its element size)."""
     container, columns, described = signature
     fields, offset, align = [], 0, 1
-    for key, dtype, row_shape, torch_dtype in described:
+    for _, key, dtype, row_shape, torch_dtype in described:
         size = dtype.itemsize
         offset = -(-offset // size) * size
         row_bytes = math.prod(row_shape) * size
@@ -202,8 +225,10 @@ def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"ba
         return list(batches), None, False
     if not all(records):
         i = records.index(False) if records[0] else records.index(True)
-        raise TypeError(f"{what(i)} is {'one array' if records[0] else 'a ' + type(batches[i]).__name__} and "
-                        f"{what(0)} is {'several arrays' if records[0] else 'one array'}: the batches of a run are "
-                        "all one array each, or all several (a tuple, list or dict of arrays) each")
+        exc = TypeError(f"{what(i)} is {'one array' if records[0] else 'several arrays'} and {what(0)} is "
+                        f"{'several arrays' if records[0] else 'one array'}: the batches of a run are all one array "
+                        "each, or all several (a tuple, list or dict of arrays) each")
+        exc.batch_index = i  # type: ignore[attr-defined] - (imap names the item in the iterable from it)
+        raise exc
     packed = [b if isinstance(b, Packed) else pack(b, what(i), columns=True) for i, b in enumerate(batches)]
     return [p.array for p in packed], [p.layout for p in packed], any(p.copied for p in packed)

@@ -301,7 +301,10 @@ class TorchFramework:
         if dtype is None:
             dtype = self._torch_dtypes.get(f.dtype)
             if dtype is None:
-                dtype = self._torch_dtypes[f.dtype] = self.torch.from_numpy(np.empty(0, f.dtype)).dtype
+                from ..cuda.interop import _torch_dtype_for
+
+                dtype = _torch_dtype_for(f.dtype, None) or self.torch.from_numpy(np.empty(0, f.dtype)).dtype
+                self._torch_dtypes[f.dtype] = dtype
         return cols.view(dtype).view((rows,) + f.row_shape)
 
     repeat_rows = staticmethod(_repeat_rows)
@@ -424,7 +427,12 @@ class CupyFramework:
             cols = t.reshape(-1)[rows * f.offset:rows * (f.offset + f.row_bytes)]
         else:
             cols = self.cupy.ascontiguousarray(t[:, f.offset:f.offset + f.row_bytes])
-        return cols.view(f.dtype).reshape((rows,) + f.row_shape)
+        dtype = f.dtype
+        if dtype.name == "bfloat16" or dtype.kind == "V":  # (CuPy has no bfloat16: its bits, as as_cupy gives)
+            from ..cuda.interop import _CARRIER_BY_ITEMSIZE
+
+            dtype = _CARRIER_BY_ITEMSIZE[dtype.itemsize]
+        return cols.view(dtype).reshape((rows,) + f.row_shape)
 
     repeat_rows = staticmethod(_repeat_rows)
 
@@ -885,11 +893,10 @@ class TensorCompute:
         try:
             y = self.fn(xt)
         except Exception as exc:
-            if isinstance(exc, TypeError) and not self.called:
-                if self.records is not None:
-                    self.records(index).note(exc)
-                else:
-                    _note_framework(exc, self.fw.name)
+            if isinstance(exc, (TypeError, AttributeError)) and not self.called and self.records is not None:
+                self.records(index).note(exc)  # (what f was given: a model of one tensor handed [x, labels])
+            elif isinstance(exc, TypeError) and not self.called:
+                _note_framework(exc, self.fw.name)
             _note_graph_trees_off_thread(exc)
             raise
         self.called = True
