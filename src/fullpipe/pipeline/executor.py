@@ -887,7 +887,7 @@ class StreamPipeline:
             given = list(batches)
         except TypeError as exc:
             raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
-        if given and (records.is_record(given[0]) or isinstance(given[0], records.Packed)):
+        if given and records.several(given[0]):
             self._check_records_allowed()
         given, layouts, copied = records.pack_all(given)
         if layouts is not None:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..cuda.interop import HostKind, _is_torch_tensor, host_view
-from .plan import check_dtype
+from .plan import align_up, check_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +113,11 @@ def is_record(batch: Any) -> bool:
     return isinstance(batch, (tuple, list, Mapping))
 
 
+def several(batch: Any) -> bool:
+    """A batch of several arrays, packed already (imap's reader packs them) or not."""
+    return isinstance(batch, Packed) or is_record(batch)
+
+
 @dataclasses.dataclass
 class Packed:
     """A record batch packed: ``array`` (``rows x record_bytes`` bytes, of the first field's
@@ -160,9 +165,7 @@ def pack(batch: Any, what: str = "batch", columns: bool = True) -> Packed:
     signature = (container, columns, tuple((type(key), key, arr.dtype, arr.shape[1:],  # (True and 1: two keys)
                                             kind.torch_dtype if kind.library == "torch" else None)
                                            for key, arr, kind in views))
-    layout = _LAYOUTS.get(signature)
-    if layout is None:
-        layout = _layout(signature)
+    layout = _layout(signature)
     first_kind = views[0][2]
     if len(views) == 1 and layout.fields[0].row_bytes == layout.record_bytes:  # (its bytes are the records)
         return Packed(_of_kind(views[0][1].reshape(rows, -1).view(np.uint8), first_kind), layout, copied)
@@ -185,19 +188,22 @@ LAYOUTS_KEPT = 1024
 
 def _layout(signature: tuple) -> Records:
     """The layout of a batch of ``signature`` (its container, the byte order; per field:
-    key, host dtype, row shape, torch dtype): each field at the next multiple of its
-    element size, the record a multiple of the largest (so that in either order every
-    field starts at a multiple of its element size)."""
+    key, host dtype, row shape, torch dtype), kept for the next batch like it: each field
+    at the next multiple of its element size, the record a multiple of the largest (so
+    that in either order every field starts at a multiple of its element size)."""
+    layout = _LAYOUTS.get(signature)
+    if layout is not None:
+        return layout
     container, columns, described = signature
     fields, offset, align = [], 0, 1
     for _, key, dtype, row_shape, torch_dtype in described:
         size = dtype.itemsize
-        offset = -(-offset // size) * size
+        offset = align_up(offset, size)
         row_bytes = math.prod(row_shape) * size
         fields.append(Field(key, offset, tuple(row_shape), dtype, torch_dtype, row_bytes))
         offset += row_bytes
         align = max(align, size)
-    layout = Records(container, tuple(fields), max(-(-offset // align) * align, 1), columns)
+    layout = Records(container, tuple(fields), max(align_up(offset, align), 1), columns)
     if len(_LAYOUTS) >= LAYOUTS_KEPT:
         _LAYOUTS.clear()
     _LAYOUTS[signature] = layout
@@ -220,7 +226,7 @@ def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"ba
     whether any was copied), or (``batches``, None, False) when none is a record. Packed
     batches (imap's reader packs them) are taken as they are. A list mixing records and
     single arrays is refused."""
-    records = [isinstance(b, Packed) or is_record(b) for b in batches]
+    records = [several(b) for b in batches]
     if not any(records):
         return list(batches), None, False
     if not all(records):
