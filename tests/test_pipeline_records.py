@@ -1,7 +1,7 @@
 """Batches of several arrays (pipeline/records.py) against the fake drivers: a tuple,
-list or dict of arrays per batch is packed into records on the host, travels as one
-array (ring or bulk staging, chunks, padding), and reaches ``f`` as it was given, each
-field a device tensor of its own; the errors a user meets on the way."""
+list or dict of arrays per batch travels as records, gathered from its fields by the
+staging copy (ring, bulk or direct staging, chunks, padding), and reaches ``f`` as it was
+given, each field a device tensor of its own; the errors a user meets on the way."""
 
 from __future__ import annotations
 
@@ -14,23 +14,26 @@ from tests.test_pipeline_fakecuda import _assert_clean, fake  # noqa: F401 - fix
 from tests.test_pipeline_tensors import FakeFramework, FakeTensor, _current
 
 
-class RecordFramework(FakeFramework):
-    """The fake framework with TorchFramework.record_field's semantics: a field is a new
-    tensor, its columns of the records copied on the current stream."""
+class FieldTensor(FakeTensor):
+    """A field of fake records: ``t[:rows] = other`` copies rows on the current stream (as
+    Records.padded writes them)."""
 
-    def record_field(self, t, f, record_bytes, columns):
-        rows = t.shape[0]
-        if columns:  # (a view of the field's span, as TorchFramework's)
-            return FakeTensor(t.ptr + rows * f.offset, (rows,) + f.row_shape, f.dtype, owner=t)
-        out = FakeTensor.empty((rows,) + f.row_shape, f.dtype)
-        self.copies.append(out)  # (alive to the end: the fake has no caching allocator)
+    def __setitem__(self, key, other):
+        assert key.start is None and key.step is None
 
         def op():
-            src = t.host().reshape(rows, record_bytes)
-            out.host().reshape(rows, -1).view(np.uint8)[:] = src[:, f.offset:f.offset + f.row_bytes]
+            self.host()[:key.stop] = other.host()
 
         _current.stream.put(op)
-        return out
+
+
+class RecordFramework(FakeFramework):
+    """The fake framework with TorchFramework.record_field's semantics: a field is a view
+    of its rows' span of the records."""
+
+    def record_field(self, t, f, record_bytes):
+        rows = t.shape[0]
+        return FieldTensor(t.ptr + rows * f.offset, (rows,) + f.row_shape, f.dtype, owner=t)
 
 
 @pytest.fixture
@@ -99,6 +102,69 @@ def test_run_batches_of_several_arrays_reach_f_as_given(fake, recfw, monkeypatch
     np.testing.assert_array_equal(ys[-1], masked_sum(*pairs[-1]))
 
 
+@pytest.mark.parametrize("staging", ["bulk", "ring", "direct"])
+def test_records_are_gathered_by_the_staging_copy_not_packed_before_it(fake, recfw, monkeypatch, staging):
+    """A long list of records is not packed on the calling thread: the ring's or the bulk
+    block's copy gathers each batch from its fields (records.fill_parts never runs); with
+    staging="direct" each host array is filled first, then copied as it is."""
+    from fullpipe.pipeline import bulk
+
+    if staging == "ring":
+        monkeypatch.setattr(bulk, "BULK_MAX_BYTES", 0)
+    filled = []
+    real = records.fill_parts
+    monkeypatch.setattr(records, "fill_parts", lambda dst, parts: filled.append(dst) or real(dst, parts))
+    pairs = token_batches(40, seed=7)
+    pipe = StreamPipeline(MaskedSum(), form="torch", streams=3, staging="direct" if staging == "direct" else "auto")
+    for (ids, mask), y in zip(pairs, pipe.run_batches(pairs)):
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert pipe.stats.staging["input"] == staging and not filled
+    rng = np.random.default_rng(4)
+    big = (rng.integers(0, 9, (600_000, 3)).astype(np.int32), rng.random((600_000, 3)) < 0.5)  # (> 8 MiB)
+    pipe.chunk = 75_000
+    np.testing.assert_array_equal(pipe.run(big), masked_sum(*big))
+    assert pipe.stats.batches == 8 and not filled
+    _assert_clean(pipe)
+
+
+def test_pinned_fields_are_copied_to_the_gpu_where_they_are(fake, recfw, monkeypatch):
+    """Every field pinned (a DataLoader's pin_memory=True): no host copy at all, each batch's
+    H2D reads its fields where they are, one copy per field (run_batches, imap, run()); one
+    pageable field and the batches are gathered through the ring again."""
+    from fullpipe.pipeline import pageable
+
+    copies = []
+    real_parts, real_fill = pageable.HostCopier.copy_parts, records.fill_parts
+    monkeypatch.setattr(pageable.HostCopier, "copy_parts", lambda *a: copies.append(a) or real_parts(*a))
+    monkeypatch.setattr(records, "fill_parts", lambda *a: copies.append(a) or real_fill(*a))
+    pairs = token_batches(40, seed=8)
+    fake.pinned.update(a.ctypes.data for pair in pairs for a in pair)
+    pipe = StreamPipeline(MaskedSum(), form="torch", streams=3)
+    for (ids, mask), y in zip(pairs, pipe.run_batches(pairs)):
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert pipe.stats.staging["input"] == "direct" and not copies
+    for (ids, mask), y in zip(pairs, pipe.imap(iter(pairs), window=6)):  # (small: filled by imap's reader)
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert len(copies) == len(pairs)
+    copies.clear()
+    rng = np.random.default_rng(5)
+    big = (rng.integers(0, 9, (600_000, 3)).astype(np.int32), rng.random((600_000, 3)) < 0.5)
+    fake.pinned.update(a.ctypes.data for a in big)
+    pipe.chunk = 75_000
+    np.testing.assert_array_equal(pipe.run(big), masked_sum(*big))
+    assert pipe.stats.staging["input"] == "direct" and pipe.stats.batches == 8 and not copies
+    large = [(big[0][i:i + 75_000].copy(), big[1][i:i + 75_000].copy()) for i in range(0, 600_000, 75_000)]
+    fake.pinned.update(a.ctypes.data for pair in large for a in pair)  # (1.2 MB batches: gathered by the run)
+    for (ids, mask), y in zip(large, pipe.imap(iter(large), window=3)):
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert pipe.stats.staging["input"] == "direct" and not copies
+    fake.pinned.discard(pairs[3][1].ctypes.data)
+    for (ids, mask), y in zip(pairs, pipe.run_batches(pairs)):
+        np.testing.assert_array_equal(y, masked_sum(ids, mask))
+    assert pipe.stats.staging["input"] == "bulk"
+    _assert_clean(pipe)
+
+
 def test_one_array_per_batch_after_records_on_the_same_pipeline(fake, recfw):
     """Nothing of a run of records is left behind: the next run's arrays reach f as they are."""
     f = MaskedSum()
@@ -128,14 +194,30 @@ def test_run_cuts_a_dict_of_arrays_into_chunks_of_records(fake, recfw):
 
 
 @pytest.mark.parametrize("pad", [True, False])
-def test_padding_pads_rows_of_records_and_leaves_whole_batches_alone(fake, recfw, pad):
-    """pad_shapes=True: run() pads its short last chunk of records (row after row) with
-    copies of its rows; run_batches' batches (field after field) are never padded."""
+def test_padding_repeats_each_fields_rows_and_leaves_whole_batches_alone(fake, recfw, pad):
+    """pad_shapes=True: run() pads its short last chunk of records with copies of each
+    field's rows (f sees 200 rows: the 50 of the chunk, then those again, in turn);
+    run_batches' batches are never padded."""
     rng = np.random.default_rng(9)
     ids, mask = rng.integers(0, 9, (1050, 4)), rng.random((1050, 4)) < 0.5
-    pipe = StreamPipeline(MaskedSum(), form="torch", streams=2, chunk=200, pad_shapes=pad)
+    seen, masked = [], MaskedSum()
+
+    def f(batch):
+        i, m = batch
+
+        def op(i=i, m=m):
+            seen.append((i.host().copy(), m.host().copy()))
+
+        _current.stream.put(op)
+        return masked((i, m))
+
+    pipe = StreamPipeline(f, form="torch", streams=2, chunk=200, pad_shapes=pad)
     np.testing.assert_array_equal(pipe.run((ids, mask)), masked_sum(ids, mask))
     assert (pipe.stats.padded or {}).get("rows", 0) == (150 if pad else 0)
+    last = [(i, m) for i, m in seen if np.array_equal(i[:50], ids[1000:])]
+    assert len(last) == 1 and len(last[0][0]) == (200 if pad else 50)
+    np.testing.assert_array_equal(last[0][0], np.tile(ids[1000:], (4, 1))[:len(last[0][0])])
+    np.testing.assert_array_equal(last[0][1], np.tile(mask[1000:], (4, 1))[:len(last[0][1])])
     pairs = token_batches(30, seed=2)
     for (i, m), y in zip(pairs, pipe.run_batches(pairs)):
         np.testing.assert_array_equal(y, masked_sum(i, m))
@@ -165,17 +247,36 @@ def test_pack_aligns_each_field_and_keeps_one_field_in_place():
     a = np.arange(10, dtype=np.int8).reshape(5, 2)
     b = np.arange(5, dtype=np.float64)
     c = np.ones((5, 3), np.float16)
-    rows = records.pack((a, b, c), columns=False)
-    fields = rows.layout.fields
-    assert [f.offset for f in fields] == [0, 8, 16] and rows.layout.record_bytes == 24
-    assert rows.array.shape == (5, 24) and rows.copied
-    assert rows.array[:, 8:16].copy().view(np.float64).ravel().tolist() == b.tolist()
     cols = records.pack((a, b, c))  # (field after field: b's five rows from byte 5 x 8 on)
-    assert cols.layout.fields == fields and cols.array.shape == (5, 24)
+    fields = cols.layout.fields
+    assert [f.offset for f in fields] == [0, 8, 16] and cols.layout.record_bytes == 24
+    assert cols.array.shape == (5, 24) and cols.copied and cols.parts() is None
     assert cols.array.reshape(-1)[40:80].view(np.float64).tolist() == b.tolist()
     assert cols.array.reshape(-1)[:10].tolist() == a.ravel().tolist()
     one = records.pack((b,))
     assert not one.copied and np.shares_memory(one.array, b) and one.layout.container is tuple
+    assert one.parts() is None
+
+
+def test_an_unfilled_batch_is_gathered_from_its_fields_and_a_chunk_from_their_rows():
+    """Not filled, a batch's host array is left alone: the staging copy gathers it from
+    each field's rows (parts), a chunk of rows [a, b) from rows [a, b) of every field, in
+    the same order (field after field) as a whole batch."""
+    a = np.arange(30, dtype=np.int16).reshape(10, 3)
+    b = np.arange(10, dtype=np.float64) * 0.5
+    lazy = records.pack({"a": a, "b": b}, fill=False)
+    assert not lazy.filled and lazy.layout.record_bytes == 16  # (a's 6 bytes, b at 8)
+    def fields(flat, rows):  # (the bytes between a's rows and b's are nobody's)
+        return flat[:rows * 6].view(np.int16).tolist(), flat[rows * 8:].view(np.float64).tolist()
+
+    whole = np.zeros(160, np.uint8)
+    records.fill_parts(whole.ctypes.data, lazy.parts())
+    assert fields(whole, 10) == (a.ravel().tolist(), b.tolist())
+    chunk = np.zeros(4 * 16, np.uint8)
+    records.fill_parts(chunk.ctypes.data, lazy.parts(3, 7))
+    assert fields(chunk, 4) == (a[3:7].ravel().tolist(), b[3:7].tolist())
+    assert lazy.fill().filled and lazy.parts() is None and lazy.parts(3, 7) is not None
+    assert fields(lazy.host.reshape(-1), 10) == fields(whole, 10)
 
 
 def test_a_namedtuple_or_mapping_class_comes_back_as_itself():
@@ -186,7 +287,7 @@ def test_a_namedtuple_or_mapping_class_comes_back_as_itself():
     Pair = collections.namedtuple("Pair", "ids mask")
     ids, mask = np.arange(6).reshape(3, 2), np.ones((3, 2), bool)
     parts = ["device ids", "device mask"]  # (what record_field would make)
-    fw = type("Fw", (), {"record_field": lambda self, t, f, rb, cols: parts[f.key if isinstance(f.key, int) else
+    fw = type("Fw", (), {"record_field": lambda self, t, f, rb: parts[f.key if isinstance(f.key, int) else
                                                                               ["a", "b"].index(f.key)]})()
     got = records.pack(Pair(ids, mask)).layout.unpack(fw, None)
     assert type(got) is Pair and got.mask == "device mask"

@@ -80,9 +80,12 @@ def test_padded_requests_through_an_encoder(threads):
     assert pipe.resources()["pool_used_bytes"] == 0
 
 
-def test_every_field_reaches_f_exactly_in_its_dtype_and_shape():
-    """A dict of bfloat16 (B, 3, 5), int64 (B,) and bool (B, 7) fields, cut by run() into
-    chunks: f returns all of them side by side as float64, compared bit for bit."""
+@pytest.mark.parametrize("pad, staging", [("auto", "auto"), (True, "auto"), (True, "direct")])
+def test_every_field_reaches_f_exactly_in_its_dtype_and_shape(pad, staging):
+    """A dict of bfloat16 (B, 3, 5), int64 (B,) and bool (B, 7) fields (9.6 MB: gathered by
+    the staging copy, or with staging="direct" filled on the host first), cut by run() into
+    chunks, the last one padded with copies of each field's rows (pad_shapes=True): f
+    returns all of them side by side as float64, compared bit for bit."""
     rows = 200_000
     x = {"a": torch.randn(rows, 3, 5).to(torch.bfloat16), "n": torch.randint(-2**40, 2**40, (rows,)),
          "m": torch.rand(rows, 7) < 0.5}
@@ -92,10 +95,13 @@ def test_every_field_reaches_f_exactly_in_its_dtype_and_shape():
         seen.append({k: (v.dtype, tuple(v.shape[1:]), v.is_contiguous()) for k, v in b.items()})
         return torch.cat([b["a"].double().flatten(1), b["n"].double()[:, None], b["m"].double()], dim=1)
 
-    pipe = StreamPipeline(f, streams=3, chunk="1MiB")
+    pipe = StreamPipeline(f, streams=3, chunk="1MiB", pad_shapes=pad, staging=staging)
     y = pipe.run(x)
     want = torch.cat([x["a"].double().flatten(1), x["n"].double()[:, None], x["m"].double()], dim=1)
     assert torch.equal(y, want) and pipe.stats.batches > 3
+    assert (pipe.stats.staging["input"] == "direct") == (staging == "direct")  # (else bulk: 1 MiB chunks)
+    if pad is True:
+        assert pipe.stats.padded["rows"] == pipe.stats.chunk["rows"] - rows % pipe.stats.chunk["rows"]
     assert seen[0] == {"a": (torch.bfloat16, (3, 5), True), "n": (torch.int64, (), True),
                        "m": (torch.bool, (7,), True)}
 
@@ -122,6 +128,31 @@ def test_a_loaders_images_and_labels():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_pinned_loaders_batches_go_to_the_gpu_where_they_are():
+    """A DataLoader with pin_memory=True yields pinned [images, labels]: each batch's H2D
+    reads both fields where they are (staging "direct", no host copy), in imap as in
+    run_batches; the outputs are right and pinned as the inputs were."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    imgs = torch.randint(0, 256, (2000, 3, 16, 16), dtype=torch.uint8)
+    labels = torch.randint(0, 10, (2000,))
+    loader = DataLoader(TensorDataset(imgs, labels), batch_size=100, pin_memory=True)
+
+    def f(batch):
+        x, y = batch
+        return x.float().mean((1, 2, 3)) + y
+
+    want = imgs.float().mean((1, 2, 3)) + labels
+    pipe = StreamPipeline(f, streams=3)
+    got = list(pipe.imap(loader))  # (its windows are short lists of small batches: some go plainly)
+    torch.testing.assert_close(torch.cat(got), want)
+    batches = list(loader)
+    assert all(x.is_pinned() and y.is_pinned() for x, y in batches)
+    got = pipe.run_batches(batches)
+    torch.testing.assert_close(torch.cat(got), want)
+    assert pipe.stats.staging["input"] == "direct" and all(y.is_pinned() for y in got)
+
+
 def test_a_pinned_one_field_tuple_is_not_copied():
     x = torch.randn(32768, 256).pin_memory()  # (32 MiB: cut into chunks, not run plainly)
     pipe = StreamPipeline(lambda b: b[0] * 2, streams=2)
@@ -143,6 +174,10 @@ def test_a_cupy_function_of_two_arrays():
     got = StreamPipeline(pick, form="cupy", streams=3).run_batches(batches)
     for (x, k), y in zip(batches, got):
         np.testing.assert_array_equal(y, x[np.arange(len(x)), k] * 3)
+    x, k = rng.random((100_000, 32), dtype=np.float32), rng.integers(0, 32, 100_000)  # (13 MB, chunks, padded)
+    pipe = StreamPipeline(pick, form="cupy", streams=3, chunk=30_000, pad_shapes=True)
+    np.testing.assert_array_equal(pipe.run((x, k)), x[np.arange(len(x)), k] * 3)
+    assert pipe.stats.padded["rows"] == 20_000
 
 
 def test_a_namedtuple_of_sliced_tensors():

@@ -123,20 +123,23 @@ class BulkStaging:
         """The input block's size (what :class:`DeviceInputs` uploads), 0 without one."""
         return self.input_block.nbytes if self.input_block is not None else 0
 
-    def stage_inputs(self, batches: Sequence[Any], copier: Any) -> None:
+    def stage_inputs(self, batches: Sequence[Any], copier: Any, parts_of: Any = None) -> None:
         """Copy every batch's input into one pinned block; the batches' H2Ds then read it.
         The first ``FIRST_INPUT_BYTES`` are copied now; the rest in groups of
         ``INPUT_GROUP_BYTES`` on the copier's threads while the first batches run: call
-        :meth:`wait_input` before batch ``pos``'s H2D (or :meth:`wait_inputs` for all)."""
+        :meth:`wait_input` before batch ``pos``'s H2D (or :meth:`wait_inputs` for all).
+        ``parts_of(batch)``: the parts a batch of several arrays is gathered from
+        (records.Packed.parts), or None for one array (or when not given)."""
         sizes = [b.in_bytes for b in batches]
         places = self._places(sizes)
         self.input_block, self.input_batches = self.blocks[-1], list(batches)
-        copies = [(at, b.src_addr, n) for b, at, n in zip(batches, places, sizes)]
+        copies = [[(at, b.src_addr, n)] if (parts := parts_of and parts_of(b)) is None else
+                  [(at + off, src, k) for off, src, k in parts] for b, at, n in zip(batches, places, sizes)]
         groups = self.input_groups = _groups(sizes, FIRST_INPUT_BYTES, INPUT_GROUP_BYTES)
         first_end = groups[0][1]
-        copier.copy_many(copies[:first_end])
+        copier.copy_many([c for cs in copies[:first_end] for c in cs])
         for start, end in groups[1:]:
-            futures = copier.submit_many(copies[start:end])
+            futures = copier.submit_many([c for cs in copies[start:end] for c in cs])
             self._inputs_pending.append((start, futures))
             self._copying += futures  # (waited for before the blocks go back, on any path)
         self.moved += batches

@@ -356,9 +356,15 @@ class StreamPipeline:
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
-        # this run's batches of several arrays (records.py): batch index -> layout; whether packing copied
+        # this run's batches of several arrays (records.py): batch index -> layout; whether packing copied;
+        # a batch -> the parts its input is gathered from by the staging copy (None: its host array as is);
+        # every batch's fields (the objects as given, their host views), or None; whether all are pinned
         self._records: Callable[[int], records.Records] | None = None
         self._packed_copies = False
+        self._gather: Callable[[P.Batch], list | None] | None = None
+        self._record_fields: tuple[list, list[np.ndarray]] | None = None
+        self._fields_pinned = False
+        self._fill: Callable[[], Any] | None = None  # writes the records into the host arrays (a plain run)
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
@@ -586,10 +592,12 @@ class StreamPipeline:
         runs in place (``y`` of ``x``'s row shape and dtype); an ``out`` that shares memory
         with ``x`` shifted against it is refused."""
         self._check_not_running("run")
-        if records.is_record(x):  # (row after row: run() cuts it into chunks, and may pad the last)
+        if records.is_record(x):  # (each chunk gathered from its rows of every field by the staging copy)
             self._check_records_allowed()
-            packed = records.pack(x, "input", columns=False)
-            with self._records_for(lambda _index: packed.layout, packed.copied):
+            packed = records.pack(x, "input", fill=False)
+            fields = (list(packed.objects), list(packed.keep)) if packed.sources is not None else None
+            with self._records_for(lambda _index: packed.layout, packed.copied and fields is None,
+                                   lambda b: packed.parts(*b.rows), fields, packed.fill):  # type: ignore[misc]
                 return self._run(packed.array, out)
         return self._run(x, out)
 
@@ -673,6 +681,8 @@ class StreamPipeline:
         try:
             met = "none" if cache.empty else cache.overlap(x_np.ctypes.data, nbytes)  # (ctypes.data: 1-2 us)
             # (a range pinned in part goes the long way, through the ring: _runs_plain)
+            if self._fill is not None and met != "partial":
+                self._fill()  # (a batch of several arrays: a plain run reads its host array)
             got = None if met == "partial" else run_small(tc, x_np, kind, met != "none", pinned_output)
         finally:
             self._running = False
@@ -772,6 +782,8 @@ class StreamPipeline:
 
         self._running = True
         try:
+            if self._fill is not None:
+                self._fill()  # (batches of several arrays: a plain run reads their host arrays)
             pinned_output = self._pinned_output_for(usage, notes)
             got = run_small_list(self._tc, arrays, kinds, cache_met, lambda n: pinned_output((n,), np.dtype(np.uint8)),
                                  outs_np)
@@ -790,7 +802,8 @@ class StreamPipeline:
                    fixed_rows: int | None, usage: PinnedUsage, notes: list, pins: "_Pins", in_place: bool) -> Any:
         """run() once its arguments are checked: staging, chunking, the run itself
         (``in_place``: ``out`` is ``x``'s memory)."""
-        in_pinned = pins.pinned("input", x, x_np, self._pinned)
+        in_pinned = (pins.pinned("input", x, x_np, self._pinned) if self._record_fields is None
+                     else self._inputs_pinned(pins, [x], [x_np], []))
         new_pinned = in_pinned and pins.pinned_outputs()  # (a new output is pinned only for a pinned input)
         outputs: _Outputs | None = None
         if tensor:
@@ -826,6 +839,8 @@ class StreamPipeline:
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=5)
         if self._runs_plain(batches, n_probe, x_np, outputs):
+            if self._fill is not None:
+                self._fill()  # (a batch of several arrays: a plain run reads its host array)
             self._running = True
             try:
                 stats = run_plain(self._tc, batches[0], x_np,  # type: ignore[arg-type]
@@ -889,10 +904,15 @@ class StreamPipeline:
             raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
         if given and records.several(given[0]):
             self._check_records_allowed()
-        given, layouts, copied = records.pack_all(given)
-        if layouts is not None:
-            with self._records_for(layouts.__getitem__, copied):
-                return self._run_list(given, outs, warn_few, pin_new)
+        packed = records.pack_all(given)
+        if packed is not None:
+            fields = None  # (every field of every batch, where each batch is gathered from its fields)
+            if all(p.sources is not None and not p.filled for p in packed):
+                fields = ([o for p in packed for o in p.objects], [a for p in packed for a in p.keep])
+            with self._records_for([p.layout for p in packed].__getitem__,
+                                   any(p.copied for p in packed) and fields is None,
+                                   lambda b: packed[b.index].parts(), fields, lambda: [p.fill() for p in packed]):
+                return self._run_list([p.array for p in packed], outs, warn_few, pin_new)
         return self._run_list(given, outs, warn_few, pin_new)
 
     def _run_list(self, given: list[Any], outs: Sequence[Any] | None, warn_few: bool, pin_new: bool
@@ -940,8 +960,7 @@ class StreamPipeline:
         notes: list[str] = []
         pins = self._pins(register=pin_new)
         try:
-            in_pinned = pins.pinned_list("input", given, arrays, [(b.src_addr, b.in_bytes) for b in items],
-                                         self._pinned)
+            in_pinned = self._inputs_pinned(pins, given, arrays, [(b.src_addr, b.in_bytes) for b in items])
             outs_pinned = out_given is not None and pins.pinned_list(
                 "output", outs, out_given, [(a, o.nbytes) for a, o in zip(out_addresses, out_given)],  # type: ignore[arg-type]
                 self._pinned)
@@ -1061,17 +1080,26 @@ class StreamPipeline:
                              "graph=False")
 
     @contextlib.contextmanager
-    def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool) -> Iterator[None]:
-        """A run of batches of several arrays each, packed as records (records.py):
+    def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool,
+                      parts_of: Callable[[P.Batch], list | None], fields: tuple[list, list] | None,
+                      fill: Callable[[], Any]) -> Iterator[None]:
+        """A run of batches of several arrays each, as records (records.py):
         ``layout_of(batch index)`` unpacks each on the device for the call; ``copied``: the
-        packed arrays are fullpipe's copies (not worth pinning in place)."""
-        self._records, self._packed_copies = layout_of, copied
+        host arrays the run reads are fullpipe's (not worth pinning in place); ``parts_of(batch)``:
+        where the staging copy gathers a batch's input from (None: its host array holds it);
+        ``fields``: (objects, host views) of every field the batches are gathered from, for
+        the run's pinned check (:meth:`_inputs_pinned`), or None (the host arrays are checked);
+        ``fill()``: writes every batch's records into its host array, for a run that reads
+        those as they are (the plain runs: _run_small, _run_small_list, run_plain)."""
+        self._records, self._packed_copies, self._gather = layout_of, copied, parts_of
+        self._record_fields, self._fields_pinned, self._fill = fields, False, fill
         if self._tc is not None:
             self._tc.records = layout_of
         try:
             yield
         finally:
-            self._records, self._packed_copies = None, False
+            self._records, self._packed_copies, self._gather = None, False, None
+            self._record_fields, self._fields_pinned, self._fill = None, False, None
             if self._tc is not None:
                 self._tc.records = None
 
@@ -1187,7 +1215,7 @@ class StreamPipeline:
         staged = BulkStaging(self._pinned_pool, usage)
         try:
             if bulk_in:
-                staged.stage_inputs(batches, self._copier("in"))
+                staged.stage_inputs(batches, self._copier("in"), self._gather)
                 stage_in = "direct"
             if bulk_out:
                 # (the stream form's batches hold their outputs' addresses; outs= were read once)
@@ -1209,6 +1237,35 @@ class StreamPipeline:
             staged.give_back()
             raise
         return staged, stage_in, stage_out
+
+    def _inputs_pinned(self, pins: "_Pins", objs: list, arrays: list[np.ndarray],
+                       ranges: list[tuple[int, int]]) -> bool:
+        """run_batches' (and run()'s) input side: page-locked for this run? For batches of
+        several arrays gathered from their fields (records.py), it is whether every field is
+        (pinned by its owner, as a DataLoader's pin_memory=True does, or in place by the pin
+        cache, as a list seen again is): then each batch's H2D reads its fields where they
+        are (:meth:`_direct_records`), with no host copy."""
+        if self._record_fields is None:
+            return pins.pinned_list("input", objs, arrays, ranges, self._pinned)
+        fobjs, farrays = self._record_fields
+        self._fields_pinned = pins.pinned_list("input", fobjs, farrays,
+                                               [(int(a.ctypes.data), a.nbytes) for a in farrays], self._pinned)
+        return self._fields_pinned
+
+    def _direct_records(self, batches: list[P.Batch]) -> None:
+        """Batches of several arrays copied to the GPU without staging (records.py): with
+        every field pinned, each batch's H2D reads its fields where they are (Batch.h2d_parts,
+        one copy per field); else (staging="direct" of pageable fields) each batch's records
+        are written into its host array first."""
+        copier = self._copier("in")
+        for b in batches:
+            parts = self._gather(b)  # type: ignore[misc]
+            if parts is None:
+                continue
+            if self._fields_pinned:
+                b.h2d_parts = parts
+            else:
+                copier.copy_parts(b.src_addr, parts)
 
     def _staging_mode(self, pinned: bool) -> str:
         if self.staging == "auto":
@@ -1588,6 +1645,8 @@ class StreamPipeline:
             if staging["output"] == "ring" and stage_out == "direct":
                 staging["output"] = "bulk"
         ring_in, ring_out, has_out = stage_in == "ring", stage_out == "ring", stage_out is not None
+        if self._gather is not None and staging["input"] == "direct":
+            self._direct_records(batches)
         stats = PipelineStats(
             batches=n, streams=N, slots=K, recycle=self.recycle, copy_streams=self.copy_streams,
             staging=staging,
@@ -2017,7 +2076,8 @@ class StreamPipeline:
             else:
                 free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
                 run.signals += free_in
-            sources = [bb.src for bb in run.batches]
+            gather = self._gather
+            sources = [bb.src for bb in run.batches] if gather is None else [gather(bb) or bb.src for bb in run.batches]
             run.stager = (InlineInputStager(self._ring_in, free_in, sources, self._copier("in"), run.stop)
                           if run.inline_in else
                           InputStager(self._ring_in, free_in, sources, self._copier("in"), run.stop,

@@ -124,9 +124,12 @@ def _spots(nbytes: int) -> np.ndarray:
     return np.concatenate([spots, tail]) if len(tail) else spots
 
 
-def sample(arr: np.ndarray) -> bytes | None:
+def sample(arr: Any) -> bytes | None:
     """The batch's bytes at its sampled spots (None for an array that is not one block of
-    plain data: run_batches refuses those itself)."""
+    plain data: run_batches refuses those itself). A batch of several arrays not yet
+    gathered (records.Packed): its fields' spots, which are what its window will copy."""
+    if isinstance(arr, records.Packed):
+        return b"".join(sample(a) or b"" for a in arr.keep)
     if not arr.flags.c_contiguous or arr.nbytes == 0 or arr.dtype.hasobject:
         return None
     flat = arr.reshape(-1).view(np.uint8)
@@ -225,8 +228,13 @@ class WindowReader:
                 w.error, w.last = exc, True
                 return False
             try:
-                if records.is_record(item):  # (packed here, on the reader's thread: records.py)
-                    item = records.pack(item, f"batch {index}")
+                if records.is_record(item):  # (records.py: its layout found here, on the reader's thread)
+                    item = records.pack(item, f"batch {index}", fill=False)
+                    if item.host.nbytes <= pageable.INLINE_MAX_BYTES:
+                        # a small batch filled here too, off the enqueueing thread, which would
+                        # copy it itself (plainly, or staged inline); a large one is gathered by
+                        # its run's staging threads, or copied where it is when pinned (session 31)
+                        item.fill()
                 arr, _ = host_view(item.array if isinstance(item, records.Packed) else item, f"batch {index}")
             except (TypeError, ValueError) as exc:
                 _not_a_batch_note(exc, index, item)
@@ -234,8 +242,8 @@ class WindowReader:
                 return False
             self._next_index += 1
             w.items.append(item)
-            w.arrays.append(arr)
-            w.samples.append(sample(arr))
+            w.arrays.append(item if isinstance(item, records.Packed) and not item.filled else arr)  # (what is copied)
+            w.samples.append(sample(w.arrays[-1]))
             w.nbytes += arr.nbytes
             w.block_bytes += align_up(arr.nbytes, bulk.ALIGN)
             w.largest = max(w.largest, arr.nbytes)

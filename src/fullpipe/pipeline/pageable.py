@@ -89,6 +89,16 @@ class HostCopier:
         for f in futures:
             f.result()
 
+    def copy_parts(self, dst: int, parts: Sequence[tuple[int, int, int]]) -> None:
+        """One batch gathered from several places (a batch of several arrays, records.py):
+        ``(bytes into dst, src, nbytes)`` each, a large one split over the threads as
+        :meth:`copy` splits one array, a small one in one memmove."""
+        for at, src, n in parts:
+            if n >= 2 * MIN_PIECE_BYTES:
+                self.copy(dst + at, src, n)
+            else:
+                ctypes.memmove(dst + at, src, n)
+
     def _runs(self, copies: Sequence[tuple[int, int, int]], most: int) -> list[list[tuple[int, int, int]]]:
         """``copies`` cut into up to ``most`` consecutive runs of about equal bytes (small
         copies are not split)."""
@@ -174,9 +184,19 @@ def host_address(array: Any) -> int:
     return int(array.ctypes.data)
 
 
+def stage_copy(copier: HostCopier, dst: int, src: Any) -> None:
+    """One batch's input into a pinned slot: ``src`` a host array, or the parts a batch of
+    several arrays is gathered from (records.Packed.parts)."""
+    if isinstance(src, list):
+        copier.copy_parts(dst, src)
+    else:
+        copier.copy(dst, host_address(src), src.nbytes)
+
+
 class InputStager(_Worker):
     """Copies batch j's input into slot j % K as soon as the GPU has released that slot
-    (its ``free`` signal), then tells the enqueueing thread through ``take(j)``."""
+    (its ``free`` signal), then tells the enqueueing thread through ``take(j)``.
+    ``sources``: each batch's host array, or the parts it is gathered from (stage_copy)."""
 
     def __init__(self, ring: SlotRing, free: Sequence[GpuSignal], sources: Sequence[Any],
                  copier: HostCopier, stop: threading.Event, on_start: Any = None):
@@ -194,7 +214,7 @@ class InputStager(_Worker):
             if self.stop.is_set():
                 return
             t0 = perf()
-            self.copier.copy(self.ring.address(slot), host_address(src), src.nbytes)
+            stage_copy(self.copier, self.ring.address(slot), src)
             self.copy_s.append(perf() - t0)
             self._filled.put(j)
 
@@ -282,9 +302,8 @@ class InlineInputStager:
     def take(self, j: int) -> int:
         slot = j % self.ring.slots
         self.free[slot].wait(self.stop)
-        src = self.sources[j]
         t0 = time.perf_counter()
-        self.copier.copy(self.ring.address(slot), host_address(src), src.nbytes)
+        stage_copy(self.copier, self.ring.address(slot), self.sources[j])
         self.copy_s.append(time.perf_counter() - t0)
         return slot
 

@@ -124,6 +124,9 @@ class Batch:
     # run(): the last chunk, shorter than the others, may be run at their rows (copies of its
     # own rows after it; only its rows come back): a batch shape the compute has seen. 0: as is.
     pad_to: int = 0
+    # a batch of several arrays whose fields are pinned (records.py): its H2D reads each field
+    # where it is, (bytes into the batch, host address, bytes) per field, instead of src_addr
+    h2d_parts = None
 
     def __post_init__(self, src_address: int | None) -> None:
         # Read once here, not per enqueue: the executor's loop counts microseconds.

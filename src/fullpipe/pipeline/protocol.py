@@ -225,7 +225,12 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
             record(ev[0][1], h_in)
         # H2D, then the input slot may be refilled
         if not inputs_on_device:
-            htod(ptr, src, in_bytes, h_in)
+            parts = b.h2d_parts
+            if parts is None:
+                htod(ptr, src, in_bytes, h_in)
+            else:  # (a batch of several pinned arrays: one H2D per field, records.py)
+                for at, field, n in parts:
+                    htod(ptr + at, field, n, h_in)
         if free_in is not None:
             free_in[slot](s_in)
         if ev:

@@ -3,36 +3,51 @@
 A model often takes more than one input per row: ``model(input_ids, attention_mask)``, a
 DataLoader's ``[images, labels]``, a tokenizer's ``{"input_ids": ..., "attention_mask":
 ...}``. fullpipe moves one block of host memory per batch (one staging copy, one H2D), so
-such a batch travels as *records*, ``rows x record_bytes`` bytes in which every field has
-its place (aligned to its element size), in one of two orders:
-
-- **field after field** (``columns``; run_batches and imap): each field's rows together,
-  ``rows x offset`` bytes in. On the device every field is a view of the batch's bytes,
-  contiguous, with no copy. A batch in this order is never padded (pad_shapes): copies of
-  its rows would not be rows of its fields.
-- **row after row** (run() of a tuple or dict of arrays): row ``r`` of every field side by
-  side, so that the records are cut into chunks and padded as any one array is. On the
-  device each field is copied out of its columns (one small copy each, on the batch's
-  stream), contiguous.
+such a batch travels as *records*: ``rows x record_bytes`` bytes, field after field (each
+field's rows together, ``rows x offset`` bytes in, ``offset`` aligned to its element size).
+On the device every field is then a contiguous view of the batch's bytes, no copy:
 
     host batch (tuple, list or dict of arrays, equal rows)
-        -> packed, one host copy of each field             (:func:`pack`)
-        -> staged, copied to the device as one array
+        -> its records' place on the host, and where each field's rows are      (:func:`pack`)
+        -> the staging copy gathers the fields into the pinned slot or block,
+           field after field, on the copier's threads                            (:meth:`Packed.parts`)
+        -> one H2D
         -> ``f`` gets the batch as it was given: a tuple, list or dict of device tensors
-                                                           (:meth:`Records.unpack`)
+                                                                                 (:meth:`Records.unpack`)
 
-so ``f`` sees what the naive loop's ``f([t.cuda() for t in batch])`` would. The host pays
-one packing copy of the batch (~20-40 us for a few KiB of token ids and mask on an H100
-host), on imap's reader thread where it can. A batch of one field is not copied: its bytes
-are the records already (a pinned tensor stays pinned).
+so ``f`` sees what the naive loop's ``f([t.cuda() for t in batch])`` would, and the host
+copies each field once, as it copies one array: the staging's own memmove (pageable.py,
+bulk.py) takes the fields where they are instead of one packed array. Packing into one host
+array first cost a serial copy on the calling thread: 0.64x the one-array pipeline for a
+DataLoader's 10 MB batches of images with their labels, and 0.28x the naive loop for a
+``run()`` of two 256 MiB arrays, whose rows were interleaved at ~2.4 GB/s (session 30).
+
+``run()`` cuts the records into chunks of rows, and a chunk is field after field too: each
+field's rows ``[a, b)`` are contiguous in the field, so a chunk is gathered from one span
+per field, like a batch. A chunk run at more rows than it has (``pad_shapes``) has each
+field's rows repeated on the device (:meth:`Records.padded`).
+
+Where every field is pinned (by its owner, as a DataLoader's ``pin_memory=True`` does, or
+in place by the pin cache, as a list seen again is), no host copy is made at all: each
+batch's H2D reads its fields where they are, one copy per field (executor's
+``_direct_records``, ``Batch.h2d_parts``). Where the host array itself is read (a short list
+that may go plainly, or pageable fields with ``staging="direct"``), it is filled first
+(:meth:`Packed.fill`). imap's reader finds each batch's layout and fills a small batch
+(up to ``pageable.INLINE_MAX_BYTES``) itself, off the enqueueing thread, which would copy it
+otherwise: 1.3x faster for an encoder's ids and masks than gathered by the run; a large batch
+is gathered by its window's run (1.2x faster for 10 MB images with labels than filled by the
+reader), its fields sampled so that a refilled buffer is caught as for one array (session 31).
+A batch of one field is not copied at all: its bytes are its records already (a pinned tensor
+stays pinned).
 
 Packing needs equal rows (axis 0) in every field: rows are what fullpipe checks the output
-against (and cuts and pads, row after row). A field's other dimensions may differ from
-batch to batch (sequence lengths), and so may the layout: each batch carries its own.
+against (and cuts and pads). A field's other dimensions may differ from batch to batch
+(sequence lengths), and so may the layout: each batch carries its own.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -59,24 +74,30 @@ class Field:
 @dataclasses.dataclass(frozen=True)
 class Records:
     """A batch's record layout: its container (the batch's class: a tuple, a namedtuple, a
-    list, a dict or another mapping), its fields in order, the bytes of one record, and
-    the order of the bytes: ``columns`` False, row
-    after row (each row holds every field's: a batch may be cut into chunks or padded
-    with copies of its rows); True, field after field (``rows x offset`` bytes in, each
-    field's rows together: on the device every field is a view, no copy; for whole
-    batches, run_batches and imap, which are neither cut nor padded)."""
+    list, a dict or another mapping), its fields in order, and the bytes of one record.
+    A batch of ``rows`` records holds field ``f``'s rows at ``rows x f.offset`` bytes in."""
 
     container: type
     fields: tuple[Field, ...]
     record_bytes: int
-    columns: bool
 
     def unpack(self, fw: Any, t: Any) -> Any:
         """The batch as ``f`` takes it, from ``t``: its records on the device (a 2-D uint8
-        tensor or CuPy array, ``rows x record_bytes``, contiguous). On the framework's
-        current stream."""
-        parts = [fw.record_field(t, f, self.record_bytes, self.columns) for f in self.fields]
+        tensor or CuPy array, ``rows x record_bytes``, contiguous): every field a view."""
+        parts = [fw.record_field(t, f, self.record_bytes) for f in self.fields]
         return _rebuild(self.container, [f.key for f in self.fields], parts)
+
+    def padded(self, fw: Any, t: Any, rows: int) -> Any:
+        """New records of ``rows`` rows (more than ``t`` has): each field's rows of ``t``,
+        then copies of them, in turn (pad_shapes). On the framework's current stream."""
+        out = fw.tiled_rows(t, rows)  # (a new rows x record_bytes block; its bytes are set below)
+        have = t.shape[0]
+        for f in self.fields:
+            if f.row_bytes:
+                into = fw.record_field(out, f, self.record_bytes)
+                into[:have] = fw.record_field(t, f, self.record_bytes)
+                fw.repeat_rows(into, have)
+        return out
 
     def note(self, exc: BaseException) -> None:
         """A note for ``f``'s first call failing with a TypeError or AttributeError: what it
@@ -120,24 +141,63 @@ def several(batch: Any) -> bool:
 
 @dataclasses.dataclass
 class Packed:
-    """A record batch packed: ``array`` (``rows x record_bytes`` bytes, of the first field's
-    kind: a torch tensor for torch fields, else a NumPy array), its ``layout``, and whether
-    ``array`` is a copy (False: the one field's own memory)."""
+    """A record batch as fullpipe moves it: ``array``, its records' place on the host
+    (``rows x record_bytes`` bytes, of the first field's kind: a torch tensor for torch
+    fields, else a NumPy array), its ``layout``, whether ``array`` is new memory
+    (``copied``; False: the one field's own bytes), and where each field's rows are
+    (``sources``: their host addresses; None where ``array`` is the field itself).
+    ``array`` holds the records only once :meth:`fill` ran (``filled``); the staging
+    copies gather them from the fields instead (:meth:`parts`)."""
 
     array: Any
     layout: Records
     copied: bool = True
+    sources: tuple[int, ...] | None = None
+    filled: bool = True
+    host: Any = None  # ``array`` as a NumPy array
+    keep: tuple = ()  # the field arrays (host views) ``sources`` point into, alive as long as this
+    objects: tuple = ()  # the fields as given (for the pin-down cache: pinned in place, they are copied directly)
+
+    def parts(self, start: int = 0, stop: int | None = None) -> list[tuple[int, int, int]] | None:
+        """Rows ``[start, stop)`` (all by default) as the staging copies them: per field,
+        (bytes into those rows' records, the host address of the field's rows, bytes),
+        field after field. None where ``array``'s own bytes are those records (filled, or
+        the one field's own memory)."""
+        rows = self.host.shape[0] if self.host is not None else 0
+        stop = rows if stop is None else stop
+        if self.sources is None or (self.filled and (start, stop) == (0, rows)):
+            return None
+        n = stop - start
+        return [(n * f.offset, at + start * f.row_bytes, n * f.row_bytes)
+                for f, at in zip(self.layout.fields, self.sources) if f.row_bytes]
+
+    def fill(self) -> "Packed":
+        """Copy the fields into ``array`` (for a run that reads it as it is: a plain run, a
+        direct copy, a batch imap's reader holds). Returns self."""
+        if not self.filled:
+            fill_parts(int(self.host.ctypes.data), self.parts() or [])
+            self.filled = True
+        return self
 
 
-def pack(batch: Any, what: str = "batch", columns: bool = True) -> Packed:
-    """``batch`` (a tuple, list or mapping of host arrays with equal rows) as records, field
-    after field (``columns``) or row after row (Records says which is for what). Raises
+def fill_parts(dst: int, parts: Sequence[tuple[int, int, int]]) -> None:
+    """One batch's records at host address ``dst``, from :meth:`Packed.parts` (one memmove
+    per field, the GIL let go during each)."""
+    for at, src, n in parts:
+        ctypes.memmove(dst + at, src, n)
+
+
+def pack(batch: Any, what: str = "batch", fill: bool = True) -> Packed:
+    """``batch`` (a tuple, list or mapping of host arrays with equal rows) as records: its
+    layout, each field's place, and a host array for them, filled now (``fill``) or left
+    for the staging copy to gather into its pinned memory (:class:`Packed`). Raises
     TypeError or ValueError naming the field for anything else."""
     container = type(batch)
     items = list(batch.items()) if isinstance(batch, Mapping) else list(enumerate(batch))
     if not items:
         raise ValueError(f"{what} is an empty {container.__name__}: a batch of several arrays needs at least one")
     views: list[tuple[Any, np.ndarray, HostKind]] = []
+    objects = []
     copied = False  # (a field made contiguous is a copy already)
     for key, value in items:
         name = f"{what}[{key!r}]"
@@ -152,7 +212,9 @@ def pack(batch: Any, what: str = "batch", columns: bool = True) -> Packed:
         check_dtype(arr.dtype, name)
         if not arr.flags.c_contiguous:
             arr, copied = np.ascontiguousarray(arr), True
+            value = arr
         views.append((key, arr, kind))
+        objects.append(value)
     rows = views[0][1].shape[0]
     for key, arr, _ in views:
         if arr.shape[0] != rows:
@@ -162,24 +224,19 @@ def pack(batch: Any, what: str = "batch", columns: bool = True) -> Packed:
     if not rows:
         raise ValueError(f"{what} has 0 rows (fields of shapes {[tuple(a.shape) for _, a, _ in views]}): "
                          "a batch needs at least one row")
-    signature = (container, columns, tuple((type(key), key, arr.dtype, arr.shape[1:],  # (True and 1: two keys)
-                                            kind.torch_dtype if kind.library == "torch" else None)
-                                           for key, arr, kind in views))
+    signature = (container, tuple((type(key), key, arr.dtype, arr.shape[1:],  # (True and 1: two keys)
+                                   kind.torch_dtype if kind.library == "torch" else None)
+                                  for key, arr, kind in views))
     layout = _layout(signature)
     first_kind = views[0][2]
     if len(views) == 1 and layout.fields[0].row_bytes == layout.record_bytes:  # (its bytes are the records)
-        return Packed(_of_kind(views[0][1].reshape(rows, -1).view(np.uint8), first_kind), layout, copied)
-    host = np.empty((rows, layout.record_bytes), np.uint8)
-    if columns:
-        flat = host.reshape(-1)
-        for f, (_, arr, _) in zip(layout.fields, views):
-            if f.row_bytes:
-                flat[rows * f.offset:rows * (f.offset + f.row_bytes)] = arr.reshape(-1).view(np.uint8)
-    else:
-        for f, (_, arr, _) in zip(layout.fields, views):
-            if f.row_bytes:
-                host[:, f.offset:f.offset + f.row_bytes] = arr.reshape(rows, -1).view(np.uint8)
-    return Packed(_of_kind(host, first_kind), layout)
+        host = views[0][1].reshape(rows, -1).view(np.uint8)
+        return Packed(_of_kind(host, first_kind), layout, copied, host=host)
+    host = np.empty((rows, layout.record_bytes), np.uint8)  # (not touched until filled: no page is made)
+    arrays = tuple(arr for _, arr, _ in views)
+    packed = Packed(_of_kind(host, first_kind), layout, True, tuple(int(a.ctypes.data) for a in arrays),
+                    filled=False, host=host, keep=arrays, objects=tuple(objects))
+    return packed.fill() if fill else packed
 
 
 _LAYOUTS: dict[tuple, Records] = {}  # a batch's signature -> its layout (lists repeat a few)
@@ -187,14 +244,14 @@ LAYOUTS_KEPT = 1024
 
 
 def _layout(signature: tuple) -> Records:
-    """The layout of a batch of ``signature`` (its container, the byte order; per field:
-    key, host dtype, row shape, torch dtype), kept for the next batch like it: each field
-    at the next multiple of its element size, the record a multiple of the largest (so
-    that in either order every field starts at a multiple of its element size)."""
+    """The layout of a batch of ``signature`` (its container; per field: key, host dtype,
+    row shape, torch dtype), kept for the next batch like it: each field at the next
+    multiple of its element size, the record a multiple of the largest (so that at any
+    rows, ``rows x offset`` is a multiple of the field's element size)."""
     layout = _LAYOUTS.get(signature)
     if layout is not None:
         return layout
-    container, columns, described = signature
+    container, described = signature
     fields, offset, align = [], 0, 1
     for _, key, dtype, row_shape, torch_dtype in described:
         size = dtype.itemsize
@@ -203,7 +260,7 @@ def _layout(signature: tuple) -> Records:
         fields.append(Field(key, offset, tuple(row_shape), dtype, torch_dtype, row_bytes))
         offset += row_bytes
         align = max(align, size)
-    layout = Records(container, tuple(fields), max(align_up(offset, align), 1), columns)
+    layout = Records(container, tuple(fields), max(align_up(offset, align), 1))
     if len(_LAYOUTS) >= LAYOUTS_KEPT:
         _LAYOUTS.clear()
     _LAYOUTS[signature] = layout
@@ -220,15 +277,14 @@ def _of_kind(host: np.ndarray, kind: HostKind) -> Any:
     return torch.from_numpy(host)
 
 
-def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"batch {i}"
-             ) -> tuple[list[Any], list[Records] | None, bool]:
-    """The batches of a run as fullpipe moves them: (the arrays, each batch's layout,
-    whether any was copied), or (``batches``, None, False) when none is a record. Packed
-    batches (imap's reader packs them) are taken as they are. A list mixing records and
-    single arrays is refused."""
+def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"batch {i}",
+             fill: bool = False) -> list[Packed] | None:
+    """The batches of a run as fullpipe moves them (:func:`pack`, filled or not), or None
+    when none is a record. Packed batches (imap's reader packs them) are taken as they
+    are. A list mixing records and single arrays is refused."""
     records = [several(b) for b in batches]
     if not any(records):
-        return list(batches), None, False
+        return None
     if not all(records):
         i = records.index(False) if records[0] else records.index(True)
         exc = TypeError(f"{what(i)} is {'one array' if records[0] else 'several arrays'} and {what(0)} is "
@@ -236,5 +292,4 @@ def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"ba
                         "each, or all several (a tuple, list or dict of arrays) each")
         exc.batch_index = i  # type: ignore[attr-defined] - (imap names the item in the iterable from it)
         raise exc
-    packed = [b if isinstance(b, Packed) else pack(b, what(i), columns=True) for i, b in enumerate(batches)]
-    return [p.array for p in packed], [p.layout for p in packed], any(p.copied for p in packed)
+    return [b if isinstance(b, Packed) else pack(b, what(i), fill) for i, b in enumerate(batches)]

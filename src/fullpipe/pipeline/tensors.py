@@ -285,18 +285,12 @@ class TorchFramework:
     def keep_for(self, y: Any, other_fs: Any) -> None:
         y.record_stream(other_fs)
 
-    def record_field(self, t: Any, f: Any, record_bytes: int, columns: bool) -> Any:
+    def record_field(self, t: Any, f: Any, record_bytes: int) -> Any:
         """Field ``f`` (records.Field) of the records ``t`` (a rows x record_bytes uint8
-        tensor, contiguous) as a contiguous tensor of its own: its bytes viewed where they
-        are together (``columns``: the field's rows in one span; or the whole record), else
-        a copy of its columns on the current stream."""
+        tensor, contiguous, field after field) as a contiguous tensor of its own: a view of
+        the field's rows, which are together."""
         rows = t.shape[0]
-        if f.row_bytes == record_bytes:
-            cols = t
-        elif columns:
-            cols = t.view(-1).narrow(0, rows * f.offset, rows * f.row_bytes)
-        else:
-            cols = t[:, f.offset:f.offset + f.row_bytes].contiguous()
+        cols = t if f.row_bytes == record_bytes else t.view(-1).narrow(0, rows * f.offset, rows * f.row_bytes)
         dtype = f.torch_dtype
         if dtype is None:
             dtype = self._torch_dtypes.get(f.dtype)
@@ -418,15 +412,10 @@ class CupyFramework:
     def keep_for(self, y: Any, other_fs: Any) -> None:  # pragma: no cover - refused at construction
         raise ValueError("copy_streams=True is not supported with a CuPy tensor function")
 
-    def record_field(self, t: Any, f: Any, record_bytes: int, columns: bool) -> Any:
-        """As TorchFramework.record_field, a CuPy array (a copy on the current stream)."""
+    def record_field(self, t: Any, f: Any, record_bytes: int) -> Any:
+        """As TorchFramework.record_field, a CuPy array (a view)."""
         rows = t.shape[0]
-        if f.row_bytes == record_bytes:
-            cols = t
-        elif columns:
-            cols = t.reshape(-1)[rows * f.offset:rows * (f.offset + f.row_bytes)]
-        else:
-            cols = self.cupy.ascontiguousarray(t[:, f.offset:f.offset + f.row_bytes])
+        cols = t if f.row_bytes == record_bytes else t.reshape(-1)[rows * f.offset:rows * (f.offset + f.row_bytes)]
         dtype = f.dtype
         if dtype.name == "bfloat16" or dtype.kind == "V":  # (CuPy has no bfloat16: its bits, as as_cupy gives)
             from ..cuda.interop import _CARRIER_BY_ITEMSIZE
@@ -628,7 +617,7 @@ class TensorCompute:
 
     def __call__(self, lane: int, stream: Any, ptr: int, b: Any) -> tuple[int, tuple]:
         fw, fs = self.fw, self._fs[lane]
-        bucket = self.bucket and (self.records is None or not self.records(b.index).columns)  # (records.py)
+        bucket = self.bucket and self.records is None  # (records.py: a batch's record_bytes is not its fields' shapes)
         pad_to = b.pad_to or (self._bucket(b.in_shape, lane) if bucket else 0)
         keep = 0  # a padded batch: the rows of f's output that are the batch's own
         x_span = (ptr, ptr + b.in_bytes)
@@ -678,6 +667,8 @@ class TensorCompute:
         with self._shape_lock:
             self.padded_rows += rows - b.in_shape[0]
             self.padded_batches += 1
+        if self.records is not None:  # (field after field: each field's rows repeated, records.py)
+            return self.records(b.index).padded(fw, self._input(lane, ptr, b.in_shape), rows), False
         if self._bases and self._bases[lane][0] == ptr and n <= math.prod(self._bases[lane][1].shape):
             xt = fw.cut(self._bases[lane][1], n, shape)
             fw.repeat_rows(xt, b.in_shape[0])
