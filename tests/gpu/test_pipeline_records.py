@@ -196,3 +196,30 @@ def test_a_namedtuple_of_sliced_tensors():
     got = StreamPipeline(f, streams=3).run_batches(batches)
     for b, y in zip(batches, got):
         torch.testing.assert_close(y, (b.x * b.w).sum(1))
+
+
+def test_graphs_of_records_one_per_layout():
+    """graph=True: a batch of several arrays replays a PyTorch graph per lane, shape and
+    layout. Batches A and B have the same bytes per row (128) with fields of other shapes
+    at other offsets: replaying A's graph on B's bytes would read them wrong."""
+    torch.manual_seed(6)
+
+    def a(rows):
+        return (torch.randn(rows, 24), torch.randint(-9, 9, (rows, 4)))  # 96 + 32 bytes a row
+
+    def b(rows):
+        return (torch.randn(rows, 16), torch.randint(-9, 9, (rows, 8)))  # 64 + 64
+
+    batches = [(a if i % 2 else b)(64) for i in range(12)] + [a(32), b(32)]
+
+    def f(batch):
+        x, k = batch
+        return x.sum(1) * 2 + k.float().sum(1)
+
+    pipe = StreamPipeline(f, streams=3, graph=True)
+    for _ in range(2):
+        got = pipe.run_batches(batches)
+        for (x, k), y in zip(batches, got):
+            torch.testing.assert_close(y, x.sum(1) * 2 + k.float().sum(1))
+    g = pipe.stats.graph
+    assert g["launches"] == len(batches) and g["captures"] == 0 and g["graphs"] >= 4

@@ -1069,15 +1069,12 @@ class StreamPipeline:
                      and not self._packed_copies)  # (a batch packed as records is a new array every run)
 
     def _check_records_allowed(self) -> None:
-        """Batches of several arrays (records.py) are for a tensor function without graphs:
-        said before any of them is packed."""
+        """Batches of several arrays (records.py) are for a tensor function: said before any
+        of them is packed."""
         if self.form != "tensor":
             raise TypeError("batches of several arrays (a tuple, list or dict of arrays) are for a tensor function "
                             "y = f(batch): a compute(stream, x, y) takes one array per batch (a DataLoader's "
                             "(input, label) pairs: pass (x for x, _ in loader))")
-        if self.graph:
-            raise ValueError("graph=True does not take batches of several arrays yet: pass one array per batch, or "
-                             "graph=False")
 
     @contextlib.contextmanager
     def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool,

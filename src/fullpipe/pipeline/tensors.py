@@ -62,6 +62,7 @@ refused (the graphs would race on it).
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import math
 import statistics
@@ -631,7 +632,10 @@ class TensorCompute:
         key = (called, self._dtype_key)
         new = key not in self.shapes_seen
         t0 = time.perf_counter()
-        g = self.graphs.replay(lane, fs, xt, self.fn) if self.graphs is not None else None
+        g = None
+        if self.graphs is not None:  # (a batch of several arrays: its layout is part of its graph's key)
+            g = (self.graphs.replay(lane, fs, xt, self.fn) if self.records is None else
+                 self.graphs.replay(lane, fs, xt, functools.partial(self.call_fn, index=b.index), self.records(b.index)))
         if g is not None:  # (fullpipe's own graphs: static tensors per lane)
             y, shape, dtype, ptr = fw.output(self._unpad(g, pad_to, keep), fs)
         elif self.serial is not None or self._careful:
@@ -1000,10 +1004,12 @@ class TorchGraphs:
         self.launches = self.captures = self.fallbacks = 0
         self.capture_s = 0.0
 
-    def replay(self, lane: int, fs: Any, xt: Any, fn: Callable[[Any], Any]) -> Any:
+    def replay(self, lane: int, fs: Any, xt: Any, fn: Callable[[Any], Any], layout: Any = None) -> Any:
         """The static output after replaying this lane's graph for xt's shape (captured
-        now if needed), or None: run f eagerly (the cache is full)."""
-        key = (lane, tuple(xt.shape), xt.dtype)
+        now if needed), or None: run f eagerly (the cache is full). ``layout``: the records
+        layout ``fn`` unpacks ``xt`` with (records.py), one graph per layout: batches of equal
+        bytes per row may hold fields of other shapes, at other offsets."""
+        key = (lane, tuple(xt.shape), xt.dtype, layout)
         got = self._cache.get(key)
         torch = self.torch
         if got is None:
