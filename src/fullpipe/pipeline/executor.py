@@ -358,11 +358,11 @@ class StreamPipeline:
         self._tc: TensorCompute | None = None
         # this run's batches of several arrays (records.py): batch index -> layout; whether packing copied;
         # a batch -> the parts its input is gathered from by the staging copy (None: its host array as is);
-        # every batch's fields (the objects as given, their host views), or None; whether all are pinned
+        # every batch's fields (the objects as given, their host views, addresses), or None; whether all are pinned
         self._records: Callable[[int], records.Records] | None = None
         self._packed_copies = False
         self._gather: Callable[[P.Batch], list | None] | None = None
-        self._record_fields: tuple[list, list[np.ndarray]] | None = None
+        self._record_fields: tuple[list, list[np.ndarray], list[int]] | None = None
         self._fields_pinned = False
         self._fill: Callable[[], Any] | None = None  # writes the records into the host arrays (a plain run)
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
@@ -595,7 +595,8 @@ class StreamPipeline:
         if records.is_record(x):  # (each chunk gathered from its rows of every field by the staging copy)
             self._check_records_allowed()
             packed = records.pack(x, "input", fill=False)
-            fields = (list(packed.objects), list(packed.keep)) if packed.sources is not None else None
+            fields = ((list(packed.objects), list(packed.keep), list(packed.sources)) if packed.sources is not None
+                      else None)
             with self._records_for(lambda _index: packed.layout, packed.copied and fields is None,
                                    lambda b: packed.parts(*b.rows), fields, packed.fill):  # type: ignore[misc]
                 return self._run(packed.array, out)
@@ -908,7 +909,8 @@ class StreamPipeline:
         if packed is not None:
             fields = None  # (every field of every batch, where each batch is gathered from its fields)
             if all(p.sources is not None and not p.filled for p in packed):
-                fields = ([o for p in packed for o in p.objects], [a for p in packed for a in p.keep])
+                fields = ([o for p in packed for o in p.objects], [a for p in packed for a in p.keep],
+                          [at for p in packed for at in p.sources])
             with self._records_for([p.layout for p in packed].__getitem__,
                                    any(p.copied for p in packed) and fields is None,
                                    lambda b: packed[b.index].parts(), fields, lambda: [p.fill() for p in packed]):
@@ -1078,13 +1080,13 @@ class StreamPipeline:
 
     @contextlib.contextmanager
     def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool,
-                      parts_of: Callable[[P.Batch], list | None], fields: tuple[list, list] | None,
+                      parts_of: Callable[[P.Batch], list | None], fields: tuple[list, list, list] | None,
                       fill: Callable[[], Any]) -> Iterator[None]:
         """A run of batches of several arrays each, as records (records.py):
         ``layout_of(batch index)`` unpacks each on the device for the call; ``copied``: the
         host arrays the run reads are fullpipe's (not worth pinning in place); ``parts_of(batch)``:
         where the staging copy gathers a batch's input from (None: its host array holds it);
-        ``fields``: (objects, host views) of every field the batches are gathered from, for
+        ``fields``: (objects, host views, addresses) of every field the batches are gathered from, for
         the run's pinned check (:meth:`_inputs_pinned`), or None (the host arrays are checked);
         ``fill()``: writes every batch's records into its host array, for a run that reads
         those as they are (the plain runs: _run_small, _run_small_list, run_plain)."""
@@ -1244,9 +1246,9 @@ class StreamPipeline:
         are (:meth:`_direct_records`), with no host copy."""
         if self._record_fields is None:
             return pins.pinned_list("input", objs, arrays, ranges, self._pinned)
-        fobjs, farrays = self._record_fields
+        fobjs, farrays, faddresses = self._record_fields
         self._fields_pinned = pins.pinned_list("input", fobjs, farrays,
-                                               [(int(a.ctypes.data), a.nbytes) for a in farrays], self._pinned)
+                                               [(at, a.nbytes) for a, at in zip(farrays, faddresses)], self._pinned)
         return self._fields_pinned
 
     def _direct_records(self, batches: list[P.Batch]) -> None:

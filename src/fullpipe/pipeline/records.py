@@ -197,7 +197,7 @@ def pack(batch: Any, what: str = "batch", fill: bool = True) -> Packed:
     if not items:
         raise ValueError(f"{what} is an empty {container.__name__}: a batch of several arrays needs at least one")
     views: list[tuple[Any, np.ndarray, HostKind]] = []
-    objects = []
+    objects, addresses = [], []
     copied = False  # (a field made contiguous is a copy already)
     for key, value in items:
         name = f"{what}[{key!r}]"
@@ -215,6 +215,9 @@ def pack(batch: Any, what: str = "batch", fill: bool = True) -> Packed:
             value = arr
         views.append((key, arr, kind))
         objects.append(value)
+        # (a tensor's data_ptr(): 0.1 us; an array's ctypes.data: 4 us, twice a batch's own packing work)
+        addresses.append(value.data_ptr() if kind.library == "torch" and value is not arr
+                         else arr.__array_interface__["data"][0])
     rows = views[0][1].shape[0]
     for key, arr, _ in views:
         if arr.shape[0] != rows:
@@ -234,8 +237,8 @@ def pack(batch: Any, what: str = "batch", fill: bool = True) -> Packed:
         return Packed(_of_kind(host, first_kind), layout, copied, host=host)
     host = np.empty((rows, layout.record_bytes), np.uint8)  # (not touched until filled: no page is made)
     arrays = tuple(arr for _, arr, _ in views)
-    packed = Packed(_of_kind(host, first_kind), layout, True, tuple(int(a.ctypes.data) for a in arrays),
-                    filled=False, host=host, keep=arrays, objects=tuple(objects))
+    packed = Packed(_of_kind(host, first_kind), layout, True, tuple(addresses), filled=False, host=host,
+                    keep=arrays, objects=tuple(objects))
     return packed.fill() if fill else packed
 
 
