@@ -81,6 +81,16 @@ class Records:
     fields: tuple[Field, ...]
     record_bytes: int
 
+    def __post_init__(self) -> None:
+        # (a key of PyTorch graphs, looked up once a batch: hashing every field each time took ~2 us)
+        object.__setattr__(self, "_hash", hash((self.container, self.fields, self.record_bytes)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> tuple:  # (pickled without the hash: another process hashes its strings anew)
+        return Records, (self.container, self.fields, self.record_bytes)
+
     def unpack(self, fw: Any, t: Any) -> Any:
         """The batch as ``f`` takes it, from ``t``: its records on the device (a 2-D uint8
         tensor or CuPy array, ``rows x record_bytes``, contiguous): every field a view."""
