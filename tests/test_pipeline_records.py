@@ -11,7 +11,7 @@ import pytest
 import fullpipe.pipeline.executor as fexec
 from fullpipe.pipeline import StreamPipeline, records
 from tests.test_pipeline_fakecuda import _assert_clean, fake  # noqa: F401 - fixture
-from tests.test_pipeline_tensors import FakeFramework, FakeTensor, _current
+from tests.test_pipeline_tensors import FakeFramework, FakeTensor, OneBuffer, _current
 
 
 class FieldTensor(FakeTensor):
@@ -162,6 +162,77 @@ def test_pinned_fields_are_copied_to_the_gpu_where_they_are(fake, recfw, monkeyp
     for (ids, mask), y in zip(pairs, pipe.run_batches(pairs)):
         np.testing.assert_array_equal(y, masked_sum(ids, mask))
     assert pipe.stats.staging["input"] == "bulk"
+    _assert_clean(pipe)
+
+
+class WarmsIntoOneBuffer(OneBuffer):
+    """y = 2x + 1 of a batch's first field: new tensors for the first 6 calls, then one
+    output buffer in every call (a compute that starts reusing its output once warmed up:
+    fullpipe then runs the whole run again, its calls one after another)."""
+
+    def __call__(self, batch):
+        x = batch[0]
+        if self.calls >= 6:
+            return super().__call__(x)
+        self.calls += 1
+        y = FakeTensor.empty(x.shape, np.float32)
+        self.buf.setdefault("fresh", []).append(y)
+        _current.stream.put(lambda: y.host().__setitem__(..., x.host() * 2 + 1))
+        return y
+
+
+def test_an_output_over_a_field_gets_the_fields_as_they_were(fake, recfw, monkeypatch):
+    """An out= that shares memory with a field (over it, or shifted against it), which the
+    run may write before the field is read: the fields are copied first (Packed.detach), and
+    the outputs are those of the fields as given, also when the run is done again."""
+    from fullpipe.pipeline import bulk
+
+    monkeypatch.setattr(bulk, "BULK_MAX_BYTES", 0)
+    rng = np.random.default_rng(2)
+    buf = np.zeros(3000 * 8, np.float32)
+    x = buf[:12000].reshape(3000, 4)
+    x[:] = rng.random((3000, 4), dtype=np.float32)
+    m = rng.random((3000, 4)) < 0.5
+    keep = []
+
+    def twice(batch):
+        xt = batch[0]
+        y = FakeTensor.empty((xt.shape[0], 8), np.float32)
+        keep.append(y)
+        _current.stream.put(lambda: y.host().__setitem__(..., np.concatenate([xt.host(), xt.host()], axis=1) + 1))
+        return y
+
+    want = np.concatenate([x, x], axis=1) + 1
+    pipe = StreamPipeline(twice, form="torch", streams=3, chunk=200)
+    np.testing.assert_array_equal(pipe.run((x, m), out=buf.reshape(3000, 8)), want)  # (shifted: rows 0-1499 over x)
+    x2 = rng.random((3000, 4), dtype=np.float32)
+    want2 = x2 * 2 + 1
+    pipe = StreamPipeline(WarmsIntoOneBuffer(), form="torch", streams=3, chunk=200)
+    with pytest.warns(fexec.PipelineWarning):  # (its calls turned serial: the run was done again)
+        np.testing.assert_array_equal(pipe.run((x2, m), out=x2), want2)
+    pairs = [(rng.random((500, 4), dtype=np.float32), rng.random((500, 4)) < 0.5) for _ in range(10)]
+    wants = [p[0] * 2 + 1 for p in pairs]
+    pipe = StreamPipeline(WarmsIntoOneBuffer(), form="torch", streams=3)
+    with pytest.warns(fexec.PipelineWarning):
+        got = pipe.run_batches(pairs, outs=[p[0] for p in pairs[1:]] + [pairs[0][0]])  # (each over another's field)
+    for g, w in zip(got, wants):
+        np.testing.assert_array_equal(g, w)
+    _assert_clean(pipe)
+
+
+def test_a_field_of_no_bytes_leaves_the_others_pinned(fake, recfw):
+    """A (rows, 0) field is copied by nobody: pinned ids and mask still go to the GPU where
+    they are."""
+    rng = np.random.default_rng(4)
+    ids, mask = rng.integers(0, 9, (600_000, 3)).astype(np.int32), rng.random((600_000, 3)) < 0.5
+    empty = np.zeros((600_000, 0), np.float32)
+    masked = MaskedSum()
+    pipe = StreamPipeline(lambda b: masked((b[0], b[1])), form="torch", streams=3, chunk=75_000)
+    np.testing.assert_array_equal(pipe.run((ids, mask, empty)), masked_sum(ids, mask))
+    assert pipe.stats.staging["input"] == "ring"
+    fake.pinned.update(a.ctypes.data for a in (ids, mask))
+    np.testing.assert_array_equal(pipe.run((ids, mask, empty)), masked_sum(ids, mask))
+    assert pipe.stats.staging["input"] == "direct"
     _assert_clean(pipe)
 
 

@@ -595,15 +595,15 @@ class StreamPipeline:
         if records.is_record(x):  # (each chunk gathered from its rows of every field by the staging copy)
             self._check_records_allowed()
             packed = records.pack(x, "input", fill=False)
-            fields = ((list(packed.objects), list(packed.keep), list(packed.sources)) if packed.sources is not None
-                      else None)
+            detached = records.detach_from([packed], [_host_array_or_none(out)])
+            fields = None if detached or packed.sources is None else _field_lists([packed])
             with self._records_for(lambda _index: packed.layout, packed.copied and fields is None,
                                    lambda b: packed.parts(*b.rows), fields, packed.fill):  # type: ignore[misc]
                 return self._run(packed.array, out)
         return self._run(x, out)
 
     def _run(self, x: Any, out: Any) -> Any:
-        """run() of one array (a batch of several arrays: packed as records already)."""
+        """run() of one array (a batch of several arrays: its records' host array, records.py)."""
         if out is None and self._tc is not None:
             got = self._run_small(x)
             if got is not _NOT_SMALL:
@@ -907,10 +907,10 @@ class StreamPipeline:
             self._check_records_allowed()
         packed = records.pack_all(given)
         if packed is not None:
+            detached = outs is not None and records.detach_from(packed, [_host_array_or_none(o) for o in outs])
             fields = None  # (every field of every batch, where each batch is gathered from its fields)
-            if all(p.sources is not None and not p.filled for p in packed):
-                fields = ([o for p in packed for o in p.objects], [a for p in packed for a in p.keep],
-                          [at for p in packed for at in p.sources])
+            if not detached and all(p.sources is not None and not p.filled for p in packed):
+                fields = _field_lists(packed)
             with self._records_for([p.layout for p in packed].__getitem__,
                                    any(p.copied for p in packed) and fields is None,
                                    lambda b: packed[b.index].parts(), fields, lambda: [p.fill() for p in packed]):
@@ -919,7 +919,8 @@ class StreamPipeline:
 
     def _run_list(self, given: list[Any], outs: Sequence[Any] | None, warn_few: bool, pin_new: bool
                   ) -> list[Any] | None:
-        """run_batches of ``given`` (one array each: batches of several arrays are packed)."""
+        """run_batches of ``given`` (one array each: for batches of several arrays, their records'
+        host arrays, records.py)."""
         if not given:  # nothing to run, as map() over nothing (imap([]) yields nothing too)
             if outs is not None and (outs := list(outs)):
                 raise ValueError(f"{len(outs)} outputs for 0 batches")
@@ -2801,6 +2802,23 @@ def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray
                 in_place = True
             k -= 1
     return in_place
+
+
+def _host_array_or_none(x: Any) -> np.ndarray | None:
+    """``x``'s host view, or None (no output, or not one the run would take: it says why)."""
+    if x is None:
+        return None
+    try:
+        return host_view(x, "out")[0]
+    except (TypeError, ValueError):
+        return None
+
+
+def _field_lists(packed: Sequence[records.Packed]) -> tuple[list, list, list]:
+    """(objects, host views, addresses) of every field with bytes of every batch
+    (StreamPipeline._records_for's ``fields``)."""
+    got = [f for p in packed for f in p.fields()]
+    return [o for o, _, _ in got], [a for _, a, _ in got], [at for _, _, at in got]
 
 
 def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:

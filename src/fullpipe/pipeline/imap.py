@@ -141,7 +141,7 @@ def sample(arr: Any) -> bytes | None:
 class Window:
     first: int  # index of its first batch in the iterable
     items: list  # the caller's objects, as yielded
-    arrays: list  # their NumPy views
+    arrays: list  # what sample() reads of each: its NumPy view, or a batch of several arrays not yet gathered
     samples: list  # sample() of each when read
     nbytes: int = 0  # of input in all
     block_bytes: int = 0  # the same laid out in a bulk block (each batch aligned)

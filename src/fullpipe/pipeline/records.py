@@ -47,8 +47,10 @@ against (and cuts and pads). A field's other dimensions may differ from batch to
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
@@ -171,8 +173,9 @@ class Packed:
     def parts(self, start: int = 0, stop: int | None = None) -> list[tuple[int, int, int]] | None:
         """Rows ``[start, stop)`` (all by default) as the staging copies them: per field,
         (bytes into those rows' records, the host address of the field's rows, bytes),
-        field after field. None where ``array``'s own bytes are those records (filled, or
-        the one field's own memory)."""
+        field after field. None where ``array``'s own bytes are those records: the one
+        field's own memory, or all rows once filled (a chunk of a filled batch, laid out
+        for its own rows, is still gathered from the fields)."""
         rows = self.host.shape[0] if self.host is not None else 0
         stop = rows if stop is None else stop
         if self.sources is None or (self.filled and (start, stop) == (0, rows)):
@@ -181,6 +184,24 @@ class Packed:
         return [(n * f.offset, at + start * f.row_bytes, n * f.row_bytes)
                 for f, at in zip(self.layout.fields, self.sources) if f.row_bytes]
 
+    def fields(self) -> list[tuple[Any, np.ndarray, int]]:
+        """(the field as given, its host view, its address) of each field with bytes, for
+        the run's pinned check (a field of no bytes is copied by nobody)."""
+        if self.sources is None:
+            return []
+        return [(o, a, at) for o, a, at in zip(self.objects, self.keep, self.sources) if a.nbytes]
+
+    def detach(self) -> "Packed":
+        """Gather from copies of the fields made now, not from the fields: for an output
+        that shares memory with one, which the run may write before all of it is read
+        (a batch packed before the run, as session 30 packed every batch, is safe so).
+        Returns self."""
+        if self.sources is not None:
+            copies = tuple(np.array(a, copy=True) for a in self.keep)
+            self.keep = self.objects = copies
+            self.sources = tuple(a.__array_interface__["data"][0] for a in copies)
+        return self
+
     def fill(self) -> "Packed":
         """Copy the fields into ``array`` (for a run that reads it as it is: a plain run, a
         direct copy, a batch imap's reader holds). Returns self."""
@@ -188,6 +209,28 @@ class Packed:
             fill_parts(int(self.host.ctypes.data), self.parts() or [])
             self.filled = True
         return self
+
+
+def detach_from(packed: Sequence[Packed], outs: Sequence[Any]) -> bool:
+    """If any of ``outs`` (host arrays, or None) shares memory with a field the batches are
+    gathered from, detach every batch (:meth:`Packed.detach`). Returns whether it did.
+    Address ranges, sorted: O(n log n)."""
+    spans = sorted((at, at + a.nbytes) for p in packed for _, a, at in p.fields())
+    if not spans or not any(o is not None for o in outs):
+        return False
+    starts = [lo for lo, _ in spans]
+    reach = list(itertools.accumulate((hi for _, hi in spans), max))
+    for o in outs:
+        if o is None or not o.nbytes:
+            continue
+        lo = o.__array_interface__["data"][0]
+        hi = lo + o.nbytes
+        k = bisect.bisect_left(starts, hi) - 1
+        if k >= 0 and reach[k] > lo:  # (some span starting before hi ends after lo)
+            for p in packed:
+                p.detach()
+            return True
+    return False
 
 
 def fill_parts(dst: int, parts: Sequence[tuple[int, int, int]]) -> None:
@@ -259,8 +302,8 @@ LAYOUTS_KEPT = 1024
 def _layout(signature: tuple) -> Records:
     """The layout of a batch of ``signature`` (its container; per field: key, host dtype,
     row shape, torch dtype), kept for the next batch like it: each field at the next
-    multiple of its element size, the record a multiple of the largest (so that at any
-    rows, ``rows x offset`` is a multiple of the field's element size)."""
+    multiple of its element size (so that at any rows, ``rows x offset`` is one too), the
+    record a multiple of the largest."""
     layout = _LAYOUTS.get(signature)
     if layout is not None:
         return layout
@@ -292,9 +335,10 @@ def _of_kind(host: np.ndarray, kind: HostKind) -> Any:
 
 def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"batch {i}",
              fill: bool = False) -> list[Packed] | None:
-    """The batches of a run as fullpipe moves them (:func:`pack`, filled or not), or None
-    when none is a record. Packed batches (imap's reader packs them) are taken as they
-    are. A list mixing records and single arrays is refused."""
+    """The batches of a run as fullpipe moves them (:func:`pack`; not filled by default, as
+    a run's staging copy gathers them), or None when none is a record. Packed batches
+    (imap's reader packs them) are taken as they are. A list mixing records and single
+    arrays is refused."""
     records = [several(b) for b in batches]
     if not any(records):
         return None
