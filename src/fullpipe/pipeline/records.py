@@ -203,8 +203,8 @@ class Packed:
         return self
 
     def fill(self) -> "Packed":
-        """Copy the fields into ``array`` (for a run that reads it as it is: a plain run, a
-        direct copy, a batch imap's reader holds). Returns self."""
+        """Copy the fields into ``array``, the whole batch field after field (for what reads
+        it as it is: a plain run; imap's reader, for a small batch). Returns self."""
         if not self.filled:
             fill_parts(int(self.host.ctypes.data), self.parts() or [])
             self.filled = True
