@@ -1,8 +1,10 @@
 """GPU tests: batches of several arrays (pipeline/records.py) through StreamPipeline with
 its defaults, against the naive loop (each array ``.cuda()``, ``f``, ``.cpu()``):
 token ids with a padding mask through a transformer encoder (run_batches, imap, three
-compute threads), a DataLoader's [images, labels], a dict of bfloat16 and int64 fields
-cut into chunks by run(), a pinned one-field tuple (kept in place), a CuPy function.
+compute threads), a DataLoader's [images, labels] (pageable, and pinned: copied where they
+are), a dict of bfloat16, int64 and bool fields cut into chunks by run() (padded, and with
+staging="direct"), a pinned one-field tuple (kept in place), a CuPy function, graph=True
+with two layouts of one row size.
 
 Fresh random inputs; every field's values reach ``f`` exactly (checked bit for bit)."""
 
