@@ -356,15 +356,7 @@ class StreamPipeline:
         self._started = False
         self._running = False
         self._tc: TensorCompute | None = None
-        # this run's batches of several arrays (records.py): batch index -> layout; whether packing copied;
-        # a batch -> the parts its input is gathered from by the staging copy (None: its host array as is);
-        # every batch's fields (the objects as given, their host views, addresses), or None; whether all are pinned
-        self._records: Callable[[int], records.Records] | None = None
-        self._packed_copies = False
-        self._gather: Callable[[P.Batch], list | None] | None = None
-        self._record_fields: tuple[list, list[np.ndarray], list[int]] | None = None
-        self._fields_pinned = False
-        self._fill: Callable[[], Any] | None = None  # writes the records into the host arrays (a plain run)
+        self._rec: records.RunRecords | None = None  # this run's batches of several arrays (records.py)
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
@@ -595,10 +587,7 @@ class StreamPipeline:
         if records.is_record(x):  # (each chunk gathered from its rows of every field by the staging copy)
             self._check_records_allowed()
             packed = records.pack(x, "input", fill=False)
-            detached = records.detach_from([packed], [_host_array_or_none(out)])
-            fields = None if detached or packed.sources is None else _field_lists([packed])
-            with self._records_for(lambda _index: packed.layout, packed.copied and fields is None,
-                                   lambda b: packed.parts(*b.rows), fields, packed.fill):  # type: ignore[misc]
+            with self._records_for(records.for_run([packed], [out], by_rows=True)):
                 return self._run(packed.array, out)
         return self._run(x, out)
 
@@ -682,8 +671,8 @@ class StreamPipeline:
         try:
             met = "none" if cache.empty else cache.overlap(x_np.ctypes.data, nbytes)  # (ctypes.data: 1-2 us)
             # (a range pinned in part goes the long way, through the ring: _runs_plain)
-            if self._fill is not None and met != "partial":
-                self._fill()  # (a batch of several arrays: a plain run reads its host array)
+            if self._rec is not None and met != "partial":
+                self._rec.fill()  # (a batch of several arrays: a plain run reads its host array)
             got = None if met == "partial" else run_small(tc, x_np, kind, met != "none", pinned_output)
         finally:
             self._running = False
@@ -783,8 +772,8 @@ class StreamPipeline:
 
         self._running = True
         try:
-            if self._fill is not None:
-                self._fill()  # (batches of several arrays: a plain run reads their host arrays)
+            if self._rec is not None:
+                self._rec.fill()  # (batches of several arrays: a plain run reads their host arrays)
             pinned_output = self._pinned_output_for(usage, notes)
             got = run_small_list(self._tc, arrays, kinds, cache_met, lambda n: pinned_output((n,), np.dtype(np.uint8)),
                                  outs_np)
@@ -803,7 +792,7 @@ class StreamPipeline:
                    fixed_rows: int | None, usage: PinnedUsage, notes: list, pins: "_Pins", in_place: bool) -> Any:
         """run() once its arguments are checked: staging, chunking, the run itself
         (``in_place``: ``out`` is ``x``'s memory)."""
-        in_pinned = (pins.pinned("input", x, x_np, self._pinned) if self._record_fields is None
+        in_pinned = (pins.pinned("input", x, x_np, self._pinned) if self._rec is None or self._rec.fields is None
                      else self._inputs_pinned(pins, [x], [x_np], []))
         new_pinned = in_pinned and pins.pinned_outputs()  # (a new output is pinned only for a pinned input)
         outputs: _Outputs | None = None
@@ -840,8 +829,8 @@ class StreamPipeline:
         if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=5)
         if self._runs_plain(batches, n_probe, x_np, outputs):
-            if self._fill is not None:
-                self._fill()  # (a batch of several arrays: a plain run reads its host array)
+            if self._rec is not None:
+                self._rec.fill()  # (a batch of several arrays: a plain run reads its host array)
             self._running = True
             try:
                 stats = run_plain(self._tc, batches[0], x_np,  # type: ignore[arg-type]
@@ -907,13 +896,8 @@ class StreamPipeline:
             self._check_records_allowed()
         packed = records.pack_all(given)
         if packed is not None:
-            detached = outs is not None and records.detach_from(packed, [_host_array_or_none(o) for o in outs])
-            fields = None  # (every field of every batch, where each batch is gathered from its fields)
-            if not detached and all(p.sources is not None and not p.filled for p in packed):
-                fields = _field_lists(packed)
-            with self._records_for([p.layout for p in packed].__getitem__,
-                                   any(p.copied for p in packed) and fields is None,
-                                   lambda b: packed[b.index].parts(), fields, lambda: [p.fill() for p in packed]):
+            outs = None if outs is None else list(outs)
+            with self._records_for(records.for_run(packed, outs, by_rows=False)):
                 return self._run_list([p.array for p in packed], outs, warn_few, pin_new)
         return self._run_list(given, outs, warn_few, pin_new)
 
@@ -1069,7 +1053,7 @@ class StreamPipeline:
         if self.staging == "ring":
             return _Pins(None)
         return _Pins(default_pin_cache(), register=register and self.pin_in_place and self.staging == "auto"
-                     and not self._packed_copies)  # (a batch packed as records is a new array every run)
+                     and not (self._rec is not None and self._rec.copied))  # (records' own host arrays: new every run)
 
     def _check_records_allowed(self) -> None:
         """Batches of several arrays (records.py) are for a tensor function: said before any
@@ -1080,26 +1064,16 @@ class StreamPipeline:
                             "(input, label) pairs: pass (x for x, _ in loader))")
 
     @contextlib.contextmanager
-    def _records_for(self, layout_of: Callable[[int], records.Records], copied: bool,
-                      parts_of: Callable[[P.Batch], list | None], fields: tuple[list, list, list] | None,
-                      fill: Callable[[], Any]) -> Iterator[None]:
-        """A run of batches of several arrays each, as records (records.py):
-        ``layout_of(batch index)`` unpacks each on the device for the call; ``copied``: the
-        host arrays the run reads are fullpipe's (not worth pinning in place); ``parts_of(batch)``:
-        where the staging copy gathers a batch's input from (None: its host array holds it);
-        ``fields``: (objects, host views, addresses) of every field the batches are gathered from, for
-        the run's pinned check (:meth:`_inputs_pinned`), or None (the host arrays are checked);
-        ``fill()``: writes every batch's records into its host array, for a run that reads
-        those as they are (the plain runs: _run_small, _run_small_list, run_plain)."""
-        self._records, self._packed_copies, self._gather = layout_of, copied, parts_of
-        self._record_fields, self._fields_pinned, self._fill = fields, False, fill
+    def _records_for(self, rec: records.RunRecords) -> Iterator[None]:
+        """A run of batches of several arrays each, as records (records.RunRecords): the
+        adapter unpacks each batch by its layout for the call."""
+        self._rec = rec
         if self._tc is not None:
-            self._tc.records = layout_of
+            self._tc.records = rec.layout_of
         try:
             yield
         finally:
-            self._records, self._packed_copies, self._gather = None, False, None
-            self._record_fields, self._fields_pinned, self._fill = None, False, None
+            self._rec = None
             if self._tc is not None:
                 self._tc.records = None
 
@@ -1122,7 +1096,7 @@ class StreamPipeline:
             self._tc = TensorCompute(self.compute, make_framework(name, self._dev_index), self._routes,
                                      graphs=TorchGraphs() if self.graph else None)
             self._said_serial = False
-        self._tc.records = self._records
+        self._tc.records = None if self._rec is None else self._rec.layout_of
         return self._tc
 
     def _new_output(self, shape: Any, dtype: Any, pinned: bool, usage: PinnedUsage, notes: list) -> np.ndarray:
@@ -1215,7 +1189,7 @@ class StreamPipeline:
         staged = BulkStaging(self._pinned_pool, usage)
         try:
             if bulk_in:
-                staged.stage_inputs(batches, self._copier("in"), self._gather)
+                staged.stage_inputs(batches, self._copier("in"), None if self._rec is None else self._rec.parts_of)
                 stage_in = "direct"
             if bulk_out:
                 # (the stream form's batches hold their outputs' addresses; outs= were read once)
@@ -1245,24 +1219,25 @@ class StreamPipeline:
         (pinned by its owner, as a DataLoader's pin_memory=True does, or in place by the pin
         cache, as a list seen again is): then each batch's H2D reads its fields where they
         are (:meth:`_direct_records`), with no host copy."""
-        if self._record_fields is None:
+        rec = self._rec
+        if rec is None or rec.fields is None:
             return pins.pinned_list("input", objs, arrays, ranges, self._pinned)
-        fobjs, farrays, faddresses = self._record_fields
-        self._fields_pinned = pins.pinned_list("input", fobjs, farrays,
-                                               [(at, a.nbytes) for a, at in zip(farrays, faddresses)], self._pinned)
-        return self._fields_pinned
+        fobjs, farrays, faddresses = rec.fields
+        rec.fields_pinned = pins.pinned_list("input", fobjs, farrays,
+                                             [(at, a.nbytes) for a, at in zip(farrays, faddresses)], self._pinned)
+        return rec.fields_pinned
 
     def _direct_records(self, batches: list[P.Batch]) -> None:
         """Batches of several arrays copied to the GPU without staging (records.py): with
         every field pinned, each batch's H2D reads its fields where they are (Batch.h2d_parts,
         one copy per field); else (staging="direct" of pageable fields) each batch's records
         are written into its host array first."""
-        copier = self._copier("in")
+        rec, copier = self._rec, self._copier("in")
         for b in batches:
-            parts = self._gather(b)  # type: ignore[misc]
+            parts = rec.parts_of(b)  # type: ignore[union-attr]
             if parts is None:
                 continue
-            if self._fields_pinned:
+            if rec.fields_pinned:  # type: ignore[union-attr]
                 b.h2d_parts = parts
             else:
                 copier.copy_parts(b.src_addr, parts)
@@ -1645,7 +1620,7 @@ class StreamPipeline:
             if staging["output"] == "ring" and stage_out == "direct":
                 staging["output"] = "bulk"
         ring_in, ring_out, has_out = stage_in == "ring", stage_out == "ring", stage_out is not None
-        if self._gather is not None and staging["input"] == "direct":
+        if self._rec is not None and staging["input"] == "direct":
             self._direct_records(batches)
         stats = PipelineStats(
             batches=n, streams=N, slots=K, recycle=self.recycle, copy_streams=self.copy_streams,
@@ -2076,8 +2051,8 @@ class StreamPipeline:
             else:
                 free_in = [make_signal(self.recycle, self.device, initial=1) for _ in range(K)]
                 run.signals += free_in
-            gather = self._gather
-            sources = [bb.src for bb in run.batches] if gather is None else [gather(bb) or bb.src for bb in run.batches]
+            sources = ([bb.src for bb in run.batches] if self._rec is None else
+                       [self._rec.parts_of(bb) or bb.src for bb in run.batches])
             run.stager = (InlineInputStager(self._ring_in, free_in, sources, self._copier("in"), run.stop)
                           if run.inline_in else
                           InputStager(self._ring_in, free_in, sources, self._copier("in"), run.stop,
@@ -2802,23 +2777,6 @@ def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray
                 in_place = True
             k -= 1
     return in_place
-
-
-def _host_array_or_none(x: Any) -> np.ndarray | None:
-    """``x``'s host view, or None (no output, or not one the run would take: it says why)."""
-    if x is None:
-        return None
-    try:
-        return host_view(x, "out")[0]
-    except (TypeError, ValueError):
-        return None
-
-
-def _field_lists(packed: Sequence[records.Packed]) -> tuple[list, list, list]:
-    """(objects, host views, addresses) of every field with bytes of every batch
-    (StreamPipeline._records_for's ``fields``)."""
-    got = [f for p in packed for f in p.fields()]
-    return [o for o, _, _ in got], [a for _, a, _ in got], [at for _, _, at in got]
 
 
 def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:

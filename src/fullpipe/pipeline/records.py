@@ -333,6 +333,58 @@ def _of_kind(host: np.ndarray, kind: HostKind) -> Any:
     return torch.from_numpy(host)
 
 
+@dataclasses.dataclass
+class RunRecords:
+    """What a run of batches of several arrays needs besides the host arrays it is handed
+    (:func:`for_run`): ``layout_of(batch index)``, each batch's layout, to unpack it on the
+    device; ``parts_of(batch)``, where the staging copy gathers a batch's input from (None:
+    its host array holds it); ``fields``, (objects, host views, addresses) of every field
+    the batches are gathered from, for the run's pinned check, or None (the host arrays are
+    checked); ``fill()``, which writes every batch's records into its host array, for a run
+    that reads those as they are (the plain runs); ``copied``: the host arrays the run
+    reads are fullpipe's (not worth pinning in place); ``fields_pinned``: every field is
+    page-locked for this run (set by the executor's pinned check: each batch's H2D then
+    reads its fields where they are)."""
+
+    layout_of: Callable[[int], Records]
+    parts_of: Callable[[Any], list | None]
+    fill: Callable[[], Any]
+    fields: tuple[list, list, list] | None
+    copied: bool
+    fields_pinned: bool = False
+
+
+def for_run(packed: list[Packed], outs: Sequence[Any] | None, by_rows: bool) -> RunRecords:
+    """The run of ``packed``: one batch cut into chunks of rows (``by_rows``: run(), each
+    chunk gathered from its rows, batches known by ``rows``) or a list of batches
+    (run_batches, known by ``index``). Outputs (``outs``, or None) that share memory with a
+    field get the fields as they were (:func:`detach_from`)."""
+    detached = outs is not None and detach_from(packed, [_host_array_or_none(o) for o in outs])
+    fields = None
+    if not detached and all(p.sources is not None and not p.filled for p in packed):
+        got = [f for p in packed for f in p.fields()]
+        fields = ([o for o, _, _ in got], [a for _, a, _ in got], [at for _, _, at in got])
+    if by_rows:
+        one = packed[0]
+        layout_of: Callable[[int], Records] = lambda _index: one.layout  # noqa: E731
+        parts_of: Callable[[Any], list | None] = lambda b: one.parts(*b.rows)  # noqa: E731
+    else:
+        layout_of = [p.layout for p in packed].__getitem__
+        parts_of = lambda b: packed[b.index].parts()  # noqa: E731
+    return RunRecords(layout_of, parts_of, lambda: [p.fill() for p in packed], fields,
+                      any(p.copied for p in packed) and fields is None)
+
+
+def _host_array_or_none(x: Any) -> np.ndarray | None:
+    """``x``'s host view, or None (no output, or not one the run would take: it says why)."""
+    if x is None:
+        return None
+    try:
+        return host_view(x, "out")[0]
+    except (TypeError, ValueError):
+        return None
+
+
 def pack_all(batches: Sequence[Any], what: Callable[[int], str] = lambda i: f"batch {i}",
              fill: bool = False) -> list[Packed] | None:
     """The batches of a run as fullpipe moves them (:func:`pack`; not filled by default, as
