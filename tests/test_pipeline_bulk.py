@@ -112,7 +112,7 @@ def test_outputs_made_from_y_whose_rows_outgrow_the_block_go_straight_to_their_a
     places = []
     real = bulk.BulkStaging.place_output
     monkeypatch.setattr(bulk.BulkStaging, "place_output",
-                        lambda self, dst, estimate: places.append(real(self, dst, estimate)) or places[-1])
+                        lambda self, dst, estimate, addr: places.append(real(self, dst, estimate, addr)) or places[-1])
     xs = [np.full((50, 1000), i, np.float32) for i in range(10)]  # 200 KB each
     pipe = StreamPipeline(Repeat(), form="torch", streams=2)
     pipe.run_batches(xs[:2])  # the first run: rows of 4 and 8 KB, through the ring

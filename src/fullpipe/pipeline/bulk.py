@@ -172,10 +172,10 @@ class BulkStaging:
             b.dst_addr, b.drain_bytes = at, 0
         return {b.index: at for b, at in zip(batches, places)}
 
-    def place_output(self, dst: Any, estimate: int) -> int:
-        """A tensor function's output made after its compute (``run_batches`` without
-        ``outs``), in batch order: its place in a pinned block, taken at the first call
-        for ``estimate`` bytes (the run's rows times the larger of the first output's and
+    def place_output(self, dst: Any, estimate: int, dst_addr: int) -> int:
+        """A tensor function's output ``dst`` (at host address ``dst_addr``) made after its
+        compute (``run_batches`` without ``outs``), in batch order: its place in a pinned
+        block, taken at the first call for ``estimate`` bytes (the run's rows times the larger of the first output's and
         an earlier run's largest row size). 0 when it does not fit (longer rows than
         those, the pinned pool full): the D2H then goes straight into ``dst``, correct
         but not asynchronous."""
@@ -193,7 +193,7 @@ class BulkStaging:
             self.outputs.append((0, 0, 0))  # (keeps outputs[i] batch i's, for drain_some)
             return 0
         self._lazy[0] = at + _aligned(dst.nbytes)
-        self.outputs.append((dst.ctypes.data, at, dst.nbytes))
+        self.outputs.append((dst_addr, at, dst.nbytes))
         return at
 
     def drain_some(self, done: int, copier: Any, group_bytes: int | None = None) -> None:

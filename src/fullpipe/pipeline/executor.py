@@ -2603,7 +2603,7 @@ class _Outputs:
         b.dst_addr = addr or dst.ctypes.data  # (~1.4 us: not for the bulk case above)
         if self.lazy_bulk is not None:  # ... given now (0: no room, straight into dst)
             estimate = max(self.row_bytes, self.row_bytes_hint) * self._rows_total
-            b.dst_addr = self.lazy_bulk.place_output(dst, estimate) or b.dst_addr
+            b.dst_addr = self.lazy_bulk.place_output(dst, estimate, b.dst_addr) or b.dst_addr
             b.drain_bytes = 0
             return False
         ring = self._ring
