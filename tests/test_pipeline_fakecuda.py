@@ -477,6 +477,33 @@ def test_imap_over_a_generator_bit_exact_in_windows(fake, read_ahead):
         _assert_clean(pipe)
 
 
+def test_imap_reads_an_in_process_dataloader_on_the_callers_thread(fake):
+    class DataLoader:  # PyTorch's name and module, without torch: num_workers=0, its default
+        num_workers = 0
+
+        def __init__(self, batches):
+            self.batches, self.threads = batches, set()
+
+        def __iter__(self):
+            for b in self.batches:
+                self.threads.add(threading.current_thread())
+                yield b
+
+    DataLoader.__module__ = "torch.utils.data.dataloader"
+    batches = [np.random.default_rng(i).integers(0, 2**32, 1000, dtype=np.uint32) for i in range(30)]
+    with StreamPipeline(FakeMix(), streams=3, slots=3) as pipe:
+        loader = DataLoader(batches)
+        got = list(pipe.imap(loader, window=8))
+        assert all(np.array_equal(y, reference(b, 2)) for y, b in zip(got, batches)) and len(got) == 30
+        assert loader.threads == {threading.current_thread()}
+        assert pipe.imap_stats["read_ahead"] is False and "DataLoader" in pipe.imap_stats["read_ahead_why"]
+        got = list(pipe.imap(iter(batches), window=8))  # a generator: a reader thread
+        assert pipe.imap_stats["read_ahead"] is True and len(got) == 30
+        with pytest.raises(TypeError, match="read_ahead"):
+            pipe.imap(batches, read_ahead=1)
+        _assert_clean(pipe)
+
+
 @pytest.mark.parametrize("read_ahead", [True, False])
 def test_imap_compute_error_after_the_earlier_windows_outputs_and_nothing_left(fake, read_ahead):
     batches = [np.random.default_rng(i).integers(0, 2**32, 1000, dtype=np.uint32) for i in range(50)]

@@ -374,3 +374,39 @@ def test_closing_drops_what_was_read_ahead_and_frees_the_iterable(monkeypatch):
     next(gen)
     gen.close()
     assert int(next(src)[0]) > 0  # no "generator already executing"
+
+
+def _loader_class(module: str, name: str = "DataLoader") -> type:
+    """A class named like PyTorch's DataLoader (no torch here): iterates a list of batches,
+    recording the thread each batch is made on, as an in-process loader's collate runs."""
+
+    def __init__(self, batches, num_workers=0):
+        self.batches, self.num_workers, self.threads = batches, num_workers, []
+
+    def __iter__(self):
+        for b in self.batches:
+            self.threads.append(threading.current_thread())
+            yield b
+
+    return type(name, (), {"__module__": module, "__init__": __init__, "__iter__": __iter__})
+
+
+def test_read_ahead_auto_reads_an_in_process_dataloader_on_the_callers_thread():
+    DataLoader = _loader_class("torch.utils.data.dataloader")
+    Sub = type("MyLoader", (DataLoader,), {"__module__": "user_code"})  # a subclass counts
+    for loader, expect in ((DataLoader([], 0), False), (Sub([], 0), False), (DataLoader([], 4), True),
+                           (_loader_class("other.lib")([], 0), True), (iter([]), True), ([], True)):
+        got, why = W.choose_read_ahead(loader, "auto")
+        assert got is expect and why.startswith("auto")
+    assert W.choose_read_ahead(DataLoader([], 0), True) == (True, "given")  # an explicit choice stands
+    with pytest.raises(TypeError, match="True, False or 'auto'"):
+        W.choose_read_ahead([], "yes")
+
+    # the caller's choice, through imap: every batch of a loader without workers is made on this thread
+    xs = [np.full(100, i, np.float32) for i in range(40)]
+    for workers, here in ((0, True), (4, False)):
+        loader = DataLoader(xs, workers)
+        read_ahead, _ = W.choose_read_ahead(loader, "auto")
+        got = list(_imap(Runner(), loader, window=8, read_ahead=read_ahead))
+        assert all(np.array_equal(y, 2 * x) for y, x in zip(got, xs)) and len(got) == 40
+        assert all(t is threading.current_thread() for t in loader.threads) is here

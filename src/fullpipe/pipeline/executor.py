@@ -1004,7 +1004,7 @@ class StreamPipeline:
             pins.release()
 
     def imap(self, batches: Iterable[Any], *, window: int | str = imap_windows.DEFAULT_WINDOW,
-             read_ahead: bool = True) -> Iterator[Any]:
+             read_ahead: bool | str = "auto") -> Iterator[Any]:
         """Run batches from any iterable (a generator, a DataLoader, a file reader) and
         yield their outputs in order, one per batch (None each with ``output=None``), as
         ``run_batches`` would return them.
@@ -1012,20 +1012,22 @@ class StreamPipeline:
         The iterable is read in windows of up to ``window`` bytes of input ("256MiB", at
         least 4 batches per stream) or ``window`` batches (an int); each window is one
         ``run_batches`` run, and a reader thread reads the next batches while it runs
-        (``read_ahead=False``: on the caller's thread, a full window at a time). A batch
+        (``read_ahead=False``: on the caller's thread, a full window at a time; "auto", the
+        default: a reader thread, except for a PyTorch DataLoader without workers, whose
+        Python would take turns with the compute's for the GIL: imap.choose_read_ahead). A batch
         must keep its data until its output is yielded: a batch whose memory changes
         meanwhile (an iterator that refills one buffer) raises ValueError.
         ``pipe.imap_stats`` says how many windows ran and how long the caller waited for
         the iterable. See :mod:`fullpipe.pipeline.imap`."""
         window_bytes, window_batches = imap_windows.parse_window(window)
-        if not isinstance(read_ahead, bool):
-            raise TypeError(f"read_ahead must be True or False, got {read_ahead!r}")
+        read_ahead, why = imap_windows.choose_read_ahead(batches, read_ahead)
         _refuse_one_array(batches, "imap takes an iterable of batches")
         try:
             batches = iter(batches)
         except TypeError as exc:
             raise TypeError(f"imap takes an iterable of host batches, got {type(batches).__name__}") from exc
         totals = self.imap_stats = imap_windows.new_totals()
+        totals["read_ahead"], totals["read_ahead_why"] = read_ahead, why
 
         def run_window(items: list, whole: bool) -> list[Any] | None:
             return self._run_batches(items, warn_few=whole, pin_new=False)
