@@ -175,10 +175,10 @@ class BulkStaging:
     def place_output(self, dst: Any, estimate: int, dst_addr: int) -> int:
         """A tensor function's output ``dst`` (at host address ``dst_addr``) made after its
         compute (``run_batches`` without ``outs``), in batch order: its place in a pinned
-        block, taken at the first call for ``estimate`` bytes (the run's rows times the larger of the first output's and
-        an earlier run's largest row size). 0 when it does not fit (longer rows than
-        those, the pinned pool full): the D2H then goes straight into ``dst``, correct
-        but not asynchronous."""
+        block, taken at the first call for ``estimate`` bytes (the run's rows times the
+        larger of the first output's and an earlier run's largest row size). 0 when it does
+        not fit (longer rows than those, the pinned pool full): the D2H then goes straight
+        into ``dst``, correct but not asynchronous."""
         if self._lazy is None:
             self._lazy = [0, 0]
             try:  # (at most BULK_MAX_BYTES: the outputs past it go straight to their arrays)

@@ -350,7 +350,7 @@ def choose_read_ahead(iterable: Any, read_ahead: bool | str) -> tuple[bool, str]
     other processes (the reader thread waits on a queue, the GIL free), and a generator
     reading files waits on the disk with the GIL released: those read ahead. Told by the
     class's name, without importing torch (a subclass of DataLoader counts)."""
-    if read_ahead == "auto":
+    if isinstance(read_ahead, str) and read_ahead == "auto":
         loader = any(c.__name__ == "DataLoader" and c.__module__.startswith("torch.utils.data")
                      for c in type(iterable).__mro__)
         if loader and getattr(iterable, "num_workers", None) == 0:

@@ -80,9 +80,9 @@ FORMS = ("auto", "stream", "torch", "cupy")
 MAX_TORCH_GRAPHS = 64
 BASE_CACHE_SIZE = 16  # tensors over the lanes' buffers kept across runs (3 per run with the defaults)
 SHAPES_SEEN_SIZE = 4096  # input shapes remembered for pad_shapes (run_batches of many shapes: forgotten all at once)
+NEW_SHAPE_COSTLY_S = 0.25  # a new batch shape that costs the compute this much is worth padding to avoid
 # a batch's input view needs its shape's strides: computed once per shape (a Python loop: ~1.5 us a batch)
 _strides = functools.lru_cache(maxsize=SHAPES_SEEN_SIZE)(contiguous_strides)
-NEW_SHAPE_COSTLY_S = 0.25  # a new batch shape that costs the compute this much is worth padding to avoid
 
 
 class ComputeSharesOutput(RuntimeError):
