@@ -18,6 +18,7 @@ import pytest
 from fullpipe import StreamPipeline
 from fullpipe.cuda.pool import DevicePool
 from fullpipe.pipeline import PipelineWarning
+from fullpipe.pipeline.list_paths import PIPELINED, ListPaths
 
 pytestmark = pytest.mark.gpu
 
@@ -191,7 +192,7 @@ def test_imap_over_a_dataloader_and_a_generator(device, pool, pin_memory):
         torch.testing.assert_close(torch.from_numpy(y), fm(torch.from_numpy(x).cuda()).cpu(), **BF16_TOL)
 
 
-def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
+def test_variable_sequence_lengths_through_an_encoder_layer(device, pool, monkeypatch):
     layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True,
                                        dropout=0.0).to("cuda").eval()
 
@@ -205,6 +206,9 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool):
     # at most 4 x 199 x 128 floats: small batches (<= 1 MiB), ~18 MB in all (a list of at most 8 MiB
     # runs plainly from a pipeline's second run on: test_a_short_list_after_the_first_run_goes_plainly...)
     small = [b[:4].clone() for b in batches for _ in range(3)]
+    # (the pipelined run's staging is what is tested here: a long list of small batches runs
+    # plainly where that measured faster, test_a_long_list_of_small_batches_runs_the_way_measured_faster)
+    monkeypatch.setattr(ListPaths, "next_path", lambda self, key: PIPELINED)
     with StreamPipeline(f, pool=pool, device=device) as pipe:
         ys = pipe.run_batches(batches)  # some batches over 1 MiB: through the ring
         assert pipe.stats.staging == {"input": "ring", "output": "ring"}
@@ -613,8 +617,80 @@ def test_a_short_list_after_the_first_run_goes_plainly_with_the_same_results(dev
                 pipe.run_batches(base, outs=outs)
             assert short_info.value.args == long_info.value.args, (kind, short_info.value, long_info.value)
             assert short_info.value.batch_index == long_info.value.batch_index == batch
-            assert "short list" in " ".join(short_info.value.__notes__)
+            assert "a list of small batches" in " ".join(short_info.value.__notes__)
             assert pipe.resources()["running"] is False and torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool):
+    """run_batches of more than 16 small batches (list_paths.py): the runs of a kind of list
+    alternate pipelined and plain (each batch on the caller's stream, pageable inputs up in
+    groups through pinned memory) until each way ran three times, then keep one;
+    every run's outputs equal the naive loop's, for each kind of input and with outs=;
+    retune() measures again; an error in a plain run names the batch as a pipelined one
+    does; a larger list or larger batches are not tried plainly."""
+    gen = torch.Generator().manual_seed(21)
+    rows = [int(r) for r in torch.randint(1, 40, (60,), generator=gen)]
+    base = [torch.randn(r, 96, generator=gen) for r in rows]
+    lists = {"torch": base, "numpy": [t.numpy() for t in base], "bfloat16": [t.to(torch.bfloat16) for t in base],
+             "pinned": [t.pin_memory() for t in base],
+             "row shapes vary": [torch.randn(r, 48 + 16 * (r % 3), generator=gen) for r in rows]}
+
+    def f(t):
+        return (t.float().cumsum(dim=1) * 2)[:, :48]
+
+    for name, xs in lists.items():
+        want = [f(torch.as_tensor(x).cuda()).cpu() for x in xs]
+        with StreamPipeline(f, pool=pool, device=device) as pipe:
+            pipe.run_batches(xs)  # (the first run makes the adapter: the trial starts with the second)
+            paths = []
+            for run in range(8):
+                outs = None
+                if run == 3:  # outs=, NaN first
+                    outs = [torch.full((x.shape[0], 48), float("nan")) for x in xs]
+                    if name == "numpy":
+                        outs = [o.numpy() for o in outs]
+                ys = pipe.run_batches(xs, outs=outs)
+                st = pipe.stats
+                paths.append(st.list_path["path"])
+                assert st.batches == len(xs), (name, run, st)
+                assert (st.staging["input"] == "plain") == (paths[-1] == "plain"), (name, run, st.staging)
+                assert (outs is None) or ys == outs
+                for x, y, w in zip(xs, ys, want):
+                    assert type(y) is type(x), (name, run)
+                    torch.testing.assert_close(torch.as_tensor(y), w, rtol=1e-6, atol=1e-5)
+                    if name != "numpy" and outs is None:
+                        assert y.is_pinned() == (name == "pinned"), (name, run)
+            assert paths[:6] == ["pipelined", "plain"] * 3, (name, paths)
+            assert paths[6] == paths[7] and "chosen" in st.list_path["source"], (name, st.list_path)
+            assert set(st.list_path) >= {"plain_us_per_batch", "pipelined_us_per_batch"}
+            assert f"run {paths[7]}" in str(st)
+            pipe.retune()
+            pipe.run_batches(xs)
+            assert pipe.stats.list_path["path"] == "pipelined" and "trial run 1" in pipe.stats.list_path["source"]
+
+    def failing(t):
+        if t[0, 0].item() == 1234.0:
+            raise RuntimeError("inside f")
+        return t * 2
+
+    marked = list(base)
+    marked[33] = base[33].clone()
+    marked[33][0, 0] = 1234.0
+    with StreamPipeline(failing, pool=pool, device=device) as pipe:
+        pipe.run_batches(base)
+        for run_first in ("pipelined", "plain"):
+            pipe.run_batches(base)  # (the trial's next run: a failed run is not measured)
+            with pytest.raises(RuntimeError, match="inside f") as info:
+                pipe.run_batches(marked)  # the other way
+            assert info.value.batch_index == 33 and pipe.resources()["running"] is False
+            assert ("run plainly" in " ".join(info.value.__notes__)) == (run_first == "pipelined")
+            assert torch.cuda.current_stream() == torch.cuda.default_stream()
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        big = [torch.randn(2048, 256, generator=gen) for _ in range(20)]  # 2 MiB a batch
+        pipe.run_batches(big)
+        for _ in range(3):
+            pipe.run_batches(big)
+            assert pipe.stats.list_path is None and pipe.stats.staging["input"] != "plain"
 
 
 def test_short_lists_read_each_output_before_the_next_call_and_resolve_lazy_conjugates(device, pool):

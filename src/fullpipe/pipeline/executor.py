@@ -70,8 +70,9 @@ from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
 from . import records
-from .plain import (PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch, plain_stats, run_plain,
-                    run_small, run_small_list)
+from .list_paths import PIPELINED, PLAIN, ListPaths, list_key
+from .plain import (LONG_LIST_MAX_BYTES, LONG_LIST_MEAN_BYTES, PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES,
+                    numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list)
 from . import imap as imap_windows
 from .tensors import (NEW_SHAPE_COSTLY_S, ComputeSharesOutput, TensorCompute, TorchGraphs, compute_form,
                       make_framework, tensor_framework)
@@ -363,6 +364,7 @@ class StreamPipeline:
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
         # (a key's models change only after retune(), which clears both)
         self._choices: dict[tuple, ChunkChoice] = {}
+        self._list_paths = ListPaths()  # long lists of small batches: plain or pipelined, measured (list_paths.py)
         self._stats_later: Callable[[], PipelineStats] | None = None  # a small run's stats, made when read
         self.stats = None
         self.probe_stats: PipelineStats | None = None
@@ -570,9 +572,11 @@ class StreamPipeline:
 
     def retune(self) -> None:
         """chunk="auto": forget the measured models, so that the next run probes again
-        (after changing the compute, the machine's load, or anything the chunk depends on)."""
+        (after changing the compute, the machine's load, or anything the chunk depends on);
+        and which way long lists of small batches run (list_paths.py), measured again."""
         self._tuned.clear()
         self._choices.clear()
+        self._list_paths.clear()
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: Any = None) -> Any:
@@ -727,7 +731,7 @@ class StreamPipeline:
                 return None
         return pinned_output
 
-    def _run_small_list(self, given: list[Any], outs: list[Any] | None) -> Any:
+    def _run_small_list(self, given: list[Any], outs: list[Any] | None, started: float) -> Any:
         """``run_batches(xs, outs)`` of a list of at most SMALL_LIST_MAX_BATCHES batches and
         PLAIN_MAX_BYTES in all, for a PyTorch function this pipeline has called before:
         plain.run_small_list (on the caller's stream), decided before anything else of a run is made (a pipelined run of
@@ -736,9 +740,16 @@ class StreamPipeline:
         (its note says the run was plain); stats made when read (staging "plain").
         ``_NOT_SMALL`` for any other run, having changed nothing (the long way then raises
         what it raises). Not with compute_threads > 1: the calls of a host-bound compute go
-        to its threads."""
-        if not self._plain_compute() or self.compute_threads > 1 or len(given) > SMALL_LIST_MAX_BATCHES:
+        to its threads.
+
+        A longer list of small batches (at most LONG_LIST_MAX_BYTES in all, LONG_LIST_MEAN_BYTES a
+        batch on average) runs plainly or pipelined as measured (list_paths.py; ``started``:
+        when the run_batches call began, for its time): a ``_LongList`` says to run it
+        pipelined and record the time."""
+        if not self._plain_compute() or self.compute_threads > 1:
             return _NOT_SMALL
+        long = len(given) > SMALL_LIST_MAX_BATCHES
+        max_bytes = LONG_LIST_MAX_BYTES if long else PLAIN_MAX_BYTES
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         kinds = [v[1] for v in views]
@@ -748,7 +759,7 @@ class StreamPipeline:
             return _NOT_SMALL
         for a, k in zip(arrays, kinds):
             total += a.nbytes
-            if (total > PLAIN_MAX_BYTES or not a.ndim or not a.size or a.dtype != first.dtype
+            if (total > max_bytes or not a.ndim or not a.size or a.dtype != first.dtype
                     or not a.flags.writeable or not a.flags.c_contiguous or k.library != kinds[0].library):
                 return _NOT_SMALL
         outs_np = None
@@ -764,6 +775,14 @@ class StreamPipeline:
         cache = default_pin_cache()
         if self.pin_in_place and total >= cache.min_bytes:
             return _NOT_SMALL  # (the cache would remember the list, and pin it in place if it comes again)
+        key = None
+        if long:
+            if total > LONG_LIST_MEAN_BYTES * len(arrays):
+                return _NOT_SMALL
+            key = list_key(arrays, kinds[0].library)
+            trial = self._list_paths.in_trial(key)
+            if self._list_paths.next_path(key) == PIPELINED:
+                return _LongList(key, trial)
         cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
         usage, notes = PinnedUsage(), []
 
@@ -776,15 +795,23 @@ class StreamPipeline:
                 self._rec.fill()  # (batches of several arrays: a plain run reads their host arrays)
             pinned_output = self._pinned_output_for(usage, notes)
             got = run_small_list(self._tc, arrays, kinds, cache_met, lambda n: pinned_output((n,), np.dtype(np.uint8)),
-                                 outs_np)
+                                 outs_np, grouped_uploads=long)
         finally:
             self._running = False
         if got is None:
-            return _NOT_SMALL
-        ys, call_s, wall_s = got
+            return _NOT_SMALL if key is None else _LongList(key, trial)  # (pinned in part, or a mix: pipelined)
+        ys, call_s, wall_s, wait_s = got
         out_bytes, n = sum(o.nbytes for o in (outs_np if outs_np is not None else ys)), len(ys)
-        self._record_short_run(lambda: plain_stats(total, out_bytes, wall_s, call_s, batches=n), usage, notes,
-                               stacklevel=7)  # (a warning points at run_batches()' caller)
+        list_path = None
+        if key is not None:
+            self._list_paths.record(key, PLAIN, time.perf_counter() - started, n)
+            list_path = self._list_paths.describe(key, PLAIN, trial)
+
+        def stats() -> PipelineStats:
+            st = plain_stats(total, out_bytes, wall_s, call_s, batches=n, wait_s=wait_s)
+            st.list_path = list_path
+            return st
+        self._record_short_run(stats, usage, notes, stacklevel=7)  # (a warning points at run_batches()' caller)
         return ys if outs is None else outs
 
     def _run_array(self, x: Any, x_np: np.ndarray, kind: HostKind, out: Any, out_np: np.ndarray | None,
@@ -911,10 +938,21 @@ class StreamPipeline:
             return None if self.output.none else []
         if outs is not None:
             outs = list(outs)
+        started = time.perf_counter()
         if self._tc is not None:
-            got = self._run_small_list(given, outs)
+            got = self._run_small_list(given, outs, started)
+            if isinstance(got, _LongList):  # (pipelined, as measured or to measure it: list_paths.py)
+                ys = self._run_list_pipelined(given, outs, warn_few, pin_new)
+                self._list_paths.record(got.key, PIPELINED, time.perf_counter() - started, len(given))
+                self.stats.list_path = self._list_paths.describe(got.key, PIPELINED, got.trial)
+                return ys
             if got is not _NOT_SMALL:
                 return got
+        return self._run_list_pipelined(given, outs, warn_few, pin_new)
+
+    def _run_list_pipelined(self, given: list[Any], outs: list[Any] | None, warn_few: bool, pin_new: bool
+                            ) -> list[Any] | None:
+        """run_batches of ``given`` through the streams (not plainly)."""
         views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         addresses = _host_addresses(given, views)
@@ -978,7 +1016,7 @@ class StreamPipeline:
                                  and sum(b.in_bytes for b in items) <= PLAIN_MAX_BYTES):
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
-                self._warn_few_batches(len(items), None, 0, stacklevel=5)
+                self._warn_few_batches(len(items), None, 0, stacklevel=6)
             run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, bucket=True)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
@@ -988,8 +1026,8 @@ class StreamPipeline:
                         _cannot_run_again(exc, in_place)
                         raise
                     stats = self._execute(items, stage_in, stage_out, **run_args)
-            self._say_serial(stacklevel=5)
-            stats.pinned = self._pinned_stats(usage, notes, stacklevel=5)  # (run_batches -> _run_batches -> _run_list -> here)
+            self._say_serial(stacklevel=6)
+            stats.pinned = self._pinned_stats(usage, notes, stacklevel=6)  # (4 frames up: run_batches)
             pins.annotate(stats)
             self.stats = stats
             if spec.none:
@@ -2660,6 +2698,14 @@ def _pinned_record(usage: PinnedUsage, pool_held_bytes: int, ring_bytes: int) ->
 
 
 _NOT_SMALL = object()  # StreamPipeline._run_small: not a small run, nothing done
+
+
+@dataclasses.dataclass(frozen=True)
+class _LongList:
+    """StreamPipeline._run_small_list: a long list of small batches, to run pipelined
+    (``key``: its kind, list_paths.list_key; ``trial``: as a run of the trial)."""
+    key: tuple
+    trial: bool
 
 
 def _from_numpy_takes(dtype: np.dtype) -> bool:

@@ -62,6 +62,11 @@ PLAIN_MAX_BYTES = 2 * MIN_SPLIT_CHUNK_BYTES  # (chunk="auto" splits no input und
 # batches 0.73-1.26x over five hosts, 0.84-0.88x where a GPU-bound layer's kernels overlapped on the
 # pipeline's three streams (p137, p138)
 SMALL_LIST_MAX_BATCHES = 16
+# A longer list runs plainly or pipelined as measured (list_paths.py) when its batches are
+# small: at most this many bytes a batch on average, and in all (a plain run holds the
+# list's inputs and outputs in pinned memory until its one wait)
+LONG_LIST_MEAN_BYTES = 1 << 20
+LONG_LIST_MAX_BYTES = 64 << 20
 
 
 def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, outputs: Any,
@@ -138,7 +143,8 @@ def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bo
 
 def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[HostKind],
                    cache_met: Callable[[np.ndarray], bool], take_pinned: Callable[[int], np.ndarray | None],
-                   outs: list[np.ndarray] | None = None) -> tuple[list[Any], float, float] | None:
+                   outs: list[np.ndarray] | None = None, grouped_uploads: bool = False
+                   ) -> tuple[list[Any], float, float, float] | None:
     """``run_batches(xs)`` of a list small in all, decided before anything else of a run is
     made (executor ``StreamPipeline._run_small_list``), on the caller's current stream with
     one wait: each batch to the device, ``f`` of it, and ``y`` at once into pinned memory
@@ -155,7 +161,12 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
     full (then a batch's copy waits, into its pageable output). None, having done nothing,
     for a mix of pinned and pageable inputs, or pinned inputs or outputs the pin cache's
     ranges meet (``cache_met``). Returns (the outputs: new ones, or None for each of
-    ``outs``; the seconds in the calls; the run's seconds)."""
+    ``outs``; the seconds in the calls; the run's seconds; the seconds of its one wait).
+
+    ``grouped_uploads`` (a long list, executor ``_run_list``): pageable inputs go up in
+    groups (:class:`_GroupedUploads`) instead of one pageable copy per batch, each of which
+    waits for the stream: over a long list those waits leave the GPU idle while the host
+    makes each next call."""
     fw = tc.fw
     torch = fw.torch
     t0 = time.perf_counter()
@@ -176,12 +187,15 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
     i: int | None = 0
     with _on_device(torch, fw.device_index):
         try:
+            # (a copy from pageable memory waits for the stream first, CUDA's rule: the host
+            # runs at most a batch ahead. Staged through pinned memory instead, a short list
+            # ran 8-16 % slower: p139, session 22; a long list goes up in groups)
+            uploads = (_GroupedUploads.make(torch, fw.device, arrays, kinds[0], take_pinned)
+                       if grouped_uploads and not pinned[0] else None)
             first: tuple[Any, Any] | None = None
             for i, (xh, a) in enumerate(zip(xhs, arrays)):
-                # (a copy from pageable memory waits for the stream first, CUDA's rule: the host
-                # runs at most a batch ahead. Staged through pinned memory instead, a short list
-                # ran 8-16 % slower: p139, session 22)
-                y, dt, host_dtype, give_back = _call(tc, fw, xh, a.shape, i)
+                xd = None if uploads is None else uploads.device_input(i)
+                y, dt, host_dtype, give_back = _call(tc, fw, xh, a.shape, i, xd)
                 call_s += dt
                 shape = tuple(y.shape)
                 if first is None:
@@ -205,11 +219,13 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
                 _copy_into(torch, stage, give_back, y, non_blocking=True)
                 staged.append((stage, shape, host_dtype, give_back))
             i = None  # (what the wait reports is no one batch's)
+            t_wait = time.perf_counter()
             torch.cuda.current_stream(fw.device).synchronize()
+            wait_s = time.perf_counter() - t_wait
         except BaseException as exc:
-            _failed(exc, torch, fw, i, None, f"one of {len(arrays)} (run plainly: a short list of small batches, on "
+            _failed(exc, torch, fw, i, None, f"one of {len(arrays)} (run plainly: a list of small batches, on "
                     "the caller's stream); that stream was waited for" if i is not None else
-                    f"the wait of a short list of {len(arrays)} small batches run plainly (an error of any of its "
+                    f"the wait of a list of {len(arrays)} small batches run plainly (an error of any of its "
                     "batches' work on the caller's stream)")
             raise
     made: list[Any] = []
@@ -224,7 +240,7 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
             out = np.empty(shape, host_dtype)
             np.copyto(out, stage)
             made.append(like_input(out, kinds[j], torch_dtype=give_back))
-    return made, call_s, time.perf_counter() - t0
+    return made, call_s, time.perf_counter() - t0, wait_s
 
 
 class _PinnedCarver:
@@ -262,6 +278,68 @@ class _PinnedCarver:
         return self.block[at:at + nbytes].view(dtype).reshape(shape)
 
 
+class _GroupedUploads:
+    """A long list's pageable inputs on the device, uploaded group by group on the caller's
+    stream: a group's batches (about ``GROUP_BYTES``, or ``GROUP_BATCHES`` batches) copied
+    into one pinned block from the pinned pool, sent in one H2D, each batch a view of the
+    group's device copy. A group is staged when its first batch is called for, after the
+    calls of the group before it are enqueued, so the host's copies overlap the GPU's work.
+
+    All batches share one dtype (the list's checks) and are packed back to back, so the
+    device copy splits into them at element boundaries. ``make`` returns None when the
+    pinned pool refuses the block (then each batch is copied from pageable memory)."""
+
+    GROUP_BYTES = 2 << 20
+    GROUP_BATCHES = 32
+
+    def __init__(self, torch: Any, device: Any, arrays: list[np.ndarray], kind: HostKind, host: np.ndarray):
+        self.torch, self.arrays = torch, arrays
+        self.dtype = arrays[0].dtype
+        self.in_dtype = kind.torch_dtype if kind.reinterpreted else None
+        self.host = host.view(self.dtype)  # (the whole list, back to back, filled group by group)
+        self.device_block = torch.empty(self.host.shape[0], dtype=_torch_dtype(torch, self.host), device=device)
+        self.starts = np.cumsum([0] + [a.size for a in arrays]).tolist()  # (elements)
+        self.views: dict[int, Any] = {}
+
+    @classmethod
+    def make(cls, torch: Any, device: Any, arrays: list[np.ndarray], kind: HostKind,
+             take_pinned: Callable[[int], np.ndarray | None]) -> "_GroupedUploads | None":
+        host = take_pinned(sum(a.nbytes for a in arrays))
+        return None if host is None else cls(torch, device, arrays, kind, host)
+
+    def device_input(self, i: int) -> Any:
+        """Batch ``i`` on the device (its group uploaded first if it is not yet)."""
+        view = self.views.pop(i, None)
+        if view is None:
+            self._upload_group_from(i)
+            view = self.views.pop(i)
+        return view
+
+    def _upload_group_from(self, first: int) -> None:
+        arrays, starts = self.arrays, self.starts
+        last, nbytes = first, 0
+        while last < len(arrays) and (last == first or (nbytes + arrays[last].nbytes <= self.GROUP_BYTES
+                                                        and last - first < self.GROUP_BATCHES)):
+            nbytes += arrays[last].nbytes
+            last += 1
+        group = arrays[first:last]
+        lo, hi = starts[first], starts[last]
+        np.concatenate([a.reshape(-1) for a in group], out=self.host[lo:hi])  # (C-contiguous: memmoves)
+        dev = self.device_block[lo:hi]
+        dev.copy_(self.torch.from_numpy(self.host[lo:hi]), non_blocking=True)
+        row_shape = group[0].shape[1:]
+        if all(a.shape[1:] == row_shape for a in group):  # (the common case: split by rows, views shaped)
+            parts = dev.view((-1,) + row_shape).split([a.shape[0] for a in group])
+        else:
+            parts = [part.view(a.shape) for part, a in zip(dev.split([a.size for a in group]), group)]
+        for j, part in enumerate(parts, first):
+            self.views[j] = part if self.in_dtype is None else part.view(self.in_dtype)
+
+
+def _torch_dtype(torch: Any, a: np.ndarray) -> Any:
+    return torch.from_numpy(a[:0]).dtype
+
+
 def _copy_into(torch: Any, dst: np.ndarray, give_back: Any, y: Any, non_blocking: bool) -> None:
     """``y`` into the host array ``dst`` (its bytes; ``give_back``: y's torch dtype when
     ``dst`` carries it as integers)."""
@@ -269,15 +347,22 @@ def _copy_into(torch: Any, dst: np.ndarray, give_back: Any, y: Any, non_blocking
     (d if give_back is None else d.view(give_back)).copy_(y, non_blocking=non_blocking)
 
 
-def plain_stats(bytes_in: int, bytes_out: int, wall_s: float, call_s: float, batches: int = 1) -> PipelineStats:
+def plain_stats(bytes_in: int, bytes_out: int, wall_s: float, call_s: float, batches: int = 1,
+                wait_s: float | None = None) -> PipelineStats:
     """A plain run's stats: one stream (the caller's), host time per batch in the calls
-    (``compute_call``) and the rest (``rest``: the copies, the checks, the wait)."""
+    (``compute_call``), in the wait for the stream at the end (``wait``, when given) and the
+    rest (``rest``: the copies, the checks, and the wait when not given)."""
     per_batch_us = wall_s * 1e6 / batches
     call_us = call_s * 1e6 / batches
+    wait_us = 0.0 if wait_s is None else wait_s * 1e6 / batches
+    host_us = {"compute_call": call_us}
+    if wait_s is not None:
+        host_us["wait"] = wait_us
+    host_us["rest"] = max(per_batch_us - call_us - wait_us, 0.0)
     return PipelineStats(batches=batches, bytes_in=bytes_in, bytes_out=bytes_out, streams=1,
                          staging={"input": "plain", "output": "plain"}, wall_ms=wall_s * 1e3,
-                         enqueue_us_per_batch=per_batch_us, loop_us_per_batch=per_batch_us,
-                         host_us={"compute_call": call_us, "rest": max(per_batch_us - call_us, 0.0)})
+                         enqueue_us_per_batch=per_batch_us - wait_us, loop_us_per_batch=per_batch_us - wait_us,
+                         host_us=host_us)
 
 
 def out_mismatch(i: int, dst: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> str:
@@ -299,12 +384,13 @@ def _on_device(torch: Any, index: int) -> Any:
     return contextlib.nullcontext() if torch.cuda.current_device() == index else torch.cuda.device(index)
 
 
-def _call(tc: TensorCompute, fw: Any, xh: Any, in_shape: tuple[int, ...], index: int = 0
+def _call(tc: TensorCompute, fw: Any, xh: Any, in_shape: tuple[int, ...], index: int = 0, xd: Any = None
           ) -> tuple[Any, float, Any, Any]:
-    """x to the device, ``f(x)`` and the checks of ``y``: (y, the call's seconds, the host
-    NumPy dtype of y, the torch dtype to give back or None). ``index``: the batch's in its
-    run (its layout, for batches of several arrays)."""
-    xd = xh.to(device=fw.device, non_blocking=True)
+    """x to the device (``xd``: already there), ``f(x)`` and the checks of ``y``: (y, the
+    call's seconds, the host NumPy dtype of y, the torch dtype to give back or None).
+    ``index``: the batch's in its run (its layout, for batches of several arrays)."""
+    if xd is None:
+        xd = xh.to(device=fw.device, non_blocking=True)
     t0 = time.perf_counter()
     y = tc.call_fn(xd, index)
     call_s = time.perf_counter() - t0
