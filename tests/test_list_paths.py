@@ -38,7 +38,7 @@ def test_plain_is_kept_only_by_a_margin_of_the_best_runs():
     trial(paths, "k", {PIPELINED: [0.0, 140.0, 142.0], PLAIN: [0.0, 400.0, 104.0]})
     assert paths.next_path("k") == PLAIN
     d = paths.describe("k", PLAIN, trial=False)
-    assert d == {"path": PLAIN, "source": "chosen by the trial (the faster per batch)",
+    assert d == {"path": PLAIN, "source": "chosen by the trial (the faster per batch)", "chosen": PLAIN,
                  "plain_us_per_batch": 104.0, "pipelined_us_per_batch": 140.0}
     # plain faster, but by less than the margin (within this host's noise): pipelined stays
     trial(paths, "close", {PIPELINED: [0.0, 100.0, 100.0], PLAIN: [0.0, 90.0, 100.0 * PLAIN_MARGIN + 1]})
@@ -66,7 +66,8 @@ def test_describe_counts_the_trials_runs():
         said.append(paths.describe("k", path, trial=True))
     assert [d["source"] for d in said[:5]] == [f"trial run {n} of 6" for n in range(1, 6)]
     assert "plain_us_per_batch" not in said[1] and said[3]["plain_us_per_batch"] == 80.0  # (warm-up not counted)
-    assert said[5]["source"] == "trial run 6 of 6: from now on plain"
+    assert said[5]["source"] == "trial run 6 of 6: from now on plain" and said[5]["chosen"] == PLAIN
+    assert "chosen" not in said[4]
 
 
 def test_the_kinds_remembered_are_bounded():

@@ -882,8 +882,8 @@ def _list_note(w: dict[str, Any]) -> str:
         return ""
     best = ", ".join(f"{p} {lp[f'{p}_us_per_batch']:.0f}" for p in ("plain", "pipelined")
                      if is_num(lp.get(f"{p}_us_per_batch")))
-    return (f"; the list ran {lp['path']}, as measured in its first runs (µs per batch: {best}; "
-            f"{w.get('list_trial_runs', 0)} of them untimed here after the 4 checked runs)")
+    return (f"; the list ran {lp.get('chosen', lp['path'])}, as measured in its first runs (best µs per batch: "
+            f"{best}; {w.get('list_trial_runs', 0)} of them untimed here after the 4 checked runs)")
 
 
 def _host_note(w: dict[str, Any]) -> str:

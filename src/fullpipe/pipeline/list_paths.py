@@ -86,8 +86,8 @@ class ListPaths:
 
     def describe(self, key: tuple, path: str, trial: bool) -> dict[str, Any]:
         """For ``stats.list_path``, once a run is recorded: the path it took, whether it was
-        a run of the trial (``trial``) or the choice, and the trial's best µs per batch of
-        each path."""
+        a run of the trial (``trial``) or the choice, the choice once made (``chosen``), and
+        the trial's best µs per batch of each path."""
         runs = self._runs.get(key, {PLAIN: [], PIPELINED: []})
         out: dict[str, Any] = {"path": path}
         if trial:
@@ -96,8 +96,10 @@ class ListPaths:
             chosen = self._chosen(runs)
             if chosen is not None:
                 out["source"] += f": from now on {chosen}"
+                out["chosen"] = chosen
         else:
             out["source"] = "chosen by the trial (the faster per batch)"
+            out["chosen"] = path
         for p in (PLAIN, PIPELINED):
             if runs[p]:
                 out[f"{p}_us_per_batch"] = round(min(runs[p]), 1)
