@@ -710,6 +710,13 @@ class StreamPipeline:
             return st
         self._stats_later = stats
 
+    def _pads_shapes(self) -> bool:
+        """May this pipeline run a long list's batches at shapes the compute has seen
+        (``pad_shapes``: True, or "auto" for a compute whose new shapes are costly)? A plain
+        run calls every batch at its own shape: such lists stay pipelined."""
+        return self.pad_shapes is True or (self.pad_shapes == "auto" and self._tc is not None
+                                           and self._tc.new_shape_s >= NEW_SHAPE_COSTLY_S)
+
     def _plain_compute(self, any_output_spec: bool = False) -> bool:
         """May this pipeline's runs go plainly (plain.py)? A PyTorch function it has called
         before, the defaults for staging and timing, outputs made from ``y`` (of a declared
@@ -743,7 +750,8 @@ class StreamPipeline:
         to its threads.
 
         A longer list of small batches (at most LONG_LIST_MAX_BYTES in all, LONG_LIST_MEAN_BYTES a
-        batch on average) runs plainly or pipelined as measured (list_paths.py; ``started``:
+        batch on average; not where batches may be padded to seen shapes, _pads_shapes) runs
+        plainly or pipelined as measured (list_paths.py; ``started``:
         when the run_batches call began, for its time): a ``_LongList`` says to run it
         pipelined and record the time."""
         if not self._plain_compute() or self.compute_threads > 1:
@@ -777,7 +785,7 @@ class StreamPipeline:
             return _NOT_SMALL  # (the cache would remember the list, and pin it in place if it comes again)
         key = None
         if long:
-            if total > LONG_LIST_MEAN_BYTES * len(arrays):
+            if total > LONG_LIST_MEAN_BYTES * len(arrays) or self._pads_shapes():
                 return _NOT_SMALL
             key = list_key(arrays, kinds[0].library)
             trial = self._list_paths.in_trial(key)
