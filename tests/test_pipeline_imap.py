@@ -394,8 +394,18 @@ def _loader_class(module: str, name: str = "DataLoader") -> type:
 def test_read_ahead_auto_reads_an_in_process_dataloader_on_the_callers_thread():
     DataLoader = _loader_class("torch.utils.data.dataloader")
     Sub = type("MyLoader", (DataLoader,), {"__module__": "user_code"})  # a subclass counts
+    # iter(loader): PyTorch's iterator classes derive from _BaseDataLoaderIter, which keeps _num_workers
+    BaseIter = type("_BaseDataLoaderIter", (), {"__module__": "torch.utils.data.dataloader"})
+    SingleIter = type("_SingleProcessDataLoaderIter", (BaseIter,), {"__module__": "torch.utils.data.dataloader"})
+
+    def loader_iter(workers):
+        it = SingleIter()
+        it._num_workers = workers
+        return it
+
     for loader, expect in ((DataLoader([], 0), False), (Sub([], 0), False), (DataLoader([], 4), True),
-                           (_loader_class("other.lib")([], 0), True), (iter([]), True), ([], True)):
+                           (_loader_class("other.lib")([], 0), True), (iter([]), True), ([], True),
+                           (loader_iter(0), False), (loader_iter(2), True)):
         got, why = W.choose_read_ahead(loader, "auto")
         assert got is expect and why.startswith("auto")
     assert W.choose_read_ahead(DataLoader([], 0), True) == (True, "given")  # an explicit choice stands

@@ -349,12 +349,15 @@ def choose_read_ahead(iterable: Any, read_ahead: bool | str) -> tuple[bool, str]
     images and labels on an H100, session 31). A loader with workers makes its batches in
     other processes (the reader thread waits on a queue, the GIL free), and a generator
     reading files waits on the disk with the GIL released: those read ahead. Told by the
-    class's name, without importing torch (a subclass of DataLoader counts)."""
+    class's name, without importing torch (a subclass of DataLoader counts), and the same
+    for the loader's iterator (``imap(iter(loader))``: PyTorch's ``_BaseDataLoaderIter``,
+    whose ``_num_workers`` is the loader's)."""
     if isinstance(read_ahead, str) and read_ahead == "auto":
-        loader = any(c.__name__ == "DataLoader" and c.__module__.startswith("torch.utils.data")
-                     for c in type(iterable).__mro__)
-        if loader and getattr(iterable, "num_workers", None) == 0:
-            return False, "auto: a DataLoader without workers is read on the caller's thread"
+        for name, workers, what in (("DataLoader", "num_workers", "a DataLoader"),
+                                    ("_BaseDataLoaderIter", "_num_workers", "a DataLoader's iterator")):
+            if (any(c.__name__ == name and c.__module__.startswith("torch.utils.data") for c in type(iterable).__mro__)
+                    and getattr(iterable, workers, None) == 0):
+                return False, f"auto: {what} without workers is read on the caller's thread"
         return True, "auto: a reader thread"
     if not isinstance(read_ahead, bool):
         raise TypeError(f"read_ahead must be True, False or 'auto', got {read_ahead!r}")
