@@ -378,8 +378,8 @@ def _fp_call(pipe: Any, w: _Workload, out: Any, x: Any = None) -> Any:
 
 def _in_list_trial(pipe: Any) -> bool:
     """Was the pipeline's last run one of a long list's trial runs (list_paths.py)?"""
-    list_path = getattr(getattr(pipe, "stats", None), "list_path", None) or {}
-    return str(list_path.get("source", "")).startswith("trial") and "from now on" not in list_path["source"]
+    list_path = getattr(getattr(pipe, "stats", None), "list_path", None)
+    return bool(list_path) and "chosen" not in list_path
 
 
 def _fp_stats(pipe: Any) -> dict[str, Any]:

@@ -22,6 +22,11 @@ on an H100 host a run's time drifts up to 2x over seconds, and one encoder round
 ran plainly faster than pipelined though the median of 11 said 1.18x the other way (session
 33, p226). ``pipe.retune()`` forgets the choices; ``stats.list_path`` says which path a run
 took and why.
+
+Session 33 (p226; H100 and H200 hosts, four machines): the trial kept plain for ``x * 2``
+and the small MLP above (0.83-1.05x the naive loop, against 0.52-0.72x pipelined) and
+pipelined for the encoder, a 2-layer GRU, a small CNN and a GPU-heavy MLP, each within
+0.82-1.06x the faster of the two ways forced.
 """
 
 from __future__ import annotations
