@@ -790,7 +790,7 @@ class StreamPipeline:
             key = list_key(arrays, kinds[0].library)
             trial = self._list_paths.in_trial(key)
             if self._list_paths.next_path(key) == PIPELINED:
-                return _LongList(key, trial)
+                return _LongList(key, trial, views)
         cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
         usage, notes = PinnedUsage(), []
 
@@ -807,7 +807,7 @@ class StreamPipeline:
         finally:
             self._running = False
         if got is None:
-            return _NOT_SMALL if key is None else _LongList(key, trial)  # (pinned in part, or a mix: pipelined)
+            return _NOT_SMALL if key is None else _LongList(key, trial, views)  # (pinned in part, or a mix: pipelined)
         ys, call_s, wall_s, wait_s = got
         out_bytes, n = sum(o.nbytes for o in (outs_np if outs_np is not None else ys)), len(ys)
         list_path = None
@@ -950,7 +950,7 @@ class StreamPipeline:
         if self._tc is not None:
             got = self._run_small_list(given, outs, started)
             if isinstance(got, _LongList):  # (pipelined, as measured or to measure it: list_paths.py)
-                ys = self._run_list_pipelined(given, outs, warn_few, pin_new)
+                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
                 self._list_paths.record(got.key, PIPELINED, time.perf_counter() - started, len(given))
                 self.stats.list_path = self._list_paths.describe(got.key, PIPELINED, got.trial)
                 return ys
@@ -958,10 +958,12 @@ class StreamPipeline:
                 return got
         return self._run_list_pipelined(given, outs, warn_few, pin_new)
 
-    def _run_list_pipelined(self, given: list[Any], outs: list[Any] | None, warn_few: bool, pin_new: bool
-                            ) -> list[Any] | None:
-        """run_batches of ``given`` through the streams (not plainly)."""
-        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
+    def _run_list_pipelined(self, given: list[Any], outs: list[Any] | None, warn_few: bool, pin_new: bool,
+                            views: list[tuple[np.ndarray, HostKind]] | None = None) -> list[Any] | None:
+        """run_batches of ``given`` through the streams (not plainly; ``views``: the batches'
+        host views, when _run_small_list has made them)."""
+        if views is None:
+            views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         addresses = _host_addresses(given, views)
         out_given = out_addresses = None
@@ -2711,9 +2713,11 @@ _NOT_SMALL = object()  # StreamPipeline._run_small: not a small run, nothing don
 @dataclasses.dataclass(frozen=True)
 class _LongList:
     """StreamPipeline._run_small_list: a long list of small batches, to run pipelined
-    (``key``: its kind, list_paths.list_key; ``trial``: as a run of the trial)."""
+    (``key``: its kind, list_paths.list_key; ``trial``: as a run of the trial; ``views``:
+    the batches' host views, made already)."""
     key: tuple
     trial: bool
+    views: list
 
 
 def _from_numpy_takes(dtype: np.dtype) -> bool:
