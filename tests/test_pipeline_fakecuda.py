@@ -531,10 +531,10 @@ def test_staging_thread_error_reaches_the_caller(fake, monkeypatch):
     calls = itertools.count()
     real_copy = fexec.HostCopier.copy
 
-    def flaky_copy(self, dst, src, n, *piece):
+    def flaky_copy(self, dst, src, n):
         if next(calls) == 5:
             raise MemoryError("staging copy failed")
-        return real_copy(self, dst, src, n, *piece)
+        return real_copy(self, dst, src, n)
 
     monkeypatch.setattr(fexec.HostCopier, "copy", flaky_copy)
     with pytest.raises(MemoryError, match="staging copy failed"):
@@ -980,31 +980,3 @@ def test_chunk_auto_runs_a_small_input_as_one_chunk_without_a_warning(fake):
         np.testing.assert_array_equal(pipe.run(big), reference(big, 2))
         assert pipe.stats.batches == 3 and "3 chunks (an even split stops at 4 MiB" in pipe.stats.chunk["reason"]
         _assert_clean(pipe)
-
-
-@pytest.mark.parametrize("given", [False, True])
-def test_the_output_drain_splits_finer_into_outputs_the_run_made(fake, monkeypatch, given):
-    """Pageable outputs of 1.5 MiB through the ring (drained by a thread): copies into new
-    arrays (their pages touched first by the drain) go in NEW_MEMORY_PIECE_BYTES pieces, into
-    the caller's ``outs`` in MIN_PIECE_BYTES ones; outputs right either way."""
-    from fullpipe.pipeline import pageable
-
-    pieces = []
-    real_copy = fexec.HostCopier.copy
-
-    def spy(self, dst, src, n, min_piece=pageable.MIN_PIECE_BYTES):
-        pieces.append((dst, min_piece))
-        return real_copy(self, dst, src, n, min_piece)
-
-    monkeypatch.setattr(fexec.HostCopier, "copy", spy)
-    rng = np.random.default_rng(3)
-    batches = [rng.integers(0, 2**32, 3 * MiB // 8, dtype=np.uint32) for _ in range(6)]
-    outs = [np.empty_like(b) for b in batches] if given else None
-    pipe = StreamPipeline(FakeMix(), streams=2, slots=2, pin_in_place=False)
-    got = pipe.run_batches(batches, outs)
-    for b, o in zip(batches, got):
-        np.testing.assert_array_equal(o, reference(b, 2))
-    drained = {p for dst, p in pieces if dst in {o.ctypes.data for o in got}}
-    assert drained == {pageable.MIN_PIECE_BYTES if given else pageable.NEW_MEMORY_PIECE_BYTES}
-    _assert_clean(pipe)
-    pipe.close()

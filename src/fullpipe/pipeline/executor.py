@@ -850,7 +850,7 @@ class StreamPipeline:
         source = "given"
         self.probe_stats = None
         pst_list: list[PipelineStats] = []
-        run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, new_outputs=out is None)
+        run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place)
         if fixed_rows is None:
             with nvtx.range("fullpipe.pipeline: chunk='auto'"):
                 fixed_rows, choice, start, n_probe, source = self._tune(
@@ -1027,8 +1027,7 @@ class StreamPipeline:
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
                 self._warn_few_batches(len(items), None, 0, stacklevel=6)
-            run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, bucket=True,
-                            new_outputs=outs is None)
+            run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, bucket=True)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
                     stats = self._execute(items, stage_in, stage_out, **run_args)
@@ -1650,11 +1649,10 @@ class StreamPipeline:
     def _execute(self, batches: list[P.Batch], stage_in: str, stage_out: str | None,
                  mode: RunMode | None = None, outputs: "_Outputs | None" = None,
                  usage: PinnedUsage | None = None, kind: HostKind | None = None,
-                 in_place: bool = False, bucket: bool = False, new_outputs: bool = False) -> PipelineStats:
+                 in_place: bool = False, bucket: bool = False) -> PipelineStats:
         """Enqueue every batch (the host-driver pattern of the module docstring), wait
         once at the end, and return what the run did (``in_place``: the outputs are the
-        inputs' memory; ``bucket``: batches of new shapes may run at seen ones: TensorCompute.begin_run;
-        ``new_outputs``: the outputs are arrays this run made, their pages not yet touched)."""
+        inputs' memory; ``bucket``: batches of new shapes may run at seen ones: TensorCompute.begin_run)."""
         mode = self._run_mode() if mode is None else mode
         free_collected()  # pinned frees the collector queued: here, before any graph capture of this run
         n, K, N = len(batches), self.slots, self.n_streams
@@ -1707,7 +1705,6 @@ class StreamPipeline:
 
         run = _Run(batches, stop=threading.Event(), lanes=N)
         run.lazy_out = outputs is not None
-        run.new_outputs = new_outputs
         run.bulk_out = bulk if bulk is not None and staging["output"] == "bulk" else None
         run.bulk_in = bulk if bulk is not None and staging["input"] == "bulk" else None
         # Who does the ring's memmoves: this thread for small batches, staging threads
@@ -2121,7 +2118,7 @@ class StreamPipeline:
             run.drainer = (InlineOutputDrainer(self._ring_out, ready_out, free_out, self._copier("out"), run.stop)
                            if run.inline_out else
                            OutputDrainer(self._ring_out, ready_out, free_out, self._copier("out"), run.stop,
-                                         on_start=self._worker_setup, new_memory=run.new_outputs))
+                                         on_start=self._worker_setup))
             run.drainer.start()
         if run.bulk_in is not None and gx is None and self._lanes is not None:
             # the inputs go to the GPU a group at a time (bulk.DeviceInputs), into one block
@@ -2516,7 +2513,6 @@ class _Run:
         self.front_us: list[float] = []  # per batch: the front half's host time
         self.clock = [0.0] * lanes  # seconds in the compute calls, per lane
         self.calls: ct.ComputeCalls | None = None  # compute calls on other threads (compute_threads.py)
-        self.new_outputs = False  # the outputs are arrays this run made: the drain splits its copies finer
         self.call_wait_s = 0.0  # the enqueueing thread waiting for those calls
         self.lazy_out = False  # outputs made from the first y (tensor functions): dst decided in back
         self.bulk_out: BulkStaging | None = None  # outputs staged in bulk: drained as batches finish

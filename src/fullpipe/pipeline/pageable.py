@@ -43,11 +43,6 @@ from .staging import GpuSignal, SlotRing, Stopped
 # threads per direction and 11-15 GB/s over 2; the hand-offs of many small pieces
 # (each needs the GIL) cost more than the extra memmove bandwidth buys.
 MIN_PIECE_BYTES = 2 << 20
-# ... except into memory just allocated (new pageable outputs): there a memmove's time is
-# the kernel's page faults (first touch), which ran 7x faster on 8 threads than on one on
-# an H100 host (86 MB into 40 new arrays of 0.3-4 MiB: 54 against 7.6 ms; session 34, p234),
-# much more than the hand-offs cost.
-NEW_MEMORY_PIECE_BYTES = 512 << 10
 # Batches up to this size (per direction) are staged by the enqueueing thread (module doc).
 INLINE_MAX_BYTES = 1 << 20
 _PAGE = 4096
@@ -82,8 +77,8 @@ class HostCopier:
         self._pool = (ThreadPoolExecutor(self.threads - 1, thread_name_prefix="fullpipe-copy")
                       if self.threads > 1 else None)
 
-    def copy(self, dst: int, src: int, nbytes: int, min_piece: int = MIN_PIECE_BYTES) -> None:
-        parts = min(self.threads, nbytes // min_piece)
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        parts = min(self.threads, nbytes // MIN_PIECE_BYTES)
         if self._pool is None or parts < 2:
             ctypes.memmove(dst, src, nbytes)
             return
@@ -244,21 +239,18 @@ def _drain_slot(drainer: Any, slot: int, dst: int, nbytes: int) -> None:
     drainer.ready[slot].wait(drainer.stop)
     t0 = time.perf_counter()
     if nbytes:
-        drainer.copier.copy(dst, drainer.ring.address(slot), nbytes, drainer.min_piece)
+        drainer.copier.copy(dst, drainer.ring.address(slot), nbytes)
     drainer.copy_s.append(time.perf_counter() - t0)
     drainer.free[slot].release()
 
 
 class OutputDrainer(_Worker):
-    """Copies each finished output slot to the user's array, then frees the slot.
-    ``new_memory``: the arrays were just allocated (their pages are touched first by these
-    copies), so each copy is split in smaller pieces (NEW_MEMORY_PIECE_BYTES)."""
+    """Copies each finished output slot to the user's array, then frees the slot."""
 
     def __init__(self, ring: SlotRing, ready: Sequence[GpuSignal], free: Sequence[threading.Semaphore],
-                 copier: HostCopier, stop: threading.Event, on_start: Any = None, new_memory: bool = False):
+                 copier: HostCopier, stop: threading.Event, on_start: Any = None):
         super().__init__("fullpipe-drain-out", on_start)
         self.ring, self.ready, self.free, self.copier, self.stop = ring, ready, free, copier, stop
-        self.min_piece = NEW_MEMORY_PIECE_BYTES if new_memory else MIN_PIECE_BYTES
         self._work: queue.Queue[tuple[int, int, int] | None] = queue.Queue()
         self.copy_s: list[float] = []  # per batch: the memmove's seconds
 
@@ -329,7 +321,6 @@ class InlineOutputDrainer:
     copied out. No thread."""
 
     error = None
-    min_piece = MIN_PIECE_BYTES  # (batches of at most INLINE_MAX_BYTES: one piece each)
 
     def __init__(self, ring: SlotRing, ready: Sequence[GpuSignal], free: Sequence[threading.Semaphore],
                  copier: HostCopier, stop: threading.Event):
