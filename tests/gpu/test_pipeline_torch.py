@@ -541,6 +541,40 @@ def test_a_small_request_after_the_first_takes_the_short_way_with_the_same_resul
         assert pipe.run(x).dtype == torch.bfloat16
 
 
+def test_a_short_list_of_large_outputs_is_copied_out_on_the_copy_threads(device, pool, monkeypatch):
+    """A short list run plainly whose outputs are large (an LM head's logits: small inputs,
+    outputs 16x larger): after the wait, the pinned stages go to the pageable outputs, new or
+    given, on the pipeline's copy threads (pageable.HostCopier.copy_many, an array to a
+    thread), every byte right."""
+    from fullpipe.pipeline import pageable
+
+    gen = torch.Generator().manual_seed(11)
+    w = torch.randn(256, 4096, generator=gen).cuda()
+
+    def f(t):
+        return t @ w
+
+    xs = [torch.randn(int(n), 256, generator=gen) for n in (100, 37, 257, 64, 199, 8)]  # 3-4 MiB out each
+    threads_used = []
+    real = pageable.HostCopier.copy_many
+
+    def spy(self, copies):
+        threads_used.append(len(self._runs(copies, self.threads)) if self._pool is not None else 1)
+        return real(self, copies)
+
+    monkeypatch.setattr(pageable.HostCopier, "copy_many", spy)
+    with StreamPipeline(f, pool=pool, device=device, copy_threads=4) as pipe:
+        pipe.run_batches(xs)  # (the first run goes the long way)
+        for inputs, outs in ((xs, None), (xs, [torch.full((x.shape[0], 4096), float("nan")) for x in xs]),
+                             ([x.numpy() for x in xs], [np.full((x.shape[0], 4096), np.nan, np.float32) for x in xs])):
+            threads_used.clear()
+            ys = pipe.run_batches(inputs, outs=outs)
+            assert pipe.stats.staging == {"input": "plain", "output": "plain"}, pipe.stats.staging
+            assert threads_used and threads_used[-1] > 1  # (runs of about equal bytes; the last output goes straight in)
+            for x, y in zip(xs, ys):
+                torch.testing.assert_close(torch.as_tensor(y), f(x.cuda()).cpu(), rtol=1e-5, atol=1e-4)
+
+
 def test_a_short_list_after_the_first_run_goes_plainly_with_the_same_results(device, pool):
     """From a pipeline's second run on, run_batches of a list small in all (at most 8 MiB)
     skips the pipelined run (StreamPipeline._run_small_list; f on the caller's stream): the same
