@@ -554,7 +554,7 @@ def test_a_short_list_of_large_outputs_is_copied_out_on_the_copy_threads(device,
     def f(t):
         return t @ w
 
-    xs = [torch.randn(int(n), 256, generator=gen) for n in (100, 37, 257, 64, 199, 8)]  # 3-4 MiB out each
+    xs = [torch.randn(int(n), 256, generator=gen) for n in (100, 37, 257, 64, 199, 8)]  # 0.1-4 MiB out each
     threads_used = []
     real = pageable.HostCopier.copy_many
 

@@ -297,9 +297,8 @@ def run(ctx) -> Result:
             st = median_pipeline_run(pipe, x, y, repeat)
         metrics[f"{wname}_enqueue_us_no_events"] = st.enqueue_us_per_batch
         if wname == "balanced":
-            floor = _driver_floor_us(kernel, pool, [s0, s1, create_stream(dev)], x, y, n, batches)
-            metrics["balanced_enqueue_floor_us"] = floor
-        if wname == "balanced":
+            metrics["balanced_enqueue_floor_us"] = _driver_floor_us(kernel, pool, [s0, s1, create_stream(dev)],
+                                                                    x, y, n, batches)
             # The same with CUDA graphs, each checked first. graph="batch": each batch is one
             # captured graph (pinned arrays: two memcpy-node updates and one cuGraphLaunch
             # per batch). graph=True: these runs repeat one another (same arrays), so from
