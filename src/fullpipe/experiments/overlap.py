@@ -185,10 +185,12 @@ def _driver_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.n
     kh, grid = handle_int(kernel.kernel.handle), kernel.grid_for(n)
     nb = n * x.itemsize
     off = (nb + 255) // 256 * 256  # (the output after the input, as the executor lays out a batch)
-    lanes = [hot.alloc_from_pool(off + nb, handle_int(pool.handle), h) for h in handles]
+    lanes: list[int] = []
     xs, ys = x.ctypes.data, y.ctypes.data
     times = []
     try:
+        for h in handles:  # (inside the try: a lane taken before a failed one goes back)
+            lanes.append(hot.alloc_from_pool(off + nb, handle_int(pool.handle), h))
         for _ in range(3):
             for s in streams:
                 s.sync()
