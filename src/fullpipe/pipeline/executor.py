@@ -803,7 +803,7 @@ class StreamPipeline:
                 self._rec.fill()  # (batches of several arrays: a plain run reads their host arrays)
             pinned_output = self._pinned_output_for(usage, notes)
             got = run_small_list(self._tc, arrays, kinds, cache_met, lambda n: pinned_output((n,), np.dtype(np.uint8)),
-                                 outs_np, grouped_uploads=long, copier=self._copier("out"))
+                                 self._copier("out"), outs_np, grouped_uploads=long)
         finally:
             self._running = False
         if got is None:

@@ -45,7 +45,6 @@ the naive loop.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import time
 from typing import Any, Callable
@@ -144,7 +143,7 @@ def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bo
 
 def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[HostKind],
                    cache_met: Callable[[np.ndarray], bool], take_pinned: Callable[[int], np.ndarray | None],
-                   outs: list[np.ndarray] | None = None, grouped_uploads: bool = False, copier: Any = None
+                   copier: Any, outs: list[np.ndarray] | None = None, grouped_uploads: bool = False
                    ) -> tuple[list[Any], float, float, float] | None:
     """``run_batches(xs)`` of a list small in all, decided before anything else of a run is
     made (executor ``StreamPipeline._run_small_list``), on the caller's current stream with
@@ -256,12 +255,7 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
             out = np.empty(shape, host_dtype)
             copies.append((out.ctypes.data, stage.ctypes.data, stage.nbytes))
             made.append(like_input(out, kinds[j], torch_dtype=give_back))
-    copies = [c for c in copies if c[2]]
-    if copier is not None:
-        copier.copy_many(copies)
-    else:
-        for to, frm, n in copies:
-            ctypes.memmove(to, frm, n)
+    copier.copy_many(copies)
     return made, call_s, time.perf_counter() - t0, wait_s
 
 
@@ -319,7 +313,7 @@ class _GroupedUploads:
         self.dtype = arrays[0].dtype
         self.in_dtype = kind.torch_dtype if kind.reinterpreted else None
         self.host = host.view(self.dtype)  # (the whole list, back to back, filled group by group)
-        self.device_block = torch.empty(self.host.shape[0], dtype=_torch_dtype(torch, self.host), device=device)
+        self.device_block = torch.empty_like(torch.from_numpy(self.host), device=device)
         self.starts = np.cumsum([0] + [a.size for a in arrays]).tolist()  # (elements)
         self.views: dict[int, Any] = {}
 
@@ -356,10 +350,6 @@ class _GroupedUploads:
             parts = [part.view(a.shape) for part, a in zip(dev.split([a.size for a in group]), group)]
         for j, part in enumerate(parts, first):
             self.views[j] = part if self.in_dtype is None else part.view(self.in_dtype)
-
-
-def _torch_dtype(torch: Any, a: np.ndarray) -> Any:
-    return torch.from_numpy(a[:0]).dtype
 
 
 def _copy_into(torch: Any, dst: np.ndarray, give_back: Any, y: Any, non_blocking: bool) -> None:
