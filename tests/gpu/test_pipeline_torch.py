@@ -208,7 +208,7 @@ def test_variable_sequence_lengths_through_an_encoder_layer(device, pool, monkey
     small = [b[:4].clone() for b in batches for _ in range(3)]
     # (the pipelined run's staging is what is tested here: a long list of small batches runs
     # plainly where that measured faster, test_a_long_list_of_small_batches_runs_the_way_measured_faster)
-    monkeypatch.setattr(ListPaths, "next_path", lambda self, key: PIPELINED)
+    monkeypatch.setattr(ListPaths, "next_path", lambda self, key, may_thread=False: PIPELINED)
     with StreamPipeline(f, pool=pool, device=device) as pipe:
         ys = pipe.run_batches(batches)  # some batches over 1 MiB: through the ring
         assert pipe.stats.staging == {"input": "ring", "output": "ring"}
@@ -658,7 +658,7 @@ def test_a_short_list_after_the_first_run_goes_plainly_with_the_same_results(dev
 def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool):
     """run_batches of more than 16 small batches (list_paths.py): the runs of a kind of list
     alternate pipelined and plain (each batch on the caller's stream, pageable inputs up in
-    groups through pinned memory) until each way ran three times, then keep one;
+    groups through pinned memory) until each way ran four times, then keep one;
     every run's outputs equal the naive loop's, for each kind of input and with outs=;
     retune() measures again; an error in a plain run names the batch as a pipelined one
     does; a larger list, larger batches or pad_shapes=True are not tried plainly."""
@@ -674,10 +674,12 @@ def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool)
 
     for name, xs in lists.items():
         want = [f(torch.as_tensor(x).cuda()).cpu() for x in xs]
-        with StreamPipeline(f, pool=pool, device=device) as pipe:
+        # (compute_threads=1: on a slow host these calls may set the pace, and the trial then
+        # measures threads too: the next test)
+        with StreamPipeline(f, pool=pool, device=device, compute_threads=1) as pipe:
             pipe.run_batches(xs)  # (the first run makes the adapter: the trial starts with the second)
             paths = []
-            for run in range(8):
+            for run in range(10):
                 outs = None
                 if run == 3:  # outs=, NaN first
                     outs = [torch.full((x.shape[0], 48), float("nan")) for x in xs]
@@ -694,8 +696,8 @@ def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool)
                     torch.testing.assert_close(torch.as_tensor(y), w, rtol=1e-6, atol=1e-5)
                     if name != "numpy" and outs is None:
                         assert y.is_pinned() == (name == "pinned"), (name, run)
-            assert paths[:6] == ["pipelined", "plain"] * 3, (name, paths)
-            assert paths[6] == paths[7] and "chosen" in st.list_path["source"], (name, st.list_path)
+            assert paths[:8] == ["pipelined", "plain"] * 4, (name, paths)
+            assert paths[8] == paths[9] and "chosen" in st.list_path["source"], (name, st.list_path)
             assert set(st.list_path) >= {"plain_us_per_batch", "pipelined_us_per_batch"}
             assert f"run {paths[7]}" in str(st)
             pipe.retune()
@@ -729,6 +731,76 @@ def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool)
         for _ in range(4):
             pipe.run_batches(base)
             assert pipe.stats.list_path is None and pipe.stats.staging["input"] != "plain"
+
+
+def test_a_long_list_whose_calls_set_the_pace_keeps_them_on_threads_where_faster(device, pool):
+    """compute_threads="auto" (the default): a long list whose calls take most of a
+    pipelined run's time is measured with its calls on 3 threads too (list_paths.py), and
+    keeps them where they were clearly faster; the outputs are the naive loop's in every
+    run. A call that sleeps lets the GIL go, as PyTorch's operators do: 3 threads call it
+    about 3x as often. Not inside ``with torch.device(...)`` (per-thread state the threads
+    would not see); a call failing on a thread runs the list again here, with a warning,
+    and the pipeline's calls stay here."""
+    import time
+
+    gen = torch.Generator().manual_seed(35)
+    xs = [torch.randn(int(r), 64, generator=gen) for r in torch.randint(1, 30, (40,), generator=gen)]
+    want = [x * 3 for x in xs]
+
+    def slow(t):  # (a host-bound call: 1 ms on the host for a tiny kernel)
+        time.sleep(1e-3)
+        return t * 3
+
+    def check(ys):
+        for y, w in zip(ys, want):
+            torch.testing.assert_close(y, w, rtol=0, atol=0)
+
+    with StreamPipeline(slow, pool=pool, device=device) as pipe:
+        pipe.run_batches(xs)
+        paths = []
+        for _ in range(14):
+            check(pipe.run_batches(xs))
+            paths.append(pipe.stats.list_path["path"])
+        assert paths[:12] == ["pipelined", "plain", "pipelined", "threads", "plain", "threads"] + [
+            "pipelined", "plain", "threads"] * 2, paths
+        assert paths[12:] == ["threads", "threads"] and pipe.stats.list_path["source"].startswith("chosen")
+        lp = pipe.stats.list_path
+        assert lp["threads_us_per_batch"] < 0.6 * lp["pipelined_us_per_batch"], lp
+        assert pipe.stats.compute_threads["threads"] == 3 and "run threads" in str(pipe.stats)
+        with torch.device("cuda", 0):  # (a torch function mode)
+            check(pipe.run_batches(xs))
+            assert pipe.stats.list_path["path"] == "pipelined" and pipe.stats.compute_threads is None
+
+    with StreamPipeline(slow, pool=pool, device=device) as pipe, torch.device("cuda"):
+        for _ in range(10):  # (the first run makes the adapter: no list_path)
+            check(pipe.run_batches(xs))
+            assert (pipe.stats.list_path or {}).get("path") != "threads"
+        assert "chosen" in pipe.stats.list_path["source"]
+
+    calls = []
+
+    def here_only(t):
+        calls.append(1)
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("not on this thread")
+        return slow(t)
+
+    with StreamPipeline(here_only, pool=pool, device=device) as pipe:
+        for _ in range(4):  # (the adapter's run, then pipelined, plain, pipelined: the calls set the pace)
+            check(pipe.run_batches(xs))
+        n = len(calls)
+        with pytest.warns(RuntimeWarning, match="failed when called from 3 threads") as said:
+            check(pipe.run_batches(xs))  # (the threads' first run: it fails, and runs again here)
+        assert said[0].filename == __file__ and "not on this thread" in str(said[0].message)
+        assert pipe.stats.list_path["path"] == "pipelined" and len(calls) - n > len(xs)
+        for _ in range(6):
+            check(pipe.run_batches(xs))
+            assert pipe.stats.list_path["path"] != "threads"
+        assert "chosen" in pipe.stats.list_path["source"]
+    with StreamPipeline(slow, pool=pool, device=device, compute_threads=1) as pipe:
+        for _ in range(8):
+            pipe.run_batches(xs)
+            assert (pipe.stats.list_path or {}).get("path") != "threads"
 
 
 def test_short_lists_read_each_output_before_the_next_call_and_resolve_lazy_conjugates(device, pool):

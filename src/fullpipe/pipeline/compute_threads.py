@@ -15,14 +15,22 @@ fused operator each) whose call was slower than their GPU work went from 0.67-0.
 the GIL and ran 0.6-1.1x as fast on 2 threads, 0.6-0.9x on 3.
 ``torch.nn.DataParallel`` calls modules from threads the same way.
 
-Why it is not on by default (session 18): an automatic choice was built and measured, and
-taken out. Threads' own costs hide their gain in the first runs: PyTorch caches cuDNN
-attention plans per thread, so every thread builds each batch shape's plan (tens of ms
-each; a 2-layer encoder over 92 shapes ran 4.3 s against 0.17 s on one thread until the
-threads had seen them). A trial comparing call times on the threads with those on the
-enqueueing thread turned an encoder down (its threads were cold); one counting how many
-threads ran at once (CPU time over wall time) kept them for chains of small operators,
-whose threads kept running on the CPU without calling any faster.
+Where it is on by default (``compute_threads="auto"``, session 35): a long list of small
+batches (``run_batches``) measures the calls on ``AUTO_THREADS`` threads as a third way to
+run, beside plain and pipelined, when a measured pipelined run's calls took at least half
+its time, and keeps them where they were clearly faster (list_paths.py): the bench's
+encoder went from 0.67-0.72x to 0.99-1.08x compute alone on slow H200 hosts, and a chain of
+small operators and a small MLP had threads measured and turned down. Whole runs are
+timed, after a warm-up run on the threads that is not counted: the lesson of session 18,
+whose automatic choice was built, measured, and taken out. Threads' own costs hid their
+gain in its first runs: PyTorch caches cuDNN attention plans per thread, so every thread
+builds each batch shape's plan (tens of ms each; a 2-layer encoder over 92 shapes ran
+4.3 s against 0.17 s on one thread until the threads had seen them; the bench's encoder,
+96 shapes, 5.6 s on three threads after 7.7 s on the first, session 35). A trial comparing
+call times on the threads with those on the enqueueing thread turned an encoder down (its
+threads were cold); one counting how many threads ran at once (CPU time over wall time)
+kept them for chains of small operators, whose threads kept running on the CPU without
+calling any faster.
 
 :class:`ComputeWorkers` are a few daemon threads kept for the whole process, not per
 pipeline, so that their per-thread caches stay warm for the next pipeline. A run's
@@ -44,13 +52,17 @@ import threading
 from typing import Any, Callable
 
 MAX_THREADS = 8
+AUTO = "auto"
+AUTO_THREADS = 3  # the threads a list's trial measures (at most its streams); 3 gained most in session 18
 
 
 def check_compute_threads(value: Any, streams: int) -> int:
     """An int in [1, streams] (a batch's call must be back before the next batch of its
-    stream is called: at most one call per stream at a time)."""
+    stream is called: at most one call per stream at a time), or 0 for ``"auto"``."""
+    if value == AUTO and isinstance(value, str):
+        return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"compute_threads must be an int >= 1, got {value!r}")
+        raise ValueError(f"compute_threads must be 'auto' or an int >= 1, got {value!r}")
     if value > min(streams, MAX_THREADS):
         raise ValueError(f"compute_threads={value} is more than {'streams' if streams < MAX_THREADS else 'the most'} "
                          f"({min(streams, MAX_THREADS)}): each thread's call needs a stream of its own "
@@ -58,12 +70,32 @@ def check_compute_threads(value: Any, streams: int) -> int:
     return value
 
 
+def auto_threads(streams: int) -> int:
+    """How many threads ``compute_threads="auto"`` may measure a list's calls on (0: none,
+    with one stream)."""
+    return min(AUTO_THREADS, streams) if streams >= 2 else 0
+
+
+def torch_state_stays_here(torch: Any) -> bool:
+    """Does the calling thread hold PyTorch state that a call on another thread would not
+    see? A torch function mode (``with torch.device(...)``, ``torch.set_default_device``,
+    a user's mode): the automatic choice then leaves the calls here. (Autograd and autocast
+    go along, TorchModes; the current device follows each call's stream.)"""
+    try:
+        return bool(torch._C._len_torch_function_stack())
+    except Exception:  # noqa: BLE001 - another PyTorch's private API: assume it does
+        return True
+
+
 class TorchModes:
     """The calling thread's autograd and autocast modes, to run a call in on another
-    thread (both are thread-local in PyTorch)."""
+    thread (both are thread-local in PyTorch), with the device's context current there
+    (``make_current``; PyTorch's cuBLAS otherwise warns, once per thread, that it had to
+    set the primary context itself: session 35)."""
 
-    def __init__(self, torch: Any):
+    def __init__(self, torch: Any, make_current: Callable[[], Any] = lambda: None):
         self.torch = torch
+        self.make_current = make_current
         self.inference = torch.is_inference_mode_enabled()
         self.grad = torch.is_grad_enabled()
         self.autocast = torch.is_autocast_enabled("cuda")
@@ -71,6 +103,7 @@ class TorchModes:
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
         torch = self.torch
+        self.make_current()
         if self.autocast:
             with torch.autocast("cuda", dtype=self.autocast_dtype):
                 return self._graded(fn, arg)

@@ -70,7 +70,7 @@ from .staging import SlotRing, check_recycle, make_signal
 from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halves
 from . import compute_threads as ct
 from . import records
-from .list_paths import PIPELINED, PLAIN, ListPaths, list_key
+from .list_paths import PIPELINED, PLAIN, THREADS, ListPaths, list_key
 from .plain import (LONG_LIST_MAX_BYTES, LONG_LIST_MEAN_BYTES, PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES,
                     numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list)
 from . import imap as imap_windows
@@ -233,9 +233,17 @@ class StreamPipeline:
       allocation and prefetch stay as without graphs, per-stage timing included. The
       same failure guarantees; ``f`` runs once eagerly per stream and shape before its
       capture (warm-up). Not available for CuPy tensor functions.
-    - ``compute_threads``: 1 (default) to ``streams``: how many host threads call the
-      compute, each batch's call on one of them in turn (the calls of a run never on the
-      enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). For a PyTorch
+    - ``compute_threads``: ``"auto"`` (default), or 1 to ``streams``: how many host threads
+      call the compute, each batch's call on one of them in turn (the calls of a run never
+      on the enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). ``"auto"``
+      is 1, except for a long list of small batches (``run_batches``) through a PyTorch
+      tensor function whose calls set the pace: its first runs measure the calls on
+      ``min(3, streams)`` threads too, and keep them where they were clearly faster
+      (``stats.list_path``; pipeline/list_paths.py). Not where the calling thread holds
+      PyTorch state the threads would not see (``with torch.device(...)``, a torch function
+      mode, torch.compile's CUDA graphs); a run whose call fails on the threads runs again
+      on the calling thread (its first batches called twice), with a warning, and the
+      pipeline's calls stay there. ``compute_threads=1``: never on threads. For a PyTorch
       model whose Python call takes about as long as its GPU work or longer, and whose
       call's time is mostly inside PyTorch's operators, which let the GIL go (an
       encoder layer: one fused operator): on H100 hosts where such a layer's call was
@@ -288,7 +296,7 @@ class StreamPipeline:
         prefetch: int | None = None,
         pinned_pool: Any = None,
         pin_in_place: bool = True,
-        compute_threads: int = 1,
+        compute_threads: int | str = "auto",
         pad_shapes: bool | str = "auto",
     ):
         self.form = compute_form(compute, form)  # "none", "stream" or "tensor"
@@ -348,7 +356,12 @@ class StreamPipeline:
             raise ValueError("pad_shapes=True pads the batches a tensor function (y = f(x)) is called with; "
                              "this compute is not one (a compute(stream, x, y) or compute=None)")
         self.pad_shapes = pad_shapes
-        self.compute_threads = ct.check_compute_threads(compute_threads, self.n_streams)
+        threads = ct.check_compute_threads(compute_threads, self.n_streams)
+        self.compute_threads = threads or 1  # the calls' threads in every run ("auto": 1, and below)
+        # "auto": a long list's trial may measure its calls on this many threads (list_paths.py)
+        self._auto_threads = 0 if threads or graph or self.form != "tensor" else ct.auto_threads(self.n_streams)
+        self._list_threads = 0  # this run's calls on this many threads, as the list's trial said (0: not)
+        self._threads_failed = False  # a call failed on the threads the trial measured: not again
         if self.compute_threads > 1 and self.form == "none":
             raise ValueError(f"compute_threads={compute_threads} needs a compute to call (compute=None)")
         if self.compute_threads > 1 and graph:
@@ -789,8 +802,10 @@ class StreamPipeline:
                 return _NOT_SMALL
             key = list_key(arrays, kinds[0].library)
             trial = self._list_paths.in_trial(key)
-            if self._list_paths.next_path(key) == PIPELINED:
-                return _LongList(key, trial, views)
+            may_thread = self._may_thread_list()
+            path = self._list_paths.next_path(key, may_thread)
+            if path != PLAIN:
+                return _LongList(key, trial, views, path, may_thread)
         cache.flush()  # (as every run: the safe point to let go of arrays nobody holds, _Pins.settle)
         usage, notes = PinnedUsage(), []
 
@@ -807,7 +822,8 @@ class StreamPipeline:
         finally:
             self._running = False
         if got is None:
-            return _NOT_SMALL if key is None else _LongList(key, trial, views)  # (pinned in part, or a mix: pipelined)
+            # (pinned in part, or a mix: pipelined)
+            return _NOT_SMALL if key is None else _LongList(key, trial, views, PIPELINED, may_thread)
         ys, call_s, wall_s, wait_s = got
         out_bytes, n = sum(o.nbytes for o in (outs_np if outs_np is not None else ys)), len(ys)
         list_path = None
@@ -950,13 +966,53 @@ class StreamPipeline:
         if self._tc is not None:
             got = self._run_small_list(given, outs, started)
             if isinstance(got, _LongList):  # (pipelined, as measured or to measure it: list_paths.py)
-                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
-                self._list_paths.record(got.key, PIPELINED, time.perf_counter() - started, len(given))
-                self.stats.list_path = self._list_paths.describe(got.key, PIPELINED, got.trial)
-                return ys
+                return self._run_long_list(got, given, outs, warn_few, pin_new, started)
             if got is not _NOT_SMALL:
                 return got
         return self._run_list_pipelined(given, outs, warn_few, pin_new)
+
+    def _may_thread_list(self) -> bool:
+        """May a long list's calls go to compute threads this run, as its trial measures or
+        chose (compute_threads="auto")? A PyTorch tensor function, run from a thread that is
+        not a compute thread and holds no PyTorch state the threads would not see, and no
+        call of this pipeline's failed on them before."""
+        tc = self._tc
+        return (self._auto_threads > 1 and not self._threads_failed and tc is not None and tc.fw.name == "torch"
+                and not ct.on_compute_thread() and not ct.torch_state_stays_here(tc.fw.torch)
+                and not tc.fw.graph_trees_state())  # (torch.compile's CUDA graphs are per thread)
+
+    def _run_long_list(self, got: "_LongList", given: list[Any], outs: list[Any] | None, warn_few: bool,
+                       pin_new: bool, started: float) -> list[Any] | None:
+        """A long list of small batches pipelined (``got.path``: PIPELINED, or THREADS: the
+        calls on the compute threads), its time recorded for the list's trial. A run whose
+        call failed on the threads runs again here on this thread, as it would have with
+        compute_threads=1 (the batches before the failure are called twice), with a warning
+        once it went through; this pipeline's calls stay on one thread from then on."""
+        path = got.path
+        if path == THREADS:
+            self._list_threads = self._auto_threads
+            try:
+                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
+            except Exception as exc:  # noqa: BLE001 - run again on this thread, which raises what it raises
+                self._threads_failed, self._list_threads, path = True, 0, PIPELINED
+                started = time.perf_counter()
+                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
+                warnings.warn(f"run_batches: the compute failed when called from {self._auto_threads} "
+                              f"threads at once ({type(exc).__name__}: {exc}); the list ran again with its calls on "
+                              "this thread, and this pipeline's calls stay here (compute_threads='auto' measures "
+                              "threads for host-bound lists; compute_threads=1 never does)", RuntimeWarning,
+                              stacklevel=5)  # (run_batches' caller)
+            finally:
+                self._list_threads = 0
+        else:
+            ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
+        seconds, n = time.perf_counter() - started, len(given)
+        call_s = None
+        if path == PIPELINED and got.may_thread:
+            call_s = self.stats.host_us.get("compute_call", 0.0) * n / 1e6
+        self._list_paths.record(got.key, path, seconds, n, call_s)
+        self.stats.list_path = self._list_paths.describe(got.key, path, got.trial)
+        return ys
 
     def _run_list_pipelined(self, given: list[Any], outs: list[Any] | None, warn_few: bool, pin_new: bool,
                             views: list[tuple[np.ndarray, HostKind]] | None = None) -> list[Any] | None:
@@ -1976,7 +2032,7 @@ class StreamPipeline:
             return 1
         if ct.on_compute_thread():
             return 1
-        return self.compute_threads
+        return self._list_threads or self.compute_threads
 
     def _threaded_loop(self, run: "_Run", proto: Protocol, fronts_upto: Callable[[int], None],
                        dst: Callable[[P.Batch, int], int], settle: Callable[..., float], n: int, L: int,
@@ -1992,8 +2048,10 @@ class StreamPipeline:
         pending = run.pending
         call, finish = proto.call, proto.finish
         perf = time.perf_counter
-        modes = (ct.TorchModes(tc.fw.torch) if tc is not None else  # (a stream-form compute launches through
-                 ct.InContext(functools.partial(ensure_current, self._dev_index)))  # the driver: context current)
+        # a call on a worker needs the device's context current there: a stream-form compute
+        # launches through the driver, and PyTorch's cuBLAS warns without one
+        current = functools.partial(ensure_current, self._dev_index)
+        modes = ct.TorchModes(tc.fw.torch, current) if tc is not None else ct.InContext(current)
         calls = run.calls = ct.ComputeCalls(threads, modes)
         sent: collections.deque = collections.deque()  # [position, Pending, host us to send it]
 
@@ -2714,10 +2772,12 @@ _NOT_SMALL = object()  # StreamPipeline._run_small: not a small run, nothing don
 class _LongList:
     """StreamPipeline._run_small_list: a long list of small batches, to run pipelined
     (``key``: its kind, list_paths.list_key; ``trial``: as a run of the trial; ``views``:
-    the batches' host views, made already)."""
+    the batches' host views, made already; ``path``: with the calls here or on threads)."""
     key: tuple
     trial: bool
     views: list
+    path: str = PIPELINED  # PIPELINED or THREADS (list_paths.py)
+    may_thread: bool = False  # (as _may_thread_list said when the run began)
 
 
 def _from_numpy_takes(dtype: np.dtype) -> bool:

@@ -1,4 +1,5 @@
-"""A long list of small batches: run plainly or pipelined, chosen by measuring both.
+"""A long list of small batches: run plainly, pipelined, or pipelined with the compute's
+calls on several threads, chosen by measuring.
 
 ``run_batches`` runs a short list plainly (plain.py: every batch on the caller's stream,
 one wait at the end) and a long one pipelined (three streams, the staging ring, events).
@@ -13,15 +14,30 @@ Plain wins where the GPU does little per batch and the pipeline's host time per 
 the cost; pipelined wins where the batches' kernels overlap on three streams. Their bytes
 do not tell them apart (the encoder's inputs are small too), nor do the stage timings (a
 host-bound call stretches its compute span). So the pipeline measures: for each kind of
-list (:func:`list_key`) its runs alternate, pipelined first, until each path ran
-``WARMUP + TRIALS`` times; the first ``WARMUP`` runs of each are not counted (a path's first
-runs of a kind pay for its pinned blocks and the allocator's first blocks of those sizes).
-Plain is kept from then on where its best run took at most ``PLAIN_MARGIN`` of the
-pipelined path's best time per batch, else pipelined. The margin is for this host's noise:
-on an H100 host a run's time drifts up to 2x over seconds, and one encoder round in four
-ran plainly faster than pipelined though the median of 11 said 1.18x the other way (session
-33, p226). ``pipe.retune()`` forgets the choices; ``stats.list_path`` says which path a run
-took and why.
+list (:func:`list_key`) its runs alternate, pipelined first, until each way ran
+``WARMUP + TRIALS`` times; the first ``WARMUP`` runs of each are not counted (a way's first
+runs of a kind pay for its pinned blocks and the allocator's first blocks of those sizes;
+on compute threads, the threads' own cuDNN plans). Each way's typical run counts, the
+median of its measured runs, not its best: a pipelined run of a host-bound encoder took
+514-902 µs a batch over nine rounds where the same list on threads took 490-566 (session
+35, an H200 host; its calls and the staging threads take turns on the GIL), and a trial
+that kept the best of two runs saw 525 against 506 and kept pipelined (0.72x compute alone
+in the timed rounds, 0.99x on threads). Plain is kept from then on where its median run
+took at most ``PLAIN_MARGIN`` of the best other way's time per batch. The margin is for
+this host's noise: on an H100 host a run's time drifts up to 2x over seconds, and one
+encoder round in four ran plainly faster than pipelined though the median of 11 said 1.18x
+the other way (session 33, p226). ``pipe.retune()`` forgets the choices;
+``stats.list_path`` says which way a run took and why.
+
+The third way, ``THREADS``, is for a compute whose Python call sets the pace: the same
+encoder layer on slower hosts ran at 0.65-0.83x compute alone pipelined, its call taking
+660 µs a batch inside fullpipe for 521 µs a batch of compute alone, and at 0.98-1.02x with
+its calls on 3 threads (session 33, 35; compute_threads.py says why threads help there
+and hurt elsewhere). It is measured only where the executor says the calls may go to
+threads (a PyTorch tensor function, ``compute_threads="auto"``, nothing per-thread in the
+way) and the first measured pipelined run's calls took at least ``HOST_BOUND_SHARE`` of
+its time; it is kept where its median run took at most ``THREADS_MARGIN`` of the pipelined
+way's (the calls then run out of batch order: a clear gain or nothing).
 
 Session 33 (p226; H100 and H200 hosts, four machines): the trial kept plain for ``x * 2``
 and the small MLP above (0.83-1.05x the naive loop, against 0.52-0.72x pipelined) and
@@ -32,14 +48,19 @@ pipelined for the encoder, a 2-layer GRU, a small CNN and a GPU-heavy MLP, each 
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-PLAIN, PIPELINED = "plain", "pipelined"
-WARMUP = 1  # runs of each path not measured
-TRIALS = 2  # measured runs of each path before the choice (the best counts)
-PLAIN_MARGIN = 0.85  # plain is kept where its best is at most this share of the pipelined path's best
+PLAIN, PIPELINED, THREADS = "plain", "pipelined", "threads"
+WAYS = (PIPELINED, PLAIN, THREADS)  # (the order of the trial's runs, ties to the first)
+WARMUP = 1  # runs of each way not measured
+TRIALS = 3  # measured runs of each way before the choice (their median counts)
+PLAIN_MARGIN = 0.85  # plain is kept where its median is at most this share of the best other way's
+THREADS_MARGIN = 0.9  # threads are kept where their median is at most this share of the pipelined way's
+HOST_BOUND_SHARE = 0.5  # the calls' share of a pipelined run's time from which threads are measured too
 MAX_KINDS = 256  # kinds of list remembered (the oldest forgotten first)
 
 
@@ -50,72 +71,93 @@ def list_key(arrays: list[np.ndarray], library: str) -> tuple:
     return arrays[0].dtype.str, library, int(math.log2(max(mean, 1.0)))
 
 
+@dataclass
+class _Trial:
+    """One kind of list's trial: the runs seen and the µs per batch of those measured, per
+    way; whether the threads' way is measured too (None until the first measured pipelined
+    run says whether its calls set the pace)."""
+    seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(WAYS, 0))
+    us: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS})
+    threads: bool | None = None
+
+    def ways(self) -> tuple[str, ...]:
+        return WAYS if self.threads else (PIPELINED, PLAIN)
+
+    def typical(self, way: str) -> float:
+        """The way's typical µs per batch so far: the median of its measured runs."""
+        return statistics.median(self.us[way])
+
+    def chosen(self) -> str | None:
+        if self.threads is None or any(len(self.us[w]) < TRIALS for w in self.ways()):
+            return None
+        best, t = PIPELINED, self.typical(PIPELINED)
+        if self.threads and self.typical(THREADS) <= THREADS_MARGIN * t:
+            best, t = THREADS, self.typical(THREADS)
+        return PLAIN if self.typical(PLAIN) <= PLAIN_MARGIN * t else best
+
+
 class ListPaths:
-    """The measured choice between the plain and the pipelined path, per kind of list."""
+    """The measured choice of the way to run a long list, per kind of list."""
 
     def __init__(self) -> None:
-        # per kind of list: per path, the runs seen and the µs per batch of those measured
-        self._runs: dict[tuple, dict[str, list[float]]] = {}
-        self._seen: dict[tuple, dict[str, int]] = {}
+        self._trials: dict[tuple, _Trial] = {}
 
-    def next_path(self, key: tuple) -> str:
-        """The path to run this list on: the one chosen, or during the trial the next to measure."""
-        seen = self._seen.get(key)
-        if seen is None:
+    def next_path(self, key: tuple, may_thread: bool = False) -> str:
+        """The way to run this list: the one chosen, or during the trial the next to measure
+        (``may_thread``: whether its calls may go to threads this run; where not, the
+        threads' way is left out of the trial, or not taken once chosen)."""
+        t = self._trials.get(key)
+        if t is None:
             return PIPELINED
-        done = self._chosen(self._runs[key])
+        if not may_thread and t.threads and t.chosen() is None:
+            t.threads = False  # (its trial goes on without it)
+        done = t.chosen()
         if done is not None:
-            return done
-        return PLAIN if seen[PLAIN] < seen[PIPELINED] else PIPELINED
+            return PIPELINED if done == THREADS and not may_thread else done
+        return min(t.ways(), key=lambda w: t.seen[w])  # (the fewest runs; ties to the first in WAYS)
 
-    def record(self, key: tuple, path: str, seconds: float, batches: int) -> None:
+    def record(self, key: tuple, path: str, seconds: float, batches: int, call_s: float | None = None) -> None:
         """A run of ``batches`` on ``path`` took ``seconds`` (the call, end to end); counted
-        only during the trial, and measured after the path's warm-up runs."""
-        runs = self._runs.get(key)
-        if runs is None:
-            if len(self._runs) >= MAX_KINDS:
-                oldest = next(iter(self._runs))
-                del self._runs[oldest], self._seen[oldest]
-            runs = self._runs[key] = {PLAIN: [], PIPELINED: []}
-            self._seen[key] = {PLAIN: 0, PIPELINED: 0}
-        if self._chosen(runs) is not None:
+        only during the trial, and measured after the way's warm-up runs. ``call_s``: a
+        pipelined run's compute calls' time on the enqueueing thread, where they may go to
+        threads (None where not)."""
+        t = self._trials.get(key)
+        if t is None:
+            if len(self._trials) >= MAX_KINDS:
+                del self._trials[next(iter(self._trials))]  # (the oldest)
+            t = self._trials[key] = _Trial()
+        if t.chosen() is not None:
             return
-        seen = self._seen[key]
-        seen[path] += 1
-        if seen[path] > WARMUP and len(runs[path]) < TRIALS:
-            runs[path].append(seconds * 1e6 / max(batches, 1))
+        t.seen[path] += 1
+        if t.seen[path] > WARMUP and len(t.us[path]) < TRIALS:
+            t.us[path].append(seconds * 1e6 / max(batches, 1))
+            if path == PIPELINED and t.threads is None:
+                t.threads = call_s is not None and call_s >= HOST_BOUND_SHARE * seconds
 
     def in_trial(self, key: tuple) -> bool:
-        runs = self._runs.get(key)
-        return runs is None or self._chosen(runs) is None
+        t = self._trials.get(key)
+        return t is None or t.chosen() is None
 
     def describe(self, key: tuple, path: str, trial: bool) -> dict[str, Any]:
-        """For ``stats.list_path``, once a run is recorded: the path it took, whether it was
+        """For ``stats.list_path``, once a run is recorded: the way it took, whether it was
         a run of the trial (``trial``) or the choice, the choice once made (``chosen``), and
-        the trial's best µs per batch of each path."""
-        runs = self._runs.get(key, {PLAIN: [], PIPELINED: []})
+        the trial's typical (median) µs per batch of each way."""
+        t = self._trials.get(key, _Trial())
         out: dict[str, Any] = {"path": path}
         if trial:
-            seen = self._seen.get(key, {PLAIN: 0, PIPELINED: 0})
-            out["source"] = f"trial run {seen[PLAIN] + seen[PIPELINED]} of {2 * (WARMUP + TRIALS)}"
-            chosen = self._chosen(runs)
+            runs = (WARMUP + TRIALS) * len(t.ways())
+            out["source"] = f"trial run {sum(t.seen.values())} of {runs}"
+            chosen = t.chosen()
             if chosen is not None:
                 out["source"] += f": from now on {chosen}"
                 out["chosen"] = chosen
         else:
             out["source"] = "chosen by the trial (the faster per batch)"
             out["chosen"] = path
-        for p in (PLAIN, PIPELINED):
-            if runs[p]:
-                out[f"{p}_us_per_batch"] = round(min(runs[p]), 1)
+        for w in WAYS:
+            if t.us[w]:
+                out[f"{w}_us_per_batch"] = round(t.typical(w), 1)
         return out
 
     def clear(self) -> None:
-        self._runs.clear()
-        self._seen.clear()
-
-    @staticmethod
-    def _chosen(runs: dict[str, list[float]]) -> str | None:
-        if len(runs[PLAIN]) < TRIALS or len(runs[PIPELINED]) < TRIALS:
-            return None
-        return PLAIN if min(runs[PLAIN]) <= PLAIN_MARGIN * min(runs[PIPELINED]) else PIPELINED
+        self._trials.clear()

@@ -119,8 +119,9 @@ class PipelineStats:
     # batches run at a batch shape the compute had seen, padded with copies of their rows
     # (StreamPipeline's pad_shapes): {"batches", "rows" added}, or None
     padded: dict[str, int] | None = None
-    # run_batches of a long list of small batches: {"path": "plain"|"pipelined", "source": a trial run or the
-    # choice, "plain_us_per_batch", "pipelined_us_per_batch": the trial's best} (list_paths.py), else None
+    # run_batches of a long list of small batches: {"path": "plain"|"pipelined"|"threads", "source": a trial run or the
+    # choice, "plain_us_per_batch", "pipelined_us_per_batch", "threads_us_per_batch": the trial's median}
+    # (list_paths.py), else None
     list_path: dict[str, Any] | None = None
     # pinned memory this run took from the pinned pool: allocations, allocated_bytes (new pinning),
     # reuses, pool_held_bytes, ring_bytes[, fallback]
@@ -243,10 +244,10 @@ class PipelineStats:
                          f"the rest in {self.bulk_drain_ms:.2f} ms after it")
         if self.list_path:
             lp = self.list_path
-            best = ", ".join(f"{p} {lp[f'{p}_us_per_batch']:.1f}" for p in ("plain", "pipelined")
+            best = ", ".join(f"{p} {lp[f'{p}_us_per_batch']:.1f}" for p in ("plain", "pipelined", "threads")
                              if f"{p}_us_per_batch" in lp)
             lines.append(f"long list of small batches: run {lp['path']} ({lp['source']})"
-                         + (f"; trial's best us per batch: {best}" if best else ""))
+                         + (f"; trial's median us per batch: {best}" if best else ""))
         if self.pinned:
             lines.append(f"pinned: {self.pinned.get('allocated_bytes', 0) / 2**20:.1f} MiB newly pinned this run "
                          f"({self.pinned.get('allocations', 0)} allocations, {self.pinned.get('reuses', 0)} reuses)"
