@@ -44,10 +44,12 @@ def test_an_exception_comes_back_at_its_call_and_drain_waits_for_the_rest():
     for k in range(8):
         calls.send(f, k)
     assert [calls.take() for _ in range(3)] == [0, 1, 2]
-    with pytest.raises(ValueError, match="call 3"):
+    with pytest.raises(ValueError, match="call 3") as info:
         calls.take()
     calls.drain()  # 4..7, the error of 5 dropped
     assert calls.outstanding == 0
+    # marked as a call's (a long list whose threads' run failed so runs again on one thread)
+    assert ct.raised_by_a_call(info.value) and not ct.raised_by_a_call(ValueError("fullpipe's own"))
 
 
 def test_runs_in_two_threads_share_the_workers_without_mixing_results():

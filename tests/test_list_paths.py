@@ -135,6 +135,8 @@ def test_threads_must_win_by_a_margin_and_plain_must_beat_them_by_its_own():
             THREADS: [0.0, 60.0, 100.0 * THREADS_MARGIN, 95.0]}
     trial(paths, "fast", fast, call_share=0.9)
     assert paths.next_path("fast", may_thread=True) == THREADS  # (plain's 80 is not 0.85x of 90)
+    # where the threads may not run this time, the choice between the other two: plain's 80 is 0.8x of 100
+    assert paths.next_path("fast", may_thread=False) == PLAIN
     tiny = {PIPELINED: [0.0, 100.0, 100.0, 100.0], PLAIN: [0.0, 50.0, 50.0, 50.0], THREADS: [0.0, 60.0, 60.0, 60.0]}
     trial(paths, "tiny", tiny, call_share=0.9)
     assert paths.next_path("tiny", may_thread=True) == PLAIN
@@ -156,3 +158,20 @@ def test_a_trial_whose_calls_may_no_longer_go_to_threads_ends_without_them():
         paths.record(key, path, (500e-6 if path == PIPELINED else 400e-6) * batches, batches)
     assert not paths.in_trial(key) and paths.next_path(key, may_thread=True) == PLAIN
     assert paths.describe(key, PLAIN, trial=False)["plain_us_per_batch"] == 400.0
+
+
+def test_the_trials_count_says_how_many_runs_it_takes_as_the_ways_change():
+    paths = ListPaths()
+    key, batches = "k", 100
+    said = []
+    for path, call_share in ((PIPELINED, 0.9), (PLAIN, None), (PIPELINED, 0.9), (THREADS, None)):
+        assert paths.next_path(key, may_thread=True) == path
+        seconds = 500e-6 * batches
+        paths.record(key, path, seconds, batches, None if call_share is None else call_share * seconds)
+        said.append(paths.describe(key, path, trial=True)["source"])
+    # 8 runs for two ways until the calls were seen to set the pace, then 12
+    assert said == ["trial run 1 of 8", "trial run 2 of 8", "trial run 3 of 12", "trial run 4 of 12"]
+    # the threads leave the trial (say, a run inside `with torch.device(...)`): their one run still counts
+    assert paths.next_path(key, may_thread=False) == PLAIN
+    paths.record(key, PLAIN, 400e-6 * batches, batches)
+    assert paths.describe(key, PLAIN, trial=True)["source"] == "trial run 5 of 9"

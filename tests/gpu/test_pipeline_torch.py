@@ -699,7 +699,7 @@ def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool)
             assert paths[:8] == ["pipelined", "plain"] * 4, (name, paths)
             assert paths[8] == paths[9] and "chosen" in st.list_path["source"], (name, st.list_path)
             assert set(st.list_path) >= {"plain_us_per_batch", "pipelined_us_per_batch"}
-            assert f"run {paths[7]}" in str(st)
+            assert f"run {paths[9]}" in str(st)
             pipe.retune()
             pipe.run_batches(xs)
             assert pipe.stats.list_path["path"] == "pipelined" and "trial run 1" in pipe.stats.list_path["source"]
@@ -777,11 +777,11 @@ def test_a_long_list_whose_calls_set_the_pace_keeps_them_on_threads_where_faster
             assert (pipe.stats.list_path or {}).get("path") != "threads"
         assert "chosen" in pipe.stats.list_path["source"]
 
-    calls = []
+    calls, here = [], threading.get_ident()
 
     def here_only(t):
         calls.append(1)
-        if threading.current_thread() is not threading.main_thread():
+        if threading.get_ident() != here:
             raise RuntimeError("not on this thread")
         return slow(t)
 
@@ -791,7 +791,8 @@ def test_a_long_list_whose_calls_set_the_pace_keeps_them_on_threads_where_faster
         n = len(calls)
         with pytest.warns(RuntimeWarning, match="failed when called from 3 threads") as said:
             check(pipe.run_batches(xs))  # (the threads' first run: it fails, and runs again here)
-        assert said[0].filename == __file__ and "not on this thread" in str(said[0].message)
+        ours = [w for w in said if "failed when called from" in str(w.message)]
+        assert len(ours) == 1 and ours[0].filename == __file__ and "not on this thread" in str(ours[0].message)
         assert pipe.stats.list_path["path"] == "pipelined" and len(calls) - n > len(xs)
         for _ in range(6):
             check(pipe.run_batches(xs))
@@ -800,6 +801,27 @@ def test_a_long_list_whose_calls_set_the_pace_keeps_them_on_threads_where_faster
     with StreamPipeline(slow, pool=pool, device=device, compute_threads=1) as pipe:
         for _ in range(8):
             pipe.run_batches(xs)
+            assert (pipe.stats.list_path or {}).get("path") != "threads"
+
+    def fails_on_a_mark(t):  # (a failure of the compute's own, on any thread)
+        if t[0, 0].item() == 1234.0:
+            raise RuntimeError("inside f")
+        return slow(t)
+
+    marked = [x.clone() for x in xs]
+    marked[17][0, 0] = 1234.0
+    with StreamPipeline(fails_on_a_mark, pool=pool, device=device) as pipe:
+        for _ in range(4):
+            pipe.run_batches(xs)
+        with pytest.raises(RuntimeError, match="inside f") as info:  # (the threads' first run: raised as is)
+            pipe.run_batches(marked)
+        assert info.value.batch_index == 17 and pipe.resources()["running"] is False
+        check(pipe.run_batches(xs))
+        assert pipe.stats.list_path["path"] == "threads"  # (not turned off: it fails on one thread too)
+    in_place = [x.clone() for x in xs]
+    with StreamPipeline(slow, pool=pool, device=device) as pipe:  # (a failed run could not run again)
+        for _ in range(14):
+            pipe.run_batches(in_place, outs=in_place)
             assert (pipe.stats.list_path or {}).get("path") != "threads"
 
 

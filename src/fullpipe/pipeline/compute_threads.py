@@ -179,6 +179,13 @@ def _serve(jobs: queue.SimpleQueue) -> None:
 
 
 _WORKERS = ComputeWorkers()  # the process's: every pipeline's calls on threads go to them
+_RAISED_BY_A_CALL = "_fullpipe_raised_by_a_call"
+
+
+def raised_by_a_call(exc: BaseException) -> bool:
+    """Did a compute call on a compute thread raise ``exc`` (and not fullpipe's own run
+    around the calls)?"""
+    return bool(getattr(exc, _RAISED_BY_A_CALL, False))
 
 
 class ComputeCalls:
@@ -203,10 +210,15 @@ class ComputeCalls:
         self._sent += 1
 
     def take(self) -> Any:
-        """The oldest call's value (waits for it), or its exception raised here."""
+        """The oldest call's value (waits for it), or its exception raised here, marked as
+        a call's (:func:`raised_by_a_call`)."""
         ok, value = self._results[self._taken % self.threads].get()
         self._taken += 1
         if not ok:
+            try:
+                setattr(value, _RAISED_BY_A_CALL, True)
+            except Exception:  # noqa: BLE001 - an exception type without attributes: unmarked
+                pass
             raise value
         return value
 

@@ -359,7 +359,8 @@ class StreamPipeline:
         threads = ct.check_compute_threads(compute_threads, self.n_streams)
         self.compute_threads = threads or 1  # the calls' threads in every run ("auto": 1, and below)
         # "auto": a long list's trial may measure its calls on this many threads (list_paths.py)
-        self._auto_threads = 0 if threads or graph or self.form != "tensor" else ct.auto_threads(self.n_streams)
+        self._auto_threads = (0 if threads or graph or self.synchronous or self.form != "tensor"
+                              else ct.auto_threads(self.n_streams))
         self._list_threads = 0  # this run's calls on this many threads, as the list's trial said (0: not)
         self._threads_failed = False  # a call failed on the threads the trial measured: not again
         if self.compute_threads > 1 and self.form == "none":
@@ -586,10 +587,12 @@ class StreamPipeline:
     def retune(self) -> None:
         """chunk="auto": forget the measured models, so that the next run probes again
         (after changing the compute, the machine's load, or anything the chunk depends on);
-        and which way long lists of small batches run (list_paths.py), measured again."""
+        and which way long lists of small batches run (list_paths.py), measured again, their
+        calls on threads included after a call failed there."""
         self._tuned.clear()
         self._choices.clear()
         self._list_paths.clear()
+        self._threads_failed = False
 
     # ------------------------------------------------------------------ public runs
     def run(self, x: Any, out: Any = None) -> Any:
@@ -783,12 +786,12 @@ class StreamPipeline:
             if (total > max_bytes or not a.ndim or not a.size or a.dtype != first.dtype
                     or not a.flags.writeable or not a.flags.c_contiguous or k.library != kinds[0].library):
                 return _NOT_SMALL
-        outs_np = None
+        outs_np, in_place = None, False
         if outs is not None:
             if len(outs) != len(given):
                 return _NOT_SMALL
             outs_np = [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)]
-            _check_outputs_apart(outs_np, arrays)  # (as the long way: the same calls refused)
+            in_place = _check_outputs_apart(outs_np, arrays)  # (as the long way: the same calls refused)
             for o, a in zip(outs_np, arrays):  # (_check_out_layout's conditions: else the long way says which)
                 if (not o.ndim or o.shape[0] != a.shape[0] or not o.flags.c_contiguous or not o.flags.writeable
                         or not _from_numpy_takes(o.dtype)):
@@ -802,7 +805,8 @@ class StreamPipeline:
                 return _NOT_SMALL
             key = list_key(arrays, kinds[0].library)
             trial = self._list_paths.in_trial(key)
-            may_thread = self._may_thread_list()
+            # (not in place: a run that failed on the threads could not run again)
+            may_thread = self._may_thread_list() and not in_place
             path = self._list_paths.next_path(key, may_thread)
             if path != PLAIN:
                 return _LongList(key, trial, views, path, may_thread)
@@ -986,26 +990,31 @@ class StreamPipeline:
         """A long list of small batches pipelined (``got.path``: PIPELINED, or THREADS: the
         calls on the compute threads), its time recorded for the list's trial. A run whose
         call failed on the threads runs again here on this thread, as it would have with
-        compute_threads=1 (the batches before the failure are called twice), with a warning
-        once it went through; this pipeline's calls stay on one thread from then on."""
-        path = got.path
+        compute_threads=1 (the batches before the failure are called twice): a failure there
+        is raised as it would have been; a run that goes through warns, and this pipeline's
+        calls stay on one thread from then on (until retune())."""
+        path, failed = got.path, None
         if path == THREADS:
             self._list_threads = self._auto_threads
             try:
-                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
-            except Exception as exc:  # noqa: BLE001 - run again on this thread, which raises what it raises
-                self._threads_failed, self._list_threads, path = True, 0, PIPELINED
-                started = time.perf_counter()
-                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
-                warnings.warn(f"run_batches: the compute failed when called from {self._auto_threads} "
-                              f"threads at once ({type(exc).__name__}: {exc}); the list ran again with its calls on "
-                              "this thread, and this pipeline's calls stay here (compute_threads='auto' measures "
-                              "threads for host-bound lists; compute_threads=1 never does)", RuntimeWarning,
-                              stacklevel=5)  # (run_batches' caller)
+                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views, depth=1)
+            except Exception as exc:
+                if not ct.raised_by_a_call(exc):
+                    raise
+                failed = f"{type(exc).__name__}: {exc}"  # (the exception and its frames go before the run again)
             finally:
                 self._list_threads = 0
-        else:
-            ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views)
+        if failed is not None or path != THREADS:
+            if failed is not None:
+                path, started = PIPELINED, time.perf_counter()
+            ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views, depth=1)
+        if failed is not None:  # (it failed on the threads only)
+            self._threads_failed = True
+            warnings.warn(f"run_batches: the compute failed when called from {self._auto_threads} threads at once "
+                          f"({failed}); the list ran again with its calls on this thread, and this pipeline's "
+                          "calls stay here (compute_threads='auto' measures threads for host-bound lists; "
+                          "compute_threads=1 never does; retune() measures again)", RuntimeWarning,
+                          stacklevel=5)  # (run_batches' caller)
         seconds, n = time.perf_counter() - started, len(given)
         call_s = None
         if path == PIPELINED and got.may_thread:
@@ -1015,9 +1024,11 @@ class StreamPipeline:
         return ys
 
     def _run_list_pipelined(self, given: list[Any], outs: list[Any] | None, warn_few: bool, pin_new: bool,
-                            views: list[tuple[np.ndarray, HostKind]] | None = None) -> list[Any] | None:
+                            views: list[tuple[np.ndarray, HostKind]] | None = None, depth: int = 0
+                            ) -> list[Any] | None:
         """run_batches of ``given`` through the streams (not plainly; ``views``: the batches'
-        host views, when _run_small_list has made them)."""
+        host views, when _run_small_list has made them; ``depth``: frames between this and
+        _run_list, for the warnings' stacklevel)."""
         if views is None:
             views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
@@ -1082,7 +1093,7 @@ class StreamPipeline:
                                  and sum(b.in_bytes for b in items) <= PLAIN_MAX_BYTES):
                 # (a short list of a tensor function runs plainly from the next run on, nothing
                 # to overlap by design: not worth a warning on its first run either)
-                self._warn_few_batches(len(items), None, 0, stacklevel=6)
+                self._warn_few_batches(len(items), None, 0, stacklevel=6 + depth)
             run_args = dict(outputs=outputs, usage=usage, kind=kind, in_place=in_place, bucket=True)
             with nvtx.range(f"fullpipe.pipeline: {len(items)} batches on {self.n_streams} streams"):
                 try:
@@ -1092,8 +1103,8 @@ class StreamPipeline:
                         _cannot_run_again(exc, in_place)
                         raise
                     stats = self._execute(items, stage_in, stage_out, **run_args)
-            self._say_serial(stacklevel=6)
-            stats.pinned = self._pinned_stats(usage, notes, stacklevel=6)  # (4 frames up: run_batches)
+            self._say_serial(stacklevel=6 + depth)
+            stats.pinned = self._pinned_stats(usage, notes, stacklevel=6 + depth)  # (4 + depth frames up: run_batches)
             pins.annotate(stats)
             self.stats = stats
             if spec.none:

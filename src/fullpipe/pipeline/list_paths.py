@@ -87,11 +87,14 @@ class _Trial:
         """The way's typical µs per batch so far: the median of its measured runs."""
         return statistics.median(self.us[way])
 
-    def chosen(self) -> str | None:
+    def chosen(self, threads_now: bool = True) -> str | None:
+        """The way chosen once every way measured ran ``TRIALS`` times, else None; with
+        ``threads_now`` False, the choice between the other two (the threads' way may not
+        run this time)."""
         if self.threads is None or any(len(self.us[w]) < TRIALS for w in self.ways()):
             return None
         best, t = PIPELINED, self.typical(PIPELINED)
-        if self.threads and self.typical(THREADS) <= THREADS_MARGIN * t:
+        if self.threads and threads_now and self.typical(THREADS) <= THREADS_MARGIN * t:
             best, t = THREADS, self.typical(THREADS)
         return PLAIN if self.typical(PLAIN) <= PLAIN_MARGIN * t else best
 
@@ -111,9 +114,9 @@ class ListPaths:
             return PIPELINED
         if not may_thread and t.threads and t.chosen() is None:
             t.threads = False  # (its trial goes on without it)
-        done = t.chosen()
+        done = t.chosen(threads_now=may_thread)
         if done is not None:
-            return PIPELINED if done == THREADS and not may_thread else done
+            return done
         return min(t.ways(), key=lambda w: t.seen[w])  # (the fewest runs; ties to the first in WAYS)
 
     def record(self, key: tuple, path: str, seconds: float, batches: int, call_s: float | None = None) -> None:
@@ -144,8 +147,8 @@ class ListPaths:
         the trial's typical (median) µs per batch of each way."""
         t = self._trials.get(key, _Trial())
         out: dict[str, Any] = {"path": path}
-        if trial:
-            runs = (WARMUP + TRIALS) * len(t.ways())
+        if trial:  # (the threads' runs counted also where they left the trial)
+            runs = (WARMUP + TRIALS) * len(t.ways()) + (0 if t.threads else t.seen[THREADS])
             out["source"] = f"trial run {sum(t.seen.values())} of {runs}"
             chosen = t.chosen()
             if chosen is not None:
