@@ -241,9 +241,10 @@ class StreamPipeline:
       ``min(3, streams)`` threads too, and keep them where they were clearly faster
       (``stats.list_path``; pipeline/list_paths.py). Not where the calling thread holds
       PyTorch state the threads would not see (``with torch.device(...)``, a torch function
-      mode, torch.compile's CUDA graphs); a run whose call fails on the threads runs again
-      on the calling thread (its first batches called twice), with a warning, and the
-      pipeline's calls stay there. ``compute_threads=1``: never on threads. For a PyTorch
+      mode, torch.compile's CUDA graphs), nor for in-place lists; a run whose call fails on
+      the threads runs again on the calling thread (its first batches called twice): if it
+      goes through there, with a warning, and the pipeline's calls stay there until
+      ``retune()``. ``compute_threads=1``: never on threads. For a PyTorch
       model whose Python call takes about as long as its GPU work or longer, and whose
       call's time is mostly inside PyTorch's operators, which let the GIL go (an
       encoder layer: one fused operator): on H100 hosts where such a layer's call was
