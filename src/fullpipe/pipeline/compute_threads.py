@@ -19,7 +19,7 @@ Where it is on by default (``compute_threads="auto"``, session 35): a long list 
 batches (``run_batches``) measures the calls on ``AUTO_THREADS`` threads as a third way to
 run, beside plain and pipelined, when a measured pipelined run's calls took at least half
 its time, and keeps them where they were clearly faster (list_paths.py): the bench's
-encoder went from 0.67-0.72x to 0.99-1.08x compute alone on slow H200 hosts, and a chain of
+encoder went from 0.67-0.72x to 0.94-1.08x compute alone on slow H200 hosts, and a chain of
 small operators and a small MLP had threads measured and turned down. Whole runs are
 timed, after a warm-up run on the threads that is not counted: the lesson of session 18,
 whose automatic choice was built, measured, and taken out. Threads' own costs hid their
