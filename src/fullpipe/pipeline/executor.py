@@ -994,21 +994,21 @@ class StreamPipeline:
         compute_threads=1 (the batches before the failure are called twice): a failure there
         is raised as it would have been; a run that goes through warns, and this pipeline's
         calls stay on one thread from then on (until retune())."""
+        run = functools.partial(self._run_list_pipelined, given, outs, warn_few, pin_new, got.views, depth=1)
         path, failed = got.path, None
         if path == THREADS:
             self._list_threads = self._auto_threads
             try:
-                ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views, depth=1)
+                ys = run()
             except Exception as exc:
                 if not ct.raised_by_a_call(exc):
                     raise
                 failed = f"{type(exc).__name__}: {exc}"  # (the exception and its frames go before the run again)
+                path, started = PIPELINED, time.perf_counter()
             finally:
                 self._list_threads = 0
-        if failed is not None or path != THREADS:
-            if failed is not None:
-                path, started = PIPELINED, time.perf_counter()
-            ys = self._run_list_pipelined(given, outs, warn_few, pin_new, got.views, depth=1)
+        if path == PIPELINED:  # (after a failure on the threads: here, raising what it raises here)
+            ys = run()
         if failed is not None:  # (it failed on the threads only)
             self._threads_failed = True
             warnings.warn(f"run_batches: the compute failed when called from {self._auto_threads} threads at once "
