@@ -36,3 +36,18 @@ def test_enqueue_claim_of_a_result_recorded_before_the_floor_says_nothing_of_it(
     assert "balanced_enqueue_floor_us" not in r["metrics"]
     c = _enqueue_claim(r)
     assert "floor" not in c["measured"] and c["verdict"] == "supported"
+
+
+def _graph_claim(r: dict) -> dict:
+    return next(c for c in derive(r, live=True) if c["key"] == "graph-enqueue-overhead")
+
+
+def test_graph_claim_reports_the_graph_launch_floor_and_keeps_the_target():
+    r = copy.deepcopy(_overlap())
+    r["metrics"].update(balanced_run_graph_enqueue_us=5.66, balanced_run_graph_how="replayed",
+                        balanced_run_graph_floor_us=5.13)
+    c = _graph_claim(r)
+    assert "launch of the same run's graph alone, 5.13 µs per batch on this host (1.10× that floor)" in c["measured"]
+    assert c["verdict"] == "partly supported" and abs(c["ratio"] - 5.66 / 5) < 1e-9
+    del r["metrics"]["balanced_run_graph_floor_us"]
+    assert "floor" not in _graph_claim(r)["measured"]

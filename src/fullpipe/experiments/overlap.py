@@ -211,6 +211,70 @@ def _driver_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.n
     return median(times)
 
 
+
+def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.ndarray, y: np.ndarray,
+                    n: int, batches: int) -> float:
+    """Host µs per batch of one cuGraphLaunch of a graph holding the whole run: the same
+    batches (H2D, the kernel, D2H on ``streams`` in turn, a device buffer per stream) as a
+    pipeline's whole-run graph (pipeline/run_graphs.py), captured by hand, launched bare
+    after a sync (the median of three launches). This host's floor for graph=True's cost
+    per batch: the driver's launch costs about 1.2-2.5 µs per memcpy node and little per
+    kernel node (session 36, p241/p242), so a whole run's graph still costs a few µs per
+    batch."""
+    hot = HotPath()
+    handles = [handle_int(s) for s in streams]
+    origin = streams[0].handle
+    args = PackedArgs([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32])
+    kh, grid = handle_int(kernel.kernel.handle), kernel.grid_for(n)
+    nb = n * x.itemsize
+    off = (nb + 255) // 256 * 256
+    lanes: list[int] = []
+    events = [drv.call("cuEventCreate", 0) for _ in streams]  # the fork, then each lane's join
+    graph = exe = None
+    times = []
+    try:
+        for h in handles:
+            lanes.append(hot.alloc_from_pool(off + nb, handle_int(pool.handle), h))
+        d = drv.driver()
+        drv.call("cuStreamBeginCapture", origin, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        try:
+            drv.call("cuEventRecord", events[0], origin)
+            for s in streams[1:]:
+                drv.call("cuStreamWaitEvent", s.handle, events[0], 0)
+            for i in range(batches):
+                lane = i % len(handles)
+                h, p = handles[lane], lanes[lane]
+                hot.memcpy_htod(p, x.ctypes.data + i * nb, nb, h)
+                args.set(p, p + off, n, kernel.rounds)
+                hot.launch(kh, grid, BLOCK, args, h)
+                hot.memcpy_dtoh(y.ctypes.data + i * nb, p + off, nb, h)
+            for k, s in enumerate(streams[1:], start=1):
+                drv.call("cuEventRecord", events[k], s.handle)
+                drv.call("cuStreamWaitEvent", origin, events[k], 0)
+        finally:
+            graph = drv.call("cuStreamEndCapture", origin)
+        exe = drv.call("cuGraphInstantiate", graph, 0)
+        exe_h = handle_int(exe)
+        for _ in range(3):
+            streams[0].sync()
+            t0 = time.perf_counter()
+            hot.graph_launch(exe_h, handles[0])
+            times.append((time.perf_counter() - t0) * 1e6 / batches)
+    finally:
+        streams[0].sync()
+        if exe is not None:
+            drv.call("cuGraphExecDestroy", exe)
+        if graph is not None:
+            drv.call("cuGraphDestroy", graph)
+        for ev in events:
+            drv.call("cuEventDestroy", ev)
+        for p, h in zip(lanes, handles):
+            hot.free_async(p, h)
+        for s in streams:
+            s.sync()
+    return median(times)
+
+
 def run(ctx) -> Result:
     dev = ctx.device
     batches = 96 if ctx.quick else 256
@@ -303,8 +367,9 @@ def run(ctx) -> Result:
             st = median_pipeline_run(pipe, x, y, repeat)
         metrics[f"{wname}_enqueue_us_no_events"] = st.enqueue_us_per_batch
         if wname == "balanced":
-            metrics["balanced_enqueue_floor_us"] = _driver_floor_us(kernel, pool, [s0, s1, create_stream(dev)],
-                                                                    x, y, n, batches)
+            floor_streams = [s0, s1, create_stream(dev)]
+            metrics["balanced_enqueue_floor_us"] = _driver_floor_us(kernel, pool, floor_streams, x, y, n, batches)
+            metrics["balanced_run_graph_floor_us"] = _graph_floor_us(kernel, pool, floor_streams, x, y, n, batches)
             # The same with CUDA graphs, each checked first. graph="batch": each batch is one
             # captured graph (pinned arrays: two memcpy-node updates and one cuGraphLaunch
             # per batch). graph=True: these runs repeat one another (same arrays), so from
@@ -405,7 +470,10 @@ def run(ctx) -> Result:
                  + (f"; with graph=True on runs that repeat the same arrays, the whole run as one graph "
                     f"({metrics['balanced_run_graph_how']}): {metrics['balanced_run_graph_enqueue_us']:.2f} us "
                     f"(whole loop {metrics['balanced_run_graph_loop_us']:.2f} us), "
-                    f"{metrics['balanced_run_graph_ratio']:.3f}x bound (target <= 5 us with graphs)"
+                    f"{metrics['balanced_run_graph_ratio']:.3f}x bound (target <= 5 us with graphs); "
+                    f"one launch of the same run's graph, captured by hand, alone: "
+                    f"{metrics['balanced_run_graph_floor_us']:.2f} us per batch (this host's floor for graphs: "
+                    "the driver's launch costs about 1-3 us per memcpy node)"
                     if "balanced_run_graph_enqueue_us" in metrics else "") + ".")
     if copy_rows:
         notes.append("Copy streams (every H2D on one stream, every D2H on another, compute on N streams, "
@@ -570,9 +638,12 @@ def _overlap_graph_enqueue(d: Data) -> Judged:
                       bound="", ratio=None, verdict="skipped", target="")
     run_us = float(run_us)
     how = d.m_or("?", "balanced_run_graph_how")
+    floor = d.m_or(None, "balanced_run_graph_floor_us")
     return Judged(
         measured=f"{run_us:.2f} µs per batch, runs that repeat the same arrays as one graph ({how})"
-                 + (f"; one graph per batch {float(per_batch):.1f} µs" if per_batch is not None else ""),
+                 + (f"; one graph per batch {float(per_batch):.1f} µs" if per_batch is not None else "")
+                 + (f"; the driver's launch of the same run's graph alone, {float(floor):.2f} µs per batch on this "
+                    f"host ({run_us / float(floor):.2f}× that floor)" if is_num(floor) and float(floor) > 0 else ""),
         bound="target 5 µs per batch", ratio=run_us / 5.0, verdict=at_most(run_us, 5.0, 10.0),
         target="supported ≤ 5 µs, partly ≤ 10 µs (repeated runs)")
 

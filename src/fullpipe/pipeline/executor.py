@@ -1496,7 +1496,7 @@ class StreamPipeline:
           run's time alone is not evidence that a stage is slower than probed).
 
         The host time per batch is only lowered. The next run chooses again, keeping this
-        run's chunk if it is still predicted within 5 % of the best and the models that
+        run's chunk if it is still predicted within KEEP_WITHIN (2 %) of the best and the models that
         chose it were not far off. At most MAX_REFINES times per kind of work: after
         that, a loop over the same work keeps its choice."""
         tuned = self._tuned.get(key)
