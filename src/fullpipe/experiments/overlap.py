@@ -38,7 +38,7 @@ from ..cuda.device import device_info
 from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import BLOCK, MixKernel, calibrate_rounds, reference
 from ..cuda.timing import median, time_on_stream
-from .measure import median_pipeline_run
+from .measure import in_turn, median_pipeline_run
 from .result import Bound, Result
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, at_most, is_num, percent, rule, times, with_claims
 from .figures import BOUND, GREY, WIDE, need, pyplot, rows_of, save
@@ -59,6 +59,11 @@ TECHNIQUE = (  # what the technique is, for a reader who has not met it (the rep
 # The claims whose verdicts make this experiment's verdict (claims.summary): its canonical ones.
 VERDICT_FROM = ("overlap-throughput", "stream-scaling")
 CHUNK_BYTES = 8 << 20
+# The balanced rows the overlap-targets claim may take its best configuration from: their mode
+# -> the StreamPipeline options beside streams and chunk (graph="batch": any pinned batches,
+# not only repeated runs).
+BEST_ROW_OPTIONS = {"pipeline": {}, "pipeline, copy streams": {"copy_streams": True},
+                    "pipeline, CUDA graph per batch": {"graph": "batch"}}
 STREAM_COUNTS = (1, 2, 3, 4, 8)
 COPY_STREAM_COUNTS = (1, 2, 3)  # compute streams beside one H2D and one D2H stream
 WORKLOADS = {"balanced": 1.0, "copy-bound": 0.25, "compute-bound": 3.0}  # compute / copy time
@@ -417,22 +422,41 @@ def run(ctx) -> Result:
     sp = {r["streams"]: r["speedup"] for r in bal}
     # The claim's row: the best >= 3-stream balanced run, at 8 MiB or from the chunk sweep.
     copy_rows = [r for r in table if r["workload"] == "balanced" and r["mode"] == "pipeline, copy streams"]
-    candidates = ([r for r in bal if r["streams"] >= 3] + [r for r in sweep if r["chunk_MiB"] >= 8] + copy_rows)
+    graph_rows = [r for r in table if r["workload"] == "balanced" and r["mode"] == "pipeline, CUDA graph per batch"]
+    candidates = ([r for r in bal if r["streams"] >= 3] + [r for r in sweep if r["chunk_MiB"] >= 8] + copy_rows
+                  + graph_rows)
     best3 = max(candidates, key=lambda r: (min(r["ratio"] / 0.95, r["speedup"] / 2.7), r["ratio"]))
     # The best of ~10 noisy rows is biased upwards: check the chosen configuration once
-    # more for correctness and judge the target on a fresh measurement of it.
+    # more for correctness and judge the target on a fresh measurement of it, with the
+    # pipeline's default timing ("sampled": a user's pipeline). The rows above time every
+    # batch (exact in-run ratios and overlap), which costs the GPU a few µs per timed batch:
+    # 0.87x the bound against 0.91x sampled and 0.93x untimed on one H200 (session 36, p243).
+    # The same configuration with every batch timed runs in alternation, for that cost.
     kernel.rounds = metrics["balanced_rounds"]
     n_best = (best3["chunk_MiB"] << 20) // 4
-    with StreamPipeline(kernel, streams=best3["streams"], chunk=n_best, pool=pool, device=dev,
-                        copy_streams=best3["mode"] == "pipeline, copy streams", timing=True) as pipe:
+    layout = dict(streams=best3["streams"], chunk=n_best, pool=pool, device=dev,
+                  **BEST_ROW_OPTIONS.get(best3["mode"], {}))
+    graphs = "graph" in layout  # (no per-batch timing in a graph: nothing to compare)
+    with StreamPipeline(kernel, **layout) as pipe, StreamPipeline(kernel, timing=not graphs, **layout) as timed:
         all_correct &= _check_correct(pipe, x, y, kernel.rounds, rng)
-        fresh = median_pipeline_run(pipe, x, y, repeat)
+        walls: dict[str, list[float]] = {"default": [], "timed": []}
+        ways = {"default": pipe} if graphs else {"default": pipe, "timed": timed}
+        for p in ways.values():
+            p.run(x, out=y)  # (warm-up)
+        for r in range(max(repeat, 4)):
+            for name in in_turn(list(ways), r):
+                ways[name].run(x, out=y)
+                walls[name].append(ways[name].stats.wall_ms)
+        fresh_ms = median(walls["default"])
     metrics["balanced_best_selected_ratio"] = best3["ratio"]
-    best3 = dict(best3, ratio=best3["bound_ms"] / fresh.wall_ms,
-                 speedup=best3["speedup"] * best3["wall_ms"] / fresh.wall_ms, wall_ms=fresh.wall_ms)
+    if walls["timed"]:
+        metrics["balanced_best_every_batch_timed_ratio"] = best3["bound_ms"] / median(walls["timed"])
+    best3 = dict(best3, ratio=best3["bound_ms"] / fresh_ms,
+                 speedup=best3["speedup"] * best3["wall_ms"] / fresh_ms, wall_ms=fresh_ms)
     metrics["balanced_best_chunk_MiB"] = best3["chunk_MiB"]
     metrics["balanced_best_layout"] = (f"{best3['streams']} compute streams + 1 H2D + 1 D2H stream"
-                                       if best3["mode"] == "pipeline, copy streams" else f"{best3['streams']} streams")
+                                       if best3["mode"] == "pipeline, copy streams" else f"{best3['streams']} streams"
+                                       + (", one CUDA graph per batch" if graphs else ""))
     if copy_rows:
         cbest = max(copy_rows, key=lambda r: r["ratio"])
         metrics["balanced_copy_streams_best_ratio"] = cbest["ratio"]
@@ -452,8 +476,12 @@ def run(ctx) -> Result:
     at8 = max((r for r in bal if r["streams"] >= 3), key=lambda r: r["ratio"])
     notes.append(
         f"Balanced, >= 3 streams: best {best3['ratio']:.3f} x bound and {best3['speedup']:.2f}x serial "
-        f"({metrics['balanced_best_layout']}, {best3['chunk_MiB']} MiB chunks; targets 0.95 and 2.7); at 8 MiB "
-        f"chunks {at8['ratio']:.3f} x bound ({at8['streams']} streams). Chunk sweep, 3 streams: "
+        f"({metrics['balanced_best_layout']}, {best3['chunk_MiB']} MiB chunks, the pipeline's default timing; "
+        f"targets 0.95 and 2.7)"
+        + (f", {metrics['balanced_best_every_batch_timed_ratio']:.3f} x bound with every batch timed (timing=True, "
+           "as in the eager rows of the table: its events cost the GPU a few us per timed batch)"
+           if "balanced_best_every_batch_timed_ratio" in metrics else "")
+        + f"; at 8 MiB chunks {at8['ratio']:.3f} x bound ({at8['streams']} streams). Chunk sweep, 3 streams: "
         + ", ".join(f"{r['chunk_MiB']} MiB {r['ratio']:.3f}x bound / {r['speedup']:.2f}x serial" for r in sweep)
         + ". Speedup by streams (8 MiB): "
         + ", ".join(f"{k}: {v:.2f}x" for k, v in sp.items())
@@ -609,7 +637,9 @@ def _overlap_targets(d: Data) -> Judged:
                else "not supported")
     layout = d.m_or(None, "balanced_best_layout")
     where = ", ".join(str(p) for p in (layout, f"{chunk} MiB chunks" if chunk else None) if p)
-    return Judged(measured=f"{ratio:.3f}× bound, {times(sp)} serial" + (f" (best: {where})" if where else ""),
+    timed = d.m_or(None, "balanced_best_every_batch_timed_ratio")
+    return Judged(measured=f"{ratio:.3f}× bound, {times(sp)} serial" + (f" (best: {where})" if where else "")
+                  + (f"; {float(timed):.3f}× with every batch timed (timing=True)" if is_num(timed) else ""),
                   bound=f"max(copies both ways at once, compute) = {bound_ms:.1f} ms", ratio=ratio,
                   verdict=verdict, target="supported: ≥ 0.95× bound and ≥ 2.7×; partly: ≥ 2×")
 
