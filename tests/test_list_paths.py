@@ -175,3 +175,34 @@ def test_the_trials_count_says_how_many_runs_it_takes_as_the_ways_change():
     assert paths.next_path(key, may_thread=False) == PLAIN
     paths.record(key, PLAIN, 400e-6 * batches, batches)
     assert paths.describe(key, PLAIN, trial=True)["source"] == "trial run 5 of 9"
+
+
+def record_run(paths: ListPaths, key: tuple, path: str, us: float, call_share: float | None, batches: int = 24):
+    seconds = us * batches / 1e6
+    paths.record(key, path, seconds, batches, None if call_share is None else call_share * seconds, plain=False)
+
+
+def test_a_list_of_larger_batches_measures_threads_against_pipelined_only():
+    """A long list of larger batches never runs plainly: its trial is pipelined alone until a
+    measured run shows the calls set the pace, then pipelined against threads (resnet18 over
+    lists of images, session 36: 2702 µs a batch pipelined, 1821 on threads)."""
+    paths, key = ListPaths(), ("larger batches", "<f4", "torch", 20)
+    asked = []
+    us = {PIPELINED: [9000.0, 2702.0, 2650.0, 2800.0], THREADS: [30000.0, 1821.0, 1800.0, 1850.0]}
+    while paths.in_trial(key):
+        path = paths.next_path(key, may_thread=True)
+        asked.append(path)
+        record_run(paths, key, path, us[path].pop(0), 0.9 if path == PIPELINED else None)
+    assert asked == [PIPELINED, PIPELINED, THREADS, THREADS, PIPELINED, THREADS, PIPELINED, THREADS]
+    assert paths.next_path(key, may_thread=True) == THREADS
+    assert paths.next_path(key, may_thread=False) == PIPELINED  # (never plain, even where threads may not run)
+    d = paths.describe(key, THREADS, trial=False)
+    assert "plain_us_per_batch" not in d and d["threads_us_per_batch"] == 1821.0
+    # calls that do not set the pace: four pipelined runs, and pipelined it stays
+    quiet, said = ("larger batches", "<f4", "torch", 22), []
+    while paths.in_trial(quiet):
+        assert paths.next_path(quiet, may_thread=True) == PIPELINED
+        record_run(paths, quiet, PIPELINED, 500.0, 0.2)
+        said.append(paths.describe(quiet, PIPELINED, trial=True)["source"])
+    assert said == ["trial run 1 of 4", "trial run 2 of 4", "trial run 3 of 4",
+                    "trial run 4 of 4: from now on pipelined"]

@@ -20,7 +20,9 @@ batches (``run_batches``) measures the calls on ``AUTO_THREADS`` threads as a th
 run, beside plain and pipelined, when a measured pipelined run's calls took at least half
 its time, and keeps them where they were clearly faster (list_paths.py): the bench's
 encoder went from 0.67-0.72x to 0.94-1.08x compute alone on slow H200 hosts, and a chain of
-small operators and a small MLP had threads measured and turned down. Whole runs are
+small operators and a small MLP had threads measured and turned down. A long list of larger
+batches has the same trial without plain (session 36: a resnet18 over lists of 1-16 images,
+1.48x on three threads). Whole runs are
 timed, after a warm-up run on the threads that is not counted: the lesson of session 18,
 whose automatic choice was built, measured, and taken out. Threads' own costs hid their
 gain in its first runs: PyTorch caches cuDNN attention plans per thread, so every thread

@@ -970,6 +970,8 @@ class StreamPipeline:
         started = time.perf_counter()
         if self._tc is not None:
             got = self._run_small_list(given, outs, started)
+            if got is _NOT_SMALL and pin_new:  # (not imap's windows: each seen once, of varying sizes)
+                got = self._long_list_for_threads(given, outs) or _NOT_SMALL
             if isinstance(got, _LongList):  # (pipelined, as measured or to measure it: list_paths.py)
                 return self._run_long_list(got, given, outs, warn_few, pin_new, started)
             if got is not _NOT_SMALL:
@@ -985,6 +987,27 @@ class StreamPipeline:
         return (self._auto_threads > 1 and not self._threads_failed and tc is not None and tc.fw.name == "torch"
                 and not ct.on_compute_thread() and not ct.torch_state_stays_here(tc.fw.torch)
                 and not tc.fw.graph_trees_state())  # (torch.compile's CUDA graphs are per thread)
+
+    def _long_list_for_threads(self, given: list[Any], outs: list[Any] | None) -> "_LongList | None":
+        """A long list that is not one of small batches (more than SMALL_LIST_MAX_BATCHES
+        batches, of any size), whose calls may go to threads: pipelined, its trial measuring
+        the threads' way too where the calls set the pace (list_paths.py; without plain, which
+        is for small batches). A resnet18 over lists of 1-16 images (1.2 MB a batch), whose
+        Python call set the pace, ran 1.48x faster on three threads (an H200 host, session
+        36, p244). None: pipelined, as any other list. Not where batches may be padded to
+        seen shapes (their new shapes cost seconds, and each thread would pay them) nor in
+        place (a run that failed on the threads could not run again)."""
+        if len(given) <= SMALL_LIST_MAX_BATCHES or not self._may_thread_list() or self._pads_shapes():
+            return None
+        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
+        arrays = [v[0] for v in views]
+        if outs is not None and (len(outs) != len(given) or _check_outputs_apart(
+                [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)], arrays)):
+            return None  # (the long way then refuses or runs what it must)
+        key = ("larger batches",) + list_key(arrays, views[0][1].library)
+        trial = self._list_paths.in_trial(key)
+        return _LongList(key, trial, views, self._list_paths.next_path(key, may_thread=True), may_thread=True,
+                         plain=False)
 
     def _run_long_list(self, got: "_LongList", given: list[Any], outs: list[Any] | None, warn_few: bool,
                        pin_new: bool, started: float) -> list[Any] | None:
@@ -1020,7 +1043,7 @@ class StreamPipeline:
         call_s = None
         if path == PIPELINED and got.may_thread:
             call_s = self.stats.host_us.get("compute_call", 0.0) * n / 1e6
-        self._list_paths.record(got.key, path, seconds, n, call_s)
+        self._list_paths.record(got.key, path, seconds, n, call_s, plain=got.plain)
         self.stats.list_path = self._list_paths.describe(got.key, path, got.trial)
         return ys
 
@@ -2784,12 +2807,14 @@ _NOT_SMALL = object()  # StreamPipeline._run_small: not a small run, nothing don
 class _LongList:
     """StreamPipeline._run_small_list: a long list of small batches, to run pipelined
     (``key``: its kind, list_paths.list_key; ``trial``: as a run of the trial; ``views``:
-    the batches' host views, made already; ``path``: with the calls here or on threads)."""
+    the batches' host views, made already; ``path``: with the calls here or on threads);
+    or _long_list_for_threads: a long list of larger batches (``plain`` False)."""
     key: tuple
     trial: bool
     views: list
     path: str = PIPELINED  # PIPELINED or THREADS (list_paths.py)
     may_thread: bool = False  # (as _may_thread_list said when the run began)
+    plain: bool = True  # whether its kind of list may run plainly (small batches)
 
 
 def _from_numpy_takes(dtype: np.dtype) -> bool:

@@ -1,5 +1,5 @@
-"""A long list of small batches: run plainly, pipelined, or pipelined with the compute's
-calls on several threads, chosen by measuring.
+"""A long list of batches: run plainly (small batches only), pipelined, or pipelined with
+the compute's calls on several threads, chosen by measuring.
 
 ``run_batches`` runs a short list plainly (plain.py: every batch on the caller's stream,
 one wait at the end) and a long one pipelined (three streams, the staging ring, events).
@@ -39,6 +39,12 @@ way) and the first measured pipelined run's calls took at least ``HOST_BOUND_SHA
 its time; it is kept where its median run took at most ``THREADS_MARGIN`` of the pipelined
 way's (the calls then run out of batch order: a clear gain or nothing).
 
+A long list of larger batches (more than 16, beyond the small batches' limits) never runs
+plainly, but its calls may set the pace too: a resnet18 over 150 lists of 1-16 images
+(1.2 MB a batch) ran 2702 µs a batch pipelined and 1821 on three threads (an H200 host,
+session 36, p244). Its trial (``plain=False``) is pipelined alone until a measured run
+says whether the calls set the pace, then pipelined against threads.
+
 Session 33 (p226; H100 and H200 hosts, four machines): the trial kept plain for ``x * 2``
 and the small MLP above (0.83-1.05x the naive loop, against 0.52-0.72x pipelined) and
 pipelined for the encoder, a 2-layer GRU, a small CNN and a GPU-heavy MLP, each within
@@ -75,13 +81,15 @@ def list_key(arrays: list[np.ndarray], library: str) -> tuple:
 class _Trial:
     """One kind of list's trial: the runs seen and the µs per batch of those measured, per
     way; whether the threads' way is measured too (None until the first measured pipelined
-    run says whether its calls set the pace)."""
+    run says whether its calls set the pace); whether plain is a way (``plain``: not for
+    lists of larger batches, which only the threads' way may beat)."""
     seen: dict[str, int] = field(default_factory=lambda: dict.fromkeys(WAYS, 0))
     us: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS})
     threads: bool | None = None
+    plain: bool = True
 
     def ways(self) -> tuple[str, ...]:
-        return WAYS if self.threads else (PIPELINED, PLAIN)
+        return tuple(w for w in WAYS if (w != PLAIN or self.plain) and (w != THREADS or self.threads))
 
     def typical(self, way: str) -> float:
         """The way's typical µs per batch so far: the median of its measured runs."""
@@ -96,7 +104,7 @@ class _Trial:
         best, t = PIPELINED, self.typical(PIPELINED)
         if self.threads and threads_now and self.typical(THREADS) <= THREADS_MARGIN * t:
             best, t = THREADS, self.typical(THREADS)
-        return PLAIN if self.typical(PLAIN) <= PLAIN_MARGIN * t else best
+        return PLAIN if self.plain and self.typical(PLAIN) <= PLAIN_MARGIN * t else best
 
 
 class ListPaths:
@@ -119,16 +127,18 @@ class ListPaths:
             return done
         return min(t.ways(), key=lambda w: t.seen[w])  # (the fewest runs; ties to the first in WAYS)
 
-    def record(self, key: tuple, path: str, seconds: float, batches: int, call_s: float | None = None) -> None:
+    def record(self, key: tuple, path: str, seconds: float, batches: int, call_s: float | None = None,
+               plain: bool = True) -> None:
         """A run of ``batches`` on ``path`` took ``seconds`` (the call, end to end); counted
         only during the trial, and measured after the way's warm-up runs. ``call_s``: a
         pipelined run's compute calls' time on the enqueueing thread, where they may go to
-        threads (None where not)."""
+        threads (None where not). ``plain``: whether this kind of list may run plainly (its
+        first run says, for the whole trial)."""
         t = self._trials.get(key)
         if t is None:
             if len(self._trials) >= MAX_KINDS:
                 del self._trials[next(iter(self._trials))]  # (the oldest)
-            t = self._trials[key] = _Trial()
+            t = self._trials[key] = _Trial(plain=plain)
         if t.chosen() is not None:
             return
         t.seen[path] += 1
