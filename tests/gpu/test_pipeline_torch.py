@@ -9,6 +9,8 @@ Fresh random inputs, outputs given as ``out=`` are poisoned (NaN) first."""
 
 from __future__ import annotations
 
+import re
+
 import threading
 import warnings
 
@@ -731,7 +733,9 @@ def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool)
         pipe.run_batches(big)
         for _ in range(6):
             pipe.run_batches(big)
-            assert pipe.stats.list_path["path"] != "plain" and pipe.stats.staging["input"] != "plain"
+            lp = pipe.stats.list_path
+            assert lp["path"] != "plain" and pipe.stats.staging["input"] != "plain"
+            assert "plain_us_per_batch" not in lp and re.search(r"of [48]\b|chosen", lp["source"]), lp
     with StreamPipeline(f, pool=pool, device=device, pad_shapes=True) as pipe:  # (padding is the pipelined way's)
         for _ in range(4):
             pipe.run_batches(base)
@@ -864,6 +868,22 @@ def test_a_long_list_of_larger_batches_measures_threads_where_its_calls_set_the_
             assert lp["source"].startswith("chosen") and "plain_us_per_batch" not in lp, lp
             if compute is slow:
                 assert lp["threads_us_per_batch"] < 0.6 * lp["pipelined_us_per_batch"], lp
+    outs = [torch.empty_like(x) for x in xs]
+    with StreamPipeline(slow, pool=pool, device=device) as pipe:  # outs= apart from the inputs: the same trial
+        pipe.run_batches(xs, outs=outs)
+        paths = [pipe.run_batches(xs, outs=outs) and pipe.stats.list_path["path"] for _ in range(10)]
+        assert paths[-1] == "threads" and "plain" not in paths, paths
+        for y, w in zip(outs, want):
+            torch.testing.assert_close(y, w, rtol=0, atol=0)
+    in_place = [x.clone() for x in xs]
+    with StreamPipeline(slow, pool=pool, device=device) as pipe:  # (a failed run could not run again)
+        for _ in range(10):
+            pipe.run_batches(in_place, outs=in_place)
+            assert pipe.stats.list_path is None
+    with StreamPipeline(slow, pool=pool, device=device, timing=True) as pipe:  # (not the defaults: as before)
+        for _ in range(10):
+            pipe.run_batches(xs)
+            assert pipe.stats.list_path is None
 
 
 def test_short_lists_read_each_output_before_the_next_call_and_resolve_lazy_conjugates(device, pool):

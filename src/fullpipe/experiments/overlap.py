@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from typing import Any
 from pathlib import Path
 import numpy as np
 
@@ -38,6 +39,7 @@ from ..cuda.device import device_info
 from ..cuda.timing import gbps, time_streams
 from ..pipeline.workload import BLOCK, MixKernel, calibrate_rounds, reference
 from ..cuda.timing import median, time_on_stream
+from ..errors import CudaError
 from .measure import in_turn, median_pipeline_run
 from .result import Bound, Result
 from .claims import UNJUDGED, Data, Judged, Missing, at_least, at_most, is_num, percent, rule, times, with_claims
@@ -220,11 +222,12 @@ def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.nd
                     n: int, batches: int) -> float:
     """Host µs per batch of one cuGraphLaunch of a graph holding the whole run: the same
     batches (H2D, the kernel, D2H on ``streams`` in turn, a device buffer per stream) as a
-    pipeline's whole-run graph (pipeline/run_graphs.py), captured by hand, launched bare
-    after a sync (the median of five launches after a first, which also uploads it). This
-    host's floor for graph=True's cost per batch: the driver's launch costs about 1.2-2.5 µs
-    per memcpy node and little per kernel node (session 36, p241/p242), so a whole run's
-    graph still costs a few µs per batch."""
+    pipeline's whole-run graph (pipeline/run_graphs.py), in an equivalent graph captured by
+    hand, launched bare after a sync (the median of five launches after a first, which also
+    uploads it). This host's floor for graph=True's cost per batch: the driver's launch costs
+    per memcpy node (1.2-2.5 µs on session 36's hosts, p241/p242) and little per kernel node.
+    A failed capture ends with every lane joined (as run_graphs.py's) and raises its error;
+    the cleanup goes on past a step that fails."""
     hot = HotPath()
     handles = [handle_int(s) for s in streams]
     origin = streams[0].handle
@@ -239,14 +242,18 @@ def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.nd
     try:
         for _ in streams:
             events.append(drv.call("cuEventCreate", 0))
-        for h in handles:
-            lanes.append(hot.alloc_from_pool(off + nb, handle_int(pool.handle), h))
+        for _ in handles:  # (on the launch's stream, then synced: ordered before every launch)
+            lanes.append(hot.alloc_from_pool(off + nb, handle_int(pool.handle), handles[0]))
+        streams[0].sync()
         d = drv.driver()
         drv.call("cuStreamBeginCapture", origin, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        failure: BaseException | None = None
+        forked = 1
         try:
             drv.call("cuEventRecord", events[0], origin)
             for s in streams[1:]:
                 drv.call("cuStreamWaitEvent", s.handle, events[0], 0)
+                forked += 1
             for i in range(batches):
                 lane = i % len(handles)
                 h, p = handles[lane], lanes[lane]
@@ -254,13 +261,22 @@ def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.nd
                 args.set(p, p + off, n, kernel.rounds)
                 hot.launch(kh, grid, BLOCK, args, h)
                 hot.memcpy_dtoh(y.ctypes.data + i * nb, p + off, nb, h)
-            for k, s in enumerate(streams[1:], start=1):
-                drv.call("cuEventRecord", events[k], s.handle)
+        except BaseException as exc:  # noqa: BLE001 - raised below, once the capture has ended
+            failure = exc
+        for k in range(1, forked):  # (every forked lane joins, even after a failure)
+            try:
+                drv.call("cuEventRecord", events[k], streams[k].handle)
                 drv.call("cuStreamWaitEvent", origin, events[k], 0)
-        finally:
+            except CudaError as exc:
+                failure = failure or exc
+        try:
             graph = drv.call("cuStreamEndCapture", origin)
+        except CudaError as exc:
+            failure = failure or exc
+        if failure is not None:
+            raise failure
         exe = drv.call("cuGraphInstantiate", graph, 0)
-        exe_h = handle_int(exe)
+        exe_h = handle_int(exe) if hot.native else exe
         for k in range(6):  # (the first launch of a new exec also uploads it: not timed)
             streams[0].sync()
             t0 = time.perf_counter()
@@ -268,17 +284,22 @@ def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.nd
             if k:
                 times.append((time.perf_counter() - t0) * 1e6 / batches)
     finally:
-        streams[0].sync()
+        cleanup = [lambda: streams[0].sync()]
         if exe is not None:
-            drv.call("cuGraphExecDestroy", exe)
+            cleanup.append(lambda: drv.call("cuGraphExecDestroy", exe))
         if graph is not None:
-            drv.call("cuGraphDestroy", graph)
-        for ev in events:
-            drv.call("cuEventDestroy", ev)
-        for p, h in zip(lanes, handles):
-            hot.free_async(p, h)
-        for s in streams:
-            s.sync()
+            cleanup.append(lambda: drv.call("cuGraphDestroy", graph))
+        cleanup += [lambda ev=ev: drv.call("cuEventDestroy", ev) for ev in events]
+        cleanup += [lambda p=p: hot.free_async(p, handles[0]) for p in lanes]
+        cleanup += [lambda s=s: s.sync() for s in streams]
+        left: CudaError | None = None
+        for step in cleanup:
+            try:
+                step()
+            except CudaError as exc:  # (the next steps still give back what they can)
+                left = left or exc
+        if left is not None and len(times) == 5:  # (else an earlier error is on its way)
+            raise left
     return median(times)
 
 
@@ -376,7 +397,11 @@ def run(ctx) -> Result:
         if wname == "balanced":
             floor_streams = [s0, s1, create_stream(dev)]
             metrics["balanced_enqueue_floor_us"] = _driver_floor_us(kernel, pool, floor_streams, x, y, n, batches)
-            metrics["balanced_run_graph_floor_us"] = _graph_floor_us(kernel, pool, floor_streams, x, y, n, batches)
+            try:  # (a failure here leaves the floor out, not the experiment)
+                metrics["balanced_run_graph_floor_us"] = _graph_floor_us(kernel, pool, floor_streams, x, y, n,
+                                                                         batches)
+            except CudaError as exc:
+                notes.append(f"The graph floor was not measured: {exc}")
             # The same with CUDA graphs, each checked first. graph="batch": each batch is one
             # captured graph (pinned arrays: two memcpy-node updates and one cuGraphLaunch
             # per batch). graph=True: these runs repeat one another (same arrays), so from
@@ -422,28 +447,40 @@ def run(ctx) -> Result:
 
     bal = [r for r in table if r["workload"] == "balanced" and r["mode"] == "pipeline"]
     sp = {r["streams"]: r["speedup"] for r in bal}
-    # The claim's row: the best >= 3-stream balanced run, at 8 MiB or from the chunk sweep.
+    # The claim's row: the best >= 3-stream balanced layout, eager (at 8 MiB, from the chunk
+    # sweep, or with copy streams) or one CUDA graph per batch.
     copy_rows = [r for r in table if r["workload"] == "balanced" and r["mode"] == "pipeline, copy streams"]
     graph_rows = [r for r in table if r["workload"] == "balanced" and r["mode"] == "pipeline, CUDA graph per batch"]
-    candidates = ([r for r in bal if r["streams"] >= 3] + [r for r in sweep if r["chunk_MiB"] >= 8] + copy_rows
-                  + graph_rows)
-    best3 = max(candidates, key=lambda r: (min(r["ratio"] / 0.95, r["speedup"] / 2.7), r["ratio"]))
-    # The best of ~10 noisy rows is biased upwards: check the chosen configuration once
-    # more for correctness and judge the target on a fresh measurement of it, with the
-    # pipeline's default timing ("sampled": a user's pipeline). The rows above time every
-    # batch (exact in-run ratios and overlap), which costs the GPU a few µs per timed batch:
-    # 0.87x the bound against 0.91x sampled and 0.93x untimed on one H200 (session 36, p243).
-    # The same configuration with every batch timed runs in alternation, for that cost.
+
+    def merit(r: dict) -> tuple:
+        return min(r["ratio"] / 0.95, r["speedup"] / 2.7), r["ratio"]
+
+    best_eager = max([r for r in bal if r["streams"] >= 3] + [r for r in sweep if r["chunk_MiB"] >= 8] + copy_rows,
+                     key=merit)
+    best_graph = max(graph_rows, key=merit) if graph_rows else None
+    # The best of ~10 noisy rows is biased upwards, and the eager rows time every batch (exact
+    # in-run ratios and overlap), which costs the GPU a few µs per timed batch: 0.87x the bound
+    # against 0.91x sampled and 0.93x untimed on one H200 (session 36, p243); a graph has no
+    # per-batch timing. So the best eager layout and the best graph layout run again, fresh,
+    # with the pipeline's default timing ("sampled": a user's pipeline), checked for
+    # correctness, in alternating rounds with the eager layout's timing=True twin (for that
+    # cost); the better of the two fresh ones is judged (a best of two: the notes print both).
     kernel.rounds = metrics["balanced_rounds"]
-    n_best = (best3["chunk_MiB"] << 20) // 4
-    layout = dict(streams=best3["streams"], chunk=n_best, pool=pool, device=dev,
-                  **BEST_ROW_OPTIONS.get(best3["mode"], {}))
-    graphs = "graph" in layout  # (no per-batch timing in a graph: no timed twin)
-    ways = {"default": StreamPipeline(kernel, **layout)}
+
+    def pipeline_for(r: dict, **extra: Any) -> StreamPipeline:
+        return StreamPipeline(kernel, streams=r["streams"], chunk=(r["chunk_MiB"] << 20) // 4, pool=pool,
+                              device=dev, **BEST_ROW_OPTIONS.get(r["mode"], {}), **extra)
+
+    rows_of_way = {"eager": best_eager, "timed": best_eager, "graph": best_graph}
+    ways: dict[str, StreamPipeline] = {}
     try:
-        if not graphs:
-            ways["timed"] = StreamPipeline(kernel, timing=True, **layout)
-        all_correct &= _check_correct(ways["default"], x, y, kernel.rounds, rng)
+        ways["eager"] = pipeline_for(best_eager)
+        ways["timed"] = pipeline_for(best_eager, timing=True)
+        if best_graph is not None:
+            ways["graph"] = pipeline_for(best_graph)
+        for name in ("eager", "graph"):
+            if name in ways:
+                all_correct &= _check_correct(ways[name], x, y, kernel.rounds, rng)
         walls: dict[str, list[float]] = {name: [] for name in ways}
         for p in ways.values():
             p.run(x, out=y)  # (warm-up)
@@ -454,16 +491,20 @@ def run(ctx) -> Result:
     finally:
         for p in ways.values():
             p.close()
-    fresh_ms = median(walls["default"])
-    metrics["balanced_best_selected_ratio"] = best3["ratio"]
-    if "timed" in walls:
-        metrics["balanced_best_every_batch_timed_ratio"] = best3["bound_ms"] / median(walls["timed"])
-    best3 = dict(best3, ratio=best3["bound_ms"] / fresh_ms,
-                 speedup=best3["speedup"] * best3["wall_ms"] / fresh_ms, wall_ms=fresh_ms)
+    fresh = {name: dict(rows_of_way[name], ratio=rows_of_way[name]["bound_ms"] / median(w),
+                        speedup=rows_of_way[name]["speedup"] * rows_of_way[name]["wall_ms"] / median(w),
+                        wall_ms=median(w)) for name, w in walls.items()}
+    metrics["balanced_best_selected_ratio"] = max(best_eager["ratio"], best_graph["ratio"] if best_graph else 0.0)
+    metrics["balanced_best_eager_fresh_ratio"] = fresh["eager"]["ratio"]
+    metrics["balanced_best_every_batch_timed_ratio"] = fresh["timed"]["ratio"]
+    if "graph" in fresh:
+        metrics["balanced_best_graph_fresh_ratio"] = fresh["graph"]["ratio"]
+    judged = max((n for n in ("eager", "graph") if n in fresh), key=lambda n: merit(fresh[n]))
+    best3 = fresh[judged]
     metrics["balanced_best_chunk_MiB"] = best3["chunk_MiB"]
     metrics["balanced_best_layout"] = (f"{best3['streams']} compute streams + 1 H2D + 1 D2H stream"
                                        if best3["mode"] == "pipeline, copy streams" else f"{best3['streams']} streams"
-                                       + (", one CUDA graph per batch" if graphs else ""))
+                                       + (", one CUDA graph per batch" if judged == "graph" else ""))
     if copy_rows:
         cbest = max(copy_rows, key=lambda r: r["ratio"])
         metrics["balanced_copy_streams_best_ratio"] = cbest["ratio"]
@@ -485,9 +526,11 @@ def run(ctx) -> Result:
         f"Balanced, >= 3 streams: best {best3['ratio']:.3f} x bound and {best3['speedup']:.2f}x serial "
         f"({metrics['balanced_best_layout']}, {best3['chunk_MiB']} MiB chunks, the pipeline's default timing; "
         f"targets 0.95 and 2.7)"
-        + (f", {metrics['balanced_best_every_batch_timed_ratio']:.3f} x bound with every batch timed (timing=True, "
-           "as in the eager rows of the table: its events cost the GPU a few us per timed batch)"
-           if "balanced_best_every_batch_timed_ratio" in metrics else "")
+        + f"; fresh runs in alternation: the best eager layout {metrics['balanced_best_eager_fresh_ratio']:.3f} x "
+          f"bound, {metrics['balanced_best_every_batch_timed_ratio']:.3f} x with every batch timed (timing=True, "
+          "as in the eager rows of the table: its events cost the GPU a few us per timed batch)"
+        + (f", the best one-graph-per-batch layout {metrics['balanced_best_graph_fresh_ratio']:.3f} x"
+           if "balanced_best_graph_fresh_ratio" in metrics else "")
         + f"; at 8 MiB chunks {at8['ratio']:.3f} x bound ({at8['streams']} streams). Chunk sweep, 3 streams: "
         + ", ".join(f"{r['chunk_MiB']} MiB {r['ratio']:.3f}x bound / {r['speedup']:.2f}x serial" for r in sweep)
         + ". Speedup by streams (8 MiB): "
@@ -505,10 +548,10 @@ def run(ctx) -> Result:
                  + (f"; with graph=True on runs that repeat the same arrays, the whole run as one graph "
                     f"({metrics['balanced_run_graph_how']}): {metrics['balanced_run_graph_enqueue_us']:.2f} us "
                     f"(whole loop {metrics['balanced_run_graph_loop_us']:.2f} us), "
-                    f"{metrics['balanced_run_graph_ratio']:.3f}x bound (target <= 5 us with graphs); "
-                    f"one launch of the same run's graph, captured by hand, alone: "
-                    f"{metrics['balanced_run_graph_floor_us']:.2f} us per batch (this host's floor for graphs: "
-                    "the driver's launch costs about 1-3 us per memcpy node)"
+                    f"{metrics['balanced_run_graph_ratio']:.3f}x bound (target <= 5 us with graphs)"
+                    + (f"; one bare launch of an equivalent graph of the same batches, captured by hand: "
+                       f"{metrics['balanced_run_graph_floor_us']:.2f} us per batch (this host's floor for graphs)"
+                       if "balanced_run_graph_floor_us" in metrics else "")
                     if "balanced_run_graph_enqueue_us" in metrics else "") + ".")
     if copy_rows:
         notes.append("Copy streams (every H2D on one stream, every D2H on another, compute on N streams, "
@@ -644,9 +687,14 @@ def _overlap_targets(d: Data) -> Judged:
                else "not supported")
     layout = d.m_or(None, "balanced_best_layout")
     where = ", ".join(str(p) for p in (layout, f"{chunk} MiB chunks" if chunk else None) if p)
+    eager, graph = d.m_or(None, "balanced_best_eager_fresh_ratio"), d.m_or(None, "balanced_best_graph_fresh_ratio")
     timed = d.m_or(None, "balanced_best_every_batch_timed_ratio")
+    fresh = [f"best eager layout {float(eager):.3f}×" if is_num(eager) else None,
+             f"{float(timed):.3f}× with every batch timed (timing=True)" if is_num(timed) else None,
+             f"best one-graph-per-batch layout {float(graph):.3f}×" if is_num(graph) else None]
+    fresh_text = "; ".join(f for f in fresh if f)
     return Judged(measured=f"{ratio:.3f}× bound, {times(sp)} serial" + (f" (best: {where})" if where else "")
-                  + (f"; {float(timed):.3f}× with every batch timed (timing=True)" if is_num(timed) else ""),
+                  + (f"; fresh runs, default timing: {fresh_text}" if fresh_text else ""),
                   bound=f"max(copies both ways at once, compute) = {bound_ms:.1f} ms", ratio=ratio,
                   verdict=verdict, target="supported: ≥ 0.95× bound and ≥ 2.7×; partly: ≥ 2×")
 
@@ -679,8 +727,9 @@ def _overlap_graph_enqueue(d: Data) -> Judged:
     return Judged(
         measured=f"{run_us:.2f} µs per batch, runs that repeat the same arrays as one graph ({how})"
                  + (f"; one graph per batch {float(per_batch):.1f} µs" if per_batch is not None else "")
-                 + (f"; the driver's launch of the same run's graph alone, {float(floor):.2f} µs per batch on this "
-                    f"host ({run_us / float(floor):.2f}× that floor)" if is_num(floor) and float(floor) > 0 else ""),
+                 + (f"; the driver's bare launch of an equivalent graph of the same batches, {float(floor):.2f} µs "
+                    f"per batch on this host ({run_us / float(floor):.2f}× that floor)"
+                    if is_num(floor) and float(floor) > 0 else ""),
         bound="target 5 µs per batch", ratio=run_us / 5.0, verdict=at_most(run_us, 5.0, 10.0),
         target="supported ≤ 5 µs, partly ≤ 10 µs (repeated runs)")
 

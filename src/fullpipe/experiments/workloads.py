@@ -626,8 +626,8 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         # not inside a timed round (the peers ran in their checks)
         _fp_call(pipe, w, fout, fx)
         _fp_call(pipe, w, None, fx)
-        # a long list of small batches: its first runs measure it plainly and pipelined
-        # (pipeline/list_paths.py), a one-time cost as the chunk's tuning is: run here, untimed,
+        # a long list of small batches: its first runs measure it plainly, pipelined and (where
+        # its calls set the pace) on threads (pipeline/list_paths.py), a one-time cost as the chunk's tuning is: run here, untimed,
         # until the pipeline has chosen (the count is reported)
         list_trial_runs = 0
         while list_trial_runs < LIST_TRIAL_MAX_RUNS and _in_list_trial(pipe):
@@ -743,8 +743,8 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         "fullpipe_in_place": fp_stats.get("in_place"),
         "fullpipe_register_ms": (pin_cache.stats.register_s - registered_s) * 1e3,
         "auto_chunk": fp_stats["chunk"], "auto_chunk_bytes": chunk_bytes, "sweep_ms": sweep_ms,
-        # a long list of small batches: the way chosen (plain or pipelined, list_paths.py) and the untimed runs
-        # of the list that measured both ways before the timed rounds
+        # a long list of small batches: the way chosen (plain, pipelined or threads, list_paths.py) and the
+        # untimed runs of the list that measured the ways before the timed rounds
         "list_path": list_path, "list_trial_runs": list_trial_runs,
         "max_row_error": errors,
     }

@@ -236,7 +236,7 @@ class StreamPipeline:
     - ``compute_threads``: ``"auto"`` (default), or 1 to ``streams``: how many host threads
       call the compute, each batch's call on one of them in turn (the calls of a run never
       on the enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). ``"auto"``
-      is 1, except for a long list of small batches (``run_batches``) through a PyTorch
+      is 1, except for a long list (``run_batches``, more than 16 batches) through a PyTorch
       tensor function whose calls set the pace: its first runs measure the calls on
       ``min(3, streams)`` threads too, and keep them where they were clearly faster
       (``stats.list_path``; pipeline/list_paths.py). Not where the calling thread holds
@@ -379,7 +379,7 @@ class StreamPipeline:
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
         # (a key's models change only after retune(), which clears both)
         self._choices: dict[tuple, ChunkChoice] = {}
-        self._list_paths = ListPaths()  # long lists of small batches: plain or pipelined, measured (list_paths.py)
+        self._list_paths = ListPaths()  # long lists: plain, pipelined or threads, measured (list_paths.py)
         self._stats_later: Callable[[], PipelineStats] | None = None  # a small run's stats, made when read
         self.stats = None
         self.probe_stats: PipelineStats | None = None
@@ -588,7 +588,7 @@ class StreamPipeline:
     def retune(self) -> None:
         """chunk="auto": forget the measured models, so that the next run probes again
         (after changing the compute, the machine's load, or anything the chunk depends on);
-        and which way long lists of small batches run (list_paths.py), measured again, their
+        and which way long lists run (list_paths.py), measured again, their
         calls on threads included after a call failed there."""
         self._tuned.clear()
         self._choices.clear()
@@ -989,21 +989,30 @@ class StreamPipeline:
                 and not tc.fw.graph_trees_state())  # (torch.compile's CUDA graphs are per thread)
 
     def _long_list_for_threads(self, given: list[Any], outs: list[Any] | None) -> "_LongList | None":
-        """A long list that is not one of small batches (more than SMALL_LIST_MAX_BATCHES
-        batches, of any size), whose calls may go to threads: pipelined, its trial measuring
-        the threads' way too where the calls set the pace (list_paths.py; without plain, which
-        is for small batches). A resnet18 over lists of 1-16 images (1.2 MB a batch), whose
-        Python call set the pace, ran 1.48x faster on three threads (an H200 host, session
-        36, p244). None: pipelined, as any other list. Not where batches may be padded to
+        """A long list of larger batches (more than SMALL_LIST_MAX_BATCHES batches, beyond
+        LONG_LIST_MEAN_BYTES a batch on average or LONG_LIST_MAX_BYTES in all), through a
+        PyTorch function with the pipeline's defaults, whose calls may go to threads:
+        pipelined, its trial measuring the threads' way too where the calls set the pace
+        (list_paths.py; without plain, which is for small batches). A resnet18 over lists of
+        1-16 images (1.2 MB a batch), whose Python call set the pace, ran 1.46-1.48x faster on
+        three threads forced (H200 hosts, session 36, p244). None: pipelined, as any other
+        list (and any refusal is the long way's to raise). Not where batches may be padded to
         seen shapes (their new shapes cost seconds, and each thread would pay them) nor in
         place (a run that failed on the threads could not run again)."""
-        if len(given) <= SMALL_LIST_MAX_BATCHES or not self._may_thread_list() or self._pads_shapes():
+        if (len(given) <= SMALL_LIST_MAX_BATCHES or not self._plain_compute() or not self._may_thread_list()
+                or self._pads_shapes()):
             return None
-        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
-        arrays = [v[0] for v in views]
-        if outs is not None and (len(outs) != len(given) or _check_outputs_apart(
-                [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)], arrays)):
-            return None  # (the long way then refuses or runs what it must)
+        try:
+            views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
+            arrays = [v[0] for v in views]
+            total = sum(a.nbytes for a in arrays)
+            if total <= LONG_LIST_MAX_BYTES and total <= LONG_LIST_MEAN_BYTES * len(arrays):
+                return None  # (small batches: _run_small_list's to take or turn down)
+            if outs is not None and (len(outs) != len(given) or _check_outputs_apart(
+                    [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)], arrays)):
+                return None
+        except (TypeError, ValueError):
+            return None
         key = ("larger batches",) + list_key(arrays, views[0][1].library)
         trial = self._list_paths.in_trial(key)
         return _LongList(key, trial, views, self._list_paths.next_path(key, may_thread=True), may_thread=True,
@@ -1011,7 +1020,7 @@ class StreamPipeline:
 
     def _run_long_list(self, got: "_LongList", given: list[Any], outs: list[Any] | None, warn_few: bool,
                        pin_new: bool, started: float) -> list[Any] | None:
-        """A long list of small batches pipelined (``got.path``: PIPELINED, or THREADS: the
+        """A long list pipelined (``got.path``: PIPELINED, or THREADS: the
         calls on the compute threads), its time recorded for the list's trial. A run whose
         call failed on the threads runs again here on this thread, as it would have with
         compute_threads=1 (the batches before the failure are called twice): a failure there
@@ -1019,6 +1028,8 @@ class StreamPipeline:
         calls stay on one thread from then on (until retune())."""
         run = functools.partial(self._run_list_pipelined, given, outs, warn_few, pin_new, got.views, depth=1)
         path, failed = got.path, None
+        if path not in (PIPELINED, THREADS):
+            raise AssertionError(f"a long list's path is {path!r}")
         if path == THREADS:
             self._list_threads = self._auto_threads
             try:
@@ -1040,6 +1051,9 @@ class StreamPipeline:
                           "compute_threads=1 never does; retune() measures again)", RuntimeWarning,
                           stacklevel=5)  # (run_batches' caller)
         seconds, n = time.perf_counter() - started, len(given)
+        # (a list pinned in place by this run: its cuMemHostRegister is a one-off, not the way's)
+        registered_s = ((self.stats.pinned or {}).get("in_place") or {}).get("register_ms", 0.0) / 1e3
+        seconds = max(seconds - registered_s, 1e-9)
         call_s = None
         if path == PIPELINED and got.may_thread:
             call_s = self.stats.host_us.get("compute_call", 0.0) * n / 1e6

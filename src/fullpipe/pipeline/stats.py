@@ -119,7 +119,7 @@ class PipelineStats:
     # batches run at a batch shape the compute had seen, padded with copies of their rows
     # (StreamPipeline's pad_shapes): {"batches", "rows" added}, or None
     padded: dict[str, int] | None = None
-    # run_batches of a long list of small batches: {"path": "plain"|"pipelined"|"threads", "source": a trial run or the
+    # run_batches of a long list: {"path": "plain"|"pipelined"|"threads", "source": a trial run or the
     # choice, "plain_us_per_batch", "pipelined_us_per_batch", "threads_us_per_batch": the trial's median}
     # (list_paths.py), else None
     list_path: dict[str, Any] | None = None
@@ -246,7 +246,7 @@ class PipelineStats:
             lp = self.list_path
             best = ", ".join(f"{p} {lp[f'{p}_us_per_batch']:.1f}" for p in ("plain", "pipelined", "threads")
                              if f"{p}_us_per_batch" in lp)
-            lines.append(f"long list of small batches: run {lp['path']} ({lp['source']})"
+            lines.append(f"long list: run {lp['path']} ({lp['source']})"
                          + (f"; trial's median us per batch: {best}" if best else ""))
         if self.pinned:
             lines.append(f"pinned: {self.pinned.get('allocated_bytes', 0) / 2**20:.1f} MiB newly pinned this run "
