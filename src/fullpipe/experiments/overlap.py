@@ -37,6 +37,7 @@ from ..cuda.streams import create_stream
 from ..pipeline import StreamPipeline
 from ..cuda.device import device_info
 from ..cuda.timing import gbps, time_streams
+from ..pipeline.run_graphs import capture_forked
 from ..pipeline.workload import BLOCK, MixKernel, calibrate_rounds, reference
 from ..cuda.timing import median, time_on_stream
 from ..errors import CudaError
@@ -177,41 +178,59 @@ def _chunk_sweep(ctx, kernel, pool, dev, x, y, s0, s1, da, db, repeat, mib_list,
     return rows
 
 
+class _BareRun:
+    """The driver calls a pipelined run of ``batches`` batches of ``n`` elements makes, with
+    no Python around them but the loop (the floors below): each batch's H2D, the kernel's
+    launch and its D2H through the same ctypes hot path as the executor, on ``streams`` in
+    turn, each stream's batches in one device buffer (a lane: the output 256-byte aligned
+    after the input, as the executor lays out a batch)."""
+
+    def __init__(self, kernel: MixKernel, streams: list, x: np.ndarray, y: np.ndarray, n: int, batches: int):
+        self.hot = HotPath()
+        self.kernel, self.n, self.batches = kernel, n, batches
+        self.handles = [handle_int(s) for s in streams]
+        self.args = PackedArgs([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32])
+        self.kh, self.grid = handle_int(kernel.kernel.handle), kernel.grid_for(n)
+        self.nb = n * x.itemsize
+        self.off = (self.nb + 255) // 256 * 256
+        self.lane_bytes = self.off + self.nb
+        self.xs, self.ys = x.ctypes.data, y.ctypes.data
+
+    def enqueue(self, lanes: list[int]) -> None:
+        """Every batch, on stream ``i % streams`` and its lane buffer ``lanes[i % streams]``."""
+        hot, args, handles, kh, grid = self.hot, self.args, self.handles, self.kh, self.grid
+        n, nb, off, rounds, xs, ys = self.n, self.nb, self.off, self.kernel.rounds, self.xs, self.ys
+        for i in range(self.batches):
+            lane = i % len(handles)
+            h, p = handles[lane], lanes[lane]
+            hot.memcpy_htod(p, xs + i * nb, nb, h)
+            args.set(p, p + off, n, rounds)
+            hot.launch(kh, grid, BLOCK, args, h)
+            hot.memcpy_dtoh(ys + i * nb, p + off, nb, h)
+
+
 def _driver_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.ndarray, y: np.ndarray,
                      n: int, batches: int) -> float:
-    """Host µs per batch of the driver calls a pipelined run of these batches makes (H2D,
-    the kernel's launch, D2H; each stream's batches in one device buffer, as the executor's
-    lanes reuse one), issued back to back on ``streams`` in turn through the same ctypes hot
-    path, with no Python around them but the loop: this host's floor for the pipeline's
-    enqueue cost per batch (the median of three passes). The driver's host cost per call
-    varies from host to host by up to 2x (an H2D 4.1 us on one H100 host, 7.1 us on
-    another: sessions 24 and 34)."""
-    hot = HotPath()
-    handles = [handle_int(s) for s in streams]
-    args = PackedArgs([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32])
-    kh, grid = handle_int(kernel.kernel.handle), kernel.grid_for(n)
-    nb = n * x.itemsize
-    off = (nb + 255) // 256 * 256  # (the output after the input, as the executor lays out a batch)
+    """Host µs per batch of the driver calls a pipelined run of these batches makes
+    (:class:`_BareRun`), issued back to back: this host's floor for the pipeline's enqueue
+    cost per batch (the median of three passes). The driver's host cost per call varies
+    from host to host by up to 2x (an H2D 4.1 us on one H100 host, 7.1 us on another:
+    sessions 24 and 34)."""
+    run = _BareRun(kernel, streams, x, y, n, batches)
+    hot, pool_h = run.hot, handle_int(pool.handle)
     lanes: list[int] = []
-    xs, ys = x.ctypes.data, y.ctypes.data
     times = []
     try:
-        for h in handles:  # (inside the try: a lane taken before a failed one goes back)
-            lanes.append(hot.alloc_from_pool(off + nb, handle_int(pool.handle), h))
+        for h in run.handles:  # (inside the try: a lane taken before a failed one goes back)
+            lanes.append(hot.alloc_from_pool(run.lane_bytes, pool_h, h))
         for _ in range(3):
             for s in streams:
                 s.sync()
             t0 = time.perf_counter()
-            for i in range(batches):
-                lane = i % len(handles)
-                h, p = handles[lane], lanes[lane]
-                hot.memcpy_htod(p, xs + i * nb, nb, h)
-                args.set(p, p + off, n, kernel.rounds)
-                hot.launch(kh, grid, BLOCK, args, h)
-                hot.memcpy_dtoh(ys + i * nb, p + off, nb, h)
+            run.enqueue(lanes)
             times.append((time.perf_counter() - t0) * 1e6 / batches)
     finally:
-        for p, h in zip(lanes, handles):
+        for p, h in zip(lanes, run.handles):
             hot.free_async(p, h)
         for s in streams:
             s.sync()
@@ -221,20 +240,15 @@ def _driver_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.n
 def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.ndarray, y: np.ndarray,
                     n: int, batches: int) -> float:
     """Host µs per batch of one cuGraphLaunch of a graph holding the whole run: the same
-    batches (H2D, the kernel, D2H on ``streams`` in turn, a device buffer per stream) as a
-    pipeline's whole-run graph (pipeline/run_graphs.py), in an equivalent graph captured by
-    hand, launched bare after a sync (the median of five launches after a first, which also
-    uploads it). This host's floor for graph=True's cost per batch: the driver's launch costs
-    per memcpy node (1.2-2.5 µs on session 36's hosts, p241/p242) and little per kernel node.
-    A failed capture ends with every lane joined (as run_graphs.py's) and raises its error;
-    the cleanup goes on past a step that fails."""
-    hot = HotPath()
-    handles = [handle_int(s) for s in streams]
-    origin = streams[0].handle
-    args = PackedArgs([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32])
-    kh, grid = handle_int(kernel.kernel.handle), kernel.grid_for(n)
-    nb = n * x.itemsize
-    off = (nb + 255) // 256 * 256
+    batches (:class:`_BareRun`) as a pipeline's whole-run graph (pipeline/run_graphs.py), in
+    an equivalent graph captured by hand the way run_graphs.py captures (``capture_forked``),
+    launched bare after a sync (the median of five launches after a first, which also
+    uploads it). This host's floor for graph=True's cost per batch: the driver's launch
+    costs per memcpy node (1.2-2.5 µs on session 36's hosts, p241/p242) and little per
+    kernel node. A failed capture raises its error; the cleanup goes on past a step that
+    fails."""
+    run = _BareRun(kernel, streams, x, y, n, batches)
+    hot, h0 = run.hot, run.handles[0]
     lanes: list[int] = []
     events: list = []  # the fork, then each lane's join
     graph = exe = None
@@ -242,45 +256,19 @@ def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.nd
     try:
         for _ in streams:
             events.append(drv.call("cuEventCreate", 0))
-        for _ in handles:  # (on the launch's stream, then synced: ordered before every launch)
-            lanes.append(hot.alloc_from_pool(off + nb, handle_int(pool.handle), handles[0]))
+        for _ in streams:  # (on the launch's stream, then synced: ordered before every launch)
+            lanes.append(hot.alloc_from_pool(run.lane_bytes, handle_int(pool.handle), h0))
         streams[0].sync()
-        d = drv.driver()
-        drv.call("cuStreamBeginCapture", origin, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        failure: BaseException | None = None
-        forked = 1
-        try:
-            drv.call("cuEventRecord", events[0], origin)
-            for s in streams[1:]:
-                drv.call("cuStreamWaitEvent", s.handle, events[0], 0)
-                forked += 1
-            for i in range(batches):
-                lane = i % len(handles)
-                h, p = handles[lane], lanes[lane]
-                hot.memcpy_htod(p, x.ctypes.data + i * nb, nb, h)
-                args.set(p, p + off, n, kernel.rounds)
-                hot.launch(kh, grid, BLOCK, args, h)
-                hot.memcpy_dtoh(y.ctypes.data + i * nb, p + off, nb, h)
-        except BaseException as exc:  # noqa: BLE001 - raised below, once the capture has ended
-            failure = exc
-        for k in range(1, forked):  # (every forked lane joins, even after a failure)
-            try:
-                drv.call("cuEventRecord", events[k], streams[k].handle)
-                drv.call("cuStreamWaitEvent", origin, events[k], 0)
-            except CudaError as exc:
-                failure = failure or exc
-        try:
-            graph = drv.call("cuStreamEndCapture", origin)
-        except CudaError as exc:
-            failure = failure or exc
-        if failure is not None:
-            raise failure
+        graph, failure, end_error = capture_forked([s.handle for s in streams], events[0], events,
+                                                   lambda: run.enqueue(lanes))
+        if failure is not None or end_error is not None:
+            raise failure or end_error  # type: ignore[misc]
         exe = drv.call("cuGraphInstantiate", graph, 0)
         exe_h = handle_int(exe) if hot.native else exe
         for k in range(6):  # (the first launch of a new exec also uploads it: not timed)
             streams[0].sync()
             t0 = time.perf_counter()
-            hot.graph_launch(exe_h, handles[0])
+            hot.graph_launch(exe_h, h0)
             if k:
                 times.append((time.perf_counter() - t0) * 1e6 / batches)
     finally:
@@ -290,7 +278,7 @@ def _graph_floor_us(kernel: MixKernel, pool: DevicePool, streams: list, x: np.nd
         if graph is not None:
             cleanup.append(lambda: drv.call("cuGraphDestroy", graph))
         cleanup += [lambda ev=ev: drv.call("cuEventDestroy", ev) for ev in events]
-        cleanup += [lambda p=p: hot.free_async(p, handles[0]) for p in lanes]
+        cleanup += [lambda p=p: hot.free_async(p, h0) for p in lanes]
         cleanup += [lambda s=s: s.sync() for s in streams]
         left: CudaError | None = None
         for step in cleanup:

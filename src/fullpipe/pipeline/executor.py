@@ -755,7 +755,8 @@ class StreamPipeline:
                 return None
         return pinned_output
 
-    def _run_small_list(self, given: list[Any], outs: list[Any] | None, started: float) -> Any:
+    def _run_small_list(self, given: list[Any], views: list[tuple[np.ndarray, HostKind]], outs: list[Any] | None,
+                        started: float) -> Any:
         """``run_batches(xs, outs)`` of a list of at most SMALL_LIST_MAX_BATCHES batches and
         PLAIN_MAX_BYTES in all, for a PyTorch function this pipeline has called before:
         plain.run_small_list (on the caller's stream), decided before anything else of a run is made (a pipelined run of
@@ -770,12 +771,11 @@ class StreamPipeline:
         batch on average; not where batches may be padded to seen shapes, _pads_shapes) runs
         plainly or pipelined as measured (list_paths.py; ``started``:
         when the run_batches call began, for its time): a ``_LongList`` says to run it
-        pipelined and record the time."""
+        pipelined and record the time. ``views``: the batches' host views (host_view)."""
         if not self._plain_compute() or self.compute_threads > 1:
             return _NOT_SMALL
         long = len(given) > SMALL_LIST_MAX_BATCHES
         max_bytes = LONG_LIST_MAX_BYTES if long else PLAIN_MAX_BYTES
-        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
         arrays = [v[0] for v in views]
         kinds = [v[1] for v in views]
         first = arrays[0]
@@ -968,15 +968,17 @@ class StreamPipeline:
         if outs is not None:
             outs = list(outs)
         started = time.perf_counter()
-        if self._tc is not None:
-            got = self._run_small_list(given, outs, started)
-            if got is _NOT_SMALL and pin_new:  # (not imap's windows: each seen once, of varying sizes)
-                got = self._long_list_for_threads(given, outs) or _NOT_SMALL
-            if isinstance(got, _LongList):  # (pipelined, as measured or to measure it: list_paths.py)
-                return self._run_long_list(got, given, outs, warn_few, pin_new, started)
-            if got is not _NOT_SMALL:
-                return got
-        return self._run_list_pipelined(given, outs, warn_few, pin_new)
+        if self._tc is None:
+            return self._run_list_pipelined(given, outs, warn_few, pin_new)
+        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]  # (once, for every way below)
+        got = self._run_small_list(given, views, outs, started)
+        if got is _NOT_SMALL and pin_new:  # (not imap's windows: each seen once, of varying sizes)
+            got = self._long_list_for_threads(views, outs) or _NOT_SMALL
+        if isinstance(got, _LongList):  # (pipelined, as measured or to measure it: list_paths.py)
+            return self._run_long_list(got, given, outs, warn_few, pin_new, started)
+        if got is not _NOT_SMALL:
+            return got
+        return self._run_list_pipelined(given, outs, warn_few, pin_new, views)
 
     def _may_thread_list(self) -> bool:
         """May a long list's calls go to compute threads this run, as its trial measures or
@@ -988,7 +990,8 @@ class StreamPipeline:
                 and not ct.on_compute_thread() and not ct.torch_state_stays_here(tc.fw.torch)
                 and not tc.fw.graph_trees_state())  # (torch.compile's CUDA graphs are per thread)
 
-    def _long_list_for_threads(self, given: list[Any], outs: list[Any] | None) -> "_LongList | None":
+    def _long_list_for_threads(self, views: list[tuple[np.ndarray, HostKind]], outs: list[Any] | None
+                               ) -> "_LongList | None":
         """A long list of larger batches (more than SMALL_LIST_MAX_BATCHES batches, beyond
         LONG_LIST_MEAN_BYTES a batch on average or LONG_LIST_MAX_BYTES in all), through a
         PyTorch function with the pipeline's defaults, whose calls may go to threads:
@@ -999,16 +1002,15 @@ class StreamPipeline:
         list (and any refusal is the long way's to raise). Not where batches may be padded to
         seen shapes (their new shapes cost seconds, and each thread would pay them) nor in
         place (a run that failed on the threads could not run again)."""
-        if (len(given) <= SMALL_LIST_MAX_BATCHES or not self._plain_compute() or not self._may_thread_list()
+        if (len(views) <= SMALL_LIST_MAX_BATCHES or not self._plain_compute() or not self._may_thread_list()
                 or self._pads_shapes()):
             return None
+        arrays = [v[0] for v in views]
+        total = sum(a.nbytes for a in arrays)
+        if total <= LONG_LIST_MAX_BYTES and total <= LONG_LIST_MEAN_BYTES * len(arrays):
+            return None  # (small batches: _run_small_list's to take or turn down)
         try:
-            views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
-            arrays = [v[0] for v in views]
-            total = sum(a.nbytes for a in arrays)
-            if total <= LONG_LIST_MAX_BYTES and total <= LONG_LIST_MEAN_BYTES * len(arrays):
-                return None  # (small batches: _run_small_list's to take or turn down)
-            if outs is not None and (len(outs) != len(given) or _check_outputs_apart(
+            if outs is not None and (len(outs) != len(views) or _check_outputs_apart(
                     [host_view(o, f"outs[{i}]")[0] for i, o in enumerate(outs)], arrays)):
                 return None
         except (TypeError, ValueError):

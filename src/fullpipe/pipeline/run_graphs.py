@@ -49,7 +49,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..cuda import driver as drv
 from ..cuda import events as cuda_events
@@ -60,6 +60,39 @@ from .lanes import LaneBuffers
 
 MAX_RUN_GRAPHS = 4  # whole runs kept as graphs (together they hold one batch of device memory per lane)
 MAX_SIGHTINGS = 64  # run keys remembered as seen once
+
+
+def capture_forked(lanes: Sequence[Any], fork: Any, joins: Sequence[Any], enqueue: Callable[[], None]
+                   ) -> tuple[Any, BaseException | None, BaseException | None]:
+    """Capture what ``enqueue()`` puts on the streams ``lanes`` as one graph: lane 0 begins
+    the capture and records ``fork``, the other lanes wait for it, and each lane ``k`` that
+    took part records ``joins[k]`` for lane 0 to wait on, even after a failure (a capture
+    ends on its origin stream, with every forked stream joined). Never raises: returns the
+    graph (None where the end failed), the first failure while enqueueing or joining, and
+    the end's own error."""
+    origin = lanes[0]
+    d = drv.driver()
+    drv.call("cuStreamBeginCapture", origin, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    failure: BaseException | None = None
+    joined = 1
+    try:
+        drv.call("cuEventRecord", fork, origin)
+        for lane in range(1, len(lanes)):
+            drv.call("cuStreamWaitEvent", lanes[lane], fork, 0)
+            joined += 1
+        enqueue()
+    except BaseException as exc:  # noqa: BLE001 - returned, for the caller to raise after the capture ended
+        failure = exc
+    for lane in range(1, joined):
+        try:
+            drv.call("cuEventRecord", joins[lane], lanes[lane])
+            drv.call("cuStreamWaitEvent", origin, joins[lane], 0)
+        except CudaError as exc:  # an invalidated capture refuses further work: end it below
+            failure = failure or exc
+    try:
+        return drv.call("cuStreamEndCapture", origin), failure, None
+    except CudaError as exc:
+        return None, failure, exc
 
 
 @dataclasses.dataclass
@@ -180,30 +213,14 @@ class RunGraphs:
         if len(self._events) < N + 1:
             self._events = [cuda_events.create_event(self.device, timing=False) for _ in range(N + 1)]
         fork, joins = self._events[0].handle, [ev.handle for ev in self._events[1:]]
-        origin = routes[0].stream.handle
-        d = drv.driver()
-        drv.call("cuStreamBeginCapture", origin, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        failure: BaseException | None = None
-        joined = 1
-        try:
-            drv.call("cuEventRecord", fork, origin)
-            for lane in range(1, N):
-                drv.call("cuStreamWaitEvent", routes[lane].stream.handle, fork, 0)
-                joined += 1
+
+        def enqueue_all() -> None:
             for pos, b in enumerate(batches):
                 at[0] = pos
                 enqueue(b, pos % N, 0, b.src_addr, b.dst_addr)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
-            failure = exc
-        # Join every lane that took part back into lane 0, even after a failure: a capture
-        # ends on its origin stream, with every forked stream joined.
-        for lane in range(1, joined):
-            try:
-                drv.call("cuEventRecord", joins[lane], routes[lane].stream.handle)
-                drv.call("cuStreamWaitEvent", origin, joins[lane], 0)
-            except CudaError as exc:  # an invalidated capture refuses further work: end it below
-                failure = failure or exc
-        graph, end_error = self.batch_graphs.end_capture(origin)
+
+        graph, failure, end_error = capture_forked([route.stream.handle for route in routes], fork, joins,
+                                                   enqueue_all)
         b = batches[at[0]]
         self.batch_graphs.check_capture(graph, failure, end_error, b, whole_run=True)
         try:
