@@ -57,7 +57,7 @@ def _stream_k_only_global_stores(counts: dict[str, int], where: str, tile_n: int
     (a warpgroup's partial sums, its tile_n / 2 accumulators per thread as tile_n / 8
     coalesced 128-bit stores at L2, and the flag after them); they are read back at L2 as
     8 128-bit loads per epilogue piece (tile_n / 64 of them) for each of the partials
-    loaded at once (2 at tile_n 256, 4 at 128: 64 loads in flight either way); the ticket
+    loaded at once (2 at tile_n 256, 4 at 128 and 64: 64, 64 and 32 loads in flight); the ticket
     is an atomic add."""
     vectors = tile_n // 8
     stores = {k: v for k, v in counts.items() if k.startswith("STG.")}
@@ -247,7 +247,7 @@ def test_every_sweep_build_compiles_to_the_persistent_technique(build):
             assert _has(counts, op), f"{build.label} {kernel}: no {op} in SASS"
         for op in absent:
             assert not _has(counts, op), f"{build.label} {kernel}: unexpected {op} in SASS"
-        # The MMAs are as wide as the build's tile: m64n256k16, or m64n128k16 at tile_n 128.
+        # The MMAs are as wide as the build's tile: m64n256k16, m64n128k16 or m64n64k16.
         mma = f"HGMMA.64x{build.tile_n}x16.F32"
         assert any(k.startswith(mma) for k in counts), f"{build.label} {kernel}: no {mma}: {sorted(counts)}"
         _stream_k_only_global_stores(counts, f"{build.label} {kernel}", build.tile_n)
@@ -273,7 +273,7 @@ def _hgmma_operands(build) -> set[str]:
     return {re.sub(r"UR\d+", "UR", m) for m in re.findall(r"HGMMA\.\S+ R\d+, (\S+),", text)}
 
 
-@pytest.mark.parametrize("base", [hg.PERSISTENT, hg.PERSISTENT_NARROW, hg.PERSISTENT_ONE_ROW],
+@pytest.mark.parametrize("base", [hg.PERSISTENT, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_ONE_ROW],
                          ids=lambda b: b.label)
 def test_b_given_transposed_is_read_k_major_with_no_transpose_in_the_mma(base):
     """B as ``w.T`` of a row-major (N, K) weight: the same kernel but for B's boxes
@@ -321,20 +321,23 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
 
 
 @pytest.mark.parametrize("m, n, sms, build", [
-    (1024, 1024, 132, "PERSISTENT_NARROW"),          # 16 cluster tiles of 256 x 256 for 66 clusters
-    (512, 4096, 132, "PERSISTENT_NARROW"),           # 32 of 66: half a wave, 128-wide tiles fill it
-    (1536, 1536, 132, "PERSISTENT"),                 # 36 of 66: 128-wide tiles would make 1.1 waves
+    (1536, 1536, 132, "PERSISTENT"),                 # 36 cluster tiles of 256 x 256 for 66 clusters
     (8192, 8192, 132, "PERSISTENT"),
-    (128, 4096, 132, "PERSISTENT_NARROW_ONE_ROW"),   # 16 tiles of 128 x 256 for 132 one-block clusters
-    (128, 11008, 132, "PERSISTENT_NARROW_ONE_ROW"),  # 43 of 132
-    (8, 32000, 132, "PERSISTENT_ONE_ROW"),           # 125 of 132
-    (1024, 1024, 264, "PERSISTENT_NARROW"),
-    (1536, 1536, 264, "PERSISTENT_NARROW"),          # 36 of 132 on a GPU twice as wide
     (1024, 1024, 32, "PERSISTENT"),                  # 16 of 16 on a small GPU
+    (8, 32000, 132, "PERSISTENT_ONE_ROW"),           # 125 tiles of 128 x 256 for 132 one-block clusters
+    (512, 4096, 132, "PERSISTENT_NARROW"),           # 32 of 66; 128 tiles of 128 x 128 for 132 SMs
+    (1024, 2048, 132, "PERSISTENT_NARROW"),          # 32 of 66; 128 of 128 x 128
+    (128, 11008, 132, "PERSISTENT_NARROW"),          # 43 of 132; 86 of 128 x 128
+    (1536, 1536, 264, "PERSISTENT_NARROW"),          # 36 of 132 on a GPU twice as wide; 144 of 128 x 128
+    (1024, 1024, 132, "PERSISTENT_SMALL"),           # 16 of 66; 64 of 128 x 128: 128 x 64 tiles
+    (256, 4096, 132, "PERSISTENT_SMALL"),            # 16 of 66; 64 of 128 x 128
+    (128, 4096, 132, "PERSISTENT_SMALL"),            # 16 of 132; 32 of 128 x 128
+    (1024, 1024, 264, "PERSISTENT_SMALL"),
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, sms, build):
-    """128 x 128 tiles where 128 x 256 ones would fill at most half of the GPU's clusters;
-    one block a cluster for at most 128 rows."""
+    """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a
+    cluster for at most 128 rows); else 128 x 128 tiles where those fill more than half of
+    the SMs; else 128 x 64 tiles; the smaller tiles one block a cluster."""
     chosen = hg.default_build(m, n, sms)
     assert chosen == getattr(hg, build), (m, n, sms, chosen.label)
     p = hg.plan("persistent", m, n, 4096, "bfloat16", max_clusters=sms // chosen.cluster, build=chosen)

@@ -131,13 +131,15 @@ def test_errors_name_the_constraint():
 # --------------------------------------------------------------------------- stream-K
 # The persistent rung deals the last tiles out as runs of K slices where whole tiles
 # would leave clusters idle (hopper_gemm.stream_k): below one wave each tile is cut into
-# equal runs (1024 x 1024 x 4096: 16 tiles, 4 runs each; 512 x 256 x 4096: 2 tiles, 4
-# runs; 1000 x 1032 x 4104: 20 tiles, runs of 32 and 33 slices), above it the last wave
-# and the one before (3072^3: 66 tiles whole, 78 split).
+# equal runs (1024 x 1024 x 4096 in 128 x 128 tiles: 64 tiles, 2 runs each; 512 x 256 x
+# 4096 in 128 x 64 tiles: 16 tiles, 4 runs; 1000 x 1032 x 4104 in 256 x 256 cluster tiles:
+# 20 tiles, runs of 32 and 33 slices), above it the last wave and the one before (3072^3:
+# 66 tiles whole, 78 split).
 # (shape, the build: None for the one gemm_hopper picks)
-SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), None), ((512, 2048, 4096), None),
-            ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"), ((200, 1032, 4104), None),
-            ((8, 4096, 4096), None), ((72, 1024, 8192), None), ((768, 768, 8192), None)]
+SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"),
+            ((512, 2048, 4096), "PERSISTENT_NARROW"), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
+            ((200, 1032, 4104), None), ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
+            ((72, 1024, 8192), None)]
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
@@ -177,7 +179,7 @@ def test_stream_k_on_two_streams_at_once():
     for the other's SMs; each has its own workspace from the allocator, in its stream's order."""
     import torch
 
-    shapes = [(3072, 3072, 3072), (1024, 1024, 4096)]
+    shapes = [(3072, 3072, 3072), (1024, 512, 4096)]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     work = []
     for (m, n, k), s in zip(shapes, streams):
@@ -199,8 +201,8 @@ def test_stream_k_in_a_cuda_graph():
     memory the graph's own, so each replay computes the new inputs."""
     import torch
 
-    a, b = _inputs(1024, 1024, 4096, torch.float16, seed=5)
-    out = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
+    a, b = _inputs(1024, 512, 4096, torch.float16, seed=5)
+    out = torch.empty(1024, 512, device="cuda", dtype=torch.float16)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         gemm_hopper(a, b, out=out)  # (compiled, planned, outside the capture)
@@ -209,7 +211,7 @@ def test_stream_k_in_a_cuda_graph():
     with torch.cuda.graph(g):
         gemm_hopper(a, b, out=out)
     for seed in (1, 2, 3):
-        a2, b2 = _inputs(1024, 1024, 4096, torch.float16, seed=seed)
+        a2, b2 = _inputs(1024, 512, 4096, torch.float16, seed=seed)
         a.copy_(a2)
         b.copy_(b2)
         out.fill_(float("nan"))

@@ -47,10 +47,12 @@
 // them): GROUP_M, MULTICAST, CLUSTER_M x CLUSTER_N (a 2 x 2 cluster also multicasts
 // A: each block loads half of its A box for itself and its row peer, and empty[s] then
 // counts the consumers of every block that writes into the slot), TILE_ORDER (grouped
-// or Hilbert), STMATRIX (epilogue pieces written with stmatrix), TILE_N (128: 128 x 128
-// block tiles, m64n128k16, for products with too few 128 x 256 tiles to fill the GPU;
-// fp_hopper's tile header), STAGES (slices in the ring) and B_K_MAJOR (B given as W^T for
-// a row-major N x K matrix W, e.g. an nn.Linear weight; the tile header).
+// or Hilbert), STMATRIX (epilogue pieces written with stmatrix), TILE_N (fp_hopper's
+// tile header; 128: 128 x 128 block tiles, m64n128k16, for products with too few
+// 128 x 256 tiles to fill the GPU; 64: 128 x 64 tiles, m64n64k16, for products that even
+// 128 x 128 tiles leave half the SMs without), STAGES (slices in the ring) and B_K_MAJOR
+// (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear weight; the tile
+// header).
 //
 // Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
 // workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1), 384
@@ -337,7 +339,7 @@ struct PartialSums {
     // are loaded together, 8 x AT_ONCE loads in flight: loaded a place at a time, each
     // load waited a whole trip to L2 (~16 us a partial, more than a run of 16 slices
     // takes), and a tile cut into 8 runs adds 7 partials per piece.
-    static constexpr int AT_ONCE = ACC == 64 ? 4 : 2;
+    static constexpr int AT_ONCE = ACC == 128 ? 2 : 4;
     __device__ __forceinline__ void piece(const float (&acc)[ACC], int piece, float4 (&v)[8]) const {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

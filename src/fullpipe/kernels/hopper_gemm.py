@@ -20,8 +20,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 ===========  =============================  ============================================
 
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
-K slices of 64; the persistent rung also builds 128 x 128 tiles (``tile_n=128``) for
-products that 128 x 256 tiles spread over too few SMs. For a few rows (a decode step)
+K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
+(``tile_n=128``, ``64``) for products that 128 x 256 tiles spread over too few SMs. For a few rows (a decode step)
 :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
 
@@ -115,8 +115,8 @@ class PersistentBuild:
     multicast when ``multicast``); ``tile_order`` "grouped" walks ``group_m`` cluster-tile
     rows at a time, "hilbert" follows a Hilbert curve; ``stmatrix`` writes the epilogue's
     shared-memory pieces with stmatrix; ``tile_n`` the block tile's columns (256, or 128
-    for small products); ``stages`` the slices in the ring (a 128-wide slice is 32 KiB,
-    so 6 of them fit where 4 of 48 KiB do); ``b_k_major``: B given as the transpose of a
+    or 64 for small products); ``stages`` the slices in the ring (a 128-wide slice is 32
+    KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B given as the transpose of a
     row-major (N, K) matrix (``w.T`` of an nn.Linear weight), read as it lies.
     """
 
@@ -131,8 +131,8 @@ class PersistentBuild:
     b_k_major: bool = False
 
     def __post_init__(self) -> None:
-        if self.tile_n not in (256, 128):
-            raise ValueError(f"tile_n must be 256 or 128, got {self.tile_n}")
+        if self.tile_n not in (256, 128, 64):
+            raise ValueError(f"tile_n must be 256, 128 or 64, got {self.tile_n}")
         if (self.tile_n // CHUNK_N) % self.cluster_m:
             raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice's "
                              f"{self.tile_n // CHUNK_N} chunks evenly")
@@ -193,22 +193,35 @@ PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multic
                                      stmatrix=False)
 
 
-# The same two with 128 x 128 block tiles (m64n128k16) and a 6-slice ring: for products
-# whose 128 x 256 tiles fill at most half the GPU's clusters, twice as many tiles. On an
-# H100 (session 27, p176; GPU time x cuBLAS, 128 x 256 -> 128 x 128): 1024^3 0.42 -> 0.63,
-# 512 x 4096 x 4096 0.68 -> 0.91, 256 x 8192 x 8192 0.81 -> 0.96, 128 x 11008 x 4096
-# 0.74 -> 0.97; where 128 x 256 tiles fill more than half a wave they won (1536^3: 0.61
-# against 0.53, 4096^3: 0.92 against 0.81).
-PERSISTENT_NARROW = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
-PERSISTENT_NARROW_ONE_ROW = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=128, stages=6)
+# Smaller tiles for products whose 128 x 256 tiles fill at most half the GPU's clusters,
+# both one block a cluster (launched without the cluster attribute, _prepare):
+#   128 x 128 block tiles (m64n128k16), a 6-slice ring: twice as many tiles. On an H100
+#   (session 27, p176; x cuBLAS, 128 x 256 -> 128 x 128 in clusters of 2): 1024^3 0.42 ->
+#   0.63, 512 x 4096 x 4096 0.68 -> 0.91, 128 x 11008 x 4096 0.74 -> 0.97; where 128 x 256
+#   tiles fill more than half a wave they won (1536^3: 0.61 against 0.53). One block a
+#   cluster beat the clusters of 2 sharing B on 17 of 18 small products on an H200 (p246,
+#   p248: 1024 x 2048 x 1024 0.88 against 0.81x cuBLAS, 512 x 4096 x 4096 0.87 against 0.85):
+#   a cluster's barriers cost ~0.5 us a launch and these products are not short of L2.
+#   128 x 64 block tiles (m64n64k16; a 64-wide B slice is one chunk: nothing to share along
+#   M), an 8-slice ring of 24 KiB slices: where even 128 x 128 tiles would leave half the SMs
+#   idle. On an H200 (p248, x cuBLAS, 128 x 128 -> 128 x 64): 512^3 0.59 -> 0.72, 1024^3
+#   0.62 -> 0.79, 1024^2 x 4096 0.62 -> 0.72, 256 x 4096 x 4096 0.65 -> 0.77; where
+#   128 x 128 tiles fill more than half a wave they won (1024 x 2048 x 1024 0.88 against 0.71).
+PERSISTENT_NARROW = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=128, stages=6)
+PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
 
 
 def default_build(m: int, n: int, sms: int) -> PersistentBuild:
     """The persistent rung's build for an (m, K) @ (K, n) product on a GPU of ``sms`` SMs:
-    one block a cluster for at most 128 rows, and 128 x 128 block tiles where 128 x 256
-    ones would fill at most half of the clusters (one wave or less either way)."""
-    wide, narrow = (PERSISTENT_ONE_ROW, PERSISTENT_NARROW_ONE_ROW) if m <= BM else (PERSISTENT, PERSISTENT_NARROW)
-    return narrow if 2 * cluster_tiles(m, n, wide) <= sms // wide.cluster else wide
+    128 x 256 tiles where they fill more than half of the GPU's clusters (of 2 blocks, or of
+    one for at most 128 rows: no block of a cluster on rows past the end); else 128 x 128
+    tiles where those fill more than half of the SMs; else 128 x 64 tiles (one wave or less
+    either way)."""
+    wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
+    if 2 * cluster_tiles(m, n, wide) > sms // wide.cluster:
+        return wide
+    return PERSISTENT_NARROW if 2 * cluster_tiles(m, n, PERSISTENT_NARROW) > sms else PERSISTENT_SMALL
+
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
 SWEEP_BUILDS = (
@@ -221,8 +234,9 @@ SWEEP_BUILDS = (
     PersistentBuild(cluster_n=2),                            # 2 x 2: A multicast too
     PersistentBuild(cluster_n=2, tile_order="hilbert", stmatrix=True),
     PersistentBuild(cluster_m=4, group_m=4),                 # 4 x 1: B read once per 4 blocks
-    PERSISTENT_NARROW,                                       # 128 x 128 block tiles, 6 slices in the ring
-    PERSISTENT_NARROW_ONE_ROW,                               # the same, one block a cluster
+    PERSISTENT_NARROW,                                       # 128 x 128 block tiles, 6 slices, one block a cluster
+    dataclasses.replace(PERSISTENT, tile_n=128, stages=6),   # the same in clusters of 2 sharing B
+    PERSISTENT_SMALL,                                        # 128 x 64 block tiles, 8 slices, one block a cluster
 )
 
 
@@ -580,7 +594,11 @@ def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, 
     if stamps_ptr is not None:
         raw.append(struct.pack("<Q", stamps_ptr))
     params, bufs, ptrs = pack_params(raw)
-    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), p.cluster)
+    # A one-block cluster launches without the cluster attribute (its cluster instructions
+    # then act on the implicit cluster of one block): launched as a cluster of 1, its two
+    # cluster barriers cost ~0.5 us a launch (p247: 1024^2 x 64 4.12 -> 3.63 us).
+    cluster = p.cluster if p.cluster and p.cluster > 1 else None
+    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), cluster)
     return _Launch(kernel, cfg, params, bufs, p, stream_handle, ptrs[-1] if p.sk_tiles else 0)
 
 

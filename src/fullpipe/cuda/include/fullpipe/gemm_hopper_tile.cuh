@@ -12,7 +12,9 @@
 //
 // TILE_N (-D, the persistent rung only; default 256): 128 builds 128 x 128 tiles
 // (m64n128k16, 64 accumulators, two B chunks a slice), twice as many tiles for products
-// that 128 x 256 tiles spread over too few SMs.
+// that 128 x 256 tiles spread over too few SMs; 64 builds 128 x 64 tiles (m64n64k16, 32
+// accumulators, one B chunk a slice) for products that even 128 x 128 tiles leave half
+// the SMs without.
 //
 // B_K_MAJOR (-D, the persistent rung only; default 0): 1 takes B as the transpose of a
 // row-major N x K matrix W (an nn.Linear weight: C = A @ W^T) with no copy. B's chunk is
@@ -28,7 +30,7 @@ constexpr int BM = 128;         // C tile rows per block
 #ifndef TILE_N
 #define TILE_N 256
 #endif
-static_assert(TILE_N == 256 || TILE_N == 128, "C tiles of 128 x 256 or 128 x 128");
+static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64, "C tiles of 128 x 256, 128 x 128 or 128 x 64");
 #ifndef B_K_MAJOR
 #define B_K_MAJOR 0
 #endif
@@ -43,7 +45,7 @@ constexpr int B_CHUNK_BYTES = BK * CHUNK_N * ELEM;   //  8 KiB
 constexpr int B_SLICE_BYTES = BN * BK * ELEM;        // 32 KiB
 constexpr int SLICE_BYTES = A_SLICE_BYTES + B_SLICE_BYTES;
 constexpr int MMA_K = 16;       // K per wgmma
-constexpr int ACC = WG_M * BN / 128;   // fp32 accumulators per consumer thread (128 or 64)
+constexpr int ACC = WG_M * BN / 128;   // fp32 accumulators per consumer thread (128, 64 or 32)
 
 // One K slice of the ring: A then B, each 1024-byte aligned (swizzle atoms).
 struct alignas(1024) Slice {

@@ -251,14 +251,32 @@ __device__ __forceinline__ void mma_m64n176k16_ss_kk(float (&d)[88], unsigned lo
         : FP_WGMMA_D64_OPERANDS                                                     \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256 or 128 by the
-// accumulator count (128 or 64 floats).
+// SS, A K-major, N = 64 (the persistent rung's TILE_N = 64 build for small products): B
+// N-major (TRANS_B "1", one 64-wide chunk) or K-major ("0").
+#define FP_WGMMA_SS_M64N64K16(TYPE, TRANS_B)                                        \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE "\n"            \
+        "{" FP_WGMMA_D32_REGS "},\n"                                               \
+        " %32, %33, p, 1, 1, 0, " TRANS_B ";\n"                                    \
+        "}\n"                                                                      \
+        : FP_WGMMA_D32_OPERANDS                                                     \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256, 128 or 64 by the
+// accumulator count (128, 64 or 32 floats).
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
                                             int scale_d) {
-    static_assert(N_REGS == 128 || N_REGS == 64, "m64n256 or m64n128");
+    static_assert(N_REGS == 128 || N_REGS == 64 || N_REGS == 32, "m64n256, m64n128 or m64n64");
     if constexpr (N_REGS == 128) {
         mma_m64n256k16<BF16>(d, desc_a, desc_b, scale_d);
+    } else if constexpr (N_REGS == 32) {
+        if constexpr (BF16) {
+            FP_WGMMA_SS_M64N64K16("bf16", "1");
+        } else {
+            FP_WGMMA_SS_M64N64K16("f16", "1");
+        }
     } else if constexpr (BF16) {
         FP_WGMMA_SS_M64N128K16_MN("bf16");
     } else {
@@ -266,12 +284,18 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
     }
 }
 
-// D = A * B^T, both K-major, with N = 128, 176 or 256 by the accumulator count.
+// D = A * B^T, both K-major, with N = 64, 128, 176 or 256 by the accumulator count.
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_kk(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
                                           int scale_d) {
-    static_assert(N_REGS == 64 || N_REGS == 88 || N_REGS == 128, "m64n128, m64n176 or m64n256");
-    if constexpr (N_REGS == 64) {
+    static_assert(N_REGS == 32 || N_REGS == 64 || N_REGS == 88 || N_REGS == 128, "m64n64, m64n128, m64n176 or m64n256");
+    if constexpr (N_REGS == 32) {
+        if constexpr (BF16) {
+            FP_WGMMA_SS_M64N64K16("bf16", "0");
+        } else {
+            FP_WGMMA_SS_M64N64K16("f16", "0");
+        }
+    } else if constexpr (N_REGS == 64) {
         mma_m64n128k16_ss_kk<BF16>(d, desc_a, desc_b, scale_d);
     } else if constexpr (N_REGS == 128) {
         if constexpr (BF16) {
