@@ -199,9 +199,9 @@ PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multic
 #   (session 27, p176; x cuBLAS, 128 x 256 -> 128 x 128 in clusters of 2): 1024^3 0.42 ->
 #   0.63, 512 x 4096 x 4096 0.68 -> 0.91, 128 x 11008 x 4096 0.74 -> 0.97; where 128 x 256
 #   tiles fill more than half a wave they won (1536^3: 0.61 against 0.53). One block a
-#   cluster beat the clusters of 2 sharing B on 17 of 18 small products on an H200 (p246,
-#   p248: 1024 x 2048 x 1024 0.88 against 0.81x cuBLAS, 512 x 4096 x 4096 0.87 against 0.85):
-#   a cluster's barriers cost ~0.5 us a launch and these products are not short of L2.
+#   cluster beat clusters of 2 sharing B on all 12 small products of p248 on an H200, by
+#   1-9 % (1024 x 2048 x 1024 0.88 against 0.81x cuBLAS, 512 x 4096 x 4096 0.87 against
+#   0.85): a cluster's barriers cost ~0.5 us a launch and these products are not short of L2.
 #   128 x 64 block tiles (m64n64k16; a 64-wide B slice is one chunk: nothing to share along
 #   M), an 8-slice ring of 24 KiB slices: where even 128 x 128 tiles would leave half the SMs
 #   idle. On an H200 (p248, x cuBLAS, 128 x 128 -> 128 x 64): 512^3 0.59 -> 0.72, 1024^3
