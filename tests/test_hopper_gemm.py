@@ -57,7 +57,7 @@ def _stream_k_only_global_stores(counts: dict[str, int], where: str, tile_n: int
     (a warpgroup's partial sums, its tile_n / 2 accumulators per thread as tile_n / 8
     coalesced 128-bit stores at L2, and the flag after them); they are read back at L2 as
     8 128-bit loads per epilogue piece (tile_n / 64 of them) for each of the partials
-    loaded at once (2 at tile_n 256, 4 at 128 and 64: 64, 64 and 32 loads in flight); the ticket
+    loaded at once (2 at tile_n 256, 4 at 128 and 64: 16, 32 and 32 loads in flight); the ticket
     is an atomic add."""
     vectors = tile_n // 8
     stores = {k: v for k, v in counts.items() if k.startswith("STG.")}

@@ -16,7 +16,9 @@ SHAPES = [
     (130, 520, 1000),     # M just past a tile, K not a multiple of 64
     (1, 8, 8),            # the smallest legal problem
     (777, 1032, 4104),    # odd M, long K
-    (96, 2056, 1032),     # one row of tiles: one block a cluster (PERSISTENT_ONE_ROW)
+    (96, 2056, 1032),     # one row of tiles (the default: 128 x 64 tiles, one block a cluster)
+    (1024, 2048, 1024),   # the default: 128 x 128 tiles
+    (2048, 2048, 512),    # the default: 128 x 256 tiles in clusters of 2
 ]
 
 
@@ -146,8 +148,8 @@ SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"
 @pytest.mark.parametrize("shape, build_name", SK_CASES,
                          ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else (c or "default"))
 def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape, build_name):
-    """Stream-K against float64 and against whole tiles: 128 x 256 and 128 x 128 tiles,
-    one block a cluster, odd sizes, warpgroups and warps on rows past the end."""
+    """Stream-K against float64 and against whole tiles: 128 x 256, 128 x 128 and 128 x 64
+    tiles, one block a cluster, odd sizes, warpgroups and warps on rows past the end."""
     import torch
 
     from fullpipe.kernels import hopper_gemm as hg
@@ -179,10 +181,15 @@ def test_stream_k_on_two_streams_at_once():
     for the other's SMs; each has its own workspace from the allocator, in its stream's order."""
     import torch
 
-    shapes = [(3072, 3072, 3072), (1024, 512, 4096)]
+    from fullpipe.kernels import hopper_gemm as hg
+
+    shapes = [(3072, 3072, 3072), (512, 512, 4096)]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     work = []
     for (m, n, k), s in zip(shapes, streams):
+        build = hg.default_build(m, n, sms)
+        assert hg.plan("persistent", m, n, k, "bfloat16", max_clusters=sms // build.cluster, build=build).sk_tiles > 0
         a, b = _inputs(m, n, k, torch.bfloat16, seed=m + k)
         work.append((a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16), s, a.double() @ b.double()))
     torch.cuda.synchronize()
@@ -196,13 +203,21 @@ def test_stream_k_on_two_streams_at_once():
             assert not torch.isnan(out).any() and _rel(out, ref) < 1e-2
 
 
-def test_stream_k_in_a_cuda_graph():
+@pytest.mark.parametrize("shape", [(512, 512, 4096), (3072, 3072, 1024)], ids=["one-block", "clusters"])
+def test_stream_k_in_a_cuda_graph(shape):
     """Captured in a torch CUDA graph: the workspace's zeroing is a memset node and its
-    memory the graph's own, so each replay computes the new inputs."""
+    memory the graph's own, so each replay computes the new inputs; launched as a cluster of
+    one block (no cluster attribute) and as clusters of 2."""
     import torch
 
-    a, b = _inputs(1024, 512, 4096, torch.float16, seed=5)
-    out = torch.empty(1024, 512, device="cuda", dtype=torch.float16)
+    from fullpipe.kernels import hopper_gemm as hg
+
+    m, n, k = shape
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    build = hg.default_build(m, n, sms)
+    assert hg.plan("persistent", m, n, k, "float16", max_clusters=sms // build.cluster, build=build).sk_tiles > 0
+    a, b = _inputs(m, n, k, torch.float16, seed=5)
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         gemm_hopper(a, b, out=out)  # (compiled, planned, outside the capture)
@@ -211,7 +226,7 @@ def test_stream_k_in_a_cuda_graph():
     with torch.cuda.graph(g):
         gemm_hopper(a, b, out=out)
     for seed in (1, 2, 3):
-        a2, b2 = _inputs(1024, 512, 4096, torch.float16, seed=seed)
+        a2, b2 = _inputs(m, n, k, torch.float16, seed=seed)
         a.copy_(a2)
         b.copy_(b2)
         out.fill_(float("nan"))

@@ -55,9 +55,10 @@
 // header).
 //
 // Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
-// workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1), 384
-// threads, dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at TILE_N 128) + 32 KiB
-// + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
+// workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1) (a cluster
+// of one block is launched without the cluster attribute: the implicit cluster of one), 384
+// threads, dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at TILE_N 128, 24 at 64)
+// + 32 KiB + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
 // warpgroup (zeroed before each launch), then 64 x BN fp32 partial sums per consumer
 // warpgroup (Workspace).
 #include <fullpipe/gemm_hopper_tile.cuh>
@@ -391,16 +392,18 @@ __device__ __forceinline__ PartialSums wait_partials(const Workspace& ws, const 
 
 // The warpgroup's 64 x BN result: BN / 64 pieces of 64 x 64 through shared memory, each
 // stored by one TMA store; a buffer is rewritten only once its previous store read it.
+// ``stored``: the pieces this warpgroup stored so far, over all its tiles (the buffers
+// alternate across tiles too: at TILE_N 64 a tile is one piece).
 template <bool BF16>
 __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* map_c, const float (&acc)[ACC],
-                                         const PartialSums& partials, int wg, int row0, int n0) {
+                                         const PartialSums& partials, int wg, int row0, int n0, unsigned& stored) {
     const int t = threadIdx.x % 128;
     const int warp = t / 32, lane = t % 32;
     const bool leader = t == 0;
     const unsigned barrier_id = 1 + wg;   // named barrier of this warpgroup
 #pragma unroll
-    for (int piece = 0; piece < BN / OUT_N; ++piece) {
-        unsigned char* buf = smem.out[wg][piece & 1].bytes;
+    for (int piece = 0; piece < BN / OUT_N; ++piece, ++stored) {
+        unsigned char* buf = smem.out[wg][stored & 1].bytes;
         float4 v[8];   // this piece's 64 x 64 values: 8 places per thread
         partials.piece(acc, piece, v);
         if (leader) fp_tma::store_wait_read<1>();
@@ -440,6 +443,7 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
     const bool signals = threadIdx.x % 128 == 0;
     float acc[ACC];
     int it = 0;   // slices consumed, over all items
+    unsigned stored = 0;   // epilogue pieces stored, over all items
     WorkItem w;
     while (sched.next(w)) {
         // (counted from 0, not from k_begin: that form makes ptxas serialize the wgmmas, C7515)
@@ -476,7 +480,7 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
         }
         const PartialSums partials =
             w.k_end < sched.slices ? wait_partials(ws, sched, w, wg, has_rows) : PartialSums{nullptr, 0};
-        epilogue<BF16>(smem, map_c, acc, partials, wg, row0, w.n0);
+        epilogue<BF16>(smem, map_c, acc, partials, wg, row0, w.n0, stored);
     }
     if (threadIdx.x % 128 == 0) fp_tma::store_wait<0>();
 }

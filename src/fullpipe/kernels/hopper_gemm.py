@@ -186,9 +186,10 @@ class PersistentBuild:
 
 # The build gemm_hopper(variant="persistent") runs. To adopt a sweep winner, change this line.
 PERSISTENT = PersistentBuild(group_m=8, cluster_m=2, cluster_n=1, multicast=True, tile_order="grouped", stmatrix=False)
-# The build for products of at most 128 rows (a decode step's M = requests): one block a
-# cluster. In a cluster of two along M the second block's rows all lie past the end: it
-# would run a whole main loop on zeros, on half the SMs.
+# The 128 x 256 build for products of at most 128 rows (a decode step's M = requests) whose
+# tiles fill more than half the SMs: one block a cluster. In a cluster of two along M the
+# second block's rows all lie past the end: it would run a whole main loop on zeros, on half
+# the SMs. (Fewer such tiles: the smaller builds below, also one block a cluster.)
 PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multicast=True, tile_order="grouped",
                                      stmatrix=False)
 
@@ -775,7 +776,7 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
 
-    # (stream-K: 2 tiles of 4 runs each; a whole wave of tiles, then 78 split ones)
+    # (stream-K: 16 tiles of 128 x 64, 4 runs each; a whole wave of tiles, then 78 split ones)
     # (8 x 512 x 4096 and 72 x 1024 x 2048: stream-K with a warpgroup, and warps, on rows past the end)
     shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256),
               (8, 512, 4096), (72, 1024, 2048)]
