@@ -21,7 +21,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
 K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
-(``tile_n=128``, ``64``) for products that 128 x 256 tiles spread over too few SMs. For a few rows (a decode step)
+(``tile_n=128``, ``64``) for products that 128 x 256 tiles spread over too few SMs.
+For a few rows (a decode step)
 :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
 
@@ -116,8 +117,9 @@ class PersistentBuild:
     rows at a time, "hilbert" follows a Hilbert curve; ``stmatrix`` writes the epilogue's
     shared-memory pieces with stmatrix; ``tile_n`` the block tile's columns (256, or 128
     or 64 for small products); ``stages`` the slices in the ring (a 128-wide slice is 32
-    KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B given as the transpose of a
-    row-major (N, K) matrix (``w.T`` of an nn.Linear weight), read as it lies.
+    KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B
+    given as the transpose of a row-major (N, K) matrix (``w.T`` of an nn.Linear weight),
+    read as it lies.
     """
 
     group_m: int = 8
