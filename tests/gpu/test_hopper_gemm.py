@@ -144,6 +144,18 @@ SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"
             ((72, 1024, 8192), None)]
 
 
+def _stream_k_plan(m, n, k, dtype_name, build_name=None):
+    """The persistent rung's plan on this GPU (``build_name``: a hopper_gemm build, or None
+    for the one gemm_hopper picks), its build, and the GPU's SMs."""
+    import torch
+
+    from fullpipe.kernels import hopper_gemm as hg
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    build = getattr(hg, build_name) if build_name else hg.default_build(m, n, sms)
+    return hg.plan("persistent", m, n, k, dtype_name, max_clusters=sms // build.cluster, build=build), build, sms
+
+
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("shape, build_name", SK_CASES,
                          ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else (c or "default"))
@@ -152,13 +164,9 @@ def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape, build_name)
     tiles, one block a cluster, odd sizes, warpgroups and warps on rows past the end."""
     import torch
 
-    from fullpipe.kernels import hopper_gemm as hg
-
     dtype = getattr(torch, dtype_name)
     m, n, k = shape
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    build = getattr(hg, build_name) if build_name else hg.default_build(m, n, sms)
-    p = hg.plan("persistent", m, n, k, dtype_name, max_clusters=sms // build.cluster, build=build)
+    p, build, sms = _stream_k_plan(m, n, k, dtype_name, build_name)
     assert p.sk_tiles > 0, f"{shape} ({build.label}): expected stream-K on {sms} SMs"
     a, b = _inputs(m, n, k, dtype, seed=m + 3 * n + 7 * k)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
@@ -181,15 +189,11 @@ def test_stream_k_on_two_streams_at_once():
     for the other's SMs; each has its own workspace from the allocator, in its stream's order."""
     import torch
 
-    from fullpipe.kernels import hopper_gemm as hg
-
     shapes = [(3072, 3072, 3072), (512, 512, 4096)]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     work = []
     for (m, n, k), s in zip(shapes, streams):
-        build = hg.default_build(m, n, sms)
-        assert hg.plan("persistent", m, n, k, "bfloat16", max_clusters=sms // build.cluster, build=build).sk_tiles > 0
+        assert _stream_k_plan(m, n, k, "bfloat16")[0].sk_tiles > 0
         a, b = _inputs(m, n, k, torch.bfloat16, seed=m + k)
         work.append((a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16), s, a.double() @ b.double()))
     torch.cuda.synchronize()
@@ -210,12 +214,8 @@ def test_stream_k_in_a_cuda_graph(shape):
     one block (no cluster attribute) and as clusters of 2."""
     import torch
 
-    from fullpipe.kernels import hopper_gemm as hg
-
     m, n, k = shape
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    build = hg.default_build(m, n, sms)
-    assert hg.plan("persistent", m, n, k, "float16", max_clusters=sms // build.cluster, build=build).sk_tiles > 0
+    assert _stream_k_plan(m, n, k, "float16")[0].sk_tiles > 0
     a, b = _inputs(m, n, k, torch.float16, seed=5)
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
     s = torch.cuda.Stream()

@@ -71,8 +71,8 @@ from .protocol import DEVICE_ALIGN, DeferredFree, Protocol, Route, protocol_halv
 from . import compute_threads as ct
 from . import records
 from .list_paths import PIPELINED, PLAIN, THREADS, ListPaths, list_key
-from .plain import (LONG_LIST_MAX_BYTES, LONG_LIST_MEAN_BYTES, PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES,
-                    numpy_cannot_hold, out_mismatch, plain_stats, run_plain, run_small, run_small_list)
+from .plain import (LONG_LIST_MAX_BYTES, PLAIN_MAX_BYTES, SMALL_LIST_MAX_BATCHES, numpy_cannot_hold, out_mismatch,
+                    plain_stats, run_plain, run_small, run_small_list, small_batches)
 from . import imap as imap_windows
 from .tensors import (NEW_SHAPE_COSTLY_S, ComputeSharesOutput, TensorCompute, TorchGraphs, compute_form,
                       make_framework, tensor_framework)
@@ -802,7 +802,7 @@ class StreamPipeline:
             return _NOT_SMALL  # (the cache would remember the list, and pin it in place if it comes again)
         key = None
         if long:
-            if total > LONG_LIST_MEAN_BYTES * len(arrays) or self._pads_shapes():
+            if not small_batches(total, len(arrays)) or self._pads_shapes():
                 return _NOT_SMALL
             key = list_key(arrays, kinds[0].library)
             trial = self._list_paths.in_trial(key)
@@ -1006,8 +1006,7 @@ class StreamPipeline:
                 or self._pads_shapes()):
             return None
         arrays = [v[0] for v in views]
-        total = sum(a.nbytes for a in arrays)
-        if total <= LONG_LIST_MAX_BYTES and total <= LONG_LIST_MEAN_BYTES * len(arrays):
+        if small_batches(sum(a.nbytes for a in arrays), len(arrays)):
             return None  # (small batches: _run_small_list's to take or turn down)
         try:
             if outs is not None and (len(outs) != len(views) or _check_outputs_apart(

@@ -127,6 +127,15 @@ class GraphRun:
                    key=(stage_in, stage_out, str(in_dtype), str(out_dtype)))
 
 
+def end_capture(sh: Any) -> tuple[Any, BaseException | None]:
+    """cuStreamEndCapture on stream ``sh``; never raises (an invalidated capture returns its
+    error)."""
+    try:
+        return drv.call("cuStreamEndCapture", sh), None
+    except CudaError as exc:
+        return None, exc
+
+
 class BatchGraphs:
     """The graphs of one StreamPipeline, with their cache and the ring signals they post.
 
@@ -280,7 +289,7 @@ class BatchGraphs:
             ptr, y_ptr = self.protocol()(b, lane, slot, src, dst)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the capture ended
             failure = exc
-        graph, end_error = self.end_capture(sh)  # always: the stream must leave capture mode
+        graph, end_error = end_capture(sh)  # always: the stream must leave capture mode
         self.check_capture(graph, failure, end_error, b)
         exe = None
         try:
@@ -337,13 +346,6 @@ class BatchGraphs:
         if isinstance(err, Exception) and (isinstance(err, CudaError) or end_error is not None):
             raise GraphCaptureError(_capture_message(b, err, whole_run)) from err
         raise err  # type: ignore[misc]
-
-    def end_capture(self, sh: Any) -> tuple[Any, BaseException | None]:
-        """cuStreamEndCapture; never raises (an invalidated capture returns its error)."""
-        try:
-            return drv.call("cuStreamEndCapture", sh), None
-        except CudaError as exc:
-            return None, exc
 
     def _find_copy(self, graph: Any, direction: str, host: int, dev: int, nbytes: int) -> _CopyUpdate | None:
         """The memcpy node that copies ``nbytes`` between ``host`` and ``dev``."""

@@ -69,6 +69,12 @@ LONG_LIST_MEAN_BYTES = 1 << 20
 LONG_LIST_MAX_BYTES = 64 << 20
 
 
+def small_batches(total_bytes: int, batches: int) -> bool:
+    """Whether a longer list of ``batches`` holding ``total_bytes`` is one of small batches
+    (LONG_LIST_MEAN_BYTES a batch on average, LONG_LIST_MAX_BYTES in all)."""
+    return total_bytes <= LONG_LIST_MAX_BYTES and total_bytes <= LONG_LIST_MEAN_BYTES * batches
+
+
 def run_plain(tc: TensorCompute, b: Any, x_np: np.ndarray, in_dtype: Any, outputs: Any,
               usage: Any) -> PipelineStats:
     """Run batch ``b`` (all of ``x_np``: writable, of a dtype NumPy and torch share;

@@ -55,7 +55,7 @@ from ..cuda import driver as drv
 from ..cuda import events as cuda_events
 from ..cuda.hotpath import HotPath, handle_int
 from ..errors import CudaError
-from .graphs import BatchGraphs, GraphCaptureError, _capture_message
+from .graphs import BatchGraphs, GraphCaptureError, _capture_message, end_capture
 from .lanes import LaneBuffers
 
 MAX_RUN_GRAPHS = 4  # whole runs kept as graphs (together they hold one batch of device memory per lane)
@@ -89,10 +89,8 @@ def capture_forked(lanes: Sequence[Any], fork: Any, joins: Sequence[Any], enqueu
             drv.call("cuStreamWaitEvent", origin, joins[lane], 0)
         except CudaError as exc:  # an invalidated capture refuses further work: end it below
             failure = failure or exc
-    try:
-        return drv.call("cuStreamEndCapture", origin), failure, None
-    except CudaError as exc:
-        return None, failure, exc
+    graph, end_error = end_capture(origin)
+    return graph, failure, end_error
 
 
 @dataclasses.dataclass
