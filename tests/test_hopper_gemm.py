@@ -301,8 +301,8 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     """At most 128 rows (a decode step's requests): one block a cluster, so no block runs
     a main loop on rows past the end; the build compiles to the same technique, each
     block loading its own B (nothing to share), with stream-K's stores, no spills."""
-    assert hg.default_build(8, 32000, 132) == hg.default_build(128, 32000, 132) == hg.PERSISTENT_ONE_ROW
-    assert hg.default_build(129, 32000, 132) == hg.PERSISTENT
+    assert hg.default_build(8, 32000, 2048, 132) == hg.default_build(128, 32000, 2048, 132) == hg.PERSISTENT_ONE_ROW
+    assert hg.default_build(129, 32000, 2048, 132) == hg.PERSISTENT
     b = hg.PERSISTENT_ONE_ROW
     assert b.cluster == 1
     p = hg.plan("persistent", 8, 32000, 2048, "bfloat16", max_clusters=132, build=b)
@@ -320,30 +320,43 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
         _stream_k_only_global_stores(counts, kernel)
 
 
-@pytest.mark.parametrize("m, n, sms, build", [
-    (1536, 1536, 132, "PERSISTENT"),                 # 36 cluster tiles of 256 x 256 for 66 clusters
-    (8192, 8192, 132, "PERSISTENT"),
-    (1024, 1024, 32, "PERSISTENT"),                  # 16 of 16 on a small GPU
-    (8, 32000, 132, "PERSISTENT_ONE_ROW"),           # 125 tiles of 128 x 256 for 132 one-block clusters
-    (512, 4096, 132, "PERSISTENT_NARROW"),           # 32 of 66; 128 tiles of 128 x 128 for 132 SMs
-    (1024, 2048, 132, "PERSISTENT_NARROW"),          # 32 of 66; 128 of 128 x 128
-    (128, 11008, 132, "PERSISTENT_NARROW"),          # 43 of 132; 86 of 128 x 128
-    (1536, 1536, 264, "PERSISTENT_NARROW"),          # 36 of 132 on a GPU twice as wide; 144 of 128 x 128
-    (1024, 1024, 132, "PERSISTENT_SMALL"),           # 16 of 66; 64 of 128 x 128: 128 x 64 tiles
-    (256, 4096, 132, "PERSISTENT_SMALL"),            # 16 of 66; 64 of 128 x 128
-    (128, 4096, 132, "PERSISTENT_SMALL"),            # 16 of 132; 32 of 128 x 128
-    (1024, 1024, 264, "PERSISTENT_SMALL"),
+@pytest.mark.parametrize("m, n, k, sms, build", [
+    (1536, 1536, 4096, 132, "PERSISTENT"),           # 36 cluster tiles of 256 x 256 for 66 clusters
+    (8192, 8192, 4096, 132, "PERSISTENT"),
+    (1024, 1024, 4096, 32, "PERSISTENT"),            # 16 of 16 on a small GPU
+    (8, 32000, 4096, 132, "PERSISTENT_ONE_ROW"),     # 125 tiles of 128 x 256 for 132 one-block clusters
+    (512, 4096, 4096, 132, "PERSISTENT_NARROW"),     # 32 of 66; 128 tiles of 128 x 128 for 132 SMs
+    (1024, 2048, 4096, 132, "PERSISTENT_NARROW"),    # 32 of 66; 128 of 128 x 128
+    (128, 11008, 4096, 132, "PERSISTENT_NARROW"),    # 43 of 132; 86 of 128 x 128
+    (1536, 1536, 4096, 264, "PERSISTENT_NARROW"),    # 36 of 132 on a GPU twice as wide; 144 of 128 x 128
+    (1024, 1024, 4096, 132, "PERSISTENT_SMALL"),     # 16 of 66; 64 of 128 x 128: 128 x 64 tiles
+    (256, 4096, 4096, 132, "PERSISTENT_SMALL"),      # 16 of 66; 64 of 128 x 128
+    (128, 4096, 4096, 132, "PERSISTENT_SMALL"),      # 16 of 132; 32 of 128 x 128
+    (1024, 1024, 4096, 264, "PERSISTENT_SMALL"),
+    # long K (>= 128 slices), more than one tile row: 128 x 128 tiles with stream-K
+    (1024, 1024, 12288, 132, "PERSISTENT_NARROW"),   # 192 slices x 64 tiles of 128 x 128: 93 a SM
+    (1024, 512, 12288, 132, "PERSISTENT_NARROW"),    # 192 x 32: 46.5 a SM
+    (768, 768, 8192, 132, "PERSISTENT_NARROW"),      # 128 x 36: 34.9 a SM
+    (1024, 1024, 12296, 264, "PERSISTENT_NARROW"),   # 193 x 64: 46.8 a SM of a GPU twice as wide
+    (1024, 1024, 8128, 132, "PERSISTENT_SMALL"),     # 127 slices: short of the long K
+    (512, 512, 16384, 132, "PERSISTENT_SMALL"),      # 256 x 16: 31 a SM (16 tiles cut 8 ways)
+    (512, 512, 32768, 132, "PERSISTENT_NARROW"),     # 512 x 16: 62 a SM
+    (1024, 512, 12288, 264, "PERSISTENT_SMALL"),     # 23 a SM of a GPU twice as wide
+    (128, 4096, 65536, 132, "PERSISTENT_SMALL"),     # one tile row: the 128 x 64 tiles throughout
+    (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),   # not 128 x 256 (32 cluster tiles for 66) at any K
 ])
-def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, sms, build):
+def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a
     cluster for at most 128 rows); else 128 x 128 tiles where those fill more than half of
-    the SMs; else 128 x 64 tiles; the smaller tiles one block a cluster."""
-    chosen = hg.default_build(m, n, sms)
-    assert chosen == getattr(hg, build), (m, n, sms, chosen.label)
-    p = hg.plan("persistent", m, n, 4096, "bfloat16", max_clusters=sms // chosen.cluster, build=chosen)
+    the SMs or K is long; else 128 x 64 tiles; the smaller tiles one block a cluster."""
+    chosen = hg.default_build(m, n, k, sms)
+    assert chosen == getattr(hg, build), (m, n, k, sms, chosen.label)
+    p = hg.plan("persistent", m, n, k, "bfloat16", max_clusters=sms // chosen.cluster, build=chosen)
     assert p.grid <= sms and p.shared_mem <= hg.MAX_BLOCK_SHARED
     assert p.workspace_bytes == (0 if not p.sk_tiles else
                                  p.workspace_zeroed + p.grid * hg.CONSUMERS * 64 * chosen.tile_n * 4)
+    if build == "PERSISTENT_NARROW" and 2 * hg.cluster_tiles(m, n, chosen) <= sms:
+        assert p.sk_tiles > 0, "128 x 128 tiles that leave half the SMs idle run stream-K"
 
 
 def test_two_by_two_without_multicast_loads_everything_itself():

@@ -141,7 +141,7 @@ def test_errors_name_the_constraint():
 SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"),
             ((512, 2048, 4096), "PERSISTENT_NARROW"), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
             ((200, 1032, 4104), None), ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
-            ((72, 1024, 8192), None)]
+            ((72, 1024, 8192), None), ((1024, 512, 12288), None)]
 
 
 def _stream_k_plan(m, n, k, dtype_name, build_name=None):
@@ -152,7 +152,7 @@ def _stream_k_plan(m, n, k, dtype_name, build_name=None):
     from fullpipe.kernels import hopper_gemm as hg
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    build = getattr(hg, build_name) if build_name else hg.default_build(m, n, sms)
+    build = getattr(hg, build_name) if build_name else hg.default_build(m, n, k, sms)
     return hg.plan("persistent", m, n, k, dtype_name, max_clusters=sms // build.cluster, build=build), build, sms
 
 

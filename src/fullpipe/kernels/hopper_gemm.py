@@ -214,16 +214,39 @@ PERSISTENT_NARROW = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=128, stages=6
 PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
 
 
-def default_build(m: int, n: int, sms: int) -> PersistentBuild:
-    """The persistent rung's build for an (m, K) @ (K, n) product on a GPU of ``sms`` SMs:
+# Long K turns the choice from 128 x 64 tiles to 128 x 128 with stream-K: those read a
+# third fewer bytes from L2 a FLOP, and over a long main loop stream-K's partial sums (the
+# 128 x 128 tiles leave half the SMs idle otherwise) cost little against that. On an H200
+# (session 38, p258-p260; x cuBLAS, 128 x 64 -> 128 x 128 with stream-K): 1024^2 x 12288
+# 0.77 -> 0.86, x 32768 0.68 -> 0.86; 768^2 x 16384 0.55 -> 0.64; 1024 x 512 x 12288
+# 0.69 -> 0.78; 640^2 x 16384 0.64 -> 0.73; 896^2 x 16384 (w.T) 0.66 -> 0.77; below the
+# rule's bounds the 128 x 64 tiles won or tied (1024^2 x 6144 0.73 against 0.69; 512^2 x
+# 8192 0.73 against 0.61, x 12288 0.64 against 0.57: 16 tiles cut 8 ways), and at one
+# tile row (M <= 128) throughout (128 x 4096 x 12288: 0.94 against 0.85). The same step
+# from 128 x 128 to 256 x 256 cluster tiles at long K is not taken: it won where those
+# tiles were at least a quarter of the clusters (1024 x 2048 x 16384 0.84 -> 0.89) and
+# lost as often (4096 x 512 x 8192 0.86 -> 0.81, 1152 x 896 x 9216 0.77 -> 0.51).
+LONG_K_SLICES = 128           # K >= 8192
+LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x slices / SMs)
+
+
+def default_build(m: int, n: int, k: int, sms: int) -> PersistentBuild:
+    """The persistent rung's build for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs:
     128 x 256 tiles where they fill more than half of the GPU's clusters (of 2 blocks, or of
     one for at most 128 rows: no block of a cluster on rows past the end); else 128 x 128
-    tiles where those fill more than half of the SMs; else 128 x 64 tiles (one wave or less
-    either way)."""
+    tiles where those fill more than half of the SMs, or where K is long (LONG_K_SLICES,
+    LONG_K_WORK_PER_SM; more than one tile row) and stream-K cuts them; else 128 x 64
+    tiles (one wave or less either way)."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     if 2 * cluster_tiles(m, n, wide) > sms // wide.cluster:
         return wide
-    return PERSISTENT_NARROW if 2 * cluster_tiles(m, n, PERSISTENT_NARROW) > sms else PERSISTENT_SMALL
+    narrow_tiles = cluster_tiles(m, n, PERSISTENT_NARROW)
+    if 2 * narrow_tiles > sms:
+        return PERSISTENT_NARROW
+    slices = -(-k // BK)
+    if m > BM and slices >= LONG_K_SLICES and narrow_tiles * slices >= LONG_K_WORK_PER_SM * sms:
+        return PERSISTENT_NARROW
+    return PERSISTENT_SMALL
 
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
@@ -691,7 +714,7 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
-        chosen = persistent_build(multicast, build or default_build(m, n, sms)) if variant == "persistent" else None
+        chosen = persistent_build(multicast, build or default_build(m, n, k, sms)) if variant == "persistent" else None
         if chosen and chosen.b_k_major != B.transposed:  # (b's layout decides, not the build asked for)
             chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
