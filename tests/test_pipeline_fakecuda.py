@@ -781,6 +781,36 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
         assert rows == [first["rows"]] * 3, (first, rows)
 
 
+def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run(fake, monkeypatch):
+    """A ViT-B/16 over 512 images on an H200: a new batch size cost its first call ~47 ms,
+    far below NEW_SHAPE_COSTLY_S but as long as a whole run; the second run (the input now
+    pinned in place: the ring's models carried over) chose 128 rows where the first ran 130,
+    and took twice as long as the runs after it (session 38). A new shape that costs
+    SHAPE_COST_SHARE of a run's wall time keeps the chunk as a costly one does: here every
+    new shape counts (the share set to ~0), and the probes' 10 ms first calls are enough."""
+    fake.jitter["value"] = 0.0
+    monkeypatch.setattr(fexec, "SHAPE_COST_SHARE", 1e-9)
+    x = np.zeros(512 << 20 >> 2, dtype=np.uint32)
+    _probes_read(monkeypatch, lambda n, first: {
+        "h2d": 10e-6 + n / 50e9, "compute": 2e-3 + n / 400e9, "d2h": 10e-6 + n / 57e9,
+        "host": 5e-3 + (0.01 if first else 0.0)})
+    monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
+    pipe.run(x)
+    first = pipe.stats.chunk
+    assert 0 < first["new_shape_ms"] < 1e3 * fexec.NEW_SHAPE_COSTLY_S
+    (tuned,) = pipe._tuned.values()
+    assert tuned.run_s == pytest.approx(pipe.stats.wall_ms / 1e3) and tuned.costly_shapes
+    fake.pinned.add(x.ctypes.data)
+    rows = []
+    for total in (len(x), len(x) - 12345, len(x)):
+        pipe.run(x[:total])
+        assert pipe.stats.staging["input"] == "direct"
+        rows.append(pipe.stats.chunk["rows"])
+    assert rows == [first["rows"]] * 3, (first, rows)
+    assert "probed at two sizes" not in pipe.stats.chunk["reason"]
+
+
 def test_chunk_auto_a_costly_first_call_alone_is_not_a_costly_shape(fake, monkeypatch):
     """A compute whose very first call is slow (a kernel compiled or a library loaded on first
     use), every later shape cheap: the probes go on growing, and nothing is kept for it."""
@@ -839,7 +869,7 @@ def test_chunk_auto_a_kept_chunk_is_chosen_again_once_its_losses_reach_the_new_s
     models = {"h2d": fexec.StageModel(10e-6, 1 / 50e9), "compute": fexec.StageModel(5e-3, 1 / 400e9),
               "d2h": fexec.StageModel(10e-6, 1 / 57e9)}
     frozen = dataclasses.replace(tuned, models=models, refined=fexec.MAX_REFINES, kept_loss_s=0.0, kept_bytes=8 * MiB)
-    pipe._tuned[key] = dataclasses.replace(frozen, new_shape_s=0.2)  # below the threshold: not weighed
+    pipe._tuned[key] = dataclasses.replace(frozen, new_shape_s=0.2, run_s=10.0)  # cheap, and 2 % of a run: not weighed
     pipe._choices.clear()
     pipe.run(x)
     assert pipe.stats.chunk["bytes"] != 8 * MiB

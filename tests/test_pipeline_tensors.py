@@ -931,6 +931,28 @@ def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fa
         assert pipe.stats.padded is None
 
 
+@pytest.mark.parametrize("share, padded", [(1e-9, True), (1e9, False)])
+def test_pad_shapes_auto_pads_a_last_chunk_whose_shape_costs_a_good_part_of_a_run(fake, fakefw, monkeypatch,
+                                                                                   share, padded):
+    """A new shape that costs far less than NEW_SHAPE_COSTLY_S but a good part of a run (a
+    ViT-B/16 on an H200: ~70 ms, as long as a run of 512 images; session 38): from the
+    second run, whose chunk choice knows the first run's time, the last chunk runs at the
+    chunks' rows, where the share makes the shape's cost count (set to ~0 here), and at its
+    own shape where it does not."""
+    fake.jitter["value"] = 0.0
+    monkeypatch.setattr(fexec, "SHAPE_COST_SHARE", share)
+    x = np.random.default_rng(6).random((48 * (1 << 20) // 64 + 37, 16), dtype=np.float32)
+    f = ShapeLog(new_shape_s=0.03)
+    with StreamPipeline(f, form="torch", streams=2) as pipe:
+        pipe.run(x)
+        assert 0 < pipe.stats.chunk["new_shape_ms"] < 1e3 * fexec.NEW_SHAPE_COSTLY_S
+        for n in (len(x) - 1000, len(x) - 2000):  # (last chunks of new lengths)
+            shapes = len(set(f.shapes))
+            np.testing.assert_allclose(pipe.run(x[:n]), want(x[:n]), rtol=1e-5)
+            assert (pipe.stats.padded is not None) == padded
+            assert (len(set(f.shapes)) == shapes) == padded
+
+
 def test_pad_shapes_auto_takes_no_slow_call_for_a_shapes_cost(fake, fakefw):
     """A function whose calls are slow for a large batch every time (it waits for the GPU, or
     works on the CPU) shows no per-shape cost: a shape's first call is compared with its second."""

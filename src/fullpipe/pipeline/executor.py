@@ -180,7 +180,8 @@ class StreamPipeline:
       :meth:`imap` a batch of a new shape runs at the fewest rows of a seen shape with the
       same row shape, at most twice its own. Padding needs each output row to depend only on
       its own input row, as cutting the input into chunks does anyway. ``"auto"`` (default):
-      only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s; what
+      only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s), or
+      for :meth:`run`'s last chunk with chunk="auto" ``SHAPE_COST_SHARE`` (a tenth) of the last run's time (what
       chunk="auto"'s probes measured, or the calls so far: a shape's first call over its
       second; where no shape has come twice and new shapes' calls are that slow, one
       batch runs at a shape called once to find out), and per shape only until the
@@ -1447,8 +1448,11 @@ class StreamPipeline:
     def _pad_last_chunk(self, batches: list[P.Batch], chunk_rows: int, row_bytes: int, tuned: "_Tuned | None",
                         dtype_key: tuple) -> None:
         """run() of a tensor function: run the last chunk at the others' rows where that saves
-        a new batch shape (``pad_shapes``; TensorCompute.pays_to_pad), the probes' readings
-        (what a new shape cost, the compute's time per byte) handed to the adapter first."""
+        a new batch shape (``pad_shapes``; TensorCompute.pays_to_pad; also where the shape's
+        cost is a good part of a run, _Tuned.costly_shapes: a ViT-B/16's second run over 512
+        images on an H200 paid ~70 ms for its last chunk's 122 rows, as long as the whole
+        run; session 38), the probes' readings (what a new shape cost, the compute's time
+        per byte) handed to the adapter first."""
         tc = self._tc
         if tc is None:
             return
@@ -1461,7 +1465,8 @@ class StreamPipeline:
         last = batches[-1]
         if (last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
                 and not tc.has_seen(last.in_shape, dtype_key)
-                and tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes)):
+                and tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
+                                   costly=tuned is not None and tuned.costly_shapes)):
             last.pad_to = chunk_rows
 
     # ------------------------------------------------------------------ chunk="auto"
@@ -1506,9 +1511,10 @@ class StreamPipeline:
                 lanes=0 if self.copy_streams else self.n_streams,
             )
             if tuned.costly_shapes:
+                probed = " probed at two sizes only, and" if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else ""
                 choice = dataclasses.replace(choice, reason=choice.reason + (
                     f" A new batch shape cost the compute {tuned.new_shape_s * 1e3:.0f} ms on its first call (its "
-                    "per-shape setup): probed at two sizes only, and the chunk is kept from run to run."))
+                    f"per-shape setup):{probed} the chunk is kept from run to run."))
             if len(self._choices) >= 256:
                 self._choices.clear()
             self._choices[choice_key] = choice
@@ -1540,8 +1546,11 @@ class StreamPipeline:
         tuned = self._tuned.get(key)
         if tuned is None or stats.bytes_in <= 0:
             return
-        # A compute whose new shapes cost seconds keeps this run's chunk whatever the models
-        # said (choose_chunk weighs a change against that cost): a new chunk size is a new shape
+        # A compute whose new shapes cost seconds, or a good part of a run, keeps this run's
+        # chunk whatever the models said (choose_chunk weighs a change against that cost): a
+        # new chunk size is a new shape
+        tuned = dataclasses.replace(tuned, run_s=stats.wall_ms / 1e3)
+        self._tuned[key] = tuned
         costly_shapes = tuned.costly_shapes
         if tuned.refined >= MAX_REFINES:
             if costly_shapes and tuned.kept_bytes != chunk_bytes:  # (a chunk chosen again: kept from now on)
@@ -2409,7 +2418,9 @@ MAX_REFINES = 3  # ... by at most this many runs per kind of work
 # chunk="auto": a compute whose first call at a new batch shape took this much more host time than
 # its second (a torchvision mobilenet_v3_small or efficientnet_b0 in fp16/bf16 channels_last: 1.5-2.9 s
 # per shape on an H100 host, cuDNN's per-shape setup; resnet50 75-120 ms; session 19) is probed at
-# no more sizes than the first two, and keeps its chunk from run to run
+# no more sizes than the first two, and keeps its chunk from run to run (NEW_SHAPE_COSTLY_S, tensors.py);
+# one whose new shape costs this share of a run's wall time keeps its chunk too (_Tuned.costly_shapes)
+SHAPE_COST_SHARE = 0.1
 FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
@@ -2800,11 +2811,15 @@ class _Tuned:
     kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost ...
     kept_loss_for: int = 0  # ... that chunk (bytes)
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
+    run_s: float = 0.0  # the wall time of the last run these saw (what a new shape costs against it)
 
     @property
     def costly_shapes(self) -> bool:
-        """New batch shapes cost the compute enough that its chunk is kept (NEW_SHAPE_COSTLY_S)."""
-        return self.new_shape_s >= NEW_SHAPE_COSTLY_S
+        """New batch shapes cost the compute enough that its chunk is kept: NEW_SHAPE_COSTLY_S,
+        or SHAPE_COST_SHARE of a run. (A ViT-B/16 over 512 images on an H200: a new batch size
+        cost its first call ~47 ms, as long as a whole run; the second run chose 128 rows where
+        the first ran 130, and took 2x the runs after it. Session 38.)"""
+        return self.new_shape_s >= NEW_SHAPE_COSTLY_S or 0.0 < SHAPE_COST_SHARE * self.run_s <= self.new_shape_s
 
 
 def _pinned_record(usage: PinnedUsage, pool_held_bytes: int, ring_bytes: int) -> dict[str, Any]:

@@ -744,10 +744,12 @@ class TensorCompute:
                     self._pair_excess = first[0] - call_s
             times.append(call_s)
 
-    def pays_to_pad(self, shape: tuple[int, ...], dtype_key: tuple, to_rows: int, mode: bool | str) -> bool:
+    def pays_to_pad(self, shape: tuple[int, ...], dtype_key: tuple, to_rows: int, mode: bool | str,
+                    costly: bool = False) -> bool:
         """Run a batch of ``shape`` at ``to_rows`` rows, a shape f has seen? Always with
         ``mode`` (StreamPipeline's ``pad_shapes``) True; with "auto", where a new shape is costly (``new_shape_s`` at
-        least NEW_SHAPE_COSTLY_S) and only until what padding this shape has cost adds up to
+        least NEW_SHAPE_COSTLY_S, or ``costly``: the caller found it a good part of a run's
+        time) and only until what padding this shape has cost adds up to
         one new shape's cost: then it runs at its own shape, seen from then on (rent until
         the rent paid would buy: at most about twice the better of the two in hindsight).
         Padding's cost: the rows added at the compute's GPU time per row (timed runs), or
@@ -755,7 +757,7 @@ class TensorCompute:
         if mode is True:
             return True
         new_shape_s = self.new_shape_s
-        if mode is False or new_shape_s < NEW_SHAPE_COSTLY_S:
+        if mode is False or new_shape_s <= 0.0 or (new_shape_s < NEW_SHAPE_COSTLY_S and not costly):
             return False
         typical_s = statistics.median(self._call_times) if self._call_times else 0.0
         per_row_s = max(self.gpu_row_s.get((tuple(shape[1:]), dtype_key), 0.0), typical_s / to_rows)
