@@ -339,11 +339,12 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (768, 768, 8192, 132, "PERSISTENT_NARROW"),      # 128 x 36: 34.9 a SM
     (1024, 1024, 12296, 264, "PERSISTENT_NARROW"),   # 193 x 64: 46.8 a SM of a GPU twice as wide
     (1024, 1024, 8128, 132, "PERSISTENT_SMALL"),     # 127 slices: short of the long K
-    (512, 512, 16384, 132, "PERSISTENT_SMALL"),      # 256 x 16: 31 a SM (16 tiles cut 8 ways)
+    (512, 512, 16384, 132, "PERSISTENT_SMALL"),      # 256 x 16: 31 a SM (16 tiles of 128 x 128 cut 8 ways)
     (512, 512, 32768, 132, "PERSISTENT_NARROW"),     # 512 x 16: 62 a SM
     (1024, 512, 12288, 264, "PERSISTENT_SMALL"),     # 23 a SM of a GPU twice as wide
     (128, 4096, 65536, 132, "PERSISTENT_SMALL"),     # one tile row: the 128 x 64 tiles throughout
-    (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),   # not 128 x 256 (32 cluster tiles for 66) at any K
+    # and not 128 x 256 tiles at long K: 128 of 128 x 128 fill the SMs (32 cluster tiles for 66)
+    (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a

@@ -226,7 +226,7 @@ PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
 # from 128 x 128 to 256 x 256 cluster tiles at long K is not taken: it won where those
 # tiles were at least a quarter of the clusters (1024 x 2048 x 16384 0.84 -> 0.89) and
 # lost as often (4096 x 512 x 8192 0.86 -> 0.81, 1152 x 896 x 9216 0.77 -> 0.51).
-LONG_K_SLICES = 128           # K >= 8192
+LONG_K_SLICES = 128           # slices of 64: K > 8128
 LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x slices / SMs)
 
 

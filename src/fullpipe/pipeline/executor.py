@@ -180,11 +180,12 @@ class StreamPipeline:
       :meth:`imap` a batch of a new shape runs at the fewest rows of a seen shape with the
       same row shape, at most twice its own. Padding needs each output row to depend only on
       its own input row, as cutting the input into chunks does anyway. ``"auto"`` (default):
-      only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s), or
-      for :meth:`run`'s last chunk with chunk="auto" ``SHAPE_COST_SHARE`` (a tenth) of the last run's time (what
+      only where a new shape costs the compute at least ``NEW_SHAPE_COSTLY_S`` (0.25 s; what
       chunk="auto"'s probes measured, or the calls so far: a shape's first call over its
       second; where no shape has come twice and new shapes' calls are that slow, one
-      batch runs at a shape called once to find out), and per shape only until the
+      batch runs at a shape called once to find out) or, for :meth:`run`'s last chunk with
+      chunk="auto" from its second run on, ``SHAPE_COST_SHARE`` (a tenth) of the last
+      run's wall time, and per shape only until the
       padding's cost (the rows added at the compute's GPU time per row, from timed runs)
       adds up to one new shape's: then it runs at its own shape once, a shape seen from
       then on (TensorCompute.pays_to_pad).
@@ -1636,7 +1637,7 @@ class StreamPipeline:
         128 MiB chunks pinned in place at 0.92x the best fixed chunk, 32 MiB; session 15).
         The runs' corrections start over too: their host and compute times were the
         ring's, whose threads compete with the compute for the host. Except for a compute
-        whose new batch shapes are costly (NEW_SHAPE_COSTLY_S): its chunk stays (a mobilenet
+        whose new batch shapes are costly (_Tuned.costly_shapes): its chunk stays (a mobilenet
         pinned in place at its second run chose a new chunk there, two new shapes, 3.6 s;
         session 19)."""
         was_in = [stage_in] + (["ring"] if stage_in == "direct" else [])
