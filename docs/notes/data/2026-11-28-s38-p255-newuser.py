@@ -737,8 +737,8 @@ def pipe_vit():
     st, d = verdict(rel, 1e-2, f"first run {t1:.2f} s, second {t2 * 1e3:.0f} ms, naive whole-batch "
                                f"f(x.cuda()).cpu() {t_naive * 1e3:.0f} ms; chunk {chunk} rows")
     if st == "OK" and t2 > 1.3 * t_naive:
-        st = "SLOW"
-    return st, d + " (SLOW: 2nd run > 1.3x naive)"
+        return "SLOW", d + " (SLOW: 2nd run > 1.3x naive)"
+    return st, d
 
 
 @scenario("pipe_mobilenet_v3_small_fp16_torch_cpu_tensor_chunk_int", timeout=240)
