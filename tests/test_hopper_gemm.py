@@ -226,6 +226,38 @@ def test_launch_config_carries_the_cluster():
     assert (cfg.gridDimX, cfg.blockDimX) == (132, 384)
 
 
+def test_launch_config_carries_the_dependent_launch_beside_the_cluster():
+    from cuda.bindings import driver as d
+
+    cfg = hg._launch_config(132, 384, hg.shared_mem_bytes("persistent"), None, 2, dependent=True)
+    ids = [a.id for a in cfg.attrs[: cfg.numAttrs]]
+    assert ids == [d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                   d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    assert cfg.attrs[1].value.programmaticStreamSerializationAllowed == 1
+    cfg = hg._launch_config(66, 384, hg.shared_mem_bytes("persistent"), None, None, dependent=True)
+    assert cfg.numAttrs == 1 and cfg.attrs[0].id == ids[1]
+
+
+@pytest.mark.parametrize("build", [hg.PERSISTENT, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL],
+                         ids=lambda b: b.label)
+def test_dependent_launch_waits_for_the_prior_grid_before_any_global_access(build):
+    """Launched as a dependent, the kernel may run beside the one before it: griddepcontrol.wait
+    (ACQBULK) must come before its first TMA load or store, global load, store or atomic, and
+    it lets the next kernel launch (griddepcontrol.launch_dependents, PREEXIT)."""
+    text = sass.disassemble(hg.module("persistent", ARCH, build=build).cubin)
+    for part in re.split(r"\.section\s+\.text\.", text)[1:]:
+        name = part.split(",", 1)[0].strip()
+        lines = [line for line in part.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+        at = {}
+        for i, line in enumerate(lines):
+            op = re.search(r"\b(ACQBULK|PREEXIT|UTMALDG|UTMASTG|LDG|STG|ATOMG|RED)\b", line)
+            if op:
+                at.setdefault(op.group(1), i)
+        assert "ACQBULK" in at and "PREEXIT" in at, name
+        first_global = min(i for op, i in at.items() if op not in ("ACQBULK", "PREEXIT"))
+        assert at["ACQBULK"] < first_global, f"{name}: global memory touched before griddepcontrol.wait"
+
+
 # --------------------------------------------------------------------------- persistent build options
 def _multicast_loads(counts: dict[str, int]) -> tuple[int, int]:
     """(plain, multicast) TMA loads in a kernel's SASS."""

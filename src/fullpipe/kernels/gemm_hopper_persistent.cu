@@ -61,6 +61,7 @@
 // + 32 KiB + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
 // warpgroup (zeroed before each launch), then 64 x BN fp32 partial sums per consumer
 // warpgroup (Workspace).
+#include <fullpipe/dependent_launch.cuh>
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
 #include <fullpipe/tma.cuh>
@@ -505,9 +506,16 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
             fp_mbar::mbar_init(&smem.empty[s], CONSUMERS * WRITERS);
         }
         fp_mbar::fence_barrier_init();
-        if (fp_tma::cluster_rank() == 0)   // the cluster's ticket (every block reads it from here)
-            smem.ticket = sk_tiles > 0 ? atomicAdd(ws.counter(), 1u) : blockIdx.x / CLUSTER;
     }
+    // Launched as a dependent (hopper_gemm._launch_config), this block may be here while the
+    // kernel before it on the stream still runs: its setup above overlapped that kernel's
+    // tail; from here on it reads and writes global memory. All of this grid's blocks are
+    // resident by the time each has passed this point, so the next kernel may launch: its
+    // blocks take SMs as ours leave and wait there in turn.
+    fp_pdl::wait_for_prior_grid();
+    fp_pdl::allow_next_grid();
+    if (threadIdx.x == 0 && fp_tma::cluster_rank() == 0)   // the cluster's ticket (every block reads it from here)
+        smem.ticket = sk_tiles > 0 ? atomicAdd(ws.counter(), 1u) : blockIdx.x / CLUSTER;
     fp_tma::cluster_sync();   // every block's barriers and the ticket exist before any multicast / remote access
 
     // (each role reads its ticket and builds its scheduler after setmaxnreg: values live

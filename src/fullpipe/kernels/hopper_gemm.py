@@ -213,6 +213,12 @@ PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multic
 PERSISTENT_NARROW = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=128, stages=6)
 PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
 
+# The persistent rung launches as a programmatic dependent launch: its blocks start on the
+# SMs the kernel before it leaves free and set up (barriers, tensor maps) while that kernel
+# finishes; it waits for it before touching memory (gemm_hopper_persistent.cu). False: the
+# plain stream order (the experiments' comparison point).
+DEPENDENT_LAUNCH = True
+
 
 # Long K turns the choice from 128 x 64 tiles to 128 x 128 with stream-K: those read a
 # third fewer bytes from L2 a FLOP, and over a long main loop stream-K's partial sums (the
@@ -547,7 +553,11 @@ def clusters_at_once(get_kernel: Callable[[], Any], threads: int, smem: int, clu
         return sms // cluster
 
 
-def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, cluster: int | None):
+def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, cluster: int | None,
+                   dependent: bool = False):
+    """cuLaunchKernelEx's config; ``cluster``: blocks per cluster (None: no cluster
+    attribute); ``dependent``: a programmatic dependent launch (the kernel waits for the
+    one before it in ``fp_pdl::wait_for_prior_grid``, dependent_launch.cuh)."""
     from cuda.bindings import driver as d
 
     cfg = d.CUlaunchConfig()
@@ -556,14 +566,19 @@ def _launch_config(grid: int, threads: int, smem: int, stream_handle: Any, clust
     cfg.sharedMemBytes = smem
     if stream_handle is not None:
         cfg.hStream = stream_handle
+    attrs = []
     if cluster:
         attr = d.CUlaunchAttribute()
         attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
-        cfg.attrs = [attr]
-        cfg.numAttrs = 1
-    else:
-        cfg.numAttrs = 0
+        attrs.append(attr)
+    if dependent:
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
     return cfg
 
 
@@ -624,7 +639,8 @@ def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, 
     # then act on the implicit cluster of one block): launched as a cluster of 1, its two
     # cluster barriers cost ~0.5 us a launch (p247: 1024^2 x 64 4.12 -> 3.63 us).
     cluster = p.cluster if p.cluster and p.cluster > 1 else None
-    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), cluster)
+    dependent = p.variant == "persistent" and DEPENDENT_LAUNCH
+    cfg = _launch_config(p.grid, p.threads, p.shared_mem, d.CUstream(stream_handle), cluster, dependent)
     return _Launch(kernel, cfg, params, bufs, p, stream_handle, ptrs[-1] if p.sk_tiles else 0)
 
 
@@ -710,7 +726,7 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     out, C, handle = prepare_output(A, B, out, stream)
     device_index = A.device_index
     key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, C.ptr, handle,
-           device_index)
+           device_index, DEPENDENT_LAUNCH)
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
@@ -827,7 +843,30 @@ def _selftest(argv: list[str] | None = None) -> int:
             layout = " b=w.T" if args.b_transposed else ""
             print(f"{'ok  ' if ok else 'BAD '} {variant:10s} {args.dtype} {m}x{n}x{k}{layout}  rel err {err:.2e}",
                   flush=True)
+    if "persistent" in (args.variant or VARIANTS) and not args.b_transposed:
+        bad += not _dependent_chain_ok(getattr(torch, args.dtype), build)
     return 1 if bad else 0
+
+
+def _dependent_chain_ok(dt: Any, build: PersistentBuild | None) -> bool:
+    """Back-to-back persistent launches with nothing between them (dependent launches):
+    each reads the one before's output, and the third writes over the second's input."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(384, 512, device="cuda", generator=g).to(dt)
+    w1, w2, w3 = (torch.randn(512, 512, device="cuda", generator=g).to(dt) / 16 for _ in range(3))
+    h, y = (torch.full((384, 512), float("nan"), device="cuda", dtype=dt) for _ in range(2))
+    opts = {"_build": build} if build else {}
+    gemm_hopper(x, w1, out=h, **opts)
+    gemm_hopper(h, w2, out=y, **opts)   # reads h just written
+    gemm_hopper(y, w3, out=h, **opts)   # overwrites h, which the launch before reads
+    torch.cuda.synchronize()
+    ref = ((x.double() @ w1.double()).to(dt).double() @ w2.double()).to(dt).double() @ w3.double()
+    err = float(torch.linalg.norm(h.double() - ref) / torch.linalg.norm(ref))
+    ok = err < 1e-2 and not torch.isnan(h).any()
+    print(f"{'ok  ' if ok else 'BAD '} persistent dependent chain x@w1@w2@w3 (384x512)  rel err {err:.2e}", flush=True)
+    return ok
 
 
 if __name__ == "__main__":
