@@ -134,13 +134,15 @@ def test_errors_name_the_constraint():
 # The persistent rung deals the last tiles out as runs of K slices where whole tiles
 # would leave clusters idle (hopper_gemm.stream_k): below one wave each tile is cut into
 # equal runs (1024 x 1024 x 4096 in 128 x 128 tiles: 64 tiles, 2 runs each; 512 x 256 x
-# 4096 in 128 x 64 tiles: 16 tiles, 4 runs; 1000 x 1032 x 4104 in 256 x 256 cluster tiles:
+# 4096 in 64 x 64 tiles: 32 tiles, 4 runs; 200 x 1032 x 4104 in 64 x 128 tiles: 36 tiles, 2
+# runs each, the last tile row 8 rows deep; 1000 x 1032 x 4104 in 256 x 256 cluster tiles:
 # 20 tiles, runs of 32 and 33 slices), above it the last wave and the one before (3072^3:
 # 66 tiles whole, 78 split).
 # (shape, the build: None for the one gemm_hopper picks)
 SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"),
             ((512, 2048, 4096), "PERSISTENT_NARROW"), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
-            ((200, 1032, 4104), None), ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
+            ((200, 1032, 4104), "PERSISTENT_SMALL"), ((200, 1032, 4104), "PERSISTENT_M64_N128"),
+            ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
             ((72, 1024, 8192), None), ((1024, 512, 12288), None)]
 
 
@@ -160,8 +162,9 @@ def _stream_k_plan(m, n, k, dtype_name, build_name=None):
 @pytest.mark.parametrize("shape, build_name", SK_CASES,
                          ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else (c or "default"))
 def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape, build_name):
-    """Stream-K against float64 and against whole tiles: 128 x 256, 128 x 128 and 128 x 64
-    tiles, one block a cluster, odd sizes, warpgroups and warps on rows past the end."""
+    """Stream-K against float64 and against whole tiles: 128 x 256, 128 x 128, 128 x 64,
+    64 x 128 and 64 x 64 tiles, one block a cluster, odd sizes, warpgroups and warps on rows
+    past the end."""
     import torch
 
     dtype = getattr(torch, dtype_name)

@@ -50,15 +50,16 @@
 // or Hilbert), STMATRIX (epilogue pieces written with stmatrix), TILE_N (fp_hopper's
 // tile header; 128: 128 x 128 block tiles, m64n128k16, for products with too few
 // 128 x 256 tiles to fill the GPU; 64: 128 x 64 tiles, m64n64k16, for products that even
-// 128 x 128 tiles leave half the SMs without), STAGES (slices in the ring) and B_K_MAJOR
-// (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear weight; the tile
-// header).
+// 128 x 128 tiles leave half the SMs without), TILE_M (64: 64-row tiles, one consumer
+// warpgroup, 256 threads, one block a cluster, no register moves), STAGES (slices in the
+// ring) and B_K_MAJOR (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear
+// weight; the tile header).
 //
 // Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
 // workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1) (a cluster
 // of one block is launched without the cluster attribute: the implicit cluster of one), 384
-// threads, dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at TILE_N 128, 24 at 64)
-// + 32 KiB + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
+// threads (256 at TILE_M 64), dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at
+// TILE_N 128, 24 at 64; 8 KiB less at TILE_M 64) + 16 KiB per consumer warpgroup + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
 // warpgroup (zeroed before each launch), then 64 x BN fp32 partial sums per consumer
 // warpgroup (Workspace).
 #include <fullpipe/dependent_launch.cuh>
@@ -116,6 +117,10 @@ constexpr bool BIG_PRODUCER = TILE_ORDER == 1 || CLUSTER_N > 1;
 constexpr int PRODUCER_REGS = BIG_PRODUCER ? 56 : 40;
 constexpr int CONSUMER_REGS = BIG_PRODUCER ? 224 : 232;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 168 * THREADS, "more registers than launched");
+// One consumer warpgroup (TILE_M 64) holds 64 x BN accumulators, at most 128 a thread, and
+// 256 threads launch with registers to spare: nothing to move.
+constexpr bool MOVE_REGISTERS = CONSUMERS > 1;
+static_assert(CONSUMERS > 1 || (CLUSTER_M == 1 && CLUSTER_N == 1), "64-row tiles run one block a cluster");
 constexpr int OUT_N = 64;                             // columns per TMA store (128 bytes)
 constexpr int OUT_BYTES = WG_M * OUT_N * ELEM;        // 8 KiB
 // What one block loads per slice: its share of B (chunks) and of A (rows); the tensor
@@ -521,14 +526,14 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
     // (each role reads its ticket and builds its scheduler after setmaxnreg: values live
     // across it are spilled)
     if (wg == 0) {
-        fp_wgmma::release_registers<PRODUCER_REGS>();
+        if constexpr (MOVE_REGISTERS) fp_wgmma::release_registers<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
             producer(smem, map_a, map_b, TileScheduler(M, N, slices, sk_tiles, ticket));
         }
         __syncwarp();
     } else {
-        fp_wgmma::claim_registers<CONSUMER_REGS>();
+        if constexpr (MOVE_REGISTERS) fp_wgmma::claim_registers<CONSUMER_REGS>();
         const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
         consumer<BF16>(smem, map_c, TileScheduler(M, N, slices, sk_tiles, ticket),
                        Workspace{workspace, static_cast<int>(gridDim.x / CLUSTER)}, wg - 1, M);

@@ -98,12 +98,13 @@ def _round_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
-def shared_mem_bytes(variant: str, stages: int = STAGES, tile_n: int = BN) -> int:
+def shared_mem_bytes(variant: str, stages: int = STAGES, tile_n: int = BN, tile_m: int = BM) -> int:
     """Dynamic shared memory of a rung: its SharedStorage (a 1024-aligned struct, so its
     size rounds up to 1 KiB) plus 1 KiB of slack for aligning the dynamic base to 1024."""
-    ring = stages * (BM * BK + BK * tile_n) * ELEM
+    ring = stages * (tile_m * BK + BK * tile_n) * ELEM
     barriers = {"wgmma": 0, "tma": 1, "ws": 2, "persistent": 2}[variant] * stages * 8
-    epilogue = 2 * 2 * OUT_ROWS * OUT_N * ELEM if variant == "persistent" else 0
+    consumers = tile_m // 64
+    epilogue = consumers * 2 * OUT_ROWS * OUT_N * ELEM if variant == "persistent" else 0
     return _round_up(ring + epilogue + barriers, 1024) + 1024
 
 
@@ -119,7 +120,8 @@ class PersistentBuild:
     or 64 for small products); ``stages`` the slices in the ring (a 128-wide slice is 32
     KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B
     given as the transpose of a row-major (N, K) matrix (``w.T`` of an nn.Linear weight),
-    read as it lies.
+    read as it lies; ``tile_m`` the block tile's rows (128: two consumer warpgroups, or 64:
+    one, in a block of 256 threads, one block a cluster).
     """
 
     group_m: int = 8
@@ -131,14 +133,19 @@ class PersistentBuild:
     tile_n: int = 256
     stages: int = STAGES
     b_k_major: bool = False
+    tile_m: int = BM
 
     def __post_init__(self) -> None:
         if self.tile_n not in (256, 128, 64):
             raise ValueError(f"tile_n must be 256, 128 or 64, got {self.tile_n}")
+        if self.tile_m not in (128, 64):
+            raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
+        if self.tile_m == 64 and self.cluster_m * self.cluster_n != 1:
+            raise ValueError(f"64-row tiles run one block a cluster, got {self.cluster_m} x {self.cluster_n}")
         if (self.tile_n // CHUNK_N) % self.cluster_m:
             raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice's "
                              f"{self.tile_n // CHUNK_N} chunks evenly")
-        if self.stages < 2 or shared_mem_bytes("persistent", self.stages, self.tile_n) > MAX_BLOCK_SHARED:
+        if self.stages < 2 or shared_mem_bytes("persistent", self.stages, self.tile_n, self.tile_m) > MAX_BLOCK_SHARED:
             raise ValueError(f"stages={self.stages}: the ring needs 2 or more slices and must fit in "
                              f"{MAX_BLOCK_SHARED} bytes of shared memory")
         if self.cluster_m not in (1, 2, 4) or self.cluster_n not in (1, 2):
@@ -155,20 +162,35 @@ class PersistentBuild:
         return self.cluster_m * self.cluster_n
 
     @property
+    def consumers(self) -> int:
+        """Consumer warpgroups a block (64 rows of C each)."""
+        return self.tile_m // 64
+
+    @property
+    def threads(self) -> int:
+        """Threads a block: the producer's warpgroup and the consumers'."""
+        return (1 + self.consumers) * 128
+
+    @property
+    def shared_mem(self) -> int:
+        """Dynamic shared memory a block."""
+        return shared_mem_bytes("persistent", self.stages, self.tile_n, self.tile_m)
+
+    @property
     def partial_bytes(self) -> int:
         """One consumer warpgroup's stream-K partial sums: 64 x tile_n fp32."""
         return 64 * self.tile_n * 4
 
     @property
     def a_box_rows(self) -> int:
-        """Rows of A one block loads per slice: its share of the 128 when A is multicast."""
-        return BM // self.cluster_n if self.multicast else BM
+        """Rows of A one block loads per slice: its share of the tile's rows when A is multicast."""
+        return self.tile_m // self.cluster_n if self.multicast else self.tile_m
 
     def defines(self) -> dict[str, int]:
         return {"GROUP_M": self.group_m, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
                 "MULTICAST": int(self.multicast), "TILE_ORDER": int(self.tile_order == "hilbert"),
                 "STMATRIX": int(self.stmatrix), "TILE_N": self.tile_n, "STAGES": self.stages,
-                "B_K_MAJOR": int(self.b_k_major)}
+                "B_K_MAJOR": int(self.b_k_major), "TILE_M": self.tile_m}
 
     @property
     def label(self) -> str:
@@ -177,6 +199,8 @@ class PersistentBuild:
             parts.append("nomc")
         if self.stmatrix:
             parts.append("stsm")
+        if self.tile_m != BM:
+            parts.append(f"m{self.tile_m}")
         if self.tile_n != 256:
             parts.append(f"n{self.tile_n}")
         if self.stages != STAGES:
@@ -212,6 +236,16 @@ PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multic
 #   128 x 128 tiles fill more than half a wave they won (1024 x 2048 x 1024 0.88 against 0.71).
 PERSISTENT_NARROW = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=128, stages=6)
 PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
+# Tiles of 64 rows (one consumer warpgroup, 256 threads), 8-slice rings: twice the tiles of
+# the 128-row builds above, and no 64 rows of padding where M is an odd number of 64s (M <=
+# 64, 192, 320 ...). cuBLAS runs 64 x 64 and 64 x 48 tiles on such products (p265). On an
+# H200 (session 39, p267: 111 products up to 1024 rows; x cuBLAS, the 128-row build the
+# rule chose before -> the 64-row one): 256 x 2048 x 2048 0.54 -> 0.82, 512^3 0.81 -> 0.98,
+# 128 x 4096 x 4096 0.82 -> 0.95, 192 x 4096 x 4096 0.70 -> 1.15, 320 x 2048 x 4096 0.86 ->
+# 1.31, 64 x 8192 x 4096 0.62 -> 1.00; 64 x 128 against 128 x 64 at the same tile count
+# (1024^3): 0.89 against 0.85.
+PERSISTENT_M64_N128 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=128, stages=8)
+PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=64, stages=8)
 
 # The persistent rung launches as a programmatic dependent launch: its blocks start on the
 # SMs the kernel before it leaves free and set up (barriers, tensor maps) while that kernel
@@ -237,22 +271,32 @@ LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x sli
 
 
 def default_build(m: int, n: int, k: int, sms: int) -> PersistentBuild:
-    """The persistent rung's build for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs:
+    """The persistent rung's build for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs.
+
     128 x 256 tiles where they fill more than half of the GPU's clusters (of 2 blocks, or of
-    one for at most 128 rows: no block of a cluster on rows past the end); else 128 x 128
-    tiles where those fill more than half of the SMs, or where K is long (LONG_K_SLICES,
-    LONG_K_WORK_PER_SM; more than one tile row) and stream-K cuts them; else 128 x 64
-    tiles (one wave or less either way)."""
+    one for at most 128 rows: no block of a cluster on rows past the end). Else the largest
+    of three tile sizes whose tiles fill more than half of the SMs: 128 x 128; 64 x 128 (128
+    x 64 for 65-128 rows: one tile row, each B column read by one block); 64 x 64. Where M
+    is an odd number of 64-row blocks, 64 x 128 takes 128 x 128's place (no padded tile row)
+    if its tiles fit one wave.
+    Long K turns the choice to the larger tiles with stream-K: 128 x 128 under the long-K
+    rule (LONG_K_SLICES, LONG_K_WORK_PER_SM; more than one tile row), and never 64 x 64
+    from LONG_K_SLICES on above 64 rows (they read twice the L2 bytes a FLOP of 128 x 128)."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     if 2 * cluster_tiles(m, n, wide) > sms // wide.cluster:
         return wide
-    narrow_tiles = cluster_tiles(m, n, PERSISTENT_NARROW)
-    if 2 * narrow_tiles > sms:
-        return PERSISTENT_NARROW
+    odd_rows = -(-m // 64) % 2 == 1 and cluster_tiles(m, n, PERSISTENT_M64_N128) <= sms
+    top = PERSISTENT_M64_N128 if odd_rows else PERSISTENT_NARROW
+    if 2 * cluster_tiles(m, n, top) > sms:
+        return top
     slices = -(-k // BK)
-    if m > BM and slices >= LONG_K_SLICES and narrow_tiles * slices >= LONG_K_WORK_PER_SM * sms:
-        return PERSISTENT_NARROW
-    return PERSISTENT_SMALL
+    long_k = slices >= LONG_K_SLICES
+    if m > BM and long_k and cluster_tiles(m, n, PERSISTENT_NARROW) * slices >= LONG_K_WORK_PER_SM * sms:
+        return top
+    middle = PERSISTENT_SMALL if 64 < m <= BM else PERSISTENT_M64_N128
+    if 2 * cluster_tiles(m, n, middle) > sms or (long_k and m > 64):
+        return middle
+    return PERSISTENT_M64_N64
 
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
@@ -269,6 +313,8 @@ SWEEP_BUILDS = (
     PERSISTENT_NARROW,                                       # 128 x 128 block tiles, 6 slices, one block a cluster
     dataclasses.replace(PERSISTENT, tile_n=128, stages=6),   # the same in clusters of 2 sharing B
     PERSISTENT_SMALL,                                        # 128 x 64 block tiles, 8 slices, one block a cluster
+    PERSISTENT_M64_N128,                                     # 64-row tiles: one consumer warpgroup
+    PERSISTENT_M64_N64,
 )
 
 
@@ -396,7 +442,8 @@ class HopperPlan:
         ticket counter and the flags); 0 without stream-K."""
         if not self.sk_tiles:
             return 0
-        return WORKSPACE_HEADER + _round_up(self.clusters * self.cluster * CONSUMERS * 4, 256)
+        assert self.build is not None
+        return WORKSPACE_HEADER + _round_up(self.clusters * self.cluster * self.build.consumers * 4, 256)
 
     @property
     def workspace_bytes(self) -> int:
@@ -405,7 +452,7 @@ class HopperPlan:
         if not self.sk_tiles:
             return 0
         assert self.build is not None
-        return self.workspace_zeroed + self.clusters * self.cluster * CONSUMERS * self.build.partial_bytes
+        return self.workspace_zeroed + self.clusters * self.cluster * self.build.consumers * self.build.partial_bytes
 
 
 def tiles(m: int, n: int) -> int:
@@ -414,7 +461,7 @@ def tiles(m: int, n: int) -> int:
 
 def cluster_tiles(m: int, n: int, build: PersistentBuild | None = None) -> int:
     b = build or PERSISTENT
-    return -(-m // (b.cluster_m * BM)) * -(-n // (b.cluster_n * b.tile_n))
+    return -(-m // (b.cluster_m * b.tile_m)) * -(-n // (b.cluster_n * b.tile_n))
 
 
 def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
@@ -506,8 +553,7 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
                              f"of waves of {clusters} clusters")
         if sk_tiles * slices * clusters >= 2**31:
             raise ValueError(f"sk_tiles={sk_tiles}: too many K slices to deal out ({sk_tiles} x {slices})")
-        smem = shared_mem_bytes(variant, b.stages, b.tile_n)
-        return HopperPlan(variant, kernel, b.cluster * clusters, THREADS[variant], smem, b.cluster, maps, b, sk_tiles)
+        return HopperPlan(variant, kernel, b.cluster * clusters, b.threads, b.shared_mem, b.cluster, maps, b, sk_tiles)
     return HopperPlan(variant, kernel, tiles(m, n), THREADS[variant], smem, None, maps)
 
 
@@ -532,8 +578,7 @@ def max_active_clusters(device_index: int, arch: str, build: PersistentBuild | N
     cannot say."""
     b = build or PERSISTENT
     return clusters_at_once(lambda: module("persistent", arch, build=b).kernel("gemm_hopper_persistent_bf16"),
-                            THREADS["persistent"], shared_mem_bytes("persistent", b.stages, b.tile_n), b.cluster,
-                            device_index)
+                            b.threads, b.shared_mem, b.cluster, device_index)
 
 
 def clusters_at_once(get_kernel: Callable[[], Any], threads: int, smem: int, cluster: int, device_index: int) -> int:

@@ -16,6 +16,10 @@
 // accumulators, one B chunk a slice) for products that even 128 x 128 tiles leave half
 // the SMs without.
 //
+// TILE_M (-D, the persistent rung only; default 128): 64 builds tiles of 64 rows for one
+// consumer warpgroup, twice as many tiles again for products too small to fill the GPU
+// with 128-row ones.
+//
 // B_K_MAJOR (-D, the persistent rung only; default 0): 1 takes B as the transpose of a
 // row-major N x K matrix W (an nn.Linear weight: C = A @ W^T) with no copy. B's chunk is
 // then 64 rows of W by 64 of K, one TMA box as for A, and the slice's B is K-major like A
@@ -26,7 +30,11 @@
 
 namespace fp_hopper {
 
-constexpr int BM = 128;         // C tile rows per block
+#ifndef TILE_M
+#define TILE_M 128
+#endif
+static_assert(TILE_M == 128 || TILE_M == 64, "C tiles of 128 rows (two consumer warpgroups) or 64 (one)");
+constexpr int BM = TILE_M;      // C tile rows per block
 #ifndef TILE_N
 #define TILE_N 256
 #endif
@@ -37,10 +45,10 @@ static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64, "C tiles of 128 x 
 constexpr int BN = TILE_N;      // C tile columns per block
 constexpr int BK = 64;          // K per slice: 64 elements = one 128-byte swizzled row
 constexpr int WG_M = 64;        // rows of C per consumer warpgroup
-constexpr int CONSUMERS = 2;    // consumer warpgroups per block
+constexpr int CONSUMERS = BM / WG_M;   // consumer warpgroups per block (2, or 1 at TILE_M 64)
 constexpr int CHUNK_N = 64;     // B columns per swizzled chunk (128 bytes)
 constexpr int ELEM = 2;         // bytes per bf16 / fp16 element
-constexpr int A_SLICE_BYTES = BM * BK * ELEM;        // 16 KiB
+constexpr int A_SLICE_BYTES = BM * BK * ELEM;        // 16 KiB (8 at TILE_M 64)
 constexpr int B_CHUNK_BYTES = BK * CHUNK_N * ELEM;   //  8 KiB
 constexpr int B_SLICE_BYTES = BN * BK * ELEM;        // 32 KiB (16 at TILE_N 128, 8 at 64)
 constexpr int SLICE_BYTES = A_SLICE_BYTES + B_SLICE_BYTES;
@@ -49,7 +57,7 @@ constexpr int ACC = WG_M * BN / 128;   // fp32 accumulators per consumer thread 
 
 // One K slice of the ring: A then B, each 1024-byte aligned (swizzle atoms).
 struct alignas(1024) Slice {
-    unsigned char a[A_SLICE_BYTES];   // 128 rows x 128 bytes
+    unsigned char a[A_SLICE_BYTES];   // BM rows x 128 bytes
     unsigned char b[B_SLICE_BYTES];   // BN / 64 chunks x (64 K-rows x 128 bytes)
 };
 static_assert(sizeof(Slice) == SLICE_BYTES, "Slice must be exactly A + B");
