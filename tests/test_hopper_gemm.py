@@ -238,19 +238,21 @@ def test_launch_config_carries_the_dependent_launch_beside_the_cluster():
     assert cfg.numAttrs == 1 and cfg.attrs[0].id == ids[1]
 
 
-@pytest.mark.parametrize("build", [hg.PERSISTENT, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL],
-                         ids=lambda b: b.label)
+@pytest.mark.parametrize("build", [hg.PERSISTENT, hg.PERSISTENT_ONE_ROW, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL,
+                                   hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64], ids=lambda b: b.label)
 def test_dependent_launch_waits_for_the_prior_grid_before_any_global_access(build):
     """Launched as a dependent, the kernel may run beside the one before it: griddepcontrol.wait
-    (ACQBULK) must come before its first TMA load or store, global load, store or atomic, and
-    it lets the next kernel launch (griddepcontrol.launch_dependents, PREEXIT)."""
+    (ACQBULK) must come before its first TMA load or store and its first global or generic
+    load, store or atomic (a generic one may reach global memory), and it lets the next
+    kernel launch (griddepcontrol.launch_dependents, PREEXIT). Before the wait only the
+    setup may run: parameters, tensor-map prefetch, barrier init, fences."""
     text = sass.disassemble(hg.module("persistent", ARCH, build=build).cubin)
     for part in re.split(r"\.section\s+\.text\.", text)[1:]:
         name = part.split(",", 1)[0].strip()
         lines = [line for line in part.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
         at = {}
         for i, line in enumerate(lines):
-            op = re.search(r"\b(ACQBULK|PREEXIT|UTMALDG|UTMASTG|LDG|STG|ATOMG|RED)\b", line)
+            op = re.search(r"\b(ACQBULK|PREEXIT|UTMALDG|UTMASTG|LDG|STG|ATOMG|RED|LD|ST|ATOM)(?=[.\s])", line)
             if op:
                 at.setdefault(op.group(1), i)
         assert "ACQBULK" in at and "PREEXIT" in at, name
@@ -385,6 +387,7 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (128, 4096, 65536, 132, "PERSISTENT_SMALL"),     # one tile row: the 128 x 64 tiles throughout
     (128, 1024, 8192, 132, "PERSISTENT_SMALL"),      # long K above 64 rows: not 64 x 64
     (64, 1024, 8192, 132, "PERSISTENT_M64_N64"),     # at most 64 rows: 64 x 64 at any K
+    (192, 2048, 16384, 132, "PERSISTENT_M64_N128"),  # long K, an odd number of 64-row blocks: 64 x 128
     # and not 128 x 256 tiles at long K: 128 of 128 x 128 fill the SMs (32 cluster tiles for 66)
     (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),
 ])

@@ -514,9 +514,10 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
     }
     // Launched as a dependent (hopper_gemm._launch_config), this block may be here while the
     // kernel before it on the stream still runs: its setup above overlapped that kernel's
-    // tail; from here on it reads and writes global memory. All of this grid's blocks are
-    // resident by the time each has passed this point, so the next kernel may launch: its
-    // blocks take SMs as ours leave and wait there in turn.
+    // tail; from here on it reads and writes global memory. The next kernel launches once
+    // every block of this grid has passed this point (or exited): all of ours are resident
+    // by then, so no stream-K cluster waits on one the next kernel's blocks keep off an SM.
+    // Those blocks take SMs as ours leave and wait there in turn.
     fp_pdl::wait_for_prior_grid();
     fp_pdl::allow_next_grid();
     if (threadIdx.x == 0 && fp_tma::cluster_rank() == 0)   // the cluster's ticket (every block reads it from here)

@@ -21,7 +21,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
 K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
-(``tile_n=128``, ``64``) for products that 128 x 256 tiles spread over too few SMs.
+(``tile_n=128``, ``64``), and 64 x 128 and 64 x 64 with one consumer warpgroup
+(``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs.
 For a few rows (a decode step)
 :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
@@ -34,7 +35,7 @@ and clips stores; the cp.async rung zero-fills chunks past the edges.
 
 Build options of the persistent rung (cluster shape, tile order, epilogue stores, tile
 width) are a :class:`PersistentBuild`; :func:`default_build` picks the one ``gemm_hopper``
-uses (:data:`PERSISTENT` for most products), and ``scripts/hopper-gemm-sweep`` measures
+uses (:data:`PERSISTENT` for large products, smaller tiles for small ones), and ``scripts/hopper-gemm-sweep`` measures
 the alternatives.
 
 Tensor maps: :func:`tensor_map_args` computes cuTensorMapEncodeTiled's arguments as a
@@ -78,9 +79,9 @@ STAGES = 4
 CLUSTER = 2  # blocks per cluster along M in the default build (PERSISTENT); the experiment counts L2 reads with it
 ELEM = 2
 SLICE_BYTES = (BM * BK + BK * BN) * ELEM  # 48 KiB
-THREADS = {"wgmma": 256, "tma": 256, "ws": 384, "persistent": 384}
+THREADS = {"wgmma": 256, "tma": 256, "ws": 384, "persistent": 384}  # (persistent: 128-row builds; PersistentBuild.threads)
 MAX_BLOCK_SHARED = 227 * 1024
-CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each)
+CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each; a PersistentBuild's .consumers)
 # Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
 # its 64 x tile_n fp32 accumulators)
 WORKSPACE_HEADER = 256
@@ -239,11 +240,12 @@ PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
 # Tiles of 64 rows (one consumer warpgroup, 256 threads), 8-slice rings: twice the tiles of
 # the 128-row builds above, and no 64 rows of padding where M is an odd number of 64s (M <=
 # 64, 192, 320 ...). cuBLAS runs 64 x 64 and 64 x 48 tiles on such products (p265). On an
-# H200 (session 39, p267: 111 products up to 1024 rows; x cuBLAS, the 128-row build the
-# rule chose before -> the 64-row one): 256 x 2048 x 2048 0.54 -> 0.82, 512^3 0.81 -> 0.98,
-# 128 x 4096 x 4096 0.82 -> 0.95, 192 x 4096 x 4096 0.70 -> 1.15, 320 x 2048 x 4096 0.86 ->
-# 1.31, 64 x 8192 x 4096 0.62 -> 1.00; 64 x 128 against 128 x 64 at the same tile count
-# (1024^3): 0.89 against 0.85.
+# H200 (session 39, p266 and p267's 111 products up to 1024 rows; x cuBLAS, the 128-row
+# build the rule chose before -> the 64-row one): 256 x 2048 x 2048 0.54 -> 0.82, 512^3 0.81
+# -> 0.98, 128 x 4096 x 4096 0.82 -> 0.95, 192 x 4096 x 4096 0.70 -> 1.15, 320 x 2048 x 4096
+# 0.86 -> 1.31, 64 x 8192 x 4096 0.62 -> 1.00; 64 x 128 against 128 x 64 at the same tile
+# count (1024^3): 0.89 against 0.85. On 44 held-out shapes (p268) the rule ran 1.08x the
+# rule before it (geometric mean), 0.92 of the best of the four builds.
 PERSISTENT_M64_N128 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=128, stages=8)
 PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=64, stages=8)
 
@@ -254,7 +256,7 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 DEPENDENT_LAUNCH = True
 
 
-# Long K turns the choice from 128 x 64 tiles to 128 x 128 with stream-K: those read a
+# Long K turns the choice from smaller tiles to 128 x 128 with stream-K: those read a
 # third fewer bytes from L2 a FLOP, and over a long main loop stream-K's partial sums (the
 # 128 x 128 tiles leave half the SMs idle otherwise) cost little against that. On an H200
 # (session 38, p258-p260; x cuBLAS, 128 x 64 -> 128 x 128 with stream-K): 1024^2 x 12288
@@ -279,9 +281,10 @@ def default_build(m: int, n: int, k: int, sms: int) -> PersistentBuild:
     x 64 for 65-128 rows: one tile row, each B column read by one block); 64 x 64. Where M
     is an odd number of 64-row blocks, 64 x 128 takes 128 x 128's place (no padded tile row)
     if its tiles fit one wave.
-    Long K turns the choice to the larger tiles with stream-K: 128 x 128 under the long-K
-    rule (LONG_K_SLICES, LONG_K_WORK_PER_SM; more than one tile row), and never 64 x 64
-    from LONG_K_SLICES on above 64 rows (they read twice the L2 bytes a FLOP of 128 x 128)."""
+    Long K turns the choice to the larger tiles with stream-K: the first of the three sizes
+    (128 x 128, or 64 x 128 for an odd number of 64-row blocks) under the long-K rule
+    (LONG_K_SLICES, LONG_K_WORK_PER_SM; more than one tile row), and never 64 x 64 from
+    LONG_K_SLICES on above 64 rows (they read twice the L2 bytes a FLOP of 128 x 128)."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     if 2 * cluster_tiles(m, n, wide) > sms // wide.cluster:
         return wide

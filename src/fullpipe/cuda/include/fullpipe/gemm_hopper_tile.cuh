@@ -38,7 +38,7 @@ constexpr int BM = TILE_M;      // C tile rows per block
 #ifndef TILE_N
 #define TILE_N 256
 #endif
-static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64, "C tiles of 128 x 256, 128 x 128 or 128 x 64");
+static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64, "C tiles of TILE_M x 256, x 128 or x 64");
 #ifndef B_K_MAJOR
 #define B_K_MAJOR 0
 #endif
