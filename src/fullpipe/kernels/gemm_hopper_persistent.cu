@@ -59,9 +59,11 @@
 // workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1) (a cluster
 // of one block is launched without the cluster attribute: the implicit cluster of one), 384
 // threads (256 at TILE_M 64), dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at
-// TILE_N 128, 24 at 64; 8 KiB less at TILE_M 64) + 16 KiB per consumer warpgroup + 1 KiB. workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer
-// warpgroup (zeroed before each launch), then 64 x BN fp32 partial sums per consumer
-// warpgroup (Workspace).
+// TILE_N 128, 24 at 64; 8 KiB less at TILE_M 64) + 16 KiB per consumer warpgroup + 1 KiB.
+// workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer warpgroup
+// (zeroed before each launch), then 64 x BN fp32 partial sums per consumer warpgroup
+// (Workspace). Launched as a dependent launch (programmatic stream serialization): it
+// waits for the kernel before it in fp_pdl::wait_for_prior_grid (dependent_launch.cuh).
 #include <fullpipe/dependent_launch.cuh>
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
