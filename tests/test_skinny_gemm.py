@@ -160,9 +160,13 @@ def test_a_forced_split_beyond_a_cluster_is_refused():
         sk.plan(8, 1024, 4096, "bfloat16", tile_n=256, stages=4)
 
 
-@pytest.mark.parametrize("m, n, sms, skinny", [
-    (1, 4096, 132, True), (64, 32000, 132, True), (65, 4096, 132, True), (128, 8192, 132, True),
-    (65, 11008, 132, False), (128, 32000, 132, False), (129, 1024, 132, False),
+@pytest.mark.parametrize("m, n, k, sms, skinny", [
+    (1, 4096, 4096, 132, True), (64, 32000, 4096, 132, True), (65, 4096, 4096, 132, True),
+    (128, 8192, 4096, 132, True), (65, 11008, 4096, 132, False), (128, 32000, 4096, 132, False),
+    (129, 1024, 4096, 132, False),
+    # short K: the persistent rung's 64-row tiles (p270)
+    (8, 4096, 512, 132, False), (64, 4096, 520, 132, True), (64, 4096, 1024, 132, True),
+    (96, 2048, 1024, 132, False), (128, 4096, 1536, 132, False), (128, 4096, 1544, 132, True),
 ])
-def test_the_skinny_kernel_is_preferred_for_few_rows(m, n, sms, skinny):
-    assert sk.preferred(m, n, sms) == skinny
+def test_the_skinny_kernel_is_preferred_for_few_rows_and_k_to_split(m, n, k, sms, skinny):
+    assert sk.preferred(m, n, k, sms) == skinny

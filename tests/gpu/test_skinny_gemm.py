@@ -64,9 +64,10 @@ def test_gemm_hopper_variant_takes_the_skinny_kernel_for_few_rows():
     s = torch.cuda.current_stream()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     wide = 128 * sms // 2 + 128   # too many 128-column tiles for the skinny kernel above 64 rows
-    for m, n, skinny in [(1, 1024, True), (64, 1024, True), (65, 1024, True), (128, 1024, True),
-                         (129, 1024, False), (65, wide, False)]:
-        a, b = _inputs(m, n, 1024, torch.float16, seed=m)
+    for m, n, k, skinny in [(1, 1024, 1024, True), (64, 1024, 1024, True), (65, 1024, 2048, True),
+                            (128, 1024, 2048, True), (129, 1024, 2048, False), (65, wide, 2048, False),
+                            (8, 1024, 512, False), (96, 1024, 1024, False)]:   # (short K: the persistent rung)
+        a, b = _inputs(m, n, k, torch.float16, seed=m)
         sk._LAUNCHES.clear()
         hg._LAUNCHES.clear()
         out = gemm(a, b, variant="hopper", stream=s)

@@ -399,7 +399,8 @@ def gemm(
     variants (tiled, double_buffer, warp_specialized) take float32, wmma takes fp16/bf16,
     and all four write float32; the Hopper variants (``hopper_wgmma``, ``hopper_tma``,
     ``hopper_ws``, ``hopper_persistent``, ``hopper_skinny`` for at most 128 rows, and
-    ``hopper``: the skinny kernel for few rows, else the persistent rung) take bf16/fp16
+    ``hopper``: the skinny kernel for few rows and K long enough to split, else the
+    persistent rung) take bf16/fp16
     and write the same dtype (see :mod:`.hopper_gemm`).
 
     ``b`` of ``hopper``, ``hopper_persistent`` and ``hopper_skinny`` may also be a
@@ -444,8 +445,8 @@ def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> 
                          f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
     kind = HOPPER_VARIANTS[variant]
     if kind == "auto":
-        m, n, _ = matmul_shape(A, B)
-        kind = "skinny" if skinny_gemm.preferred(m, n, arch_and_sm_count(A.device_index)[1]) else "persistent"
+        m, n, k = matmul_shape(A, B)
+        kind = "skinny" if skinny_gemm.preferred(m, n, k, arch_and_sm_count(A.device_index)[1]) else "persistent"
     if kind == "skinny":
         return skinny_gemm.run(A, B, out, stream)
     return hopper_gemm.run(A, B, kind, out, stream)

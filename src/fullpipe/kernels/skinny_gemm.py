@@ -50,14 +50,27 @@ MAX_CLUSTER_SUM_BYTES = 64 * 1024
 # H100 (session 27, p178; B from HBM, x cuBLAS) it read 0.64-1.07x at 1 to 64 rows where
 # the persistent rung read 0.43-1.03x.
 PREFERRED_ROWS = 64
+# ... and K long enough for its split to pay: more than this at most PREFERRED_ROWS rows,
+# and more than SHORT_K_MANY_ROWS above. Below, the persistent rung's 64-row tiles (session
+# 39) won: on an H200 (p270, skinny's time / the persistent rung's, N 512-8192): 96-128 rows
+# 1.02-1.56x at K = 512, 0.97-1.39x at 1024, 0.92-1.16x at 1536, 0.71-0.99x from 2048 on;
+# 64 rows 1.06-1.26x at 512, 1.01-1.08x at 1024, 0.85-0.98x at 1536; 32 rows 0.80-1.17x at
+# 512, 0.69-1.03x at 1024. On 40 random shapes drawn after (M 33-128, K 256-6144) the
+# cut-off changed 5 choices: 1.004x in geometric mean (1.23x at best, 0.89x at worst).
+SHORT_K = 512
+SHORT_K_MANY_ROWS = 1536
 
 
-def preferred(m: int, n: int, sms: int) -> bool:
-    """Whether this kernel beats the persistent rung on an (m, K) @ (K, n) product on a
+def preferred(m: int, n: int, k: int, sms: int) -> bool:
+    """Whether this kernel beats the persistent rung on an (m, k) @ (k, n) product on a
     GPU of ``sms`` SMs: at most PREFERRED_ROWS rows, and up to MAX_ROWS where n has too few
     128-column tiles to give half the SMs one (the persistent rung would split K there too:
     96-128 rows x 4096 x 4096, skinny 0.67-0.71x cuBLAS against 0.58-0.59x; with 11008 or
-    32000 columns the persistent rung won, 0.93-1.03x against 0.87-0.96x; p178)."""
+    32000 columns the persistent rung won, 0.93-1.03x against 0.87-0.96x; p178); and in both
+    cases K longer than SHORT_K (SHORT_K_MANY_ROWS above PREFERRED_ROWS rows): shorter, the
+    K split has little to split and the persistent rung's 64-row tiles win (p270)."""
+    if k <= (SHORT_K if m <= PREFERRED_ROWS else SHORT_K_MANY_ROWS):
+        return False
     if m <= PREFERRED_ROWS:
         return True
     return m <= MAX_ROWS and 2 * -(-n // TILE_N) <= sms
