@@ -133,6 +133,16 @@ def test_plan_maps_match_the_kernels_boxes():
     assert (c.global_dims, c.box_dims) == ((2048, 4096), (hg.OUT_N, hg.OUT_ROWS))
     # One slice = the A box + the four B boxes: what the full barrier expects (SLICE_BYTES).
     assert a.box_bytes + (hg.BN // hg.CHUNK_N) * b.box_bytes == hg.SLICE_BYTES
+    # The edge boxes (the kernel's EdgeMaps, in its order): the same matrices, 64, 32, 16 and
+    # 8 rows of the same width, each a whole number of 1 KiB swizzle atoms, so that one lands
+    # in the slot exactly where those rows of the whole box would.
+    a_edges, b_edges = p.edge_maps
+    for whole, edges in ((a, a_edges), (b, b_edges)):
+        assert [e.box_dims for e in edges] == [(whole.box_dims[0], rows) for rows in (64, 32, 16, 8)]
+        for e in edges:
+            assert (e.global_address, e.global_dims, e.global_strides) == (whole.global_address, whole.global_dims,
+                                                                           whole.global_strides)
+            assert e.swizzle == "128B" and e.box_bytes % 1024 == 0
     assert p.cluster == 2 and p.grid == 132 and p.grid % p.cluster == 0
     assert p.shared_mem <= hg.MAX_BLOCK_SHARED
 
@@ -324,11 +334,18 @@ def test_b_given_transposed_is_read_k_major_with_no_transpose_in_the_mma(base):
     assert _hgmma_operands(build) == {"gdesc[UR]"}
     for kernel, counts in _opcodes("persistent", build=build).items():
         assert _has(counts, "UTMALDG") and _has(counts, "USETMAXREG"), kernel
-        assert _multicast_loads(counts) == _multicast_loads(_opcodes("persistent", build=base)[kernel]), kernel
+        # the same kinds of TMA loads (W's boxes are multicast where B's are; more of them:
+        # W's last rows past N are cut into smaller boxes, B's K-rows never are)
+        plain, multi = _multicast_loads(counts)
+        base_plain, base_multi = _multicast_loads(_opcodes("persistent", build=base)[kernel])
+        assert (plain > 0, multi > 0) == (base_plain > 0, base_multi > 0), kernel
+        assert plain >= base_plain and multi >= base_multi, kernel
     # the plan maps w (N x K) in boxes of 64 rows by 64 along K: the bytes of a row-major B chunk
     p = hg.plan("persistent", 4096, 2048, 1024, "float16", 1 << 20, 2 << 20, 3 << 20, max_clusters=66, build=build)
     b = p.maps[1]
     assert (b.global_dims, b.box_dims, b.global_strides) == ((1024, 2048), (hg.BK, hg.CHUNK_N), (1024 * 2,))
+    # and cuts W's last rows (past N) with boxes of fewer of them
+    assert [e.box_dims for e in p.edge_maps[1]] == [(hg.BK, rows) for rows in (64, 32, 16, 8)]
     assert b.box_bytes == hg.BK * hg.CHUNK_N * 2 and b.swizzle == "128B"
     assert build.label.endswith("-bT") and build.defines()["B_K_MAJOR"] == 1
 

@@ -271,3 +271,41 @@ def test_back_to_back_dependent_launches_see_each_others_results(rows, width, bu
     build = getattr(hg, build_name) if build_name else None
     err = hg.dependent_chain_error(rows, width, torch.bfloat16, build, repeats=20)
     assert err < 1e-2, f"{rows} x {width}: rel err {err:.2e} (inf: outputs never written)"
+
+
+# (M, N, K, the build, b given as w.T): products whose last tiles reach past M, past N
+# (W's rows, w.T), past the last 64-column chunk of B, and past K.
+EDGE_CASES = [(258, 3392, 520, "PERSISTENT_NARROW", False), (258, 3400, 200, "PERSISTENT_NARROW", True),
+              (130, 520, 1000, "PERSISTENT", False), (777, 1032, 4104, "PERSISTENT", True),
+              (70, 200, 72, "PERSISTENT_M64_N64", False), (65, 136, 136, "PERSISTENT_M64_N128", True),
+              (300, 264, 1000, "PERSISTENT_SMALL", True), (200, 264, 72, None, False)]
+
+
+@pytest.mark.parametrize("m, n, k, build_name, w_t", EDGE_CASES, ids=lambda c: str(c))
+def test_edges_never_carry_an_earlier_products_values(m, n, k, build_name, w_t):
+    """At an edge the persistent rung loads only the rows of A (and of W) inside the matrix:
+    the slot's other rows keep what was there before. Right after the same product on
+    all-Inf operands (whose slices fill the same SMs' rings with Inf), a product on finite
+    operands matches float64 everywhere: nothing left over reaches a place of C (rows past
+    M and W's rows past N reach only places past the edges; B's K-rows are loaded whole)."""
+    import torch
+
+    from fullpipe.kernels import hopper_gemm as hg
+
+    build = getattr(hg, build_name) if build_name else None
+    a, b = _inputs(m, n, k, torch.bfloat16, seed=m * n + k)
+    if w_t:
+        b = b.t().contiguous().t()  # w.T of a row-major (N, K) w
+    inf_a, inf_b = torch.full_like(a, float("inf")), torch.full_like(b, float("inf"))
+    if w_t:
+        inf_b = inf_b.t().contiguous().t()
+    ref = a.double() @ b.double()
+    for _ in range(3):
+        junk = gemm_hopper(inf_a, inf_b, _build=build)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        gemm_hopper(a, b, out=out, _build=build)
+        torch.cuda.synchronize()
+        assert torch.isinf(junk).all()
+        assert torch.isfinite(out).all(), f"{m}x{n}x{k}: non-finite outputs (values left over from the Inf product)"
+        err = _rel(out, ref)
+        assert err < 1e-2, f"{m}x{n}x{k} ({build_name}, w.T {w_t}): rel err {err:.2e}"

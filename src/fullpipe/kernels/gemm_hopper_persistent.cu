@@ -55,8 +55,11 @@
 // ring) and B_K_MAJOR (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear
 // weight; the tile header).
 //
-// Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, M, N, K, sk_tiles,
-// workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1) (a cluster
+// Edges (load_item<true>): a tile that reaches past M, or past N, has its boxes cut at the
+// edge: a TMA box that hangs past the last row of its matrix is slow (EdgeMaps below).
+//
+// Kernels gemm_hopper_persistent_{bf16,f16}(map_a, map_b, map_c, a_edges, b_edges, M, N, K,
+// sk_tiles, workspace): grid = CLUSTER x clusters, cluster (CLUSTER_M * CLUSTER_N, 1, 1) (a cluster
 // of one block is launched without the cluster attribute: the implicit cluster of one), 384
 // threads (256 at TILE_M 64), dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at
 // TILE_N 128, 24 at 64; 8 KiB less at TILE_M 64) + 16 KiB per consumer warpgroup + 1 KiB.
@@ -134,6 +137,70 @@ constexpr int A_ROWS = SHARE_A ? BM / CLUSTER_N : BM;
 // Blocks that write into this block's ring (own, B peers, A peers): each one's
 // consumers release a slot here, and this block's consumers release it in each of them.
 constexpr int WRITERS = (SHARE_B ? CLUSTER_M : 1) + (SHARE_A ? CLUSTER_N : 1) - 1;
+
+// Edges. A box that hangs past the last row of its matrix (A's rows past M, W's past N)
+// costs more than one that ends inside it, and far more after a dependent launch: on an
+// H200 (session 40, p272-p273), 258 x 3456 x 5216 with 128 x 128 tiles, whose last tile
+// row's A boxes hold 2 rows and 126 past M, ran 52 us, and 32.5 us with A's map over a
+// 384-row allocation (37.5 against 32.8 without dependent launch); 32 rows past cost 5 %,
+// one row nothing. So where a box would hang EDGE_HANG rows or more past the edge, a tile
+// loads the smallest of the boxes of 64, 32, 16 and 8 rows (EdgeMaps) that holds the rows
+// inside the matrix (one box: each load more in the producer's loop costs, p277), and no
+// B chunk that lies wholly past N. The slot's other rows keep what an earlier slice left
+// there (or the SM's last kernel): they reach only rows and columns of C past M and N,
+// which the TMA store clips, and stream-K's partial sums carry them only to the same
+// places of the same tile. B's K-rows are never cut: the sum over K meets them with A's
+// columns past K, zeros, and 0 x a stale Inf or NaN would not be zero.
+constexpr int EDGE_HANG = 16;   // a box hanging fewer rows past the edge is loaded whole
+constexpr int EDGE_BOXES = 4;   // boxes of 64, 32, 16 and 8 rows
+struct EdgeMaps {
+    TensorMap box[EDGE_BOXES];   // the same matrix in boxes of 64 >> i rows
+};
+constexpr int B_BOX_ROWS = 64;   // a B chunk's box: 64 K-rows of B, or 64 rows of W (B_K_MAJOR)
+static_assert(B_BOX_ROWS == BK && B_BOX_ROWS == CHUNK_N, "a B chunk is 64 x 64 either way");
+constexpr int A_PARTS = SHARE_A ? CLUSTER_N : 1;   // A boxes that land in a block's slot per slice
+constexpr int B_CHUNKS = BN / CHUNK_N;            // B chunks that land in a block's slot per slice
+
+// The box a tile loads in place of a `box_rows`-row box (`whole`) that holds `inside` rows
+// of its matrix: `whole` itself where it hangs past the end by fewer than EDGE_HANG rows,
+// else the smallest EdgeMaps box that holds them; nullptr if none is inside. `rows`: its rows.
+__device__ __forceinline__ const TensorMap* edge_box(const TensorMap* whole, const EdgeMaps* edges, int box_rows,
+                                                     int inside, int& rows) {
+    rows = box_rows;
+    if (inside > box_rows - EDGE_HANG) return whole;
+    if (inside <= 0) {
+        rows = 0;
+        return nullptr;
+    }
+    const TensorMap* box = whole;
+#pragma unroll
+    for (int i = 0; i < EDGE_BOXES; ++i) {
+        const int n = 64 >> i;
+        if (n < box_rows && n >= inside) {
+            box = &edges->box[i];
+            rows = n;
+        }
+    }
+    return box;
+}
+
+// One lane of the converged warp, the one that issues for it. (The producer's loop runs on
+// the whole warp: a loop under `threadIdx.x == 0` kept its coordinates in per-thread
+// registers, and each TMA load went through a loop electing a lane to move them to uniform
+// ones. With the warp converged they are computed once in uniform registers.)
+__device__ __forceinline__ bool elect_one() {
+    unsigned elected;
+    asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, 0xffffffff;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(elected));
+    return elected != 0;
+}
+
+// A box at (col, row0) into dst (MULTICAST_BOX: into the same offset of every block in mask).
+template <bool MULTICAST_BOX>
+__device__ __forceinline__ void load_box(unsigned char* dst, const TensorMap* map, unsigned long long* full, int col,
+                                         int row0, unsigned short mask) {
+    if constexpr (MULTICAST_BOX) fp_tma::load_2d_multicast(dst, map, full, col, row0, mask);
+    else fp_tma::load_2d(dst, map, full, col, row0);
+}
 
 struct alignas(1024) OutBuffer {
     unsigned char bytes[OUT_BYTES];                   // 64 rows x 128 bytes, swizzled
@@ -252,38 +319,77 @@ __device__ __forceinline__ unsigned short a_peers(int rm) {   // same rows: shar
     return static_cast<unsigned short>(mask);
 }
 
-__device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
-                                         TileScheduler sched) {
+// What a tile at an edge loads per slice: this block's A box (edge_box; nullptr: none); of
+// B's chunks, in order, the first `b_whole` whole, then chunk b_whole in `b_box` (an EdgeMaps
+// box of W's rows past N; nullptr: none), the rest none (past N); `bytes`: all that lands in
+// the slot, the A parts and B chunks a peer multicasts included.
+struct EdgeCut {
+    const TensorMap* a_box;
+    const TensorMap* b_box;
+    int b_whole, bytes;
+};
+__device__ __forceinline__ EdgeCut edge_cut(const TensorMap* map_a, const TensorMap* map_b, const EdgeMaps* a_edges,
+                                            const EdgeMaps* b_edges, const WorkItem& w, int rn, int M, int N) {
+    EdgeCut e{nullptr, nullptr, 0, 0};
+    int rows;
+#pragma unroll
+    for (int j = 0; j < A_PARTS; ++j) {
+        const TensorMap* box = edge_box(map_a, a_edges, A_ROWS, M - (w.m0 + j * A_ROWS), rows);
+        if (j == (SHARE_A ? rn : 0)) e.a_box = box;
+        e.bytes += rows * 128;
+    }
+#pragma unroll
+    for (int c = 0; c < B_CHUNKS; ++c) {
+        const int inside = N - (w.n0 + c * CHUNK_N);
+        const TensorMap* box = B_K_MAJOR ? edge_box(map_b, b_edges, B_BOX_ROWS, inside, rows)
+                                         : (inside > 0 ? map_b : nullptr);   // (a chunk of B's columns: whole or none)
+        if (!B_K_MAJOR) rows = inside > 0 ? B_BOX_ROWS : 0;
+        e.b_whole += box == map_b;
+        if (box && box != map_b) e.b_box = box;
+        e.bytes += rows * 128;
+    }
+    return e;
+}
+
+// The producer's loads for one work item, from slice `it` on (advanced). EDGE: the tile
+// loads the boxes of edge_cut; else all whole. The producer's loop is on the SM's critical
+// path, each instruction in it counts (a shared loop with the cuts in it ran 384 x 3456 x
+// 5216 in 1.35x the time, p275): the loop without edges has none of their tests.
+template <bool EDGE>
+__device__ __forceinline__ void load_item(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
+                                          const WorkItem& w, const TileScheduler& sched, const EdgeCut& cut, int& it) {
     const unsigned short mask_a = a_peers(sched.rm), mask_b = b_peers(sched.rn);
+    const int m0 = w.m0 + (SHARE_A ? sched.rn * A_ROWS : 0);   // this block's rows of the (shared) A box
+    const int a_offset = SHARE_A ? sched.rn * A_ROWS * 128 : 0;
+    const int bytes = EDGE ? cut.bytes : SLICE_BYTES;
+#pragma unroll 1
+    for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
+        const int slot = it % STAGES;
+        fp_mbar::mbar_wait(&smem.empty[slot], ((it / STAGES) & 1) ^ 1);
+        if (!elect_one()) continue;
+        Slice& s = smem.ring[slot];
+        unsigned long long* full = &smem.full[slot];
+        fp_mbar::mbar_arrive_expect_tx(full, bytes);
+        if (!EDGE || cut.a_box) load_box<SHARE_A>(s.a + a_offset, EDGE ? cut.a_box : map_a, full, kt * BK, m0, mask_a);
+#pragma unroll
+        for (int i = 0; i < B_CHUNKS_PER_BLOCK; ++i) {
+            const int c = SHARE_B ? sched.rm * B_CHUNKS_PER_BLOCK + i : i;
+            const BoxAt at = b_chunk_at(w.n0 + c * CHUNK_N, kt * BK);
+            const TensorMap* box = !EDGE || c < cut.b_whole ? map_b : c == cut.b_whole ? cut.b_box : nullptr;
+            if (box) load_box<SHARE_B>(s.b + c * B_CHUNK_BYTES, box, full, at.x, at.y, mask_b);
+        }
+    }
+}
+
+__device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
+                                         const EdgeMaps* a_edges, const EdgeMaps* b_edges, TileScheduler sched,
+                                         int M, int N) {
     int it = 0;   // slices issued by this block, over all its items
     WorkItem w;
     while (sched.next(w)) {
-        const int m0 = w.m0, n0 = w.n0;
-#pragma unroll 1   // one thread issuing copies: unrolling only costs the 40 registers it has
-        for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
-            const int slot = it % STAGES;
-            fp_mbar::mbar_wait(&smem.empty[slot], ((it / STAGES) & 1) ^ 1);
-            Slice& s = smem.ring[slot];
-            unsigned long long* full = &smem.full[slot];
-            fp_mbar::mbar_arrive_expect_tx(full, SLICE_BYTES);
-            if constexpr (SHARE_A) {
-                const int r = sched.rn * A_ROWS;   // this block's rows of the shared A box
-                fp_tma::load_2d_multicast(s.a + r * 128, map_a, full, kt * BK, m0 + r, mask_a);
-            } else {
-                fp_tma::load_2d(s.a, map_a, full, kt * BK, m0);
-            }
-#pragma unroll
-            for (int i = 0; i < B_CHUNKS_PER_BLOCK; ++i) {
-                if constexpr (SHARE_B) {
-                    const int c = sched.rm * B_CHUNKS_PER_BLOCK + i;
-                    const BoxAt at = b_chunk_at(n0 + c * CHUNK_N, kt * BK);
-                    fp_tma::load_2d_multicast(s.b + c * B_CHUNK_BYTES, map_b, full, at.x, at.y, mask_b);
-                } else {
-                    const BoxAt at = b_chunk_at(n0 + i * CHUNK_N, kt * BK);
-                    fp_tma::load_2d(s.b + i * B_CHUNK_BYTES, map_b, full, at.x, at.y);
-                }
-            }
-        }
+        const EdgeCut cut = edge_cut(map_a, map_b, a_edges, b_edges, w, sched.rn, M, N);
+        if (cut.bytes == SLICE_BYTES) load_item<false>(smem, map_a, map_b, w, sched, cut, it);
+        else load_item<true>(smem, map_a, map_b, w, sched, cut, it);
     }
 }
 
@@ -495,7 +601,8 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
 
 template <bool BF16>
 __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const TensorMap* map_b,
-                                                const TensorMap* map_c, int M, int N, int K, int sk_tiles,
+                                                const TensorMap* map_c, const EdgeMaps* a_edges,
+                                                const EdgeMaps* b_edges, int M, int N, int K, int sk_tiles,
                                                 unsigned char* workspace) {
     extern __shared__ unsigned char smem_raw[];
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
@@ -530,9 +637,9 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
     // across it are spilled)
     if (wg == 0) {
         if constexpr (MOVE_REGISTERS) fp_wgmma::release_registers<PRODUCER_REGS>();
-        if (threadIdx.x == 0) {
-            const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
-            producer(smem, map_a, map_b, TileScheduler(M, N, slices, sk_tiles, ticket));
+        if (threadIdx.x < 32) {   // the producer's warp: one lane issues (elect_one), all keep the loop uniform
+            const int ticket = __shfl_sync(0xffffffffu, static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0)), 0);
+            producer(smem, map_a, map_b, a_edges, b_edges, TileScheduler(M, N, slices, sk_tiles, ticket), M, N);
         }
         __syncwarp();
     } else {
@@ -548,13 +655,15 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_hopper_persistent_bf16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                            const __grid_constant__ TensorMap map_c, int M, int N, int K, int sk_tiles,
+                            const __grid_constant__ TensorMap map_c, const __grid_constant__ EdgeMaps a_edges,
+                            const __grid_constant__ EdgeMaps b_edges, int M, int N, int K, int sk_tiles,
                             unsigned char* workspace) {
-    gemm_persistent<true>(&map_a, &map_b, &map_c, M, N, K, sk_tiles, workspace);
+    gemm_persistent<true>(&map_a, &map_b, &map_c, &a_edges, &b_edges, M, N, K, sk_tiles, workspace);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_hopper_persistent_f16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                           const __grid_constant__ TensorMap map_c, int M, int N, int K, int sk_tiles,
+                           const __grid_constant__ TensorMap map_c, const __grid_constant__ EdgeMaps a_edges,
+                           const __grid_constant__ EdgeMaps b_edges, int M, int N, int K, int sk_tiles,
                            unsigned char* workspace) {
-    gemm_persistent<false>(&map_a, &map_b, &map_c, M, N, K, sk_tiles, workspace);
+    gemm_persistent<false>(&map_a, &map_b, &map_c, &a_edges, &b_edges, M, N, K, sk_tiles, workspace);
 }

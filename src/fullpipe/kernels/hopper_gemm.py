@@ -75,6 +75,11 @@ DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 BM, BN, BK = 128, 256, 64
 CHUNK_N = 64  # B columns per TMA box / swizzle chunk (128 bytes)
 OUT_N, OUT_ROWS = 64, 64  # TMA store box of the persistent epilogue
+# The persistent rung cuts its boxes at the last rows of A (M) and of W (N, for b = w.T):
+# a tile there loads the rows inside the matrix as boxes of these heights (the same matrix's
+# maps, HopperPlan.edge_maps), not a box that hangs past the edge (gemm_hopper_persistent.cu,
+# EdgeMaps: 258 x 3456 x 5216 ran 1.6x the time of the same product without such boxes).
+EDGE_BOX_ROWS = (64, 32, 16, 8)
 STAGES = 4
 CLUSTER = 2  # blocks per cluster along M in the default build (PERSISTENT); the experiment counts L2 reads with it
 ELEM = 2
@@ -430,6 +435,9 @@ class HopperPlan:
     maps: tuple[TensorMapArgs, ...]  # a, b (and c for persistent); empty for wgmma
     build: PersistentBuild | None = None  # persistent only: the compile-time options
     sk_tiles: int = 0  # persistent only: cluster tiles dealt out as K slices (stream-K)
+    # persistent only: a's and b's maps in boxes of EDGE_BOX_ROWS rows (the kernel's EdgeMaps;
+    # b's rows are W's for b = w.T, else B's K-rows, which the kernel never cuts)
+    edge_maps: tuple[tuple[TensorMapArgs, ...], ...] = ()
 
     @property
     def multicast(self) -> bool:
@@ -542,9 +550,15 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, BM, BK), tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
     if variant == "persistent":
         b = persistent_build(multicast, build)
-        map_b = tensor_map_args("b", b_ptr, n, k, dtype, CHUNK_N, BK) if b.b_k_major else maps[1]  # (W = B^T: N x K)
+        if b.b_k_major:  # (W = B^T: N x K)
+            b_rows, b_cols, b_box_cols = n, k, BK
+        else:
+            b_rows, b_cols, b_box_cols = k, n, CHUNK_N
+        map_b = tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, CHUNK_N if b.b_k_major else BK, b_box_cols)
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), map_b,
                 tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N))
+        edge_maps = (tuple(tensor_map_args("a", a_ptr, m, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS),
+                     tuple(tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, rows, b_box_cols) for rows in EDGE_BOX_ROWS))
         n_tiles = cluster_tiles(m, n, b)
         slices = -(-k // BK)
         if sk_tiles is None:
@@ -556,7 +570,8 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
                              f"of waves of {clusters} clusters")
         if sk_tiles * slices * clusters >= 2**31:
             raise ValueError(f"sk_tiles={sk_tiles}: too many K slices to deal out ({sk_tiles} x {slices})")
-        return HopperPlan(variant, kernel, b.cluster * clusters, b.threads, b.shared_mem, b.cluster, maps, b, sk_tiles)
+        return HopperPlan(variant, kernel, b.cluster * clusters, b.threads, b.shared_mem, b.cluster, maps, b, sk_tiles,
+                          edge_maps)
     return HopperPlan(variant, kernel, tiles(m, n), THREADS[variant], smem, None, maps)
 
 
@@ -674,7 +689,7 @@ def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, 
     if p.variant == "wgmma":
         raw = [struct.pack("<Q", a_ptr), struct.pack("<Q", b_ptr)]
     else:
-        raw = [_encoded(t) for t in p.maps]
+        raw = [_encoded(t) for t in p.maps] + [b"".join(_encoded(t) for t in maps) for maps in p.edge_maps]
     if p.variant != "persistent":
         raw.append(struct.pack("<Q", c_ptr))
     raw += [struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k)]
@@ -867,8 +882,9 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     # (stream-K: 16 tiles of 128 x 64, 4 runs each; a whole wave of tiles, then 78 split ones)
     # (8 x 512 x 4096 and 72 x 1024 x 2048: stream-K with a warpgroup, and warps, on rows past the end)
+    # (258 x 3392 x 520: 128 x 128 tiles whose last row loads an 8-row edge box, and a B chunk past N)
     shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256),
-              (8, 512, 4096), (72, 1024, 2048)]
+              (8, 512, 4096), (72, 1024, 2048), (258, 3392, 520)]
     if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
         shapes.append((1200, 1704, 520))
     bad = 0
