@@ -130,3 +130,27 @@ def test_cupy_arrays():
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert c.dtype == np.float16
     assert float(cupy.linalg.norm(c.astype(np.float64) - ref) / cupy.linalg.norm(ref)) < 1e-2
+
+
+@pytest.mark.parametrize("m, n, k, w_t", [(33, 1024, 520, False), (100, 1032, 2056, True), (24, 136, 4104, False),
+                                          (72, 4096, 1024, True)], ids=lambda c: str(c))
+def test_rows_past_m_never_carry_an_earlier_products_values(m, n, k, w_t):
+    """Below its ROWS build the kernel loads A's rows up to M rounded to 8: the slot's other
+    rows keep what was there. Right after the same product on all-Inf operands (whose
+    slices fill the same SMs' rings with Inf), a product on finite operands is finite and
+    matches float64: those rows reach only rows of C past M, never stored."""
+    import torch
+
+    a, b = _inputs(m, n, k, torch.bfloat16, seed=m + n + k)
+    if w_t:
+        b = b.t().contiguous().t()  # w.T of a row-major (N, K) w
+    inf_a, inf_b = torch.full_like(a, float("inf")), torch.full_like(b, float("inf"))
+    ref = a.double() @ b.double()
+    for _ in range(3):
+        junk = sk.gemm_skinny(inf_a, inf_b)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        sk.gemm_skinny(a, b, out=out)
+        torch.cuda.synchronize()
+        assert torch.isinf(junk).all()
+        assert torch.isfinite(out).all(), f"{m}x{n}x{k}: non-finite outputs (values left over from the Inf product)"
+        assert _rel(out, ref) < 1e-2, f"{m}x{n}x{k} (w.T {w_t}): rel err {_rel(out, ref):.2e}"

@@ -152,10 +152,8 @@ constexpr int WRITERS = (SHARE_B ? CLUSTER_M : 1) + (SHARE_A ? CLUSTER_N : 1) - 
 // places of the same tile. B's K-rows are never cut: the sum over K meets them with A's
 // columns past K, zeros, and 0 x a stale Inf or NaN would not be zero.
 constexpr int EDGE_HANG = 16;   // a box hanging fewer rows past the edge is loaded whole
-constexpr int EDGE_BOXES = 4;   // boxes of 64, 32, 16 and 8 rows
-struct EdgeMaps {
-    TensorMap box[EDGE_BOXES];   // the same matrix in boxes of 64 >> i rows
-};
+using fp_tma::EDGE_BOXES;
+using fp_tma::EdgeMaps;         // the same matrix in boxes of 64 >> i rows
 constexpr int B_BOX_ROWS = 64;   // a B chunk's box: 64 K-rows of B, or 64 rows of W (B_K_MAJOR)
 static_assert(B_BOX_ROWS == BK && B_BOX_ROWS == CHUNK_N, "a B chunk is 64 x 64 either way");
 constexpr int A_PARTS = SHARE_A ? CLUSTER_N : 1;   // A boxes that land in a block's slot per slice
@@ -182,16 +180,6 @@ __device__ __forceinline__ const TensorMap* edge_box(const TensorMap* whole, con
         }
     }
     return box;
-}
-
-// One lane of the converged warp, the one that issues for it. (The producer's loop runs on
-// the whole warp: a loop under `threadIdx.x == 0` kept its coordinates in per-thread
-// registers, and each TMA load went through a loop electing a lane to move them to uniform
-// ones. With the warp converged they are computed once in uniform registers.)
-__device__ __forceinline__ bool elect_one() {
-    unsigned elected;
-    asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, 0xffffffff;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(elected));
-    return elected != 0;
 }
 
 // A box at (col, row0) into dst (MULTICAST_BOX: into the same offset of every block in mask).
@@ -366,7 +354,7 @@ __device__ __forceinline__ void load_item(SharedStorage& smem, const TensorMap* 
     for (int kt = w.k_begin; kt < w.k_end; ++kt, ++it) {
         const int slot = it % STAGES;
         fp_mbar::mbar_wait(&smem.empty[slot], ((it / STAGES) & 1) ^ 1);
-        if (!elect_one()) continue;
+        if (!fp_tma::elect_one()) continue;   // (the warp runs the loop, one lane issues: tma.cuh)
         Slice& s = smem.ring[slot];
         unsigned long long* full = &smem.full[slot];
         fp_mbar::mbar_arrive_expect_tx(full, bytes);
@@ -637,7 +625,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
     // across it are spilled)
     if (wg == 0) {
         if constexpr (MOVE_REGISTERS) fp_wgmma::release_registers<PRODUCER_REGS>();
-        if (threadIdx.x < 32) {   // the producer's warp: one lane issues (elect_one), all keep the loop uniform
+        if (threadIdx.x < 32) {   // the producer's warp: one lane issues (fp_tma::elect_one)
             const int ticket = __shfl_sync(0xffffffffu, static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0)), 0);
             producer(smem, map_a, map_b, a_edges, b_edges, TileScheduler(M, N, slices, sk_tiles, ticket), M, N);
         }

@@ -10,8 +10,9 @@
 // boxes, 128-byte swizzle) and is read as the transposed A operand (imm-trans-a 1); the
 // activations' slice is the K-major B operand.
 //
-//   warp 4      PRODUCER  one thread, per K slice: wait empty[s] -> arm full[s] with
-//                         its bytes -> TMA B[64 x TILE_N] (TILE_N / 64 chunks) + A[ROWS x 64]
+//   warp 4      PRODUCER  the warp, one lane issuing (fp_tma::elect_one), per K slice:
+//                         wait empty[s] -> arm full[s] with its bytes -> TMA B[64 x TILE_N]
+//                         (TILE_N / 64 chunks) + A's rows (A_ROWS: M rounded up to 8)
 //   warps 0-3   CONSUMER  one warpgroup: wait full[s] -> TILE_N / 64 x 4 wgmma (each 64
 //                         columns of C x ROWS rows) -> commit -> wait <= 1 -> free the
 //                         slot before
@@ -29,7 +30,14 @@
 // 64 along K), which land exactly as the K-major A operand wants them (imm-trans-a 0),
 // with no copy of W.
 //
-// Kernels gemm_hopper_skinny_{bf16,f16}(map_a, map_b, C, M, N, K, slices_per_run):
+// A's rows: M rounded up to 8, loaded as boxes of 64, 32, 16 and 8 rows (a_edges, one for
+// each bit of it) where a ROWS-row box would hang 16 rows or more past M: on an
+// H200 (session 40, p278) 33 x 4096 x 4096 ran 14.9 us with its 64-row box, 8.8 with A's
+// map over 64 allocated rows. The slot's rows past those keep what an earlier slice left:
+// they reach only rows of C past M, which store_c skips (and the cluster's sums add them
+// only to the same places).
+//
+// Kernels gemm_hopper_skinny_{bf16,f16}(map_a, map_b, a_edges, C, M, N, K, slices_per_run):
 // grid tiles x runs (tiles = ceil(N / TILE_N)), cluster (runs, 1, 1), 160 threads,
 // dynamic shared memory STAGES * (TILE_N + ROWS) * 128 B + 1 KiB; tensor maps: A boxes
 // of ROWS x 64, B boxes of 64 x 64, both 128-byte swizzled. Builds: ROWS, TILE_N (128 or
@@ -64,7 +72,7 @@ constexpr int CHUNKS = TILE_N / CHUNK_N;
 constexpr int MMA_K = 16;
 constexpr int B_CHUNK_BYTES = BK * CHUNK_N * 2;     // 8 KiB
 constexpr int A_BYTES = ROWS * BK * 2;              // ROWS x 128 bytes (>= one 1 KiB swizzle atom)
-constexpr int SLICE_TX = CHUNKS * B_CHUNK_BYTES + A_BYTES;
+constexpr int B_SLICE_BYTES = CHUNKS * B_CHUNK_BYTES;
 constexpr int ACC = ROWS / 2;                       // fp32 accumulators per thread and 64-column block
 constexpr int CONSUMER_THREADS = 128;
 constexpr int THREADS = CONSUMER_THREADS + 32;
@@ -95,16 +103,28 @@ struct Run {
     int slices;        // K slices in this run
 };
 
+// A's rows the producer loads per slice: all ROWS (one box) where M leaves fewer than 16 of
+// them empty, else M rounded up to 8. (Cut into 2-4 boxes, 120 x 4096 x 4096 ran 0.87x and
+// 24 x 8192 x 2048 0.92x the time of one box hanging 8 rows; 33 x 4096 x 4096 1.51x, 72 x
+// 4096 x 4096 1.67x faster than one hanging 31 and 56: p279.)
+constexpr int EDGE_HANG = 16;
+__device__ __forceinline__ int a_rows_loaded(int M) {
+    return M > ROWS - EDGE_HANG ? ROWS : (M + 7) / 8 * 8;
+}
+
 __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
-                                         const Run& r) {
+                                         const fp_tma::EdgeMaps* a_edges, const Run& r, int M) {
+    const int a_rows = a_rows_loaded(M);
+    const int bytes = B_SLICE_BYTES + a_rows * 128;
 #pragma unroll 1
     for (int i = 0; i < r.slices; ++i) {
         const int slot = i % STAGES;
         fp_mbar::mbar_wait(&smem.empty[slot], ((i / STAGES) & 1) ^ 1);
+        if (!fp_tma::elect_one()) continue;
         Slice& s = smem.ring[slot];
         unsigned long long* full = &smem.full[slot];
         const int k = (r.k_begin + i) * BK;
-        fp_mbar::mbar_arrive_expect_tx(full, SLICE_TX);
+        fp_mbar::mbar_arrive_expect_tx(full, bytes);
 #pragma unroll
         for (int c = 0; c < CHUNKS; ++c) {
             if constexpr (B_K_MAJOR) {
@@ -113,7 +133,16 @@ __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* m
                 fp_tma::load_2d(s.b[c], map_b, full, r.n0 + c * CHUNK_N, k);   // B's K-rows k ..
             }
         }
-        fp_tma::load_2d(s.a, map_a, full, k, 0);
+        if (a_rows == ROWS) {
+            fp_tma::load_2d(s.a, map_a, full, k, 0);
+        } else {
+#pragma unroll
+            for (int e = 0; e < fp_tma::EDGE_BOXES; ++e) {   // a box of 64 >> e rows for each bit of a_rows
+                const int n = 64 >> e;
+                const int row = a_rows & -(2 * n);   // the rows of the larger boxes before it
+                if (n < ROWS && (a_rows & n)) fp_tma::load_2d(s.a + row * 128, &a_edges->box[e], full, k, row);
+            }
+        }
     }
 }
 
@@ -240,8 +269,9 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, float (&acc)[CHUNK
 }
 
 template <bool BF16>
-__device__ __forceinline__ void gemm_skinny(const TensorMap* map_a, const TensorMap* map_b, unsigned short* C,
-                                            int M, int N, int K, int slices_per_run) {
+__device__ __forceinline__ void gemm_skinny(const TensorMap* map_a, const TensorMap* map_b,
+                                            const fp_tma::EdgeMaps* a_edges, unsigned short* C, int M, int N, int K,
+                                            int slices_per_run) {
     extern __shared__ unsigned char smem_raw[];
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
@@ -269,8 +299,8 @@ __device__ __forceinline__ void gemm_skinny(const TensorMap* map_a, const Tensor
         for (int i = 0; i < ACC; ++i) acc[c][i] = 0.0f;
     if (consumer_thread) {
         consumer<BF16>(smem, acc, r);
-    } else if (threadIdx.x == CONSUMER_THREADS) {
-        producer(smem, map_a, map_b, r);
+    } else {
+        producer(smem, map_a, map_b, a_edges, r, M);   // (the producer's warp)
     }
     if (runs > 1) add_cluster_sums(smem, acc, consumer_thread, rank, runs);   // (the producer warp too)
     if (consumer_thread && rank == 0) store_c<BF16>(C, acc, M, N, r.n0);
@@ -280,11 +310,13 @@ __device__ __forceinline__ void gemm_skinny(const TensorMap* map_a, const Tensor
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 gemm_hopper_skinny_bf16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                        unsigned short* C, int M, int N, int K, int slices_per_run) {
-    gemm_skinny<true>(&map_a, &map_b, C, M, N, K, slices_per_run);
+                        const __grid_constant__ fp_tma::EdgeMaps a_edges, unsigned short* C, int M, int N, int K,
+                        int slices_per_run) {
+    gemm_skinny<true>(&map_a, &map_b, &a_edges, C, M, N, K, slices_per_run);
 }
 extern "C" __global__ void __launch_bounds__(THREADS)
 gemm_hopper_skinny_f16(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                       unsigned short* C, int M, int N, int K, int slices_per_run) {
-    gemm_skinny<false>(&map_a, &map_b, C, M, N, K, slices_per_run);
+                       const __grid_constant__ fp_tma::EdgeMaps a_edges, unsigned short* C, int M, int N, int K,
+                       int slices_per_run) {
+    gemm_skinny<false>(&map_a, &map_b, &a_edges, C, M, N, K, slices_per_run);
 }

@@ -140,6 +140,9 @@ class SkinnyPlan:
     shared_mem: int
     maps: tuple[hg.TensorMapArgs, ...]  # A (boxes of rows x 64), B (64 x 64)
     b_transposed: bool = False  # B given as w.T: map B over w (the B_K_MAJOR build)
+    # A in boxes of hopper_gemm.EDGE_BOX_ROWS rows (the kernel loads M rounded up to 8 rows
+    # with them where that is below the ROWS build, not a box hanging past M)
+    a_edges: tuple[hg.TensorMapArgs, ...] = ()
 
     @property
     def grid(self) -> int:
@@ -187,8 +190,9 @@ def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, 
     smem = shared_mem_bytes(rows, tile_n, stages)
     if smem > hg.MAX_BLOCK_SHARED:
         raise ValueError(f"{stages} stages of {tile_n} x 64 need {smem} bytes of shared memory")
+    a_edges = tuple(hg.tensor_map_args("a", a_ptr, m, k, dtype, r, BK) for r in hg.EDGE_BOX_ROWS)
     return SkinnyPlan(f"gemm_hopper_skinny_{hg.DTYPES[dtype]}", rows, tile_n, stages, tiles, runs, per, smem, maps,
-                      b_transposed)
+                      b_transposed, a_edges)
 
 
 @functools.lru_cache(maxsize=None)
@@ -223,7 +227,7 @@ def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: i
 
     kernel = module(p.rows, arch, p.tile_n, p.stages, p.b_transposed).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
-    raw = [hg._encoded(t) for t in p.maps]
+    raw = [hg._encoded(t) for t in p.maps] + [b"".join(hg._encoded(t) for t in p.a_edges)]
     raw += [struct.pack("<Q", c_ptr), struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k),
             struct.pack("<i", p.slices_per_run)]
     params, bufs, _ = hg.pack_params(raw)

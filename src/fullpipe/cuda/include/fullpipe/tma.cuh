@@ -14,7 +14,13 @@
 //                      cluster named in a 16-bit mask, signalling each block's mbarrier
 //                      at the same offset
 //   store_2d           shared -> global, tracked by bulk groups (commit / wait)
-// Boxes that hang over the tensor's edge are zero-filled on load and clipped on store.
+// Boxes that hang over the tensor's edge are zero-filled on load and clipped on store,
+// but a load whose box hangs far past the last row is slow (measured on an H200, session
+// 40: a 128-row box holding 2 rows cost a 128 x 128 GEMM 1.6x its time, a skinny GEMM's
+// 64-row box holding 33 rows 1.7x): EdgeMaps holds the same tensor in boxes of 64, 32, 16
+// and 8 rows, for loading only the rows inside it.
+//
+//   elect_one          the one lane of a converged warp that issues for it
 #pragma once
 
 namespace fp_tma {
@@ -23,6 +29,24 @@ namespace fp_tma {
 struct alignas(64) TensorMap {
     unsigned long long opaque[16];
 };
+
+// The same tensor in boxes of 64 >> i rows (i = 0..3), as the host encodes them
+// (hopper_gemm.EDGE_BOX_ROWS): boxes of 8 rows or more of 128-byte rows are whole 1 KiB
+// swizzle atoms, so each lands in shared memory as those rows of a taller box would.
+constexpr int EDGE_BOXES = 4;
+struct EdgeMaps {
+    TensorMap box[EDGE_BOXES];
+};
+
+// One lane of the converged warp: the one that issues for it. A loop run by one thread
+// (under threadIdx.x == 0) keeps its coordinates in per-thread registers, and the compiler
+// wraps each TMA instruction in a loop that elects a lane to move them to uniform ones;
+// run by the whole warp, with one elected lane issuing, they live in uniform registers.
+__device__ __forceinline__ bool elect_one() {
+    unsigned elected;
+    asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, 0xffffffff;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(elected));
+    return elected != 0;
+}
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
