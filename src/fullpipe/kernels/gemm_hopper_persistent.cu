@@ -15,9 +15,10 @@
 //     64 x 256 result in 64 x 64 pieces (128-byte swizzled, two buffers) and one thread
 //     stores each piece with a TMA store (UTMASTG), which clips at the matrix edges.
 //
-//   warpgroup 0   PRODUCER  one thread, per slice: wait empty[s] (released by all 4
-//                 consumer warpgroups of the cluster) -> arm full[s] with 48 KiB ->
-//                 TMA A[128 x 64] (own rows) + multicast B chunks {2r, 2r+1}
+//   warpgroup 0   PRODUCER  its first warp, one elected lane issuing, per slice: wait
+//                 empty[s] (released by all 4 consumer warpgroups of the cluster) -> arm
+//                 full[s] with 48 KiB (less at an edge) -> TMA A[128 x 64] (own rows) +
+//                 multicast B chunks {2r, 2r+1}
 //   warpgroups    CONSUMERS wait full[s] -> wgmma x4 -> commit -> wait <= 1 ->
 //   1 and 2       arrive on empty[] of the slice before in *both* blocks (mapa +
 //                 remote arrive, fp_mbar::mbar_arrive_cluster): the peer's next multicast
