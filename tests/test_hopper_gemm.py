@@ -131,7 +131,8 @@ def test_plan_maps_match_the_kernels_boxes():
     assert (a.global_dims, a.box_dims) == ((1024, 4096), (hg.BK, hg.BM))
     assert (b.global_dims, b.box_dims) == ((2048, 1024), (hg.CHUNK_N, hg.BK))
     assert (c.global_dims, c.box_dims) == ((2048, 4096), (hg.OUT_N, hg.OUT_ROWS))
-    # One slice = the A box + the four B boxes: what the full barrier expects (SLICE_BYTES).
+    # One slice = the A box + the four B boxes: what the full barrier expects (SLICE_BYTES,
+    # away from the edges).
     assert a.box_bytes + (hg.BN // hg.CHUNK_N) * b.box_bytes == hg.SLICE_BYTES
     # The edge boxes (the kernel's EdgeMaps, in its order): the same matrices, 64, 32, 16 and
     # 8 rows of the same width, each a whole number of 1 KiB swizzle atoms, so that one lands

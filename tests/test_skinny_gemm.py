@@ -47,8 +47,9 @@ def test_each_build_compiles_to_the_technique(rows, tile_n, stages):
     assert set(kernels) == {"gemm_hopper_skinny_bf16", "gemm_hopper_skinny_f16"}
     for kernel, counts in kernels.items():
         # B's 64-column chunks and A's rows by TMA, completion on mbarriers: A in one box of
-        # `rows`, or (M rounded up to 8 below it) in one box each of 64, 32, 16, 8 rows below `rows`
-        cuts = sum(1 for n in (64, 32, 16, 8) if n < rows)
+        # `rows`, or (M rounded up to 8 far below it: the 64- and 128-row builds only) in one
+        # box each of 64, 32, 16, 8 rows below `rows`
+        cuts = sum(1 for n in (64, 32, 16, 8) if n < rows) if rows >= 64 else 0
         assert _has(counts, "UTMALDG") == chunks + 1 + cuts, f"{kernel}: {_has(counts, 'UTMALDG')} TMA loads"
         assert _has(counts, "SYNCS.ARRIVE.TRANS64") and _has(counts, "SYNCS.PHASECHK.TRANS64"), kernel
         # the product transposed: m64 x rows, chunks x 4 K-steps a slice (ptxas may unroll the loop)
@@ -150,8 +151,9 @@ def test_plan_maps_and_shared_memory():
     assert a.global_dims == (520, 24) and a.box_dims == (64, 32)      # A: rows of K, boxes of ROWS x 64
     assert b.global_dims == (1000, 520) and b.box_dims == (64, 64)    # B: 64 x 64 chunks
     assert a.swizzle == b.swizzle == "128B"
-    # A's edge boxes (24 rows load as 16 + 8, not the 32-row box): the same matrix, 64, 32,
-    # 16 and 8 rows of 64, whole 1 KiB swizzle atoms that land where a taller box's rows would
+    # A's edge boxes (for M far below its build, e.g. 33 rows as 32 + 8 in place of a 64-row
+    # box; these 24 rows, 8 short of 32, load one box): the same matrix, 64, 32, 16 and 8 rows
+    # of 64, whole 1 KiB swizzle atoms that land where a taller box's rows would
     assert [e.box_dims for e in p.a_edges] == [(64, 64), (64, 32), (64, 16), (64, 8)]
     assert all((e.global_address, e.global_dims, e.global_strides, e.swizzle) ==
                (a.global_address, a.global_dims, a.global_strides, "128B") for e in p.a_edges)

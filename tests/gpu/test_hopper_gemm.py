@@ -281,24 +281,36 @@ EDGE_CASES = [(258, 3392, 520, "PERSISTENT_NARROW", False), (258, 3400, 200, "PE
               (300, 264, 1000, "PERSISTENT_SMALL", True), (200, 264, 72, None, False)]
 
 
+def _all_inf(rows, cols, k, dtype, w_t):
+    """All-Inf operands (m, k) and (k, n), b as w.T if ``w_t``."""
+    import torch
+
+    a = torch.full((rows, k), float("inf"), device="cuda", dtype=dtype)
+    b = torch.full((cols, k), float("inf"), device="cuda", dtype=dtype).T if w_t else \
+        torch.full((k, cols), float("inf"), device="cuda", dtype=dtype)
+    return a, b
+
+
 @pytest.mark.parametrize("m, n, k, build_name, w_t", EDGE_CASES, ids=lambda c: str(c))
 def test_edges_never_carry_an_earlier_products_values(m, n, k, build_name, w_t):
     """At an edge the persistent rung loads only the rows of A (and of W) inside the matrix:
-    the slot's other rows keep what was there before. Right after the same product on
-    all-Inf operands (whose slices fill the same SMs' rings with Inf), a product on finite
-    operands matches float64 everywhere: nothing left over reaches a place of C (rows past
-    M and W's rows past N reach only places past the edges; B's K-rows are loaded whole)."""
+    the slot's other rows keep what was there before. Right after a product of the same
+    build on all-Inf operands padded to whole cluster tiles and long enough to fill every
+    slot of the ring (so every row of every slot on the SMs it ran on holds Inf), a product
+    on finite operands is finite and matches float64 everywhere: rows past M and W's rows
+    past N reach only places past the edges; B's K-rows are loaded whole."""
     import torch
 
     from fullpipe.kernels import hopper_gemm as hg
 
-    build = getattr(hg, build_name) if build_name else None
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    build = getattr(hg, build_name) if build_name else hg.default_build(m, n, k, sms)
     a, b = _inputs(m, n, k, torch.bfloat16, seed=m * n + k)
     if w_t:
         b = b.t().contiguous().t()  # w.T of a row-major (N, K) w
-    inf_a, inf_b = torch.full_like(a, float("inf")), torch.full_like(b, float("inf"))
-    if w_t:
-        inf_b = inf_b.t().contiguous().t()
+    tile_rows, tile_cols = build.tile_m * build.cluster_m, build.tile_n * build.cluster_n
+    inf_a, inf_b = _all_inf(-(-m // tile_rows) * tile_rows, -(-n // tile_cols) * tile_cols,
+                            max(k, 64 * build.stages), torch.bfloat16, w_t)
     ref = a.double() @ b.double()
     for _ in range(3):
         junk = gemm_hopper(inf_a, inf_b, _build=build)
@@ -308,4 +320,4 @@ def test_edges_never_carry_an_earlier_products_values(m, n, k, build_name, w_t):
         assert torch.isinf(junk).all()
         assert torch.isfinite(out).all(), f"{m}x{n}x{k}: non-finite outputs (values left over from the Inf product)"
         err = _rel(out, ref)
-        assert err < 1e-2, f"{m}x{n}x{k} ({build_name}, w.T {w_t}): rel err {err:.2e}"
+        assert err < 1e-2, f"{m}x{n}x{k} ({build.label}, w.T {w_t}): rel err {err:.2e}"

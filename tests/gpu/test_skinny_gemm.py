@@ -132,19 +132,22 @@ def test_cupy_arrays():
     assert float(cupy.linalg.norm(c.astype(np.float64) - ref) / cupy.linalg.norm(ref)) < 1e-2
 
 
-@pytest.mark.parametrize("m, n, k, w_t", [(33, 1024, 520, False), (100, 1032, 2056, True), (24, 136, 4104, False),
+@pytest.mark.parametrize("m, n, k, w_t", [(33, 1024, 520, False), (100, 1032, 2056, True), (40, 136, 4104, False),
                                           (72, 4096, 1024, True)], ids=lambda c: str(c))
 def test_rows_past_m_never_carry_an_earlier_products_values(m, n, k, w_t):
-    """Below its ROWS build the kernel loads A's rows up to M rounded to 8: the slot's other
-    rows keep what was there. Right after the same product on all-Inf operands (whose
-    slices fill the same SMs' rings with Inf), a product on finite operands is finite and
-    matches float64: those rows reach only rows of C past M, never stored."""
+    """Far below its ROWS build the kernel loads A's rows up to M rounded to 8: the slot's
+    other rows keep what was there. Right after a product on all-Inf operands of the build's
+    full ROWS and long enough to fill every slot (so every row of every slot on the SMs it
+    ran on holds Inf), a product on finite operands is finite and matches float64: those
+    rows reach only rows of C past M, never stored."""
     import torch
+
+    from .test_hopper_gemm import _all_inf
 
     a, b = _inputs(m, n, k, torch.bfloat16, seed=m + n + k)
     if w_t:
         b = b.t().contiguous().t()  # w.T of a row-major (N, K) w
-    inf_a, inf_b = torch.full_like(a, float("inf")), torch.full_like(b, float("inf"))
+    inf_a, inf_b = _all_inf(sk.rows_build(m), n, max(k, 64 * 8), torch.bfloat16, w_t)
     ref = a.double() @ b.double()
     for _ in range(3):
         junk = sk.gemm_skinny(inf_a, inf_b)

@@ -116,7 +116,7 @@ static_assert(BN / CHUNK_N % CLUSTER_M == 0, "each block of a cluster loads a wh
 static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N splits A's 128 rows: 1 or 2");
 static_assert(CLUSTER >= 1 && CLUSTER <= 8, "a portable cluster has at most 8 blocks");
 constexpr int THREADS = (1 + CONSUMERS) * 128;
-// setmaxnreg: the producer's thread keeps 40 registers, the consumers take the rest
+// setmaxnreg: the producer's warpgroup keeps 40 registers a thread, the consumers take the rest
 // (40 x 128 + 232 x 256 = the 168 x 384 of the launch). The Hilbert walk and a 2 x 2
 // cluster's ranks do not fit a stream-K producer in 40: 56 and 224 there.
 constexpr bool BIG_PRODUCER = TILE_ORDER == 1 || CLUSTER_N > 1;
@@ -161,8 +161,9 @@ constexpr int A_PARTS = SHARE_A ? CLUSTER_N : 1;   // A boxes that land in a blo
 constexpr int B_CHUNKS = BN / CHUNK_N;            // B chunks that land in a block's slot per slice
 
 // The box a tile loads in place of a `box_rows`-row box (`whole`) that holds `inside` rows
-// of its matrix: `whole` itself where it hangs past the end by fewer than EDGE_HANG rows,
-// else the smallest EdgeMaps box that holds them; nullptr if none is inside. `rows`: its rows.
+// of its matrix: `whole` itself where it hangs past the end by fewer than EDGE_HANG rows, or
+// where no smaller EdgeMaps box holds them (33-48 rows of 64, 65-112 of 128); else the
+// smallest EdgeMaps box that holds them; nullptr if none is inside. `rows`: its rows.
 __device__ __forceinline__ const TensorMap* edge_box(const TensorMap* whole, const EdgeMaps* edges, int box_rows,
                                                      int inside, int& rows) {
     rows = box_rows;

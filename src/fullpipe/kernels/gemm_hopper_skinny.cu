@@ -12,7 +12,8 @@
 //
 //   warp 4      PRODUCER  the warp, one lane issuing (fp_tma::elect_one), per K slice:
 //                         wait empty[s] -> arm full[s] with its bytes -> TMA B[64 x TILE_N]
-//                         (TILE_N / 64 chunks) + A's rows (A_ROWS: M rounded up to 8)
+//                         (TILE_N / 64 chunks) + A's rows (a_rows_loaded: ROWS, or M
+//                         rounded up to 8 where a ROWS box would hang far past M)
 //   warps 0-3   CONSUMER  one warpgroup: wait full[s] -> TILE_N / 64 x 4 wgmma (each 64
 //                         columns of C x ROWS rows) -> commit -> wait <= 1 -> free the
 //                         slot before
@@ -31,7 +32,7 @@
 // with no copy of W.
 //
 // A's rows: M rounded up to 8, loaded as boxes of 64, 32, 16 and 8 rows (a_edges, one for
-// each bit of it) where a ROWS-row box would hang 16 rows or more past M: on an
+// each bit of it) where a ROWS-row box would hang more than 16 rows past M: on an
 // H200 (session 40, p278) 33 x 4096 x 4096 ran 14.9 us with its 64-row box, 8.8 with A's
 // map over 64 allocated rows. The slot's rows past those keep what an earlier slice left:
 // they reach only rows of C past M, which store_c skips (and the cluster's sums add them
@@ -103,13 +104,15 @@ struct Run {
     int slices;        // K slices in this run
 };
 
-// A's rows the producer loads per slice: all ROWS (one box) where M leaves fewer than 16 of
-// them empty, else M rounded up to 8. (Cut into 2-4 boxes, 120 x 4096 x 4096 ran 0.87x and
-// 24 x 8192 x 2048 0.92x the time of one box hanging 8 rows; 33 x 4096 x 4096 1.51x, 72 x
-// 4096 x 4096 1.67x faster than one hanging 31 and 56: p279.)
+// A's rows the producer loads per slice: all ROWS (one box) where M leaves at most 16 of them
+// empty, else M rounded up to 8. (Cut into 2-4 boxes, 120 x 4096 x 4096 ran 0.87x, 24 x
+// 8192 x 2048 0.92x and 48 x 2048 x 8192 0.91x the time of one box hanging 8, 8 and 16 rows;
+// 33 x 4096 x 4096 1.51x, 72 x 4096 x 4096 1.67x faster than one hanging 31 and 56: p279.)
+// Only the 64- and 128-row builds ever cut (M > ROWS / 2 in every build).
 constexpr int EDGE_HANG = 16;
+constexpr bool CUTS_A = ROWS - EDGE_HANG > ROWS / 2;
 __device__ __forceinline__ int a_rows_loaded(int M) {
-    return M > ROWS - EDGE_HANG ? ROWS : (M + 7) / 8 * 8;
+    return !CUTS_A || M >= ROWS - EDGE_HANG ? ROWS : (M + 7) / 8 * 8;
 }
 
 __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* map_a, const TensorMap* map_b,
@@ -133,7 +136,7 @@ __device__ __forceinline__ void producer(SharedStorage& smem, const TensorMap* m
                 fp_tma::load_2d(s.b[c], map_b, full, r.n0 + c * CHUNK_N, k);   // B's K-rows k ..
             }
         }
-        if (a_rows == ROWS) {
+        if (!CUTS_A || a_rows == ROWS) {
             fp_tma::load_2d(s.a, map_a, full, k, 0);
         } else {
 #pragma unroll

@@ -31,7 +31,9 @@ Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
 K and N multiples of 8 (a row of A or B must be a multiple of 16 bytes, which TMA
 needs for its strides and the cp.async rung for whole 16-byte chunks); A, B and C
 16-byte aligned. Any M, N, K otherwise: TMA zero-fills boxes that hang over an edge
-and clips stores; the cp.async rung zero-fills chunks past the edges.
+and clips stores (the persistent rung loads smaller boxes at M's and W's edges and leaves
+the rest of the slot as it was: those rows only reach places of C past M and N); the
+cp.async rung zero-fills chunks past the edges.
 
 Build options of the persistent rung (cluster shape, tile order, epilogue stores, tile
 width) are a :class:`PersistentBuild`; :func:`default_build` picks the one ``gemm_hopper``
@@ -689,6 +691,8 @@ def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, 
     if p.variant == "wgmma":
         raw = [struct.pack("<Q", a_ptr), struct.pack("<Q", b_ptr)]
     else:
+        if p.variant == "persistent" and [len(m) for m in p.edge_maps] != [len(EDGE_BOX_ROWS)] * 2:
+            raise ValueError("a persistent plan needs a's and b's edge maps (the kernel's two EdgeMaps): use plan()")
         raw = [_encoded(t) for t in p.maps] + [b"".join(_encoded(t) for t in maps) for maps in p.edge_maps]
     if p.variant != "persistent":
         raw.append(struct.pack("<Q", c_ptr))

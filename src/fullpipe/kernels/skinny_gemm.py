@@ -227,6 +227,8 @@ def _prepare(p: SkinnyPlan, c_ptr: int, m: int, n: int, k: int, stream_handle: i
 
     kernel = module(p.rows, arch, p.tile_n, p.stages, p.b_transposed).kernel(p.kernel)
     set_max_dynamic_shared_memory(kernel, p.shared_mem, device_index)
+    if len(p.a_edges) != len(hg.EDGE_BOX_ROWS):
+        raise ValueError("a skinny plan needs A's edge maps (the kernel's EdgeMaps): use plan()")
     raw = [hg._encoded(t) for t in p.maps] + [b"".join(hg._encoded(t) for t in p.a_edges)]
     raw += [struct.pack("<Q", c_ptr), struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k),
             struct.pack("<i", p.slices_per_run)]

@@ -41,7 +41,8 @@ struct EdgeMaps {
 // One lane of the converged warp: the one that issues for it. A loop run by one thread
 // (under threadIdx.x == 0) keeps its coordinates in per-thread registers, and the compiler
 // wraps each TMA instruction in a loop that elects a lane to move them to uniform ones;
-// run by the whole warp, with one elected lane issuing, they live in uniform registers.
+// run by the whole warp, with one elected lane issuing, each load is a straight move to
+// uniform registers and the copy.
 __device__ __forceinline__ bool elect_one() {
     unsigned elected;
     asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, 0xffffffff;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(elected));
