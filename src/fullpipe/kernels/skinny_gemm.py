@@ -141,7 +141,7 @@ class SkinnyPlan:
     maps: tuple[hg.TensorMapArgs, ...]  # A (boxes of rows x 64), B (64 x 64)
     b_transposed: bool = False  # B given as w.T: map B over w (the B_K_MAJOR build)
     # A in boxes of hopper_gemm.EDGE_BOX_ROWS rows (the kernel loads M rounded up to 8 rows
-    # with them where that is below the ROWS build, not a box hanging past M)
+    # with them where a ROWS box would hang more than 16 rows past M)
     a_edges: tuple[hg.TensorMapArgs, ...] = ()
 
     @property
