@@ -331,9 +331,13 @@ __device__ __forceinline__ EdgeCut edge_cut(const TensorMap* map_a, const Tensor
 #pragma unroll
     for (int c = 0; c < B_CHUNKS; ++c) {
         const int inside = N - (w.n0 + c * CHUNK_N);
-        const TensorMap* box = B_K_MAJOR ? edge_box(map_b, b_edges, B_BOX_ROWS, inside, rows)
-                                         : (inside > 0 ? map_b : nullptr);   // (a chunk of B's columns: whole or none)
-        if (!B_K_MAJOR) rows = inside > 0 ? B_BOX_ROWS : 0;
+        const TensorMap* box;
+        if constexpr (B_K_MAJOR) {
+            box = edge_box(map_b, b_edges, B_BOX_ROWS, inside, rows);
+        } else {   // a chunk of B's columns: whole or none
+            box = inside > 0 ? map_b : nullptr;
+            rows = inside > 0 ? B_BOX_ROWS : 0;
+        }
         e.b_whole += box == map_b;
         if (box && box != map_b) e.b_box = box;
         e.bytes += rows * 128;
