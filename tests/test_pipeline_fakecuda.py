@@ -790,10 +790,16 @@ def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run
     new shape counts (the share set to ~0), and the probes' 10 ms first calls are enough."""
     fake.jitter["value"] = 0.0
     monkeypatch.setattr(fexec, "SHAPE_COST_SHARE", 1e-9)
+    # The fake's runs take the host's real time, not the probes' models: their corrections
+    # (_refine) decided the test, and on a loaded 2-core CI host they predicted the kept chunk
+    # 9 ms a run worse and chose again (session 40's CI). The models stay as probed, as on a
+    # GPU whose runs match them; with them, keeping the chunk loses ~2 ms a run (more than
+    # KEEP_WITHIN: it is kept for the new shape's 10 ms, not on its merits).
+    monkeypatch.setattr(fexec, "MAX_REFINES", 0)
     x = np.zeros(512 << 20 >> 2, dtype=np.uint32)
     _probes_read(monkeypatch, lambda n, first: {
         "h2d": 10e-6 + n / 50e9, "compute": 2e-3 + n / 400e9, "d2h": 10e-6 + n / 57e9,
-        "host": 5e-3 + (0.01 if first else 0.0)})
+        "host": 1e-3 + (0.01 if first else 0.0)})
     monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
     pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
     pipe.run(x)
@@ -806,6 +812,7 @@ def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run
     for total in (len(x), len(x) - 12345, len(x)):
         pipe.run(x[:total])
         assert pipe.stats.staging["input"] == "direct"
+        assert "a new chunk size is a new batch shape" in pipe.stats.chunk["reason"]
         rows.append(pipe.stats.chunk["rows"])
     assert rows == [first["rows"]] * 3, (first, rows)
     assert "probed at two sizes" not in pipe.stats.chunk["reason"]
