@@ -281,8 +281,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- main
-QUICK_HELP = ("smaller sizes, the same claims and verdicts (on an H200 the full report takes about 4 min; "
-              "--quick took 70 s before the Hopper GEMM, attention and workloads experiments joined it)")
+QUICK_HELP = ("smaller sizes, the same claims and verdicts (on an H200 the full report takes about 240 s, "
+              "--quick about 180 s)")
 
 
 def experiments_help() -> str:
