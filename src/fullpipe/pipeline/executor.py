@@ -122,12 +122,16 @@ class StreamPipeline:
     Options:
 
     - ``form``: ``"auto"`` (default): a ``torch.nn.Module`` or a callable of exactly one
-      positional argument is a tensor function, one of three is the stream form;
-      anything else (``*args``, both possible) is refused with a TypeError asking for
-      ``form=``. ``"torch"``/``"cupy"``: a tensor function of that library. ``"stream"``.
-      With ``"auto"``, a tensor function's library is torch for a Module or a torch
-      input, else the one of torch/cupy that is imported (both imported: TypeError,
-      pass ``form=``).
+      positional argument is a tensor function, one of three is the stream form; a
+      signature that cannot be read (``torch.sin``) or ``*args`` after at most one named
+      parameter (a decorator's wrapper) is a tensor function too; anything else (two
+      required arguments, named parameters that fit both, a required keyword) is refused
+      with a TypeError asking for ``form=``. ``"torch"``/``"cupy"``: a tensor function of
+      that library. ``"stream"``. With ``"auto"``, a tensor function's library is torch
+      for a Module or a torch input, the function's own for ``torch.*``/``cupy.*``
+      functions, else PyTorch when it is imported (CuPy imported by another library does
+      not change that), else CuPy; pass ``form="cupy"`` for a CuPy function of your own
+      while PyTorch is imported.
     - ``streams``: N >= 1 streams, batches round-robin over them.
     - ``prefetch``: how many later batches have their H2D enqueued before this batch's
       compute is called (default: ``streams - 1``, at most ``slots - 1`` for pageable
@@ -198,8 +202,9 @@ class StreamPipeline:
       ``default_pinned_pool()``). ``stats.pinned`` says what a run pinned.
     - ``timing``: per-stage stats from four events per timed batch. ``"sampled"``
       (default): the first ``2 x streams`` batches of a run and then every
-      ``TIMING_STRIDE``-th (8th; 9th on 2 or 4 streams, so every lane is sampled) and the last
-      ``2 x streams`` are timed, and ``stats.busy_ms`` (and the bound,
+      ``TIMING_STRIDE``-th (8th, or the next stride that shares no factor with the
+      stream count, so every lane is sampled: 9th on 2, 4 or 8 streams, 11th on 6) and
+      the last ``2 x streams`` are timed, and ``stats.busy_ms`` (and the bound,
       overlap and stage rates made from it) are estimates scaled from them
       (``stats.timed_batches`` says how many). ``True``: every batch, exact. ``False``:
       none. Timing every batch made a host-bound encoder layer 4-17 % slower than the
@@ -235,7 +240,7 @@ class StreamPipeline:
       allocation and prefetch stay as without graphs, per-stage timing included. The
       same failure guarantees; ``f`` runs once eagerly per stream and shape before its
       capture (warm-up). Not available for CuPy tensor functions.
-    - ``compute_threads``: ``"auto"`` (default), or 1 to ``streams``: how many host threads
+    - ``compute_threads``: ``"auto"`` (default), or 1 to ``streams`` (at most 8): how many host threads
       call the compute, each batch's call on one of them in turn (the calls of a run never
       on the enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). ``"auto"``
       is 1, except for a long list (``run_batches``, more than 16 batches) through a PyTorch
