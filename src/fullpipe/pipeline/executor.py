@@ -240,9 +240,9 @@ class StreamPipeline:
       allocation and prefetch stay as without graphs, per-stage timing included. The
       same failure guarantees; ``f`` runs once eagerly per stream and shape before its
       capture (warm-up). Not available for CuPy tensor functions.
-    - ``compute_threads``: ``"auto"`` (default), or 1 to ``streams`` (at most 8): how many host threads
-      call the compute, each batch's call on one of them in turn (the calls of a run never
-      on the enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). ``"auto"``
+    - ``compute_threads``: ``"auto"`` (default), or 1 to ``streams`` (at most 8): how many
+      host threads call the compute, each batch's call on one of them in turn (the calls of
+      a run never on the enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). ``"auto"``
       is 1, except for a long list (``run_batches``, more than 16 batches) through a PyTorch
       tensor function whose calls set the pace: its first runs measure the calls on
       ``min(3, streams)`` threads too, and keep them where they were clearly faster
