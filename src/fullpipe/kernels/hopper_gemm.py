@@ -553,10 +553,10 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
     if variant == "persistent":
         b = persistent_build(multicast, build)
         if b.b_k_major:  # (W = B^T: N x K)
-            b_rows, b_cols, b_box_cols = n, k, BK
+            b_rows, b_cols, b_box_rows, b_box_cols = n, k, CHUNK_N, BK
         else:
-            b_rows, b_cols, b_box_cols = k, n, CHUNK_N
-        map_b = tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, CHUNK_N if b.b_k_major else BK, b_box_cols)
+            b_rows, b_cols, b_box_rows, b_box_cols = k, n, BK, CHUNK_N
+        map_b = tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, b_box_rows, b_box_cols)
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), map_b,
                 tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N))
         edge_maps = (tuple(tensor_map_args("a", a_ptr, m, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS),
