@@ -5,6 +5,7 @@
     fullpipe bench NAME [--quick]       one experiment: a table and its JSON
     fullpipe trace NAME [--quick]       one experiment under the tracer: Perfetto JSON + PNG
     fullpipe report [--quick]           every experiment: one HTML report with figures
+    fullpipe tune-gemm MxNxK ...        measure gemm(variant="hopper")'s plans for these products
 
 Exit status: 0 on success, 2 when there is no usable GPU or the input is wrong,
 1 when an experiment or compile fails.
@@ -255,6 +256,54 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if result.verdict != "failed" else 1
 
 
+# --------------------------------------------------------------------------- tune-gemm
+def _parse_product(text: str) -> tuple[int, int, int]:
+    parts = text.lower().replace("*", "x").split("x")
+    try:
+        m, n, k = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"a product is MxNxK, three whole numbers (e.g. 4096x11008x4096), got {text!r}") from None
+    return m, n, k
+
+
+def cmd_tune_gemm(args: argparse.Namespace) -> int:
+    """Measure the candidate plans of gemm(variant="hopper") for each product; remember and
+    print the fastest."""
+    from .kernels import gemm_tuning, hopper_gemm
+
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}[args.dtype]
+    try:
+        shapes = [_parse_product(t) for t in args.products]
+        for shape in shapes:
+            hopper_gemm.check_shapes(*shape)
+    except ValueError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    dev = _open_device(args.device)
+    if dev is None:
+        return EXIT_NO_GPU
+    if dev.arch != "sm_90":
+        return _fail(f"gemm(variant='hopper') runs on Hopper (sm_90) GPUs; device {args.device} is "
+                     f"{dev.name} ({dev.arch})", EXIT_NO_GPU)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    with Progress(TextColumn("[bold]tune-gemm"), BarColumn(), TextColumn("{task.fields[msg]}"), TimeElapsedColumn(),
+                  console=_console(stderr=True)) as prog:
+        task = prog.add_task("tune", total=1.0, msg=f"{len(shapes)} products; first launches compile")
+        results = gemm_tuning.tune_gemm(shapes, dtype=dtype, b_transposed=args.w_t, device=args.device,
+                                        progress=lambda f, msg: prog.update(task, completed=f, msg=msg))
+    layout = "a @ w.T" if args.w_t else "a @ b"
+    t = Table(title=f"gemm(variant='hopper') plans, {args.dtype}, {layout}, on {dev.name}")
+    for col in ("M x N x K", "rule's plan", "us", "measured plan", "us", "x rule"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(f"{r.m}x{r.n}x{r.k}", r.rule, f"{r.rule_us:.2f}", r.chosen, f"{r.chosen_us:.2f}", f"{r.speedup:.2f}")
+    con = _console()
+    con.print(t)
+    con.print(f"remembered in {gemm_tuning.tuning_file()}: gemm(variant='hopper') runs these plans for these products")
+    return 0
+
+
 # --------------------------------------------------------------------------- report
 def cmd_report(args: argparse.Namespace) -> int:
     """Every experiment, each in its own process, then one self-contained HTML page."""
@@ -361,6 +410,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder: index.html, results.json, traces/ (default fullpipe-report)")
     s.add_argument("--device", type=int, default=0, help=device_help)
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("tune-gemm", help="measure gemm(variant='hopper')'s plans for given products and remember them",
+                       description="Measure the candidate plans of gemm(variant='hopper') for each product on\n"
+                                   "random operands, and remember the fastest (a candidate replaces the rule's plan\n"
+                                   "only where it is faster by more than 3 %): later calls of that shape run it.")
+    s.add_argument("products", nargs="+", metavar="MxNxK", help="products, e.g. 4096x11008x4096 96x5528x11016")
+    s.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="operand dtype (default bf16)")
+    s.add_argument("--w-t", action="store_true", help="b given as w.T of an (N, K) weight, as F.linear(x, w) reads it")
+    s.add_argument("--device", type=int, default=0, help=device_help)
+    s.set_defaults(func=cmd_tune_gemm)
 
     s = sub.add_parser("trace", help="run one experiment under the timeline tracer: Perfetto JSON + PNG",
                        lists_experiments=True,

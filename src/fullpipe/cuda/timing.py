@@ -10,9 +10,11 @@ event on the legacy default stream would not wait for non-blocking streams).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import driver as drv
 from .events import create_event, elapsed_ms, record, wait
@@ -71,6 +73,55 @@ def time_streams(
         if it >= warmup:
             times.append(elapsed_ms(start, end))
     return times
+
+
+class StreamGate:
+    """Holds a stream's next work until the host has enqueued all of it, so that short
+    kernels timed back to back run back to back: without it, a kernel shorter than the
+    host's cost to launch the next one is timed with the host's gaps between them.
+
+        gate = StreamGate.for_device(device_index)
+        with gate.hold(stream):      # the stream waits here (cuStreamWaitValue32) ...
+            start = record(stream, timing=True); [launch() for _ in range(n)]; end = ...
+        # ... until the host leaves the block: a write from another stream opens it
+
+    Each hold waits for a new value (a cyclic >=, so a write that lands before the wait is
+    reached still opens it); the word is never reset, so no write can close a later hold
+    by mistake. One gate a device, kept for the process (its word: 4 bytes of cuMemAlloc
+    memory; the driver refuses stream memory operations on stream-ordered pool memory)."""
+
+    _gates: dict[int, "StreamGate"] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def for_device(cls, device_index: int) -> "StreamGate":
+        with cls._lock:
+            gate = cls._gates.get(device_index)
+            if gate is None:
+                gate = cls._gates[device_index] = cls(device_index)
+            return gate
+
+    def __init__(self, device_index: int):
+        from cuda.core import Device as CoreDevice
+
+        from .streams import create_stream
+
+        self._writer = create_stream(CoreDevice(device_index))  # (makes the device current)
+        self._word = int(drv.call("cuMemAlloc", 4))
+        drv.call("cuMemsetD32", self._word, 0, 1)
+        self._value = 0
+
+    @contextlib.contextmanager
+    def hold(self, stream: Any) -> Iterator[None]:
+        geq = int(drv.driver().CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
+        with self._lock:
+            self._value = (self._value + 1) % 2**32
+            value = self._value
+        drv.call("cuStreamWaitValue32", int(stream.handle), self._word, value, geq)
+        try:
+            yield
+        finally:
+            drv.call("cuStreamWriteValue32", int(self._writer.handle), self._word, value, 0)
 
 
 def time_host(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5) -> list[float]:

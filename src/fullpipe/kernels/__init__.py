@@ -35,15 +35,17 @@ tma.cuh / wgmma.cuh / gemm_hopper_tile.cuh (Hopper), mma_sync.cuh / online_softm
 
 Python fronts: :func:`gemm` (tiled / double_buffer / warp_specialized / wmma and the
 hopper_* rungs), :func:`gemm_hopper`, :func:`attention`, :func:`cluster_gemm`,
-:func:`small_tiles_gemm`, :func:`normalize`; :mod:`.elementwise`, :mod:`.peer_copy`, :mod:`.decode_attention` and
+:func:`small_tiles_gemm`, :func:`normalize`, :func:`tune_gemm` (measured plans for
+``gemm(variant="hopper")``); :mod:`.elementwise`, :mod:`.peer_copy`, :mod:`.decode_attention` and
 :mod:`.role_stamps` by module.
 """
 
 from .cluster import cluster_gemm
 from .flash_attention import attention
 from .gemm import HOPPER_VARIANTS, VARIANTS, gemm, plan
+from .gemm_tuning import tune_gemm
 from .hopper_gemm import gemm_hopper
 from .persistent import normalize, small_tiles_gemm
 
 __all__ = ["HOPPER_VARIANTS", "VARIANTS", "attention", "cluster_gemm", "gemm", "gemm_hopper", "normalize", "plan",
-           "small_tiles_gemm"]
+           "small_tiles_gemm", "tune_gemm"]

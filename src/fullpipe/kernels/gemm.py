@@ -381,8 +381,9 @@ def _float32_cp_async_operands(a: Any, b: Any, out: Any, stream: Any, who: str, 
 # The Hopper ladder (kernels/hopper_gemm.py): gemm(variant=...) name -> rung.
 HOPPER_VARIANTS = {"hopper_wgmma": "wgmma", "hopper_tma": "tma", "hopper_ws": "ws",
                    "hopper_persistent": "persistent", "hopper_skinny": "skinny", "hopper": "auto"}
-# (the ladder's rungs are hopper_gemm.py's; "skinny" is skinny_gemm.py, "auto" the faster of
-# it and the persistent rung for the product's shape: skinny_gemm.preferred)
+# (the ladder's rungs are hopper_gemm.py's; "skinny" is skinny_gemm.py, "auto" the plan
+# measured for the shape where there is one, gemm_tuning.py, else the faster of the skinny
+# kernel and the persistent rung by rule: skinny_gemm.preferred)
 
 
 def gemm(
@@ -399,8 +400,9 @@ def gemm(
     variants (tiled, double_buffer, warp_specialized) take float32, wmma takes fp16/bf16,
     and all four write float32; the Hopper variants (``hopper_wgmma``, ``hopper_tma``,
     ``hopper_ws``, ``hopper_persistent``, ``hopper_skinny`` for at most 128 rows, and
-    ``hopper``: the skinny kernel for few rows and K long enough to split, else the
-    persistent rung) take bf16/fp16
+    ``hopper``: the plan measured for the shape by :func:`.gemm_tuning.tune_gemm` or under
+    ``FULLPIPE_GEMM_TUNE=1``, else by rule the skinny kernel for few rows and K long
+    enough to split, or the persistent rung) take bf16/fp16
     and write the same dtype (see :mod:`.hopper_gemm`).
 
     ``b`` of ``hopper``, ``hopper_persistent`` and ``hopper_skinny`` may also be a
@@ -437,15 +439,20 @@ def gemm(
 def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> Any:
     """A rung of the Hopper ladder, the skinny kernel, or ("hopper") whichever of the
     skinny kernel and the persistent rung is faster for the shape."""
-    from . import hopper_gemm, skinny_gemm
+    from . import gemm_tuning, hopper_gemm, skinny_gemm
 
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
     if A.dtype not in hopper_gemm.DTYPES:
         raise ValueError(f"variant={variant!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
                          f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
     kind = HOPPER_VARIANTS[variant]
-    if kind == "auto":
+    if kind == "auto":  # a plan measured for this shape (gemm_tuning), else the rule's
         m, n, k = matmul_shape(A, B)
+        tuned = gemm_tuning.lookup(A, B, m, n, k)
+        if tuned is None and gemm_tuning.tune_on_first_call():
+            tuned = gemm_tuning.first_call(A, B, stream)
+        if tuned is not None:
+            return gemm_tuning.run_plan(tuned, A, B, out, stream)
         kind = "skinny" if skinny_gemm.preferred(m, n, k, arch_and_sm_count(A.device_index)[1]) else "persistent"
     if kind == "skinny":
         return skinny_gemm.run(A, B, out, stream)

@@ -1,0 +1,145 @@
+"""The measured plans of gemm(variant="hopper") without a GPU: which plans are measured
+for a shape (each one a valid launch plan), when a measured plan replaces the rule's,
+and the file that remembers choices (kept per GPU, dtype, layout and shape; forgotten
+when the kernels change; a broken file is set aside with a warning, never an error)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fullpipe.kernels import gemm_tuning as gt
+from fullpipe.kernels import hopper_gemm as hg
+from fullpipe.kernels import skinny_gemm
+from fullpipe.kernels._operands import Operand
+
+SMS = 132  # (an H100 SXM or H200)
+SHAPES = [(94, 5528, 11016), (40, 4304, 10864), (501, 2536, 6944), (4096, 4096, 4096), (8192, 8192, 8192),
+          (60, 872, 1896), (739, 656, 456), (5012, 1032, 3792), (1, 8, 8), (129, 8, 8)]
+
+
+@pytest.fixture(autouse=True)
+def own_tuning_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(gt.ENV_FILE, str(tmp_path / "plans.json"))
+    monkeypatch.setattr(gt, "gpu_id", lambda index: "NVIDIA H200/132 SMs")
+    gt.forget()
+    yield tmp_path / "plans.json"
+    gt.forget()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_rule_comes_first_and_every_candidate_is_a_valid_launch(shape):
+    m, n, k = shape
+    plans = gt.candidates(m, n, k, SMS)
+    assert plans[0] == gt.rule_plan(m, n, k, SMS) and len(set(plans)) == len(plans)
+    assert (gt.GemmPlan("skinny") in plans) == (m <= skinny_gemm.MAX_ROWS)
+    for p in plans:
+        if p.kernel == "skinny":
+            skinny_gemm.plan(m, n, k, "bfloat16", 0, 0, sms=SMS, co_resident=lambda *a: 16)
+            continue
+        clusters = SMS // p.build.cluster
+        sk = hg.cluster_tiles(m, n, p.build) if p.stream_k == "all" else None
+        launch = hg.plan("persistent", m, n, k, "bfloat16", max_clusters=clusters, build=p.build, sk_tiles=sk)
+        if p.stream_k == "all":  # every cluster of the GPU takes a run of K slices
+            assert launch.grid == SMS // p.build.cluster * p.build.cluster and launch.sk_tiles == sk
+
+
+def test_stream_k_over_every_cluster_is_measured_only_where_the_rule_leaves_clusters_idle():
+    def all_sk(m, n, k):
+        return {p.build.label for p in gt.candidates(m, n, k, SMS) if p.stream_k == "all"}
+
+    # 94 rows: the rule splits the 22 tiles of 128 x 256 4 ways, 88 blocks on 132 SMs
+    assert "1x1-g8" in all_sk(94, 5528, 11016)
+    # 8192^3: 1024 tiles of 256 x 256 on 66 clusters leave the last wave part-empty; 128 x 64
+    # tiles (4096 of them) fill waves of 132 whole: nothing idle to fill
+    assert "2x1-g8" in all_sk(8192, 8192, 8192) and "1x1-g8-n64-s8" not in all_sk(8192, 8192, 8192)
+    # K of 2 slices: even the smallest tiles' runs would average under MIN_SLICES_PER_CLUSTER
+    assert all_sk(501, 2536, 128) == set() and "1x1-g8-m64-n64-s8" in all_sk(501, 2536, 1024)
+
+
+def test_a_measured_plan_replaces_the_rules_only_beyond_the_margin():
+    rule, other = gt.candidates(501, 2536, 6944, SMS)[:2]
+    just_faster = 1 / (1 + gt.KEEP_MARGIN) + 0.005
+    assert gt.choose({rule: 10.0, other: 10.0 * just_faster}, rule) == rule
+    assert gt.choose({rule: 10.0, other: 10.0 * (1 / (1 + gt.KEEP_MARGIN) - 0.005)}, rule) == other
+    assert gt.choose({rule: 10.0, other: 12.0}, rule) == rule
+    assert gt.choose({other: 12.0}, rule) == other  # (the rule's plan could not run)
+
+
+def test_plans_round_trip_through_json_without_the_layout():
+    for shape in SHAPES:
+        for p in gt.candidates(*shape, SMS):
+            d = json.loads(json.dumps(p.to_json()))
+            assert gt.GemmPlan.from_json(d) == p
+            assert d["build"] is None or "b_k_major" not in d["build"]  # (b's layout decides at run time)
+    with pytest.raises(ValueError, match="needs its build"):
+        gt.GemmPlan("persistent")
+    with pytest.raises(ValueError, match="stream_k"):
+        gt.GemmPlan("persistent", hg.PERSISTENT, "some")
+
+
+def _operands(m, n, k, dtype="bfloat16", transposed=False):
+    a = Operand(None, 0, (m, k), dtype, 0, "torch")
+    b = Operand(None, 0, (k, n), dtype, 0, "torch", transposed)
+    return a, b
+
+
+def test_a_saved_choice_is_found_by_gpu_dtype_layout_and_shape_in_a_new_process(own_tuning_file, monkeypatch):
+    plan = gt.GemmPlan("persistent", hg.PERSISTENT, "all")
+    table = gt._table()
+    table.put(gt.plan_key("NVIDIA H200/132 SMs", "bfloat16", True, 776, 4112, 11096), plan, {plan: 70.0})
+    table.save()
+    gt.forget()
+    assert gt.lookup(*_operands(776, 4112, 11096, transposed=True), 776, 4112, 11096) == plan
+    for other in (_operands(776, 4112, 11096), _operands(776, 4112, 11096, "float16", True)):
+        assert gt.lookup(*other, 776, 4112, 11096) is None
+    assert gt.lookup(*_operands(777, 4112, 11096, transposed=True), 777, 4112, 11096) is None
+    assert set(gt._UNTUNED) == {(0, "bfloat16", False, 776, 4112, 11096), (0, "float16", True, 776, 4112, 11096),
+                                (0, "bfloat16", True, 777, 4112, 11096)}  # (tune_gemm()'s shapes)
+    gt.forget()
+    monkeypatch.setattr(gt, "gpu_id", lambda index: "NVIDIA H100 80GB HBM3/132 SMs")  # (another model: not its plan)
+    assert gt.lookup(*_operands(776, 4112, 11096, transposed=True), 776, 4112, 11096) is None
+
+
+def test_choices_measured_on_other_kernels_are_forgotten(own_tuning_file, monkeypatch):
+    plan = gt.GemmPlan("skinny")
+    table = gt._table()
+    table.put(gt.plan_key("NVIDIA H200/132 SMs", "bfloat16", False, 64, 4096, 4096), plan, {plan: 9.0})
+    table.save()
+    gt.forget()
+    monkeypatch.setattr(gt, "sources_digest", lambda: "an edited kernel")
+    assert gt.lookup(*_operands(64, 4096, 4096), 64, 4096, 4096) is None
+
+
+def test_a_broken_file_is_set_aside_with_a_warning_and_rewritten(own_tuning_file):
+    own_tuning_file.write_text('{"version": 1, "sources": "')
+    with pytest.warns(UserWarning, match="ignoring the GEMM tuning file"):
+        assert gt.lookup(*_operands(64, 4096, 4096), 64, 4096, 4096) is None
+    plan = gt.GemmPlan("skinny")
+    gt._table().put(gt.plan_key("NVIDIA H200/132 SMs", "bfloat16", False, 64, 4096, 4096), plan, {plan: 9.0})
+    gt._table().save()
+    assert json.loads(own_tuning_file.read_text())["sources"] == gt.sources_digest()
+    assert [p.name for p in own_tuning_file.parent.iterdir()] == ["plans.json"]  # (no temporary file left)
+
+
+def test_the_tuning_file_sits_beside_the_cubin_cache_unless_named(monkeypatch, tmp_path):
+    monkeypatch.delenv(gt.ENV_FILE)
+    monkeypatch.setenv("FULLPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    assert gt.tuning_file() == tmp_path / "cache" / "gemm-tuning" / "plans.json"
+    from fullpipe.cuda import compiler
+
+    (tmp_path / "cache" / "gemm-tuning").mkdir(parents=True)
+    gt.tuning_file().write_text("{}")
+    compiler.clear_cache()  # (emptying the cubins keeps the measured plans)
+    assert gt.tuning_file().is_file()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(shapes=[(64, 64)]), "each shape must be"),
+    (dict(shapes=[(64, 100, 64)]), "multiples of 8"),
+    (dict(shapes=[(64, 64, 64)], dtype="float32"), "dtype must be one of"),
+])
+def test_tune_gemm_refuses_bad_input_before_touching_the_gpu(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gt.tune_gemm(**kwargs)
