@@ -127,6 +127,8 @@ def test_stream_gate_holds_work_until_the_host_opens_it(device):
             assert not done.is_done
         s.sync()
         assert done.is_done
+    with gate.hold(s, at_most_s=0.2):  # (a block that waits on the held stream itself: the watchdog opens it)
+        record(s).sync()
 
 
 def test_first_call_on_the_default_stream_and_bad_operands_under_the_env(monkeypatch, own_tuning_file):

@@ -106,22 +106,37 @@ class StreamGate:
 
         from .streams import create_stream
 
+        self._device_index = device_index
         self._writer = create_stream(CoreDevice(device_index))  # (makes the device current)
         self._word = int(drv.call("cuMemAlloc", 4))
         drv.call("cuMemsetD32", self._word, 0, 1)
         self._value = 0
 
+    def _open(self, value: int) -> None:
+        from .device import ensure_current
+
+        ensure_current(self._device_index)  # (also from the watchdog's thread)
+        drv.call("cuStreamWriteValue32", int(self._writer.handle), self._word, value, 0)
+
     @contextlib.contextmanager
-    def hold(self, stream: Any) -> Iterator[None]:
+    def hold(self, stream: Any, *, at_most_s: float = 2.0) -> Iterator[None]:
+        """Hold ``stream`` while the block runs; a watchdog opens the gate after
+        ``at_most_s`` anyway: should the block wait on the GPU (a device-wide sync in an
+        allocator, say), the held stream would otherwise never run and the wait never end.
+        Opened early, a timing only loses its back-to-back launches."""
         geq = int(drv.driver().CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ)
         with self._lock:
             self._value = (self._value + 1) % 2**32
             value = self._value
         drv.call("cuStreamWaitValue32", int(stream.handle), self._word, value, geq)
+        watchdog = threading.Timer(at_most_s, self._open, (value,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             yield
         finally:
-            drv.call("cuStreamWriteValue32", int(self._writer.handle), self._word, value, 0)
+            watchdog.cancel()
+            self._open(value)  # (a second write of the same value, after the watchdog's, is harmless)
 
 
 def time_host(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5) -> list[float]:
