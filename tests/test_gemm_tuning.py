@@ -120,7 +120,44 @@ def test_a_broken_file_is_set_aside_with_a_warning_and_rewritten(own_tuning_file
     gt._table().put(gt.plan_key("NVIDIA H200/132 SMs", "bfloat16", False, 64, 4096, 4096), plan, {plan: 9.0})
     gt._table().save()
     assert json.loads(own_tuning_file.read_text())["sources"] == gt.sources_digest()
-    assert [p.name for p in own_tuning_file.parent.iterdir()] == ["plans.json"]  # (no temporary file left)
+    assert not [p.name for p in own_tuning_file.parent.iterdir() if p.suffix == ".tmp"]  # (no temporary file left)
+
+
+@pytest.mark.parametrize("text", ["[]", "null", '{"version": 1, "plans": []}', '"plans"'])
+def test_a_file_of_another_shape_is_set_aside_too(own_tuning_file, text):
+    own_tuning_file.write_text(text)
+    with pytest.warns(UserWarning, match="ignoring the GEMM tuning file"):
+        assert gt.lookup(*_operands(64, 4096, 4096), 64, 4096, 4096) is None
+    assert gt.lookup(*_operands(64, 4096, 4096), 64, 4096, 4096) is None  # (read once: no second warning)
+
+
+def test_two_processes_saving_keep_each_others_plans(own_tuning_file):
+    import threading
+
+    key = lambda m: gt.plan_key("NVIDIA H200/132 SMs", "bfloat16", False, m, 4096, 4096)
+    plan = gt.GemmPlan("skinny")
+    first, second = gt.TunedPlans(own_tuning_file), gt.TunedPlans(own_tuning_file)  # (as two processes hold them)
+    first.put(key(8), plan, {plan: 7.0})
+    second.put(key(16), plan, {plan: 8.0})
+    first.save()
+    second.save()
+    assert set(json.loads(own_tuning_file.read_text())["plans"]) == {key(8), key(16)}
+
+    table = gt._table()  # (threads of one process saving at once)
+    errors = []
+
+    def tune(i):
+        try:
+            for j in range(20):
+                table.put(key(100 + i * 20 + j), plan, {plan: 1.0})
+                table.save()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tune, args=(i,)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors and len(json.loads(own_tuning_file.read_text())["plans"]) == 2 + 80
 
 
 def test_the_tuning_file_sits_beside_the_cubin_cache_unless_named(monkeypatch, tmp_path):
@@ -143,3 +180,28 @@ def test_the_tuning_file_sits_beside_the_cubin_cache_unless_named(monkeypatch, t
 def test_tune_gemm_refuses_bad_input_before_touching_the_gpu(kwargs, match):
     with pytest.raises(ValueError, match=match):
         gt.tune_gemm(**kwargs)
+
+
+def test_the_stream_gate_word_only_rises_and_an_error_inside_a_hold_opens_it(monkeypatch):
+    import types
+
+    from fullpipe.cuda import device, timing
+
+    calls = []
+    monkeypatch.setattr(timing.drv, "call", lambda name, *args: calls.append((name, args[2])))
+    monkeypatch.setattr(timing.drv, "driver", lambda: types.SimpleNamespace(
+        CUstreamWaitValue_flags=types.SimpleNamespace(CU_STREAM_WAIT_VALUE_GEQ=0)))
+    monkeypatch.setattr(device, "ensure_current", lambda index=None: None)
+    gate = object.__new__(timing.StreamGate)  # (no GPU: the driver calls are recorded)
+    gate._device_index, gate._writer, gate._word, gate._value, gate._opened = 0, types.SimpleNamespace(handle=7), 64, 0, 0
+    stream = types.SimpleNamespace(handle=9)
+    first, second = gate.hold(stream), gate.hold(stream)
+    first.__enter__()
+    second.__enter__()   # (two threads' holds, opened in the other order)
+    second.__exit__(None, None, None)
+    first.__exit__(None, None, None)
+    with pytest.raises(RuntimeError), gate.hold(stream):
+        raise RuntimeError("the block failed")
+    writes = [v for name, v in calls if name == "cuStreamWriteValue32"]
+    waits = [v for name, v in calls if name == "cuStreamWaitValue32"]
+    assert waits == [1, 2, 3] and writes == [2, 3]  # (1 is opened by 2; never written after it)

@@ -86,9 +86,11 @@ class StreamGate:
         # ... until the host leaves the block: a write from another stream opens it
 
     Each hold waits for a new value (a cyclic >=, so a write that lands before the wait is
-    reached still opens it); the word is never reset, so no write can close a later hold
-    by mistake. One gate a device, kept for the process (its word: 4 bytes of cuMemAlloc
-    memory; the driver refuses stream memory operations on stream-ordered pool memory)."""
+    reached still opens it), and the word only ever rises (``_open`` writes a value only
+    above the last one written, under the lock): holds of several threads open each other
+    early at worst, which costs a timing its back-to-back launches, never a hang. One gate
+    a device, kept for the process (its word: 4 bytes of cuMemAlloc memory; the driver
+    refuses stream memory operations on stream-ordered pool memory)."""
 
     _gates: dict[int, "StreamGate"] = {}
     _lock = threading.Lock()
@@ -110,13 +112,17 @@ class StreamGate:
         self._writer = create_stream(CoreDevice(device_index))  # (makes the device current)
         self._word = int(drv.call("cuMemAlloc", 4))
         drv.call("cuMemsetD32", self._word, 0, 1)
-        self._value = 0
+        self._value = 0   # the last value a hold waits for
+        self._opened = 0  # the last value written
 
     def _open(self, value: int) -> None:
         from .device import ensure_current
 
         ensure_current(self._device_index)  # (also from the watchdog's thread)
-        drv.call("cuStreamWriteValue32", int(self._writer.handle), self._word, value, 0)
+        with self._lock:
+            if 0 < (value - self._opened) % 2**32 < 2**31:  # (cyclically above: raise the word; else it is already)
+                self._opened = value
+                drv.call("cuStreamWriteValue32", int(self._writer.handle), self._word, value, 0)
 
     @contextlib.contextmanager
     def hold(self, stream: Any, *, at_most_s: float = 2.0) -> Iterator[None]:
@@ -128,15 +134,15 @@ class StreamGate:
         with self._lock:
             self._value = (self._value + 1) % 2**32
             value = self._value
-        drv.call("cuStreamWaitValue32", int(stream.handle), self._word, value, geq)
         watchdog = threading.Timer(at_most_s, self._open, (value,))
         watchdog.daemon = True
         watchdog.start()
         try:
+            drv.call("cuStreamWaitValue32", int(stream.handle), self._word, value, geq)
             yield
         finally:
             watchdog.cancel()
-            self._open(value)  # (a second write of the same value, after the watchdog's, is harmless)
+            self._open(value)
 
 
 def time_host(fn: Callable[[], Any], *, warmup: int = 1, repeat: int = 5) -> list[float]:

@@ -437,8 +437,9 @@ def gemm(
 
 
 def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> Any:
-    """A rung of the Hopper ladder, the skinny kernel, or ("hopper") whichever of the
-    skinny kernel and the persistent rung is faster for the shape."""
+    """A rung of the Hopper ladder, the skinny kernel, or ("hopper") the plan measured for
+    the shape (gemm_tuning; measured now under FULLPIPE_GEMM_TUNE), else by rule whichever
+    of the skinny kernel and the persistent rung is faster for the shape."""
     from . import gemm_tuning, hopper_gemm, skinny_gemm
 
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)

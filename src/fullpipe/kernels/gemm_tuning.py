@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import statistics
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -206,31 +207,68 @@ class TunedPlans:
         if not self.path.is_file():
             return
         try:
-            data = json.loads(self.path.read_text())
-            if data.get("version") != FILE_VERSION or data.get("sources") != sources_digest():
-                return  # (measured on other kernels: forgotten; the next save replaces them)
-            for key, entry in data["plans"].items():
-                self.plans[key] = GemmPlan.from_json(entry["plan"])
-                self.times[key] = dict(entry.get("us", {}))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            plans, times = _read_plans(self.path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             warnings.warn(f"fullpipe: ignoring the GEMM tuning file {self.path} ({type(exc).__name__}: {exc}); "
                           "the next tuning rewrites it", stacklevel=3)
-            self.plans.clear()
-            self.times.clear()
+            return
+        self.plans.update(plans)
+        self.times.update(times)
 
     def put(self, key: str, plan: GemmPlan, times_us: dict[GemmPlan, float]) -> None:
-        self.plans[key] = plan
-        self.times[key] = {p.label: round(t, 3) for p, t in times_us.items()}
+        with _LOCK:
+            self.plans[key] = plan
+            self.times[key] = {p.label: round(t, 3) for p, t in times_us.items()}
 
     def save(self) -> None:
-        data = {"version": FILE_VERSION, "sources": sources_digest(),
-                "plans": {key: {"plan": p.to_json(), "us": self.times.get(key, {})} for key, p in self.plans.items()}}
+        """Write the file: under a lock file, what another process saved meanwhile is read
+        and kept beside this one's plans (this one's win for the same key), then the file
+        is replaced whole (a reader sees the old file or the new one)."""
+        import fcntl
+        import tempfile
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)  # (atomic: a reader sees the old file or the new one)
+        with _LOCK, open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                theirs, their_times = _read_plans(self.path) if self.path.is_file() else ({}, {})
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                theirs, their_times = {}, {}
+            for key in theirs.keys() - self.plans.keys():
+                self.plans[key], self.times[key] = theirs[key], their_times.get(key, {})
+            data = {"version": FILE_VERSION, "sources": sources_digest(),
+                    "plans": {key: {"plan": p.to_json(), "us": self.times.get(key, {})}
+                              for key, p in self.plans.items()}}
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(data, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
 
+def _read_plans(path: Path) -> tuple[dict[str, GemmPlan], dict[str, dict[str, float]]]:
+    """(plans, times) of a tuning file; empty where it was measured on other kernels or is
+    of another version (the next save replaces them); raises on a malformed file. An entry
+    that does not read as a plan is skipped."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("plans"), dict):
+        raise ValueError("not a tuning file (no 'plans' table)")
+    if data.get("version") != FILE_VERSION or data.get("sources") != sources_digest():
+        return {}, {}
+    plans, times = {}, {}
+    for key, entry in data["plans"].items():
+        try:
+            plans[key] = GemmPlan.from_json(entry["plan"])
+            times[key] = {str(label): float(t) for label, t in entry.get("us", {}).items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            plans.pop(key, None)
+    return plans, times
+
+
+_LOCK = threading.RLock()  # (the tables and the file: threads may tune and save at once)
 _TABLES: dict[str, TunedPlans] = {}
 # (device_index, dtype, b transposed, m, n, k) -> plan: the hot path's lookup, no string keys
 _FAST: dict[tuple, GemmPlan | None] = {}
@@ -242,15 +280,21 @@ def _table() -> TunedPlans:
     path = tuning_file()
     table = _TABLES.get(str(path))
     if table is None:
-        table = _TABLES[str(path)] = TunedPlans(path)
+        with _LOCK:
+            table = _TABLES.get(str(path))
+            if table is None:
+                table = _TABLES[str(path)] = TunedPlans(path)
     return table
 
 
 def forget() -> None:
-    """Drop what this process read or measured (the file stays; the next lookup rereads it)."""
+    """Drop what this process read or measured (the file stays; the next lookup rereads it)
+    and read FULLPIPE_GEMM_TUNE again."""
+    global _TUNE_ENV
     _TABLES.clear()
     _FAST.clear()
     _UNTUNED.clear()
+    _TUNE_ENV = None
 
 
 def lookup(A: Operand, B: Operand, m: int, n: int, k: int) -> GemmPlan | None:
@@ -266,8 +310,16 @@ def lookup(A: Operand, B: Operand, m: int, n: int, k: int) -> GemmPlan | None:
     return plan
 
 
+_TUNE_ENV: bool | None = None
+
+
 def tune_on_first_call() -> bool:
-    return os.environ.get(ENV_TUNE, "").strip().lower() not in ("", "0", "false", "no", "off")
+    """FULLPIPE_GEMM_TUNE set (not "", "0", "false", "no", "off"), read once (an untuned
+    call asks each time: reading the environment costs more than the lookup)."""
+    global _TUNE_ENV
+    if _TUNE_ENV is None:
+        _TUNE_ENV = os.environ.get(ENV_TUNE, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return _TUNE_ENV
 
 
 # --------------------------------------------------------------------------- measuring
@@ -283,22 +335,35 @@ def measure(A: Operand, B: Operand, stream: Any, plans: list[GemmPlan]) -> dict[
     until enqueued), rounds in alternating order; the median of ROUNDS rounds. The first
     plan's errors are the caller's (bad operands); another plan that cannot run is left out."""
     from ..cuda import driver as drv
-    from ..cuda.events import elapsed_ms, record
     from ..cuda.streams import stream_from_handle
-    from ..cuda.timing import StreamGate
 
     m, n, _ = matmul_shape(A, B)
     handle = hg._stream_handle(stream, A)
     core = stream_from_handle(handle)  # (events and the gate; the launches take ``stream`` itself)
     scratch, _ = empty_like_kind(A, (m, n), A.dtype, handle)
+    try:
+        return _measure(A, B, stream, core, scratch, plans)
+    finally:  # (also on an error: nothing may still write the scratch output when it is freed)
+        with drv.translated("cuStreamSynchronize"):
+            core.sync()
+
+
+def _measure(A: Operand, B: Operand, stream: Any, core: Any, scratch: Any, plans: list[GemmPlan]
+             ) -> dict[GemmPlan, float]:
+    from ..cuda import driver as drv
+    from ..cuda.events import elapsed_ms, record
+    from ..cuda.timing import StreamGate
+
     run_plan(plans[0], A, B, scratch, stream)
     runnable = [plans[0]]
-    for p in plans[1:]:  # (first launches: compiles, prepares; a plan the GPU cannot run is dropped)
+    for p in plans[1:]:  # (first launches: compiles, prepares; a plan that cannot run is dropped)
         try:
             run_plan(p, A, B, scratch, stream)
             runnable.append(p)
         except ValueError:
             continue
+        except Exception as exc:  # noqa: BLE001 - a candidate's failure must not fail the caller's product
+            warnings.warn(f"fullpipe: GEMM tuning left out {p.label} ({type(exc).__name__}: {exc})", stacklevel=4)
     gate = StreamGate.for_device(A.device_index)
 
     def timed(p: GemmPlan, launches: int) -> float:
@@ -332,8 +397,16 @@ def tune_operands(A: Operand, B: Operand, stream: Any, *, save: bool = True) -> 
     _FAST[(A.device_index, A.dtype, B.transposed, m, n, k)] = chosen
     _UNTUNED.pop((A.device_index, A.dtype, B.transposed, m, n, k), None)
     if save:
-        table.save()
+        _save_or_warn(table)
     return chosen
+
+
+def _save_or_warn(table: TunedPlans) -> None:
+    try:
+        table.save()
+    except OSError as exc:  # (the plans stay in this process)
+        warnings.warn(f"fullpipe: could not save the GEMM tuning file {table.path} ({exc}); set "
+                      f"{ENV_FILE} to a writable path to keep measured plans", stacklevel=3)
 
 
 def first_call(A: Operand, B: Operand, stream: Any) -> GemmPlan | None:
@@ -422,8 +495,9 @@ def tune_gemm(shapes: Iterable[tuple[int, int, int]] | None = None, *, dtype: st
 
     if dtype not in hg.DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(hg.DTYPES)}, got {dtype!r}")
-    if shapes is None:
-        todo = [(m, n, k, dt, bt) for (dev, dt, bt, m, n, k) in _UNTUNED if dev == device]
+    if shapes is None:  # (shapes gemm refused after the lookup noted them are left out)
+        todo = [(m, n, k, dt, bt) for (dev, dt, bt, m, n, k) in list(_UNTUNED)
+                if dev == device and dt in hg.DTYPES and _valid(m, n, k)]
     else:
         todo = []
         for shape in shapes:
@@ -435,6 +509,24 @@ def tune_gemm(shapes: Iterable[tuple[int, int, int]] | None = None, *, dtype: st
     stream = create_stream(CoreDevice(device))
     sms = arch_and_sm_count(device)[1]
     table = _table()
+    try:
+        _tune_each(todo, device, stream, sms, table, results, progress)
+    finally:  # (what was measured is kept, whatever stopped the loop)
+        if results:
+            _save_or_warn(table)
+    return results
+
+
+def _valid(m: int, n: int, k: int) -> bool:
+    try:
+        hg.check_shapes(m, n, k)
+        return True
+    except ValueError:
+        return False
+
+
+def _tune_each(todo: list, device: int, stream: Any, sms: int, table: TunedPlans, results: list[TuneResult],
+               progress: Callable[[float, str], None] | None) -> None:
     for i, (m, n, k, dt, bt) in enumerate(todo):
         A, B = _random_operands(m, n, k, dt, bt, device)
         plans = candidates(m, n, k, sms)
@@ -450,6 +542,3 @@ def tune_gemm(shapes: Iterable[tuple[int, int, int]] | None = None, *, dtype: st
         if progress:
             progress((i + 1) / len(todo), f"{m}x{n}x{k} {dt}{' w.T' if bt else ''}: {chosen.label} "
                                           f"{results[-1].speedup:.2f}x the rule's plan")
-    if todo:
-        table.save()
-    return results
