@@ -208,7 +208,7 @@ class TunedPlans:
             return
         try:
             plans, times = _read_plans(self.path)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except _MALFORMED as exc:
             warnings.warn(f"fullpipe: ignoring the GEMM tuning file {self.path} ({type(exc).__name__}: {exc}); "
                           "the next tuning rewrites it", stacklevel=3)
             return
@@ -232,7 +232,7 @@ class TunedPlans:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 theirs, their_times = _read_plans(self.path) if self.path.is_file() else ({}, {})
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except _MALFORMED:
                 theirs, their_times = {}, {}
             for key in theirs.keys() - self.plans.keys():
                 self.plans[key], self.times[key] = theirs[key], their_times.get(key, {})
@@ -247,6 +247,10 @@ class TunedPlans:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+
+
+# What reading a tuning file of the wrong shape raises (it is set aside, never an error)
+_MALFORMED = (OSError, ValueError, KeyError, TypeError, AttributeError)
 
 
 def _read_plans(path: Path) -> tuple[dict[str, GemmPlan], dict[str, dict[str, float]]]:
@@ -387,18 +391,24 @@ def _measure(A: Operand, B: Operand, stream: Any, core: Any, scratch: Any, plans
 def tune_operands(A: Operand, B: Operand, stream: Any, *, save: bool = True) -> GemmPlan:
     """Measure the candidates on these operands and ``stream``, remember the choice and
     return it."""
+    _, chosen, _ = _measure_and_remember(A, B, stream)
+    if save:
+        _save_or_warn(_table())
+    return chosen
+
+
+def _measure_and_remember(A: Operand, B: Operand, stream: Any
+                          ) -> tuple[GemmPlan, GemmPlan, dict[GemmPlan, float]]:
+    """(the rule's plan, the chosen one, every plan's time) of this product, the choice
+    remembered in this process (not yet saved)."""
     m, n, k = matmul_shape(A, B)
-    sms = arch_and_sm_count(A.device_index)[1]
-    plans = candidates(m, n, k, sms)
+    plans = candidates(m, n, k, arch_and_sm_count(A.device_index)[1])
     times = measure(A, B, stream, plans)
     chosen = choose(times, plans[0])
-    table = _table()
-    table.put(plan_key(gpu_id(A.device_index), A.dtype, B.transposed, m, n, k), chosen, times)
+    _table().put(plan_key(gpu_id(A.device_index), A.dtype, B.transposed, m, n, k), chosen, times)
     _FAST[(A.device_index, A.dtype, B.transposed, m, n, k)] = chosen
     _UNTUNED.pop((A.device_index, A.dtype, B.transposed, m, n, k), None)
-    if save:
-        _save_or_warn(table)
-    return chosen
+    return plans[0], chosen, times
 
 
 def _save_or_warn(table: TunedPlans) -> None:
@@ -410,9 +420,9 @@ def _save_or_warn(table: TunedPlans) -> None:
 
 
 def first_call(A: Operand, B: Operand, stream: Any) -> GemmPlan | None:
-    """Under FULLPIPE_GEMM_TUNE: measure this untuned product now, unless ``stream`` is
-    capturing a CUDA graph (None: run the rule's plan)."""
-    if not tune_on_first_call() or _capturing(hg._stream_handle(stream, A)):
+    """Measure this untuned product now (the caller runs under FULLPIPE_GEMM_TUNE), unless
+    ``stream`` is capturing a CUDA graph (None: run the rule's plan)."""
+    if _capturing(hg._stream_handle(stream, A)):
         return None
     return tune_operands(A, B, stream)
 
@@ -507,13 +517,11 @@ def tune_gemm(shapes: Iterable[tuple[int, int, int]] | None = None, *, dtype: st
             todo.append((*shape, dtype, b_transposed))
     results = []
     stream = create_stream(CoreDevice(device))
-    sms = arch_and_sm_count(device)[1]
-    table = _table()
     try:
-        _tune_each(todo, device, stream, sms, table, results, progress)
+        _tune_each(todo, device, stream, results, progress)
     finally:  # (what was measured is kept, whatever stopped the loop)
         if results:
-            _save_or_warn(table)
+            _save_or_warn(_table())
     return results
 
 
@@ -525,17 +533,11 @@ def _valid(m: int, n: int, k: int) -> bool:
         return False
 
 
-def _tune_each(todo: list, device: int, stream: Any, sms: int, table: TunedPlans, results: list[TuneResult],
+def _tune_each(todo: list, device: int, stream: Any, results: list[TuneResult],
                progress: Callable[[float, str], None] | None) -> None:
     for i, (m, n, k, dt, bt) in enumerate(todo):
         A, B = _random_operands(m, n, k, dt, bt, device)
-        plans = candidates(m, n, k, sms)
-        times = measure(A, B, stream, plans)
-        chosen = choose(times, plans[0])
-        table.put(plan_key(gpu_id(device), dt, bt, m, n, k), chosen, times)
-        _FAST[(device, dt, bt, m, n, k)] = chosen
-        _UNTUNED.pop((device, dt, bt, m, n, k), None)
-        rule = plans[0]
+        rule, chosen, times = _measure_and_remember(A, B, stream)
         results.append(TuneResult(m, n, k, dt, bt, rule.label, times.get(rule, float("nan")), chosen.label,
                                   times[chosen]))
         del A, B
