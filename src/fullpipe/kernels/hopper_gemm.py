@@ -92,7 +92,7 @@ CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each; a PersistentB
 # Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
 # its 64 x tile_n fp32 accumulators)
 WORKSPACE_HEADER = 256
-# Two waves of tiles or more: deal the last wave and the one before it out as K runs where
+# A wave of tiles or more: deal the last wave and the one before it out as K runs where
 # the last wave holds at most this share of the clusters (a nearly empty last wave). Where
 # it is fuller, whole tiles won (stream_k's docstring).
 SK_LAST_WAVE_AT_MOST = 1 / 3
@@ -497,7 +497,15 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
       5886 x 2048 x 2048 (0.79) 0.87x, 6144^3 (0.73) 0.9x (sessions 26 and 28, p189:
       interleaved rounds). A rule on the busy share of all waves (< 0.88, sessions 26-27)
       took 1024 x 11008 x 4096 and left 4224 x 8128 x 4160;
-    - at one wave and a part, stream-K lost (2560 x 2560 x 10240: 0.85x);
+    - one wave and a nearly empty second (at most SK_LAST_WAVE_AT_MOST): every tile dealt
+      out, where each cluster's run is MIN_SPLIT_SLICES slices or more (session 43; until
+      then whole tiles there). On an H200, 128 x 256 tiles in clusters of 2: on 9 products of
+      68-84 cluster tiles where the measured plans (``gemm_tuning``; p281, p282) found it,
+      1.04-1.6x whole tiles; on 28 held-out random products of 68-88 tiles (p286), 1.30x in
+      geometric mean (846 x 4112 x 10832 1.69x), slower on the two whose runs were under 16
+      slices (682 x 7264 x 760: 0.81x; 506 x 8672 x 712: 0.88x): the run length's floor was
+      set after that, and it leaves 26 at 1.34x (372 x 11248 x 1000, runs of 21: 0.99x). At
+      one wave and a half, stream-K lost (2560 x 2560 x 10240, 100 tiles: 0.85x, session 28);
     - otherwise none: (0, the tiles or the clusters, the fewer)."""
     whole = (0, max(1, min(tiles, clusters)))
     if tiles < 1 or clusters < 2 or 2 * clusters * slices * clusters >= 2**31:  # (the kernel counts in 32 bits)
@@ -508,7 +516,9 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
         while split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
             split *= 2
         return (tiles, tiles * split) if split > 1 else whole
-    if waves >= 2 and 0 < rest <= clusters * SK_LAST_WAVE_AT_MOST:
+    # (one wave and a bit: every tile dealt out, each cluster's run tiles x slices / clusters long)
+    runs_long_enough = waves >= 2 or tiles * slices >= MIN_SPLIT_SLICES * clusters
+    if waves >= 1 and 0 < rest <= clusters * SK_LAST_WAVE_AT_MOST and runs_long_enough:
         return clusters + rest, clusters
     return whole
 
