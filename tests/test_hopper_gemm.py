@@ -172,11 +172,14 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(576, 66, 96) == (0, 66)  # 6144^3: 48 of 66, 0.9x
     assert hg.stream_k(184, 66, 32) == (0, 66)  # 5886 x 2048 x 2048: 52 of 66, stream-K lost there
     assert hg.stream_k(100, 66, 160) == (0, 66)  # 2560 x 2560 x 10240: 1.5 waves
-    assert hg.stream_k(68, 66, 174) == (68, 66)  # 776 x 4112 x 11096: one wave and 2 tiles, all dealt out
-    assert hg.stream_k(88, 66, 22) == (88, 66)  # one wave and 22 tiles (a third of the clusters)
-    assert hg.stream_k(89, 66, 22) == (0, 66)  # ... and 23
-    assert hg.stream_k(87, 66, 12) == (0, 66)  # 682 x 7264 x 760: runs of 15.8 slices, stream-K 0.81x (p286)
-    assert hg.stream_k(88, 66, 12) == (88, 66)  # runs of 16
+    # one wave and a bit, clusters of two blocks (session 43, p286)
+    assert hg.stream_k(68, 66, 174, 2) == (68, 66)  # 776 x 4112 x 11096: one wave and 2 tiles, all dealt out
+    assert hg.stream_k(68, 66, 174) == (0, 66)  # ... not for one-block clusters (not measured there)
+    assert hg.stream_k(88, 66, 22, 2) == (88, 66)  # one wave and 22 tiles (a third of the clusters)
+    assert hg.stream_k(89, 66, 22, 2) == (0, 66)  # ... and 23
+    assert hg.stream_k(87, 66, 12, 2) == (0, 66)  # 682 x 7264 x 760: runs of 15.8 slices, stream-K 0.81x
+    assert hg.stream_k(88, 66, 12, 2) == (88, 66)  # runs of 16
+    assert hg.stream_k(144, 66, 48, 2) == hg.stream_k(144, 66, 48)  # two waves and more: as for any cluster
     assert hg.stream_k(32, 66, 64) == (32, 64)  # 512 x 4096 x 4096: two runs a tile
     assert hg.stream_k(4, 66, 256) == (4, 32)  # 512 x 512 x 16384: at most 8 runs
     assert hg.stream_k(16, 66, 16) == (0, 16)  # 1024^3: runs of 8 slices would be too short

@@ -43,7 +43,7 @@ def test_plain_is_kept_only_by_a_margin_of_the_typical_runs():
     trial(paths, "k", {PIPELINED: [0.0, 140.0, 142.0, 139.0], PLAIN: [0.0, 400.0, 104.0, 106.0]})
     assert paths.next_path("k") == PLAIN
     d = paths.describe("k", PLAIN, trial=False)
-    assert d == {"path": PLAIN, "source": "chosen by the trial (the faster per batch)", "chosen": PLAIN,
+    assert d == {"path": PLAIN, "source": "chosen by the trial (per batch: the faster, threads at parity)", "chosen": PLAIN,
                  "plain_us_per_batch": 106.0, "pipelined_us_per_batch": 140.0}
     # plain faster, but by less than the margin (within this host's noise): pipelined stays
     trial(paths, "close", {PIPELINED: [0.0, 100.0, 100.0, 100.0], PLAIN: [0.0, 80.0, 100.0 * PLAIN_MARGIN + 1, 90.0]})
@@ -153,6 +153,11 @@ def test_threads_must_win_by_a_margin_and_plain_must_beat_them_by_its_own():
               THREADS: [0.0, 497.1, 497.1, 497.1]}
     trial(paths, "parity", parity, call_share=0.9)
     assert paths.next_path("parity", may_thread=True) == THREADS
+    # threads taken slower than pipelined: plain must still beat the faster of the two by its margin
+    slower = {PIPELINED: [0.0, 100.0, 100.0, 100.0], PLAIN: [0.0, 85.5, 85.5, 85.5], THREADS: [0.0, 101.0, 101.0, 101.0]}
+    trial(paths, "slower", slower, call_share=0.9)
+    assert paths.next_path("slower", may_thread=True) == THREADS
+    assert paths.next_path("slower", may_thread=False) == PIPELINED
     tiny = {PIPELINED: [0.0, 100.0, 100.0, 100.0], PLAIN: [0.0, 50.0, 50.0, 50.0], THREADS: [0.0, 60.0, 60.0, 60.0]}
     trial(paths, "tiny", tiny, call_share=0.9)
     assert paths.next_path("tiny", may_thread=True) == PLAIN

@@ -745,7 +745,7 @@ def test_a_long_list_of_small_batches_runs_the_way_measured_faster(device, pool)
 def test_a_long_list_whose_calls_set_the_pace_keeps_them_on_threads_where_faster(device, pool):
     """compute_threads="auto" (the default): a long list whose calls take most of a
     pipelined run's time is measured with its calls on 3 threads too (list_paths.py), and
-    keeps them where they were clearly faster; the outputs are the naive loop's in every
+    keeps them unless they were slower; the outputs are the naive loop's in every
     run. A call that sleeps lets the GIL go, as PyTorch's operators do: 3 threads call it
     about 3x as often. Not inside ``with torch.device(...)`` (per-thread state the threads
     would not see); a call failing on a thread runs the list again here, with a warning,
@@ -837,7 +837,7 @@ def test_a_long_list_whose_calls_set_the_pace_keeps_them_on_threads_where_faster
 def test_a_long_list_of_larger_batches_measures_threads_where_its_calls_set_the_pace(device, pool):
     """A list of more than 16 batches of over 1 MiB each is not a list of small batches (it
     never runs plainly), but where its calls set the pace its trial measures them on 3
-    threads too, and keeps them where clearly faster (a resnet18 over lists of 1-16 images:
+    threads too, and keeps them unless slower (a resnet18 over lists of 1-16 images:
     1.48x, session 36); the outputs are exact in every run. Calls that do not set the pace:
     pipelined throughout."""
     import time

@@ -93,7 +93,7 @@ PEERS = ("naive loop", "hand-written pipeline", "DataLoader")
 FULLPIPE = "fullpipe"
 FULLPIPE_NEW_OUTPUT = "fullpipe, y = pipe.run(x)"
 # the host-bound workload also with its compute's calls forced onto 3 host threads (the defaults
-# measure threads for a long list whose calls set the pace, and keep them where clearly faster:
+# measure threads for a long list whose calls set the pace, and keep them unless slower:
 # pipeline/list_paths.py)
 FULLPIPE_THREADS = "fullpipe, compute_threads=3"
 THREADS_VARIANT_FOR = ("variable-length",)

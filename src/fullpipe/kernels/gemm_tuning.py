@@ -113,7 +113,7 @@ def _all_stream_k_pays(m: int, n: int, k: int, build: hg.PersistentBuild, sms: i
     clusters = sms // build.cluster
     tiles = hg.cluster_tiles(m, n, build)
     slices = -(-k // hg.BK)
-    sk_tiles, launched = hg.stream_k(tiles, clusters, slices)
+    sk_tiles, launched = hg.stream_k(tiles, clusters, slices, build.cluster)
     idle = launched < clusters if tiles < clusters else (sk_tiles == 0 and tiles % clusters != 0)
     return idle and tiles * slices >= MIN_SLICES_PER_CLUSTER * clusters and tiles * slices * clusters < 2**31
 

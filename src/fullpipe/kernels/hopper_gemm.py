@@ -92,9 +92,10 @@ CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each; a PersistentB
 # Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
 # its 64 x tile_n fp32 accumulators)
 WORKSPACE_HEADER = 256
-# A wave of tiles or more: deal the last wave and the one before it out as K runs where
-# the last wave holds at most this share of the clusters (a nearly empty last wave). Where
-# it is fuller, whole tiles won (stream_k's docstring).
+# Two waves of tiles or more (one, for clusters of two blocks, with runs of MIN_SPLIT_SLICES
+# or more): deal the last wave and the one before it out as K runs where the last wave holds
+# at most this share of the clusters (a nearly empty last wave). Where it is fuller, whole
+# tiles won (stream_k's docstring).
 SK_LAST_WAVE_AT_MOST = 1 / 3
 # Below one wave: each tile split into at most MAX_SPLIT runs of MIN_SPLIT_SLICES or more
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
@@ -477,9 +478,10 @@ def cluster_tiles(m: int, n: int, build: PersistentBuild | None = None) -> int:
     return -(-m // (b.cluster_m * b.tile_m)) * -(-n // (b.cluster_n * b.tile_n))
 
 
-def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
+def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tuple[int, int]:
     """(stream-K tiles, clusters to launch) of the persistent rung for ``tiles`` cluster
-    tiles of ``slices`` K slices each, on a GPU that runs ``clusters`` at once; the
+    tiles of ``slices`` K slices each, on a GPU that runs ``clusters`` clusters of
+    ``cluster`` blocks at once; the
     stream-K tiles are the last ones, dealt out as runs of K slices instead of whole.
     Measured on an H100 (sessions 26 and 28, ``docs/notes/2026-11-27-session26.md`` and
     ``…-session28.md``):
@@ -497,9 +499,10 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
       5886 x 2048 x 2048 (0.79) 0.87x, 6144^3 (0.73) 0.9x (sessions 26 and 28, p189:
       interleaved rounds). A rule on the busy share of all waves (< 0.88, sessions 26-27)
       took 1024 x 11008 x 4096 and left 4224 x 8128 x 4160;
-    - one wave and a nearly empty second (at most SK_LAST_WAVE_AT_MOST): every tile dealt
-      out, where each cluster's run is MIN_SPLIT_SLICES slices or more (session 43; until
-      then whole tiles there). On an H200, 128 x 256 tiles in clusters of 2: on 9 products of
+    - one wave and a nearly empty second (at most SK_LAST_WAVE_AT_MOST), clusters of two
+      blocks or more: every tile dealt out, where each cluster's run is MIN_SPLIT_SLICES
+      slices or more (session 43; until then whole tiles there; one-block clusters, never
+      measured there, keep them). On an H200, 128 x 256 tiles in clusters of 2: on 9 products of
       68-84 cluster tiles where the measured plans (``gemm_tuning``; p281, p282) found it,
       1.04-1.6x whole tiles; on 28 held-out random products of 68-88 tiles (p286), 1.30x in
       geometric mean (846 x 4112 x 10832 1.69x), slower on the two whose runs were under 16
@@ -517,8 +520,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1) -> tuple[int, int]:
             split *= 2
         return (tiles, tiles * split) if split > 1 else whole
     # (one wave and a bit: every tile dealt out, each cluster's run tiles x slices / clusters long)
-    runs_long_enough = waves >= 2 or tiles * slices >= MIN_SPLIT_SLICES * clusters
-    if waves >= 1 and 0 < rest <= clusters * SK_LAST_WAVE_AT_MOST and runs_long_enough:
+    one_wave_pays = cluster >= 2 and tiles * slices >= MIN_SPLIT_SLICES * clusters
+    if (waves >= 2 or one_wave_pays) and 0 < rest <= clusters * SK_LAST_WAVE_AT_MOST:
         return clusters + rest, clusters
     return whole
 
@@ -574,7 +577,7 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
         n_tiles = cluster_tiles(m, n, b)
         slices = -(-k // BK)
         if sk_tiles is None:
-            sk_tiles, clusters = stream_k(n_tiles, max_clusters, slices)
+            sk_tiles, clusters = stream_k(n_tiles, max_clusters, slices, b.cluster)
         else:  # (an experiment's choice: every cluster)
             clusters = max(1, max_clusters if sk_tiles else min(n_tiles, max_clusters))
         if not 0 <= sk_tiles <= n_tiles or (sk_tiles and (n_tiles - sk_tiles) % clusters):

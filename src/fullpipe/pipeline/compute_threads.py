@@ -18,7 +18,7 @@ the GIL and ran 0.6-1.1x as fast on 2 threads, 0.6-0.9x on 3.
 Where it is on by default (``compute_threads="auto"``, session 35): a long list of small
 batches (``run_batches``) measures the calls on ``AUTO_THREADS`` threads as a third way to
 run, beside plain and pipelined, when a measured pipelined run's calls took at least half
-its time, and keeps them where they were clearly faster (list_paths.py): the bench's
+its time, and keeps them unless they were slower (list_paths.py): the bench's
 encoder went from 0.67-0.72x to 0.94-1.08x compute alone on slow H200 hosts, and a chain of
 small operators and a small MLP had threads measured and turned down. A long list of larger
 batches has the same trial without plain (session 36: a resnet18 over lists of 1-16 images,

@@ -245,7 +245,7 @@ class StreamPipeline:
       a run never on the enqueueing thread then; :mod:`fullpipe.pipeline.compute_threads`). ``"auto"``
       is 1, except for a long list (``run_batches``, more than 16 batches) through a PyTorch
       tensor function whose calls set the pace: its first runs measure the calls on
-      ``min(3, streams)`` threads too, and keep them where they were clearly faster
+      ``min(3, streams)`` threads too, and keep them unless they were slower
       (``stats.list_path``; pipeline/list_paths.py). Not where the calling thread holds
       PyTorch state the threads would not see (``with torch.device(...)``, a torch function
       mode, torch.compile's CUDA graphs), nor for in-place lists; a run whose call fails on

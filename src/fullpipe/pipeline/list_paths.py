@@ -109,7 +109,7 @@ class _Trial:
             return None
         best, t = PIPELINED, self.typical(PIPELINED)
         if self.threads and threads_now and self.typical(THREADS) <= THREADS_MARGIN * t:
-            best, t = THREADS, self.typical(THREADS)
+            best, t = THREADS, min(t, self.typical(THREADS))  # (threads taken at parity: the faster time counts)
         return PLAIN if self.plain and self.typical(PLAIN) <= PLAIN_MARGIN * t else best
 
 
@@ -171,7 +171,7 @@ class ListPaths:
                 out["source"] += f": from now on {chosen}"
                 out["chosen"] = chosen
         else:
-            out["source"] = "chosen by the trial (the faster per batch)"
+            out["source"] = "chosen by the trial (per batch: the faster, threads at parity)"
             out["chosen"] = path
         for w in WAYS:
             if t.us[w]:
