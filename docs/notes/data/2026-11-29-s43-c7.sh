@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Session 43, call 7: stream-K at one wave and a nearly empty second: p286 (held out), GEMM GPU tests, sanitizers (p287).
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+timeout 170 python3 .dev/p286.py > $OUT/p286.log 2>&1; echo "p286 rc $?"; cat $OUT/p286.log
+timeout 110 python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_hopper_gemm.py tests/gpu/test_gemm_tuning.py tests/gpu/test_gemm_transposed_b.py > $OUT/tests.log 2>&1; echo "tests rc $?"; tail -2 $OUT/tests.log
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for t in memcheck synccheck; do extra=""; [ $t = memcheck ] && extra="--report-api-errors no"
+timeout 50 $cs --tool $t $extra --error-exitcode 9 python3 .dev/p287.py > $OUT/$t-p287.log 2>&1; echo "$t p287 rc=$? ok=$(grep -c '^ok' $OUT/$t-p287.log) $(grep -E 'ERROR SUMMARY|HAZARD' $OUT/$t-p287.log | tail -1)"; done
