@@ -39,10 +39,13 @@ def test_the_rule_comes_first_and_every_candidate_is_a_valid_launch(shape):
             skinny_gemm.plan(m, n, k, "bfloat16", 0, 0, sms=SMS, co_resident=lambda *a: 16)
             continue
         clusters = SMS // p.build.cluster
-        sk = hg.cluster_tiles(m, n, p.build) if p.stream_k == "all" else None
+        sk = {"all": hg.cluster_tiles(m, n, p.build), "none": 0}.get(p.stream_k)
         launch = hg.plan("persistent", m, n, k, "bfloat16", max_clusters=clusters, build=p.build, sk_tiles=sk)
         if p.stream_k == "all":  # every cluster of the GPU takes a run of K slices
             assert launch.grid == SMS // p.build.cluster * p.build.cluster and launch.sk_tiles == sk
+        if p.stream_k == "none":  # whole tiles, where the rule's plan of the same build deals some out
+            rule = hg.plan("persistent", m, n, k, "bfloat16", max_clusters=clusters, build=p.build)
+            assert launch.sk_tiles == 0 < rule.sk_tiles
 
 
 def test_stream_k_over_every_cluster_is_measured_only_where_the_rule_leaves_clusters_idle():
@@ -56,6 +59,20 @@ def test_stream_k_over_every_cluster_is_measured_only_where_the_rule_leaves_clus
     assert "2x1-g8" in all_sk(8192, 8192, 8192) and "1x1-g8-n64-s8" not in all_sk(8192, 8192, 8192)
     # K of 2 slices: even the smallest tiles' runs would average under MIN_SLICES_PER_CLUSTER
     assert all_sk(501, 2536, 128) == set() and "1x1-g8-m64-n64-s8" in all_sk(501, 2536, 1024)
+
+
+def test_whole_tiles_are_measured_where_the_rule_deals_tiles_out():
+    def whole(m, n, k):
+        return {p.build.label for p in gt.candidates(m, n, k, SMS) if p.stream_k == "none"}
+
+    # 776 x 4112 x 11096: 68 tiles of 256 x 256 on 66 clusters of two, all dealt out by the
+    # rule (one wave and a bit); 128 x 128 tiles (7 x 33 = 231 of 132) are one wave and 3/4: whole
+    assert "2x1-g8" in whole(776, 4112, 11096) and "1x1-g8-n128-s6" not in whole(776, 4112, 11096)
+    # 94 rows, below one wave: the rule splits each tile's K
+    assert "1x1-g8" in whole(94, 5528, 11016)
+    # 8192^3 on 128 x 64 tiles (4096 = 31 waves of 132 and 4): the rule's last two waves;
+    # 128 x 256 in clusters of 2 (1024 tiles, 15 waves of 66 and 34): whole already
+    assert "1x1-g8-n64-s8" in whole(8192, 8192, 8192) and "2x1-g8" not in whole(8192, 8192, 8192)
 
 
 def test_a_measured_plan_replaces_the_rules_only_beyond_the_margin():

@@ -265,6 +265,44 @@ def test_runs_at_two_sizes_refit_a_fixed_cost_per_chunk_the_probes_missed():
     assert pipe._tuned[key].refined == 2 and choose() == final
 
 
+def test_a_run_at_a_new_batch_shape_does_not_teach_the_compute_its_setup():
+    """A framework compute pays a new batch shape's setup at its first call (cuDNN plans): a
+    run at a new chunk size carries it in its compute time. p291 (session 44, resnet18 at
+    112 px on an H200): 44 ms of setup, the first run at 2048 rows 75 ms, the next 57; that
+    first run refitted the compute to 3.6 GB/s (5.5 in fact), and with the refinements spent
+    every later run was predicted at 93 ms. Here: the run at the new size with the setup in
+    its compute time is not learnt from for the compute; the next at that size refits the
+    compute through both sizes to the steady line; a setup small against the compute time
+    (under REFIT_ABOVE of it) does not hold a run back."""
+    from fullpipe.pipeline import executor as fexec
+    from fullpipe.pipeline.stats import PipelineStats
+    from fullpipe.pipeline.tuning import StageModel
+
+    total = 308 * MiB
+    steady = {"h2d": StageModel(5e-6, 1 / 45e9), "compute": StageModel(0.0, 1 / 5.5e9),
+              "d2h": StageModel(5e-6, 1 / 400e9)}
+    probed = dict(steady, compute=StageModel(0.0, 1 / 14.2e9))  # (the probes read it 2.6x too fast)
+    pipe = StreamPipeline(FakeMix(), streams=3, chunk="auto")
+    key = ("some work",)
+    pipe._tuned[key] = fexec._Tuned(probed, StageModel(2.3e-3, 0.0), 1.0, 0.0, 8 << 30, 1 * MiB, new_shape_s=0.044)
+
+    def run(chunk, setup_s=0.0):
+        busy = {k: m.time(chunk) * 1e3 * total / chunk for k, m in steady.items()}
+        busy["compute"] += setup_s * 1e3
+        pipe._refine(key, PipelineStats(batches=total // chunk, bytes_in=total, busy_ms=busy,
+                                        enqueue_us_per_batch=2300.0), chunk, new_shape_s=setup_s)
+
+    run(48 * MiB)  # (a size seen before)
+    run(73 * MiB, setup_s=0.044)  # the first run at a new size: compute not learnt from
+    assert 73 * MiB not in pipe._tuned[key].seen["compute"]
+    run(73 * MiB)
+    compute = pipe._tuned[key].models["compute"]
+    assert 1e-9 / compute.per_byte_s == pytest.approx(5.5, rel=0.02) and compute.fixed_s == pytest.approx(0, abs=1e-5)
+    compute_s = total / 5.5e9
+    run(100 * MiB, setup_s=compute_s * fexec.REFIT_ABOVE / 2)  # a small setup: learnt from
+    assert 100 * MiB in pipe._tuned[key].seen["compute"]
+
+
 def test_refined_choice_keeps_the_chunk_in_use_when_it_is_about_as_good():
     """After a refinement, a chunk within KEEP_WITHIN of the best predicted time is kept
     (a new size would be a new batch shape for a framework model); one clearly worse

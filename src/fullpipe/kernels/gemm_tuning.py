@@ -66,8 +66,8 @@ ENV_FILE = "FULLPIPE_GEMM_TUNING_FILE"
 class GemmPlan:
     """One way to run a product: ``kernel`` "persistent" (with ``build``, its ``b_k_major``
     set from b's layout at run time, and ``stream_k`` "rule": :func:`.hopper_gemm.stream_k`'s
-    choice, or "all": every tile dealt out as K runs over all the GPU's clusters) or
-    "skinny" (:mod:`.skinny_gemm`, its own split)."""
+    choice, "all": every tile dealt out as K runs over all the GPU's clusters, or "none":
+    whole tiles only) or "skinny" (:mod:`.skinny_gemm`, its own split)."""
 
     kernel: str
     build: hg.PersistentBuild | None = None
@@ -78,14 +78,14 @@ class GemmPlan:
             raise ValueError(f"kernel must be 'persistent' or 'skinny', got {self.kernel!r}")
         if (self.kernel == "persistent") != (self.build is not None):
             raise ValueError("a persistent plan needs its build, a skinny one none")
-        if self.stream_k not in ("rule", "all"):
-            raise ValueError(f"stream_k must be 'rule' or 'all', got {self.stream_k!r}")
+        if self.stream_k not in ("rule", "all", "none"):
+            raise ValueError(f"stream_k must be 'rule', 'all' or 'none', got {self.stream_k!r}")
 
     @property
     def label(self) -> str:
         if self.kernel == "skinny":
             return "skinny"
-        return self.build.label + ("+sk-all" if self.stream_k == "all" else "")
+        return self.build.label + {"rule": "", "all": "+sk-all", "none": "+whole"}[self.stream_k]
 
     def to_json(self) -> dict[str, Any]:
         build = dataclasses.asdict(self.build) if self.build else None
@@ -118,12 +118,19 @@ def _all_stream_k_pays(m: int, n: int, k: int, build: hg.PersistentBuild, sms: i
     return idle and tiles * slices >= MIN_SLICES_PER_CLUSTER * clusters and tiles * slices * clusters < 2**31
 
 
+def _rule_deals_out(m: int, n: int, k: int, build: hg.PersistentBuild, sms: int) -> bool:
+    """Whether :func:`.hopper_gemm.stream_k` deals tiles out as K runs for this build."""
+    slices = -(-k // hg.BK)
+    return hg.stream_k(hg.cluster_tiles(m, n, build), sms // build.cluster, slices, build.cluster)[0] > 0
+
+
 def candidates(m: int, n: int, k: int, sms: int) -> list[GemmPlan]:
     """The plans measured for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs, the rule's
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
     chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128; 128 x 64;
-    64 x 128; 64 x 64), with the rule's stream-K and, where the whole tiles leave clusters
-    idle, with every tile dealt out as K runs."""
+    64 x 128; 64 x 64), with the rule's stream-K; where the whole tiles leave clusters
+    idle, with every tile dealt out as K runs; where the rule deals tiles out, with whole
+    tiles only (the rule's stream-K regimes were each fitted on a few dozen products)."""
     hg.check_shapes(m, n, k)
     plans = [rule_plan(m, n, k, sms)]
     if m <= skinny_gemm.MAX_ROWS:
@@ -133,6 +140,8 @@ def candidates(m: int, n: int, k: int, sms: int) -> list[GemmPlan]:
         plans.append(GemmPlan("persistent", build))
         if _all_stream_k_pays(m, n, k, build, sms):
             plans.append(GemmPlan("persistent", build, "all"))
+        if _rule_deals_out(m, n, k, build, sms):
+            plans.append(GemmPlan("persistent", build, "none"))
     return list(dict.fromkeys(plans))  # (the rule's build comes again in the list: once)
 
 
@@ -148,10 +157,12 @@ def run_plan(plan: GemmPlan, A: Operand, B: Operand, out: Any, stream: Any) -> A
     """``A @ B`` by ``plan`` (operands parsed and checked by the caller)."""
     if plan.kernel == "skinny":
         return skinny_gemm.run(A, B, out, stream)
-    sk = None
+    sk = None  # (the rule's)
     if plan.stream_k == "all":
         m, n, _ = matmul_shape(A, B)
         sk = hg.cluster_tiles(m, n, plan.build)
+    elif plan.stream_k == "none":
+        sk = 0
     return hg.run(A, B, "persistent", out, stream, build=plan.build, sk_tiles=sk)
 
 

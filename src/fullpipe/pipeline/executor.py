@@ -874,6 +874,7 @@ class StreamPipeline:
         stage_in = self._staging_mode(in_pinned)
         stage_out = None if spec.none else self._staging_mode(out_pinned)
         start = n_probe = 0
+        new_shape_s = 0.0
         choice: ChunkChoice | None = None
         source = "given"
         self.probe_stats = None
@@ -901,8 +902,11 @@ class StreamPipeline:
             finally:
                 self._running = False
         else:
+            new_shapes_before = self._tc.new_shape_calls if self._tc is not None else 0
             with nvtx.range(f"fullpipe.pipeline: {len(batches)} batches on {self.n_streams} streams"):
                 stats = self._execute(batches, stage_in, stage_out, **run_args) if batches else PipelineStats()
+            if self._tc is not None and self._tc.new_shape_calls > new_shapes_before:
+                new_shape_s = self._tc.new_shape_s  # (what this run's new batch shape cost the compute)
         stats.chunk = {"rows": fixed_rows, "bytes": fixed_rows * row_bytes, "source": source}
         if choice is not None:
             stats.chunk.update(choice.as_dict())
@@ -912,7 +916,7 @@ class StreamPipeline:
             stats.chunk["refined_runs"] = getattr(tuned, "refined", 0)
             stats.chunk["new_shape_ms"] = getattr(tuned, "new_shape_s", 0.0) * 1e3
             if batches and stats.staging.get("input") != "plain":  # (a plain run has no stage times to learn from)
-                self._refine(key, stats, fixed_rows * row_bytes)
+                self._refine(key, stats, fixed_rows * row_bytes, new_shape_s)
                 self._count_kept_loss(key, choice)
         stats.pinned = self._pinned_stats(usage, notes, stacklevel=5)  # (run -> _run -> _run_array -> here)
         pins.annotate(stats)
@@ -1526,7 +1530,7 @@ class StreamPipeline:
             self._choices[choice_key] = choice
         return choice.rows, choice, start, n_probe, source
 
-    def _refine(self, key: tuple, stats: PipelineStats, chunk_bytes: int) -> None:
+    def _refine(self, key: tuple, stats: PipelineStats, chunk_bytes: int, new_shape_s: float = 0.0) -> None:
         """chunk="auto" learns from its own runs. The probes run each chunk alone and wait
         for it, and what they read can be several times what a steady run takes: on an
         H100 a bf16 MLP probed through the ring read 1857 us of host time per batch and a
@@ -1548,7 +1552,15 @@ class StreamPipeline:
         The host time per batch is only lowered. The next run chooses again, keeping this
         run's chunk if it is still predicted within KEEP_WITHIN (2 %) of the best and the models that
         chose it were not far off. At most MAX_REFINES times per kind of work: after
-        that, a loop over the same work keeps its choice."""
+        that, a loop over the same work keeps its choice.
+
+        A run that called the compute at a batch shape new to it (its first run at a new
+        chunk size) carries that shape's setup (``new_shape_s``, the compute's measure of it;
+        0 for a run at shapes seen before) in its compute time; where the setup is more than
+        REFIT_ABOVE of that time, the run's compute time is not learnt from. A resnet18 at 112 px (fp16, 8192 images, an H200;
+        session 44, p291): the first run at 2048 rows took 75 ms where the next took 57, its
+        compute was refitted to 3.6 GB/s (the runs after it: 5.5) and the models, their
+        refinements spent, predicted 93 ms for every later run."""
         tuned = self._tuned.get(key)
         if tuned is None or stats.bytes_in <= 0:
             return
@@ -1564,6 +1576,8 @@ class StreamPipeline:
             return
         share = chunk_bytes / stats.bytes_in  # of the run's busy time, one chunk's
         seen_per_chunk = {stage: ms / 1e3 * share for stage, ms in stats.busy_ms.items()}
+        if new_shape_s > REFIT_ABOVE * stats.busy_ms.get("compute", 0.0) / 1e3:
+            seen_per_chunk.pop("compute", None)  # (its setup inside: not this chunk size's time)
         for stage, copies in stats.host_copy_s.items():  # the ring's memmoves, per batch
             if copies:
                 seen_per_chunk[stage] = median(copies)

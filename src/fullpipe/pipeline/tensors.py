@@ -546,6 +546,7 @@ class TensorCompute:
         self.pad_shapes: bool | str = "auto"
         self.bucket = False  # this run: a batch of a new shape may run at a seen one (run_batches)
         self.shapes_seen: set[tuple] = set()  # (input shape, dtype key)
+        self.new_shape_calls = 0  # calls at a shape not seen before (a run that made some paid their setup)
         self.shape_cost_hint = 0.0  # what chunk="auto"'s probes measured a new shape cost (the executor's)
         self.gpu_row_s: dict[tuple, float] = {}  # (row shape, dtype key) -> GPU compute time per row
         self._dtype_key: tuple = ()
@@ -727,6 +728,7 @@ class TensorCompute:
         """Record a call of f (``key``: its shape and dtypes, ``new``: first seen now) on ``lane``."""
         with self._shape_lock:
             if new:
+                self.new_shape_calls += 1
                 if len(self.shapes_seen) >= SHAPES_SEEN_SIZE:
                     self.shapes_seen.clear()
                     self._shape_first.clear()
