@@ -419,7 +419,7 @@ def encode_tensor_map(args: TensorMapArgs) -> bytes:
     return struct.pack("<16Q", *(int(x) for x in tmap.opaque))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=16384)  # (4x LAUNCH_CACHE_SIZE: a launch has up to 14 maps, most shared)
 def _encoded(args: TensorMapArgs) -> bytes:
     return encode_tensor_map(args)
 
@@ -757,9 +757,14 @@ def launch_plan(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: in
 
 # Recent launches of gemm_hopper, by everything that goes into them: the rung and build,
 # dtype, shape, the three addresses, stream and device. PyTorch's and CuPy's allocators
-# hand the same addresses back, so a loop over same-shaped products hits.
+# hand the same addresses back, so a loop over same-shaped products hits. Emptied when
+# full: it must hold a model's whole cycle of products, or a loop over more of them than it
+# holds misses at every call. 256 did not hold the two-level prefill's micro-batches of
+# 4096 tokens (9 x 12 layers x 4 products: 432; session 44, p292: 151 ms of host time a
+# prefill, the GPU idle 40 % of it, where 8192-token micro-batches (192) took 22). An entry is
+# a few KiB of host memory.
 _LAUNCHES: dict[tuple, _Launch] = {}
-LAUNCH_CACHE_SIZE = 256
+LAUNCH_CACHE_SIZE = 4096
 
 
 def _stream_handle(stream: Any, ref: Operand) -> int:
