@@ -70,7 +70,7 @@ def test_whole_tiles_are_measured_where_the_rule_deals_tiles_out():
     assert "2x1-g8" in whole(776, 4112, 11096) and "1x1-g8-n128-s6" not in whole(776, 4112, 11096)
     # 94 rows, below one wave: the rule splits each tile's K
     assert "1x1-g8" in whole(94, 5528, 11016)
-    # 8192^3 on 128 x 64 tiles (4096 = 31 waves of 132 and 4): the rule's last two waves;
+    # 8192^3 on 128 x 64 tiles (8192 = 62 waves of 132 and 8): the rule's last two waves;
     # 128 x 256 in clusters of 2 (1024 tiles, 15 waves of 66 and 34): whole already
     assert "1x1-g8-n64-s8" in whole(8192, 8192, 8192) and "2x1-g8" not in whole(8192, 8192, 8192)
 

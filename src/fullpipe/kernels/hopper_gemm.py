@@ -419,7 +419,7 @@ def encode_tensor_map(args: TensorMapArgs) -> bytes:
     return struct.pack("<16Q", *(int(x) for x in tmap.opaque))
 
 
-@functools.lru_cache(maxsize=16384)  # (4x LAUNCH_CACHE_SIZE: a launch has up to 14 maps, most shared)
+@functools.lru_cache(maxsize=16384)  # (4x LAUNCH_CACHE_SIZE: a persistent launch has 11 maps, 3 of them its operands')
 def _encoded(args: TensorMapArgs) -> bytes:
     return encode_tensor_map(args)
 

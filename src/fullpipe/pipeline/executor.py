@@ -1554,10 +1554,13 @@ class StreamPipeline:
         chose it were not far off. At most MAX_REFINES times per kind of work: after
         that, a loop over the same work keeps its choice.
 
-        A run that called the compute at a batch shape new to it (its first run at a new
-        chunk size) carries that shape's setup (``new_shape_s``, the compute's measure of it;
-        0 for a run at shapes seen before) in its compute time; where the setup is more than
-        REFIT_ABOVE of that time, the run's compute time is not learnt from. A resnet18 at 112 px (fp16, 8192 images, an H200;
+        The first run at a chunk size that called the compute at a batch shape new to it
+        carries that shape's setup (``new_shape_s``, the compute's measure of a new shape's
+        cost; 0 for a run at shapes seen before) in its compute time; where the setup is more
+        than REFIT_ABOVE of that time, that run's compute time is not learnt from (the next
+        run at that size is; a run at a size seen before is learnt from even where only its
+        shorter last chunk was a new shape, as a caller whose row count changes at every
+        run meets). A resnet18 at 112 px (fp16, 8192 images, an H200;
         session 44, p291): the first run at 2048 rows took 75 ms where the next took 57, its
         compute was refitted to 3.6 GB/s (the runs after it: 5.5) and the models, their
         refinements spent, predicted 93 ms for every later run."""
@@ -1576,7 +1579,8 @@ class StreamPipeline:
             return
         share = chunk_bytes / stats.bytes_in  # of the run's busy time, one chunk's
         seen_per_chunk = {stage: ms / 1e3 * share for stage, ms in stats.busy_ms.items()}
-        if new_shape_s > REFIT_ABOVE * stats.busy_ms.get("compute", 0.0) / 1e3:
+        if (new_shape_s > REFIT_ABOVE * stats.busy_ms.get("compute", 0.0) / 1e3
+                and chunk_bytes not in tuned.seen.get("compute", {})):
             seen_per_chunk.pop("compute", None)  # (its setup inside: not this chunk size's time)
         for stage, copies in stats.host_copy_s.items():  # the ring's memmoves, per batch
             if copies:
