@@ -273,7 +273,8 @@ def test_a_run_at_a_new_batch_shape_does_not_teach_the_compute_its_setup():
     every later run was predicted at 93 ms. Here: the run at the new size with the setup in
     its compute time is not learnt from for the compute; the next at that size refits the
     compute through both sizes to the steady line; a setup small against the compute time
-    (under REFIT_ABOVE of it) does not hold a run back."""
+    (under REFIT_ABOVE of it) does not hold a run back, nor does a new shape in a run at a
+    chunk size seen before (its shorter last chunk)."""
     from fullpipe.pipeline import executor as fexec
     from fullpipe.pipeline.stats import PipelineStats
     from fullpipe.pipeline.tuning import StageModel
