@@ -40,7 +40,7 @@ import statistics
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from . import hopper_gemm as hg
 from . import skinny_gemm
@@ -106,22 +106,30 @@ def rule_plan(m: int, n: int, k: int, sms: int) -> GemmPlan:
     return GemmPlan("persistent", hg.default_build(m, n, k, sms))
 
 
-def _all_stream_k_pays(m: int, n: int, k: int, build: hg.PersistentBuild, sms: int) -> bool:
-    """Whether dealing every tile out as K runs is worth measuring: the rule's plan leaves
-    clusters idle (below one wave, its split launches fewer than all of them; above, its
-    last wave of whole tiles is not full), and the runs would be long enough."""
+class _RuleSplit(NamedTuple):
+    """How :func:`.hopper_gemm.stream_k` deals a product's cluster tiles out on a GPU of
+    ``clusters`` clusters of the build: ``sk_tiles`` dealt out as K runs, ``launched`` clusters."""
+    tiles: int
+    clusters: int
+    slices: int
+    sk_tiles: int
+    launched: int
+
+
+def _rule_split(m: int, n: int, k: int, build: hg.PersistentBuild, sms: int) -> _RuleSplit:
     clusters = sms // build.cluster
     tiles = hg.cluster_tiles(m, n, build)
     slices = -(-k // hg.BK)
-    sk_tiles, launched = hg.stream_k(tiles, clusters, slices, build.cluster)
-    idle = launched < clusters if tiles < clusters else (sk_tiles == 0 and tiles % clusters != 0)
-    return idle and tiles * slices >= MIN_SLICES_PER_CLUSTER * clusters and tiles * slices * clusters < 2**31
+    return _RuleSplit(tiles, clusters, slices, *hg.stream_k(tiles, clusters, slices, build.cluster))
 
 
-def _rule_deals_out(m: int, n: int, k: int, build: hg.PersistentBuild, sms: int) -> bool:
-    """Whether :func:`.hopper_gemm.stream_k` deals tiles out as K runs for this build."""
-    slices = -(-k // hg.BK)
-    return hg.stream_k(hg.cluster_tiles(m, n, build), sms // build.cluster, slices, build.cluster)[0] > 0
+def _all_stream_k_pays(s: _RuleSplit) -> bool:
+    """Whether dealing every tile out as K runs is worth measuring: the rule's plan leaves
+    clusters idle (below one wave, its split launches fewer than all of them; above, its
+    last wave of whole tiles is not full), and the runs would be long enough."""
+    idle = s.launched < s.clusters if s.tiles < s.clusters else (s.sk_tiles == 0 and s.tiles % s.clusters != 0)
+    return (idle and s.tiles * s.slices >= MIN_SLICES_PER_CLUSTER * s.clusters
+            and s.tiles * s.slices * s.clusters < 2**31)
 
 
 def candidates(m: int, n: int, k: int, sms: int) -> list[GemmPlan]:
@@ -138,9 +146,10 @@ def candidates(m: int, n: int, k: int, sms: int) -> list[GemmPlan]:
     wide = hg.PERSISTENT_ONE_ROW if m <= hg.BM else hg.PERSISTENT
     for build in (wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64):
         plans.append(GemmPlan("persistent", build))
-        if _all_stream_k_pays(m, n, k, build, sms):
+        split = _rule_split(m, n, k, build, sms)
+        if _all_stream_k_pays(split):
             plans.append(GemmPlan("persistent", build, "all"))
-        if _rule_deals_out(m, n, k, build, sms):
+        if split.sk_tiles:  # (the rule deals tiles out for this build)
             plans.append(GemmPlan("persistent", build, "none"))
     return list(dict.fromkeys(plans))  # (the rule's build comes again in the list: once)
 
