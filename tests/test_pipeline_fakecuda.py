@@ -809,13 +809,40 @@ def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run
     assert tuned.run_s == pytest.approx(pipe.stats.wall_ms / 1e3) and tuned.costly_shapes
     fake.pinned.add(x.ctypes.data)
     rows = []
-    for total in (len(x), len(x) - 12345, len(x)):
+    for total in (len(x), len(x) * 5 // 8, len(x)):
         pipe.run(x[:total])
         assert pipe.stats.staging["input"] == "direct"
-        assert "a new chunk size is a new batch shape" in pipe.stats.chunk["reason"]
+        if total != len(x):  # (the probed run chose its chunk for this size: the best here, not a kept one)
+            assert "a new chunk size is a new batch shape" in pipe.stats.chunk["reason"]
         rows.append(pipe.stats.chunk["rows"])
     assert rows == [first["rows"]] * 3, (first, rows)
     assert "probed at two sizes" not in pipe.stats.chunk["reason"]
+
+
+def test_chunk_auto_chooses_for_the_whole_run_so_a_kept_chunk_splits_later_runs_evenly(fake, monkeypatch):
+    """convnext_tiny over 2048 images on an H200 (a new batch shape: 2 s): the probes took 122
+    rows, the chunk was chosen for the 1926 left (642 rows, three chunks), and kept for the new
+    shape's cost; every later run of 2048 was three chunks and a last one of 122 rows padded to
+    642, 1.25x the work, at 0.80x the best fixed chunk (session 44). The chunk is chosen for the
+    run as a whole: later runs of its size are whole chunks of (about) even rows."""
+    fake.jitter["value"] = 0.0
+    rows, row_words = 2048, 224 * 224 * 3 // 4  # (a 224-px uint8 image a row)
+    x = np.zeros((rows, row_words), dtype=np.uint32)
+    _probes_read(monkeypatch, lambda n, first: {
+        "h2d": 10e-6 + n / 50e9, "compute": 4e-3 + n / 2e9, "d2h": 10e-6 + n / 57e9,
+        "host": 2e-3 + (2.0 if first else 0.0)})
+    monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
+    pipe.run(x)
+    first = pipe.stats.chunk
+    assert first["source"] == "tuned" and first["probe_batches"] > 0
+    assert first["new_shape_ms"] >= 1e3 * fexec.NEW_SHAPE_COSTLY_S
+    r = first["rows"]
+    count = -(-rows // r)
+    assert count * r - rows < count, (r, count)  # no short last chunk for a run of this size
+    for _ in range(2):
+        pipe.run(x)
+        assert pipe.stats.chunk["rows"] == r and pipe.stats.chunk["source"] == "reused"
 
 
 def test_chunk_auto_a_costly_first_call_alone_is_not_a_costly_shape(fake, monkeypatch):

@@ -249,6 +249,20 @@ def test_auto_chunk_keeps_a_chunk_for_a_costly_new_shape_until_the_losses_add_up
     assert bought.nbytes == best.nbytes and bought.keep_loss_ms == 0.0
 
 
+def test_auto_chunk_of_large_rows_splits_the_run_into_even_chunks():
+    """Large rows (a 224-px image each): the chosen chunk cuts the run into chunks of even rows,
+    as many as the best size's: a short last chunk is a new batch shape, which a compute with
+    costly shapes runs padded to a whole chunk (predicted as a whole one, so never slower)."""
+    row, total = 150528, 2092
+    models, host = _models(compute_gbps=80, launch=1e-3), tuning.StageModel(2e-3, 0.0)
+    c = tuning.choose_chunk(models, total_bytes=total * row, row_bytes=row, streams=3, host_s=host.fixed_s,
+                            device_budget_bytes=40 << 30)
+    count = -(-total // c.rows)
+    assert count * c.rows - total < count, (c.rows, count)
+    grid = [tuning.predicted_time(models, host, total * row, r * row) for r in range(100, total // 3 + 1)]
+    assert c.predicted_ms * 1e-3 <= min(grid) * (1 + tuning.TIE)
+
+
 def test_auto_chunk_capped_by_input_size_and_memory():
     small = tuning.choose_chunk(_models(), total_bytes=24 * MiB, row_bytes=4, streams=3,
                                 host_s=20e-6, device_budget_bytes=40 << 30)

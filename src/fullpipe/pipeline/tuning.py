@@ -310,6 +310,11 @@ def choose_chunk(
             target = up
         else:
             target = down
+    else:  # as many chunks, of even rows: no short last chunk (a new batch shape, padded to a whole
+        # chunk where new shapes are costly; T counts the last chunk whole, so never predicted slower)
+        count = -(-total_rows // max(1, int(target // row_bytes)))
+        even = float(-(-total_rows // count) * row_bytes)
+        target = even if even >= floor_bytes else target
     keep_loss_s = 0.0  # this run's predicted loss, when the chunk is kept for the new-shape cost
     if keep_bytes and target != keep_bytes and floor_bytes <= keep_bytes <= upper:
         loss_s = T(keep_bytes) - best_t
