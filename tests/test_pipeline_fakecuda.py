@@ -845,6 +845,35 @@ def test_chunk_auto_chooses_for_the_whole_run_so_a_kept_chunk_splits_later_runs_
         assert pipe.stats.chunk["rows"] == r and pipe.stats.chunk["source"] == "reused"
 
 
+@pytest.mark.parametrize("first_call_s", [0.05, 0.0])
+def test_chunk_auto_first_choice_keeps_the_largest_probe_size_where_new_shapes_cost_a_good_part_of_a_run(
+        fake, monkeypatch, first_call_s):
+    """resnet50 in a fresh process (an H200, session 45): its probes paid four new batch shapes,
+    100-190 ms each, and the chunk chosen a fifth, where the largest probe size ran within 2 % of
+    it. A new shape that costs a good part of a run: the first choice keeps the largest probe size
+    when predicted within PROBE_KEEP_WITHIN of the best; where new shapes cost nothing, the best."""
+    fake.jitter["value"] = 0.0
+    row_words = 4096  # (16 KiB rows: probes of 64 and 512 rows)
+    x = np.zeros((16384, row_words), dtype=np.uint32)
+    _probes_read(monkeypatch, lambda n, first: {
+        "h2d": 10e-6 + n / 50e9, "compute": 1e-4 + n / 2e9, "d2h": 10e-6 + n / 57e9,
+        "host": 2e-3 + (first_call_s if first else 0.0)})
+    monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
+    choices = []
+    real = fexec.choose_chunk
+    monkeypatch.setattr(fexec, "choose_chunk", lambda *a, **k: choices.append(real(*a, **k)) or choices[-1])
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
+    pipe.run(x)
+    chunk = pipe.stats.chunk
+    (tuned,) = pipe._tuned.values()
+    kept = chunk["bytes"] == tuned.probed_bytes
+    assert tuned.probed_bytes == 8 * (1 << 20) and kept == (first_call_s > 0), chunk["reason"]
+    assert ("the largest size the probes ran at" in chunk["reason"]) == kept
+    best = choices[0]  # (the first weighing: the best predicted)
+    assert best.nbytes != tuned.probed_bytes
+    assert chunk["predicted_ms"] <= best.predicted_ms * (1 + fexec.PROBE_KEEP_WITHIN)
+
+
 def test_chunk_auto_a_costly_first_call_alone_is_not_a_costly_shape(fake, monkeypatch):
     """A compute whose very first call is slow (a kernel compiled or a library loaded on first
     use), every later shape cheap: the probes go on growing, and nothing is kept for it."""

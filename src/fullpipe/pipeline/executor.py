@@ -1515,8 +1515,8 @@ class StreamPipeline:
         choice = self._choices.get(choice_key)
         if choice is None:
             in_flight = (self._lag + 1) if self.copy_streams else 3 * self.n_streams - 1
-            choice = choose_chunk(
-                tuned.models, total_bytes=rows * row_bytes, row_bytes=row_bytes, streams=self.n_streams,
+            args = dict(
+                total_bytes=rows * row_bytes, row_bytes=row_bytes, streams=self.n_streams,
                 host_s=tuned.host.fixed_s, host_per_byte_s=tuned.host.per_byte_s,
                 device_budget_bytes=tuned.budget_bytes, out_over_in=tuned.out_over_in,
                 device_bytes_per_byte=tuned.compute_bytes_per_byte, buffers_in_flight=in_flight,
@@ -1526,6 +1526,18 @@ class StreamPipeline:
                 kept_loss_s=tuned.kept_loss_s if tuned.kept_loss_for == tuned.kept_bytes else 0.0,
                 lanes=0 if self.copy_streams else self.n_streams,
             )
+            choice = choose_chunk(tuned.models, **args)
+            # The first choice: the largest size the probes ran at is a batch shape the compute has
+            # paid for. Where a new shape costs a good part of a run, it is taken if predicted within
+            # PROBE_KEEP_WITHIN of the best: resnet50 over 4096 images (an H200, a fresh process;
+            # session 45, p297) was probed at 6, 55, 110 and 220 rows, each new size's first call
+            # 100-190 ms more than its second, and its chunk (586 rows) cost another 132 ms; fixed
+            # chunks of 222 and 445 rows ran within 2 % of each other (p295).
+            if (source == "tuned" and tuned.probed_bytes and choice.nbytes != tuned.probed_bytes
+                    and tuned.new_shape_s >= SHAPE_COST_SHARE * choice.predicted_ms * 1e-3):
+                choice = choose_chunk(tuned.models, **{
+                    **args, "keep_bytes": tuned.probed_bytes, "keep_within": PROBE_KEEP_WITHIN, "new_shape_s": 0.0,
+                    "kept_what": "the largest size the probes ran at (a batch shape the compute has seen)"})
             if tuned.costly_shapes:
                 probed = " probed at two sizes only, and" if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else ""
                 choice = dataclasses.replace(choice, reason=choice.reason + (
@@ -1754,7 +1766,7 @@ class StreamPipeline:
         if tensor:  # the framework's own memory per input byte (its cache grew by about that much)
             free_after = self.device.memory_info()[0]
             compute_bytes = max(0.0, (free_before - free_after) / (n2 * row_bytes) - 1.0 - out_over_in)
-        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes,
+        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes, n2 * row_bytes,
                       new_shape_s=new_shape_s), a, n_probe
 
     def _probes_each_size_twice(self) -> bool:
@@ -2451,6 +2463,7 @@ MAX_REFINES = 3  # ... by at most this many runs per kind of work
 # no more sizes than the first two, and keeps its chunk from run to run (NEW_SHAPE_COSTLY_S, tensors.py);
 # one whose new shape costs this share of a run's wall time keeps its chunk too (_Tuned.costly_shapes)
 SHAPE_COST_SHARE = 0.1
+PROBE_KEEP_WITHIN = 0.05  # chunk="auto"'s first choice keeps the largest probe size this close to the best (_tune)
 FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
 KEEP_IF_CORRECTED_ABOVE = 0.5  # ... the run's chunk kept (if nearly the best) only if no model fell below this share
@@ -2833,6 +2846,7 @@ class _Tuned:
     compute_bytes_per_byte: float  # device memory the compute itself holds per input byte
     budget_bytes: int  # device memory the chunks in flight may use
     fitted_from_bytes: int  # the smaller probe size of the fit: no chunk below it
+    probed_bytes: int = 0  # the larger: a batch shape the compute has seen
     refined: int = 0  # runs whose own times lowered these models (StreamPipeline._refine)
     kept_bytes: int = 0  # the chunk of the last run that refined them (kept if still about as good)
     # the host's time a new batch shape cost the compute on its first call (a framework's per-shape

@@ -222,6 +222,8 @@ def choose_chunk(
     lanes: int = 0,
     new_shape_s: float = 0.0,
     kept_loss_s: float = 0.0,
+    keep_within: float = KEEP_WITHIN,
+    kept_what: str = "the chunk of the runs before",
 ) -> ChunkChoice:
     """Chunk size (bytes, whole rows) for a run of ``total_bytes``: the C that
     minimises the predicted time T(C) (module docstring) within the limits.
@@ -241,6 +243,8 @@ def choose_chunk(
     would buy: at most twice the best in hindsight, whatever the number of runs to come).
     (A change of chunk usually costs two new shapes, the chunk's and its last chunk's,
     and a run of another size a new last chunk whatever is kept: the rule counts one.)
+    ``keep_within`` and ``kept_what``: that margin, and what the kept chunk is (the reason's
+    words; chunk="auto"'s first choice may keep the largest size its probes ran at).
     ``lanes``: see predicted_time."""
     if not models or any(k not in STAGES + HOST_STAGES for k in models):
         raise ValueError(f"models must be keyed by {STAGES + HOST_STAGES}")
@@ -318,12 +322,12 @@ def choose_chunk(
     keep_loss_s = 0.0  # this run's predicted loss, when the chunk is kept for the new-shape cost
     if keep_bytes and target != keep_bytes and floor_bytes <= keep_bytes <= upper:
         loss_s = T(keep_bytes) - best_t
-        if loss_s <= best_t * KEEP_WITHIN:
+        if loss_s <= best_t * keep_within:
             target = keep_bytes
-            why = f"the chunk of the runs before, within {KEEP_WITHIN:.0%} of the shortest predicted total time"
+            why = f"{kept_what}, within {keep_within:.0%} of the shortest predicted total time"
         elif kept_loss_s + loss_s <= new_shape_s:
             target, keep_loss_s = keep_bytes, loss_s
-            why = (f"the chunk of the runs before: a new chunk size is a new batch shape, whose first call cost "
+            why = (f"{kept_what}: a new chunk size is a new batch shape, whose first call cost "
                    f"the compute {new_shape_s * 1e3:.0f} ms more than the next (its per-shape setup), more than "
                    f"keeping it has lost so far ({(kept_loss_s + loss_s) * 1e3:.2f} ms with this run's)")
     rows = max(1, int(target // row_bytes))
