@@ -1532,12 +1532,16 @@ class StreamPipeline:
             # PROBE_KEEP_WITHIN of the best: resnet50 over 4096 images (an H200, a fresh process;
             # session 45, p297) was probed at 6, 55, 110 and 220 rows, each new size's first call
             # 100-190 ms more than its second, and its chunk (586 rows) cost another 132 ms; fixed
-            # chunks of 222 and 445 rows ran within 2 % of each other (p295).
+            # chunks of 222 and 445 rows ran within 2 % of each other (p295). For this run only: the
+            # next run of this size chooses again (not cached), by the rules for a chunk kept from run
+            # to run (KEEP_WITHIN, or its losses counted against a new shape's cost).
+            cache = True
             if (source == "tuned" and tuned.probed_bytes and choice.nbytes != tuned.probed_bytes
                     and tuned.new_shape_s >= SHAPE_COST_SHARE * choice.predicted_ms * 1e-3):
                 choice = choose_chunk(tuned.models, **{
                     **args, "keep_bytes": tuned.probed_bytes, "keep_within": PROBE_KEEP_WITHIN, "new_shape_s": 0.0,
                     "kept_what": "the largest size the probes ran at (a batch shape the compute has seen)"})
+                cache = choice.nbytes != tuned.probed_bytes
             if tuned.costly_shapes:
                 probed = " probed at two sizes only, and" if tuned.new_shape_s >= NEW_SHAPE_COSTLY_S else ""
                 choice = dataclasses.replace(choice, reason=choice.reason + (
@@ -1545,7 +1549,8 @@ class StreamPipeline:
                     f"per-shape setup):{probed} the chunk is kept from run to run."))
             if len(self._choices) >= 256:
                 self._choices.clear()
-            self._choices[choice_key] = choice
+            if cache:
+                self._choices[choice_key] = choice
         return choice.rows, choice, start, n_probe, source
 
     def _refine(self, key: tuple, stats: PipelineStats, chunk_bytes: int, new_shape_s: float = 0.0) -> None:

@@ -162,7 +162,7 @@ class ChunkChoice:
     bound_stage: str
     predicted_efficiency: float
     reason: str
-    predicted_ms: float = float("nan")  # T(C) for this run
+    predicted_ms: float = float("nan")  # T(C) for a run of this size (a probed run's probes ran part of it)
     keep_loss_ms: float = 0.0  # kept for a compute's new-shape cost: predicted ms lost against the best
 
     def as_dict(self) -> dict[str, Any]:
@@ -314,8 +314,9 @@ def choose_chunk(
             target = up
         else:
             target = down
-    else:  # as many chunks, of even rows: no short last chunk (a new batch shape, padded to a whole
-        # chunk where new shapes are costly; T counts the last chunk whole, so never predicted slower)
+    else:  # as many chunks, of even rows: the last at most count - 1 rows short, not a short remainder
+        # (a new batch shape, padded to a whole chunk where new shapes are costly; T counts the last
+        # chunk whole, so never predicted slower)
         count = -(-total_rows // max(1, int(target // row_bytes)))
         even = float(-(-total_rows // count) * row_bytes)
         target = even if even >= floor_bytes else target
@@ -342,7 +343,7 @@ def choose_chunk(
     reason = (
         f"{nbytes / MiB:.2f} MiB ({rows} rows): {why}. Rates: {rates}; {balance}; host "
         f"{host_s * 1e6:.0f} us + {host_per_byte_s * MiB * 1e6:.1f} us/MiB per batch; "
-        f"bound by {bound_stage}; predicted {eff:.0%} of its asymptotic rate, {t_ms:.1f} ms for this run."
+        f"bound by {bound_stage}; predicted {eff:.0%} of its asymptotic rate, {t_ms:.1f} ms for a run of this size."
     )
     return ChunkChoice(nbytes=nbytes, rows=rows, bound_stage=bound_stage, predicted_efficiency=eff, reason=reason,
                        predicted_ms=t_ms, keep_loss_ms=keep_loss_s * 1e3)
