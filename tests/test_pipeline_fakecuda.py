@@ -33,7 +33,7 @@ import fullpipe.cuda.pool as fpool
 import fullpipe.cuda.streams as fstreams
 import fullpipe.pipeline.executor as fexec
 import fullpipe.pipeline.pageable as fpageable
-from fullpipe.pipeline import StreamPipeline
+from fullpipe.pipeline import StreamPipeline, tuning
 from fullpipe.pipeline.workload import reference
 
 # These tests are of the staging ring: small pageable batches go through it, not in bulk.
@@ -745,16 +745,17 @@ def test_chunk_auto_host_time_that_grows_in_the_probes_does_not_inflate_the_chun
     assert 4 * MiB <= pipe.stats.chunk["bytes"] <= 24 * MiB, pipe.stats.chunk["reason"]
 
 
-@pytest.mark.parametrize("first_call_s", [0.01, 2.0])
+@pytest.mark.parametrize("first_call_s", [0.001, 2.0])
 def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(fake, monkeypatch, first_call_s):
     """A torchvision mobilenet_v3_small's first call at each new batch shape took 1.5-2.9 s
     on an H100 host (cuDNN's per-shape setup), its next calls 5-10 ms; fullpipe's first
     run probed four sizes and ran two more (13.8 s), and its second run changed the chunk
     (another 1.5 s; session 19). A launch-bound compute here: the probes' doubling goes on
-    while the first call of a size costs 10 ms more than the next, and stops after the
-    first two sizes when it costs 2 s; the chunk of the first run is then kept by the
-    next runs although the runs' own times change the models, also once the input is
-    pinned (staged through the ring first, then copied directly: other models)."""
+    while the first call of a size costs 1 ms more than the next (under SHAPE_COST_SHARE of
+    the ~37 ms run predicted), and stops after the first two sizes when it costs 2 s; the chunk
+    of the first run is then kept by the next runs although the runs' own times change the
+    models, also once the input is pinned (staged through the ring first, then copied
+    directly: other models)."""
     fake.jitter["value"] = 0.0
     x = np.zeros(512 << 20 >> 2, dtype=np.uint32)
     launch = 2e-3  # launch-bound: the GPU's time grows slowly with the size
@@ -762,6 +763,8 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
         "h2d": 10e-6 + n / 50e9, "compute": launch + n / 400e9, "d2h": 10e-6 + n / 57e9,
         "host": 5e-3 + (first_call_s if first else 0.0)})
     monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
+    # (the doubling's own rule: a larger probe near a likely chunk, 57 MiB, leaves it no room in 512 MiB)
+    monkeypatch.setattr(tuning, "LIKELY_CHUNK_BYTES", 8 * MiB)
     pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
     pipe.run(x)
     assert pipe.stats.staging["input"] == "ring"
@@ -787,7 +790,10 @@ def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run
     pinned in place: the ring's models carried over) chose 128 rows where the first ran 130,
     and took twice as long as the runs after it (session 38). A new shape that costs
     SHAPE_COST_SHARE of a run's wall time keeps the chunk as a costly one does: here every
-    new shape counts (the share set to ~0), and the probes' 10 ms first calls are enough."""
+    new shape counts (the share set to ~0), and the probes' 10 ms first calls are enough. The
+    first run keeps its larger probe size, predicted to lose 8 ms against the best, less than a
+    new shape's 10 ms; the second, its loss counted, changes chunk once, and the runs after it
+    keep that one, also a run of another size, for which another chunk is predicted best."""
     fake.jitter["value"] = 0.0
     monkeypatch.setattr(fexec, "SHAPE_COST_SHARE", 1e-9)
     # The fake's runs take the host's real time, not the probes' models: their corrections
@@ -807,15 +813,18 @@ def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run
     assert 0 < first["new_shape_ms"] < 1e3 * fexec.NEW_SHAPE_COSTLY_S
     (tuned,) = pipe._tuned.values()
     assert tuned.run_s == pytest.approx(pipe.stats.wall_ms / 1e3) and tuned.costly_shapes
+    assert first["rows"] == tuned.probed_bytes // 4 and 0 < first["keep_loss_ms"] < first["new_shape_ms"]
+    assert first["reason"].startswith(f"{tuned.probed_bytes / MiB:.2f} MiB ({first['rows']} rows): the largest size "
+                                      "the probes ran at (a batch shape the compute has seen): a new chunk size")
     fake.pinned.add(x.ctypes.data)
     rows = []
     for total in (len(x), len(x) * 5 // 8, len(x)):
         pipe.run(x[:total])
         assert pipe.stats.staging["input"] == "direct"
-        if total != len(x):  # (the probed run chose its chunk for this size: the best here, not a kept one)
+        if total != len(x):  # (another size: its best is another chunk)
             assert "a new chunk size is a new batch shape" in pipe.stats.chunk["reason"]
         rows.append(pipe.stats.chunk["rows"])
-    assert rows == [first["rows"]] * 3, (first, rows)
+    assert rows[0] != first["rows"] and rows == [rows[0]] * 3, (first, rows)
     assert "probed at two sizes" not in pipe.stats.chunk["reason"]
 
 
@@ -845,20 +854,23 @@ def test_chunk_auto_chooses_for_the_whole_run_so_a_kept_chunk_splits_later_runs_
         assert pipe.stats.chunk["rows"] == r and pipe.stats.chunk["source"] == "reused"
 
 
-@pytest.mark.parametrize("first_call_s, kept", [(0.05, True), (0.02, False), (0.0, False)])
+@pytest.mark.parametrize("first_call_s, kept", [(0.3, True), (2e-3, True), (2e-4, False), (0.0, False)])
 def test_chunk_auto_first_choice_keeps_the_largest_probe_size_where_new_shapes_cost_a_good_part_of_a_run(
         fake, monkeypatch, first_call_s, kept):
     """resnet50 in a fresh process (an H200, session 45): its probes paid four new batch shapes,
     100-190 ms each, and the chunk chosen a fifth, where the largest probe size ran within 2 % of
-    it. A new shape that costs SHAPE_COST_SHARE of the predicted run (here 50 ms of ~310): the first
-    choice keeps the largest probe size (55 rows), predicted 2.3 % slower than the best, within
-    PROBE_KEEP_WITHIN; where a new shape costs less (20 ms) or nothing, the best. The second run
-    of that size chooses again, by the rules for a kept chunk."""
+    it. A tensor function's larger probe is an even split of the run (4096 rows: 10 chunks of 410),
+    and where a new shape costs SHAPE_COST_SHARE of the predicted run (here 2 ms of ~3.8, or
+    0.3 s), the first choice keeps it, predicted 2.6 % slower than the best (241 rows), within
+    PROBE_KEEP_WITHIN; where a new shape costs less (0.2 ms) or nothing, the best. The second run
+    of that size chooses again, by the rules for a kept chunk: for a new shape of 0.3 s (past
+    NEW_SHAPE_COSTLY_S; below it, whether the shape is costly against a run depends on the fake's
+    wall time, the host's), it keeps the chunk and counts its loss."""
     fake.jitter["value"] = 0.0
-    x = np.zeros((2048, 224 * 224 * 3 // 4), dtype=np.uint32)  # (a 224-px uint8 image a row)
+    x = np.zeros((4096, 112 * 112 * 3 // 4), dtype=np.uint32)  # (a 112-px uint8 image a row)
     _probes_read(monkeypatch, lambda n, first: {
-        "h2d": 10e-6 + n / 50e9, "compute": 1e-4 + n / 1e9, "d2h": 10e-6 + n / 57e9,
-        "host": 2e-3 + (first_call_s if first else 0.0)})
+        "h2d": 10e-6 + n / 50e9, "compute": 1e-4 + n / 120e9, "d2h": 10e-6 + n / 57e9,
+        "host": 1e-4 + (first_call_s if first else 0.0)})
     monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
     choices = []
     real = fexec.choose_chunk
@@ -869,14 +881,13 @@ def test_chunk_auto_first_choice_keeps_the_largest_probe_size_where_new_shapes_c
     chunk = pipe.stats.chunk
     (tuned,) = pipe._tuned.values()
     best = choices[0]  # (the first weighing: the best predicted)
-    assert tuned.probed_bytes == 55 * x[0].nbytes and best.nbytes != tuned.probed_bytes
+    assert tuned.probed_bytes == 410 * x[0].nbytes and best.nbytes != tuned.probed_bytes
     assert (chunk["bytes"] == tuned.probed_bytes) == kept, chunk["reason"]
     assert ("the largest size the probes ran at" in chunk["reason"]) == kept
     if kept:  # (outside KEEP_WITHIN, the margin for a chunk kept from run to run)
-        from fullpipe.pipeline import tuning
-
         ratio = chunk["predicted_ms"] / best.predicted_ms
         assert 1 + tuning.KEEP_WITHIN < ratio <= 1 + fexec.PROBE_KEEP_WITHIN
+    if kept and first_call_s >= fexec.NEW_SHAPE_COSTLY_S:
         pipe.run(x)
         again = pipe.stats.chunk
         assert "the largest size the probes ran at" not in again["reason"]
@@ -892,6 +903,7 @@ def test_chunk_auto_a_costly_first_call_alone_is_not_a_costly_shape(fake, monkey
     seen_sizes = _probes_read(monkeypatch, lambda n, first: {
         "h2d": 10e-6 + n / 50e9, "compute": 2e-3 + n / 400e9, "d2h": 10e-6 + n / 57e9,
         "host": 5e-3 + (2.0 if next(calls) == 0 else 0.0)})
+    monkeypatch.setattr(tuning, "LIKELY_CHUNK_BYTES", 8 * MiB)  # (as above: room for the doubling)
     for twice in (False, True):  # a stream-form compute's probes, and a tensor function's
         monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: twice)
         pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
@@ -905,8 +917,6 @@ def test_chunk_auto_counts_what_a_kept_chunk_loses_and_chooses_again_past_the_ne
     """Each run at a chunk kept for the compute's new-shape cost adds its predicted loss;
     the cached choice goes once the next run's loss would take the sum past that cost, and
     a chunk chosen on its merits starts the sum over."""
-    from fullpipe.pipeline import tuning
-
     pipe = StreamPipeline(FakeMix(0), streams=3)
     key, choice_key = ("work",), (("work",), 1000, 4)
     pipe._tuned[key] = fexec._Tuned(models={}, host=tuning.StageModel(0.0, 0.0), out_over_in=1.0,

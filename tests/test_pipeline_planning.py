@@ -282,6 +282,18 @@ def test_probe_rows():
     assert tuning.probe_rows(1000, 1000) == []  # 1 MB: too small to probe
     p = tuning.probe_rows(64 * MiB // 4, 4)
     assert p[0] == p[1] == MiB // 4 and p[2] == 8 * MiB // 4
+    # a compute probed twice at each size: the larger probe is an even split of the run near
+    # 64 MiB (a likely chunk), the smaller a quarter of it, both probed twice within a quarter of
+    # the input
+    image = 224 * 224 * 3
+    for images, want in ((4096, 410), (2048, 205), (1001, 91)):  # 10 chunks, 11 for 1001
+        small, again, large = tuning.probe_rows(images, image, likely_chunk=True)
+        assert large == want and small == again == large // 4 and 2 * (small + large) <= images // 4
+        assert -(-images // large) == (10 if images != 1001 else 11)
+    rows = (4 << 30) // 4096  # 4 GiB of 4 KiB rows: 64 chunks of 64 MiB
+    assert [r * 4096 for r in tuning.probe_rows(rows, 4096, likely_chunk=True)] == [16 * MiB, 16 * MiB, 64 * MiB]
+    # too little input for a split into 9 chunks larger than 8 MiB: 8 MiB as for any compute
+    assert tuning.probe_rows(48 * MiB // 64, 64, likely_chunk=True) == tuning.probe_rows(48 * MiB // 64, 64)
 
 
 # --------------------------------------------------------------------------- stats

@@ -740,6 +740,19 @@ def test_pad_shapes_runs_the_last_chunk_at_the_chunks_rows_and_returns_its_own(f
         assert set(f.shapes) == {(300, 16), (100, 16)} and pipe.stats.padded is None
 
 
+def test_what_padding_a_row_costs_is_learnt_from_runs_at_seen_shapes_only(fake, fakefw):
+    """A new shape's first call paces the GPU at its host's speed (resnet50's first call, ~400 ms
+    on an H200, spans its compute's events): a run that called the compute at a new shape does not
+    teach the GPU time per row that padding is priced at; the next run, at seen shapes, does."""
+    x = np.random.default_rng(6).random((1000, 16), dtype=np.float32)
+    f = ShapeLog()
+    with StreamPipeline(f, form="torch", streams=2, chunk=250) as pipe:
+        pipe.run(x)
+        assert pipe._tc.gpu_row_s == {}  # (its first run: every call at a new shape, or the first of all)
+        pipe.run(x)
+        assert list(pipe._tc.gpu_row_s.values()) == [pytest.approx(pipe.stats.busy_ms["compute"] * 1e-3 / 1000)]
+
+
 def test_pad_shapes_without_a_lane_buffer_and_in_run_batches(fake, fakefw):
     x = np.random.default_rng(4).random((1000, 16), dtype=np.float32)
     f = ShapeLog(watch=300)

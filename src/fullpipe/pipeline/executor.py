@@ -1498,7 +1498,7 @@ class StreamPipeline:
                 self._tuned[key] = tuned
                 source = "reused from the ring"
         if tuned is None:
-            probes = probe_rows(rows, row_bytes)
+            probes = probe_rows(rows, row_bytes, likely_chunk=self._probes_each_size_twice())
             if not probes:
                 choice = even_split_choice(rows, row_bytes, self.n_streams)
                 return choice.rows, choice, 0, 0, "even split"
@@ -1527,19 +1527,28 @@ class StreamPipeline:
                 lanes=0 if self.copy_streams else self.n_streams,
             )
             choice = choose_chunk(tuned.models, **args)
+            if not tuned.run_s and math.isfinite(choice.predicted_ms):
+                # (before any run, what a new shape costs is weighed against the predicted one: the
+                # first run pads its last chunk where that cost is a good part of a run. resnet50 over
+                # 4096 images, an H200: its first run's last chunk, 100 rows, cost 176 ms in a ~250 ms run)
+                tuned = dataclasses.replace(tuned, run_s=choice.predicted_ms * 1e-3)
+                self._tuned[key] = tuned
             # The first choice: the largest size the probes ran at is a batch shape the compute has
-            # paid for. Where a new shape costs a good part of a run, it is taken if predicted within
-            # PROBE_KEEP_WITHIN of the best: resnet50 over 4096 images (an H200, a fresh process;
-            # session 45, p297) was probed at 6, 55, 110 and 220 rows, each new size's first call
-            # 100-190 ms more than its second, and its chunk (586 rows) cost another 132 ms; fixed
-            # chunks of 222 and 445 rows ran within 2 % of each other (p295). For this run only: the
-            # next run of this size chooses again (not cached), by the rules for a chunk kept from run
-            # to run (KEEP_WITHIN, or its losses counted against a new shape's cost).
+            # paid for. Where a new shape costs a good part of a run, it is kept if predicted within
+            # PROBE_KEEP_WITHIN of the best, or while what it loses is less than a new shape costs
+            # (choose_chunk's rent rule, as for a chunk kept from run to run). resnet50 over 4096 images
+            # (an H200, a fresh process; session 45, p297) was probed at 6, 55, 110 and 220 rows, each
+            # new size's first call 100-190 ms more than its second, and its chunk (586 rows) cost
+            # another 132 ms; fixed chunks of 222 and 445 rows ran within 2 % of each other (p295).
+            # mobilenet_v3_large's new shapes cost 1.8-3.4 s, and a chunk chosen past its probes made
+            # its first run 3.5x the naive loop's (session 46, call 2). For this run only: the next run
+            # of this size chooses again (not cached), by the rules for a kept chunk.
             cache = True
             if (source == "tuned" and tuned.probed_bytes and choice.nbytes != tuned.probed_bytes
                     and tuned.new_shape_s >= SHAPE_COST_SHARE * choice.predicted_ms * 1e-3):
                 choice = choose_chunk(tuned.models, **{
-                    **args, "keep_bytes": tuned.probed_bytes, "keep_within": PROBE_KEEP_WITHIN, "new_shape_s": 0.0,
+                    **args, "keep_bytes": tuned.probed_bytes, "keep_within": PROBE_KEEP_WITHIN,
+                    "new_shape_s": tuned.new_shape_s, "kept_loss_s": 0.0,
                     "kept_what": "the largest size the probes ran at (a batch shape the compute has seen)"})
                 cache = choice.nbytes != tuned.probed_bytes
             if tuned.costly_shapes:
@@ -1699,10 +1708,11 @@ class StreamPipeline:
 
     def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args) -> tuple["_Tuned", int, int]:
         """Probe chunks, each waited for alone with stage timing: the sizes of
-        ``probe_rows`` (a small one twice, the first a warm-up, then 8x), then x2 while
-        the slowest GPU stage has not reached its linear regime (time < 0.6 x the size
-        ratio: launch-bound), within a quarter of the input. A tensor function runs
-        each new size twice (frameworks autotune per shape) and the second counts."""
+        ``probe_rows`` (a small one twice, the first a warm-up, then a larger one), then x2
+        while the slowest GPU stage has not reached its linear regime (time < 0.6 x the size
+        ratio: launch-bound), within a quarter of the input. A tensor function runs each
+        new size twice (frameworks autotune per shape), the second counts, and the larger
+        size goes first (its first call the warm-up)."""
         free_before = self.device.memory_info()[0]
         tensor = self.form == "tensor"
         per_size: dict[int, dict[str, float]] = {}
@@ -1713,7 +1723,12 @@ class StreamPipeline:
         gpu_time: dict[int, float] = {}
         a, n_probe = 0, 0
         twice = self._probes_each_size_twice()
-        plan = [probes[0], probes[1], probes[2], probes[2]] if twice else list(probes)
+        # (a tensor function: the larger size first, so that the smaller one's first call, which
+        # measures what a new shape costs, allocates from the framework's cache: a first call larger
+        # than any before may also grow its allocator. bench workloads' bf16 MLP, probed at 16 MiB
+        # then 64 MiB, read 8 ms at 64 MiB where a fresh process read 0.7 ms, and as a per-shape cost
+        # that kept a chunk 6 % slower than the best; session 46, call 2)
+        plan = [probes[2], probes[2], probes[0], probes[1]] if twice else list(probes)
         first_size = plan[0]
         last_pst = None
         while plan:
@@ -1853,6 +1868,7 @@ class StreamPipeline:
                 gx.begin_run(GraphRun.of(self.compute, stage_in, stage_out, in_dtype, out_dtype),
                              self._routes, self._ring_in, self._ring_out, device_bytes=graph_bytes)
             tc = self._tc if self.form == "tensor" else None
+            new_shapes_before = tc.new_shape_calls if tc is not None else 0
             if tc is not None:
                 tc.begin_run(kind.torch_dtype if kind is not None and kind.reinterpreted else None, in_dtype,
                              in_place=in_place, bucket=bucket, pad_shapes=self.pad_shapes)
@@ -1982,7 +1998,12 @@ class StreamPipeline:
             stats.busy_ms = busy_from_timings(run.timings, self.compute is not None, has_out)
             if len(run.timings) < n:  # sampled: scaled by the bytes each stage moved, at most the span
                 stats.busy_ms = _scaled_busy(stats.busy_ms, run.timings, batches, stats.gpu_span_ms)
-            if tc is not None and stats.busy_ms.get("compute"):  # (what padding a row costs: pad_shapes)
+            # What padding a row costs (pad_shapes), from a run whose calls were all at shapes seen
+            # before: a new shape's first call paces the GPU at its host's speed (resnet50's first
+            # call, ~400 ms on an H200, spans its compute's events where a run takes ~6 ms a chunk).
+            # Learnt from chunk="auto"'s probes, padding looked dearer than a new shape and the first
+            # runs of resnet50 and ViT-B/16 left their last chunk a new shape (session 46, call 3).
+            if tc is not None and stats.busy_ms.get("compute") and tc.new_shape_calls == new_shapes_before:
                 tc.learn_compute_time([b.in_shape for b in batches], stats.busy_ms["compute"] * 1e-3)
         return stats
 
@@ -2860,7 +2881,7 @@ class _Tuned:
     kept_loss_s: float = 0.0  # predicted time the runs lost by keeping their chunk for that cost ...
     kept_loss_for: int = 0  # ... that chunk (bytes)
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
-    run_s: float = 0.0  # the wall time of the last run these saw (what a new shape costs against it)
+    run_s: float = 0.0  # the last run's wall time (what a new shape costs against it; before a run, its prediction)
 
     @property
     def costly_shapes(self) -> bool:
