@@ -23,7 +23,10 @@ the size where the copy latency is amortised and the fill is still small.
 
 The probes grow (x2) until the slowest stage is in its linear regime (time
 roughly doubling with the size) or a quarter of the input is spent, so the fit
-sees the per-row cost even when small chunks are launch-bound.
+sees the per-row cost even when small chunks are launch-bound. A tensor function
+(a framework model, for which every new batch size is a new shape it may pay a
+setup for) is probed at a likely chunk and a quarter of it (``probe_rows``), and
+its first run may keep the larger as its chunk.
 
 The models are cached by the pipeline per (row shape, dtype, staging, compute,
 streams): later runs choose from them without probing (``stats.chunk["source"]
