@@ -292,7 +292,7 @@ def test_probe_rows():
         assert -(-images // large) == (10 if images != 1001 else 11)
     rows = (4 << 30) // 4096  # 4 GiB of 4 KiB rows: 64 chunks of 64 MiB
     assert [r * 4096 for r in tuning.probe_rows(rows, 4096, likely_chunk=True)] == [16 * MiB, 16 * MiB, 64 * MiB]
-    # too little input for a split into 9 chunks larger than 8 MiB: 8 MiB as for any compute
+    # too little input for a split into 10 chunks larger than 8 MiB: 8 MiB as for any compute
     assert tuning.probe_rows(48 * MiB // 64, 64, likely_chunk=True) == tuning.probe_rows(48 * MiB // 64, 64)
 
 
