@@ -763,7 +763,7 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
         "h2d": 10e-6 + n / 50e9, "compute": launch + n / 400e9, "d2h": 10e-6 + n / 57e9,
         "host": 5e-3 + (first_call_s if first else 0.0)})
     monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
-    # (the doubling's own rule: a larger probe near a likely chunk, 57 MiB, leaves it no room in 512 MiB)
+    # (the doubling's own rule: a larger probe near a likely chunk, 51.2 MiB, leaves it no room in 512 MiB)
     monkeypatch.setattr(tuning, "LIKELY_CHUNK_BYTES", 8 * MiB)
     pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", pin_in_place=False)
     pipe.run(x)
@@ -823,6 +823,10 @@ def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run
         assert pipe.stats.staging["input"] == "direct"
         if total != len(x):  # (another size: its best is another chunk)
             assert "a new chunk size is a new batch shape" in pipe.stats.chunk["reason"]
+        elif not rows:  # (the rent paid: the first run's loss and this one's would pass the new shape's cost)
+            assert "the largest size the probes ran at" not in pipe.stats.chunk["reason"]
+            assert "a new chunk size is a new batch shape" not in pipe.stats.chunk["reason"]
+            assert first["keep_loss_ms"] * 2 > first["new_shape_ms"]
         rows.append(pipe.stats.chunk["rows"])
     assert rows[0] != first["rows"] and rows == [rows[0]] * 3, (first, rows)
     assert "probed at two sizes" not in pipe.stats.chunk["reason"]
@@ -892,6 +896,27 @@ def test_chunk_auto_first_choice_keeps_the_largest_probe_size_where_new_shapes_c
         again = pipe.stats.chunk
         assert "the largest size the probes ran at" not in again["reason"]
         assert again["bytes"] == tuned.probed_bytes and again["keep_loss_ms"] > 0  # (its loss counted now)
+
+
+def test_chunk_auto_first_choice_keeps_the_probe_size_for_a_costly_shape_in_a_long_run(fake, monkeypatch):
+    """A new shape past NEW_SHAPE_COSTLY_S (0.3 s) in a run predicted ~3.9 s (a slow compute): less
+    than SHAPE_COST_SHARE of the run, but costly, and the first choice weighs it as later runs do:
+    the larger probe size (410 rows), predicted about as fast as the best, is kept, not a third shape."""
+    fake.jitter["value"] = 0.0
+    x = np.zeros((4096, 112 * 112 * 3 // 4), dtype=np.uint32)
+    _probes_read(monkeypatch, lambda n, first: {
+        "h2d": 10e-6 + n / 50e9, "compute": 1e-4 + n / 40e6, "d2h": 10e-6 + n / 57e9,
+        "host": 1e-4 + (0.3 if first else 0.0)})
+    monkeypatch.setattr(StreamPipeline, "_probes_each_size_twice", lambda self: True)  # as a tensor function's
+    choices = []
+    real = fexec.choose_chunk
+    monkeypatch.setattr(fexec, "choose_chunk", lambda *a, **k: choices.append(real(*a, **k)) or choices[-1])
+    pipe = StreamPipeline(FakeMix(0), streams=3, chunk="auto", staging="direct")
+    pipe.run(x)
+    (tuned,) = pipe._tuned.values()
+    assert tuned.new_shape_s < fexec.SHAPE_COST_SHARE * choices[0].predicted_ms * 1e-3  # (a long run)
+    assert choices[0].nbytes != tuned.probed_bytes == pipe.stats.chunk["bytes"] == 410 * x[0].nbytes
+    assert "the largest size the probes ran at" in pipe.stats.chunk["reason"]
 
 
 def test_chunk_auto_a_costly_first_call_alone_is_not_a_costly_shape(fake, monkeypatch):

@@ -1534,9 +1534,10 @@ class StreamPipeline:
                 tuned = dataclasses.replace(tuned, run_s=choice.predicted_ms * 1e-3)
                 self._tuned[key] = tuned
             # The first choice: the largest size the probes ran at is a batch shape the compute has
-            # paid for. Where a new shape costs a good part of a run, it is kept if predicted within
-            # PROBE_KEEP_WITHIN of the best, or while what it loses is less than a new shape costs
-            # (choose_chunk's rent rule, as for a chunk kept from run to run). resnet50 over 4096 images
+            # paid for. Where new shapes are costly (_Tuned.costly_shapes, against the run just
+            # predicted), it is kept if predicted within PROBE_KEEP_WITHIN of the best, or while what
+            # it loses is less than a new shape costs (choose_chunk's rent rule, as for a chunk kept
+            # from run to run). resnet50 over 4096 images
             # (an H200, a fresh process; session 45, p297) was probed at 6, 55, 110 and 220 rows, each
             # new size's first call 100-190 ms more than its second, and its chunk (586 rows) cost
             # another 132 ms; fixed chunks of 222 and 445 rows ran within 2 % of each other (p295).
@@ -1544,8 +1545,7 @@ class StreamPipeline:
             # its first run 3.5x the naive loop's (session 46, call 2). For this run only: the next run
             # of this size chooses again (not cached), by the rules for a kept chunk.
             cache = True
-            if (source == "tuned" and tuned.probed_bytes and choice.nbytes != tuned.probed_bytes
-                    and tuned.new_shape_s >= SHAPE_COST_SHARE * choice.predicted_ms * 1e-3):
+            if source == "tuned" and tuned.probed_bytes and choice.nbytes != tuned.probed_bytes and tuned.costly_shapes:
                 choice = choose_chunk(tuned.models, **{
                     **args, "keep_bytes": tuned.probed_bytes, "keep_within": PROBE_KEEP_WITHIN,
                     "new_shape_s": tuned.new_shape_s, "kept_loss_s": 0.0,
@@ -1712,7 +1712,8 @@ class StreamPipeline:
         while the slowest GPU stage has not reached its linear regime (time < 0.6 x the size
         ratio: launch-bound), within a quarter of the input. A tensor function runs each
         new size twice (frameworks autotune per shape), the second counts, and the larger
-        size goes first (its first call the warm-up)."""
+        size goes first (its first call the warm-up); its probes at a likely chunk leave
+        room to double only in inputs of ~1.6 GiB and more."""
         free_before = self.device.memory_info()[0]
         tensor = self.form == "tensor"
         per_size: dict[int, dict[str, float]] = {}
@@ -1999,11 +2000,13 @@ class StreamPipeline:
             if len(run.timings) < n:  # sampled: scaled by the bytes each stage moved, at most the span
                 stats.busy_ms = _scaled_busy(stats.busy_ms, run.timings, batches, stats.gpu_span_ms)
             # What padding a row costs (pad_shapes), from a run whose calls were all at shapes seen
-            # before: a new shape's first call paces the GPU at its host's speed (resnet50's first
-            # call, ~400 ms on an H200, spans its compute's events where a run takes ~6 ms a chunk).
-            # Learnt from chunk="auto"'s probes, padding looked dearer than a new shape and the first
-            # runs of resnet50 and ViT-B/16 left their last chunk a new shape (session 46, call 3).
-            if tc is not None and stats.busy_ms.get("compute") and tc.new_shape_calls == new_shapes_before:
+            # before, none captured into a graph: a new shape's first call paces the GPU at its
+            # host's speed (resnet50's first call, ~400 ms on an H200, spans its compute's events
+            # where a run takes ~6 ms a chunk), as does a capture (f run eagerly inside it). Learnt
+            # from chunk="auto"'s probes, padding looked dearer than a new shape and the first runs
+            # of resnet50 and ViT-B/16 left their last chunk a new shape (session 46, call 3).
+            if (tc is not None and stats.busy_ms.get("compute") and tc.new_shape_calls == new_shapes_before
+                    and not (tc.graphs is not None and tc.graphs.captures)):
                 tc.learn_compute_time([b.in_shape for b in batches], stats.busy_ms["compute"] * 1e-3)
         return stats
 

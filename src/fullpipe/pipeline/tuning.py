@@ -384,7 +384,8 @@ def even_split_choice(total_rows: int, row_bytes: int, streams: int) -> ChunkCho
 # The probes of a compute whose new batch shapes may cost (a framework model: each size is probed
 # twice, and each new size's first call pays the framework's per-shape setup): the larger is an
 # even split of the run near this size, so that it is itself a likely chunk and the first run can
-# keep it (_tune) instead of paying for a third shape. Fixed chunks of 64 MiB
+# keep it (_tune; its last chunk padded to it where new shapes are costly) instead of paying for a
+# third shape. Fixed chunks of 64 MiB
 # ran within 2 % of the best of 16, 32 and 64 MiB for eight of nine torchvision models over
 # pageable images (ViT-B/16: 7 % slower than 32 MiB; an H200, session 45, p295); the chunks
 # chosen were 37-144 MiB. The smaller is a quarter of it, not 1 MiB: a model's forward over a
@@ -398,8 +399,9 @@ def probe_rows(total_rows: int, row_bytes: int, likely_chunk: bool = False) -> l
     """Row counts of the probe chunks run first for chunk="auto": a small one twice (the
     first warms up the compute), then a larger one: 1 MiB and 8 MiB; with ``likely_chunk``,
     an even split of the run near LIKELY_CHUNK_BYTES (in k >= 10 chunks, so that both
-    sizes probed twice stay within a quarter of the input) and a quarter of it. Empty when
-    the input is too small to be worth probing (under ~16 MiB): it is then split evenly."""
+    sizes probed twice stay within a quarter of the input) and a quarter of it, where that
+    split is over 8 MiB (inputs over ~80 MiB). Empty when the input is too small to be worth
+    probing (under ~16 MiB): it is then split evenly."""
     total = total_rows * row_bytes
     if total < 16 * MiB:
         return []
