@@ -297,7 +297,6 @@ def run(ctx: Context) -> Result:
     # (cuBLAS's 32 MiB workspace, SDPA's), and read into the first S's peak it bent the
     # materialized path's exponent to 1.78-1.85 where its peaks from S = 2048 on grow exactly 4x
     # per doubling (session 44; 81, 196, 784, 3136 MiB: 32 MiB over 4x at S = 1024).
-    warm_first = True
     for s_len in seqs:
         g = torch.Generator(device="cuda").manual_seed(s_len)
         q, k, v = (torch.randn(1, s_len, MEMORY_HEADS, MEMORY_D, device="cuda", generator=g, dtype=torch.float16)
@@ -306,12 +305,11 @@ def run(ctx: Context) -> Result:
         runs = {"fullpipe flash": lambda: fa.attention(q, k, v, causal=True, backend="mma_sync"),
                 "materialized S x S": lambda: materialized(qt, kt, vt),
                 "SDPA flash": lambda: _sdpa_flash(F, sdpa_kernel, SDPBackend, qt, kt, vt)}
-        if warm_first:
+        if s_len == seqs[0]:
             for fn in runs.values():
                 with contextlib.suppress(RuntimeError, torch.OutOfMemoryError):
                     fn()
             torch.cuda.synchronize()
-            warm_first = False
         for name, fn in runs.items():
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

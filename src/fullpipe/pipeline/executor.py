@@ -1537,10 +1537,10 @@ class StreamPipeline:
             # paid for. Where new shapes are costly (_Tuned.costly_shapes, against the run just
             # predicted), it is kept if predicted within PROBE_KEEP_WITHIN of the best, or while what
             # it loses is less than a new shape costs (choose_chunk's rent rule, as for a chunk kept
-            # from run to run). resnet50 over 4096 images
-            # (an H200, a fresh process; session 45, p297) was probed at 6, 55, 110 and 220 rows, each
-            # new size's first call 100-190 ms more than its second, and its chunk (586 rows) cost
-            # another 132 ms; fixed chunks of 222 and 445 rows ran within 2 % of each other (p295).
+            # from run to run). resnet50 over 4096 images (an H200, a fresh process; session 45, p297)
+            # was probed at 6, 55, 110 and 220 rows, each new size's first call 100-190 ms more than
+            # its second, and its chunk (586 rows) cost another 132 ms; fixed chunks of 222 and 445
+            # rows ran within 2 % of each other (p295).
             # mobilenet_v3_large's new shapes cost 1.8-3.4 s, and a chunk chosen past its probes made
             # its first run 3.5x the naive loop's (session 46, call 2). For this run only: the next run
             # of this size chooses again (not cached), by the rules for a kept chunk.
@@ -1729,7 +1729,8 @@ class StreamPipeline:
         # than any before may also grow its allocator. bench workloads' bf16 MLP, probed at 16 MiB
         # then 64 MiB, read 8 ms at 64 MiB where a fresh process read 0.7 ms, and as a per-shape cost
         # that kept a chunk 6 % slower than the best; session 46, call 2)
-        plan = [probes[2], probes[2], probes[0], probes[1]] if twice else list(probes)
+        small, large = probes[0], probes[-1]
+        plan = [large, large, small, small] if twice else list(probes)
         first_size = plan[0]
         last_pst = None
         while plan:

@@ -385,10 +385,9 @@ def even_split_choice(total_rows: int, row_bytes: int, streams: int) -> ChunkCho
 # twice, and each new size's first call pays the framework's per-shape setup): the larger is an
 # even split of the run near this size, so that it is itself a likely chunk and the first run can
 # keep it (_tune; its last chunk padded to it where new shapes are costly) instead of paying for a
-# third shape. Fixed chunks of 64 MiB
-# ran within 2 % of the best of 16, 32 and 64 MiB for eight of nine torchvision models over
-# pageable images (ViT-B/16: 7 % slower than 32 MiB; an H200, session 45, p295); the chunks
-# chosen were 37-144 MiB. The smaller is a quarter of it, not 1 MiB: a model's forward over a
+# third shape. Fixed chunks of 64 MiB ran within 2 % of the best of 16, 32 and 64 MiB for eight of
+# nine torchvision models over pageable images (ViT-B/16: 7 % slower than 32 MiB; an H200, session
+# 45, p295); the chunks chosen were 37-144 MiB. The smaller is a quarter of it, not 1 MiB: a model's forward over a
 # few rows is paced by its Python launches, and a fit through such a point and a large one gave
 # resnet50 a 5.4 ms fixed compute cost per chunk (6 rows took 5.6 ms, its host's time) and chunks
 # of 1024 rows (session 46, call 1; probed at 102 and 410 rows: 1.0 ms, and 410 rows, call 3).
