@@ -917,15 +917,21 @@ def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fa
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(5).random((48 * (1 << 20) // 64 + 37, 16), dtype=np.float32)  # 48 MiB and a bit
     f = ShapeLog(new_shape_s=0.3)
+    row_bytes = 16 * 4
+    small, large = ((1 << 20) // row_bytes, 16), ((8 << 20) // row_bytes, 16)
     with StreamPipeline(f, form="torch", streams=2) as pipe:
         y = pipe.run(x)
         np.testing.assert_allclose(y, want(x), rtol=1e-5)
         c = pipe.stats.chunk
-        assert c["new_shape_ms"] >= 250 and pipe.stats.padded["rows"] > 0
+        # the first call of all cost a good part of the run: one batch shape in the first run, the
+        # larger probe size, its last chunk padded to it; the smaller size is probed by the second run
+        assert "a second probe size on the next" in c["reason"] and pipe.stats.padded["rows"] > 0
+        assert set(f.shapes) == {large} and c["rows"] == large[0]
+        np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
+        c = pipe.stats.chunk
+        assert c["probe_batches"] == 2 and c["new_shape_ms"] >= 250 and pipe.stats.padded["rows"] > 0
         first = set(f.shapes)
-        row_bytes = 16 * 4
-        probes = {((1 << 20) // row_bytes, 16), ((8 << 20) // row_bytes, 16)}
-        assert (c["rows"], 16) in first and first <= probes | {(c["rows"], 16)}  # no shape of a last chunk
+        assert (c["rows"], 16) in first and first <= {small, large, (c["rows"], 16)}  # no shape of a last chunk
         np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
         np.testing.assert_allclose(pipe.run(x[:-1000]), want(x[:-1000]), rtol=1e-5)  # another length
         assert set(f.shapes) == first
@@ -957,6 +963,8 @@ def test_pad_shapes_auto_pads_a_last_chunk_whose_shape_costs_a_good_part_of_a_ru
     x = np.random.default_rng(6).random((48 * (1 << 20) // 64 + 37, 16), dtype=np.float32)
     f = ShapeLog(new_shape_s=0.03)
     with StreamPipeline(f, form="torch", streams=2) as pipe:
+        pipe.run(x)  # (with every share counting, its first call too: the probes' smaller size on the next run)
+        assert ("a second probe size on the next" in pipe.stats.chunk["reason"]) == padded
         pipe.run(x)
         assert 0 < pipe.stats.chunk["new_shape_ms"] < 1e3 * fexec.NEW_SHAPE_COSTLY_S
         for n in (len(x) - 1000, len(x) - 2000):  # (last chunks of new lengths)

@@ -260,9 +260,15 @@ def test_auto_chunk_is_reused(device, pool):
         second, staged = pipe.stats.chunk, pipe.stats.staging["input"]
         pipe.run(x)
         third = pipe.stats.chunk
-    assert first["source"] == "tuned" and first["probe_batches"] >= 4
-    assert staged == "pinned in place" and second["source"] == "reused from the ring"
-    assert second["probe_batches"] == 0
+    # (a first call that cost a good part of the run, as the first of a fresh process: the first run at the
+    # larger probe size alone, the second probes the smaller; else both sizes in the first run)
+    one_size = "a second probe size on the next" in first["reason"]
+    assert first["source"] == "tuned" and first["probe_batches"] >= (2 if one_size else 4)
+    assert staged == "pinned in place"
+    if one_size:
+        assert second["source"] == "tuned" and second["probe_batches"] == 2
+    else:
+        assert second["source"] == "reused from the ring" and second["probe_batches"] == 0
     assert third["source"] == "reused" and third["probe_batches"] == 0
     print(first["reason"])
 

@@ -28,7 +28,9 @@ whose automatic choice was built, measured, and taken out. Threads' own costs hi
 gain in its first runs: PyTorch caches cuDNN attention plans per thread, so every thread
 builds each batch shape's plan (tens of ms each; a 2-layer encoder over 92 shapes ran
 4.3 s against 0.17 s on one thread until the threads had seen them; the bench's encoder,
-96 shapes, 5.6 s on three threads after 7.7 s on the first, session 35). A trial comparing
+96 shapes, 5.6 s on three threads after 7.7 s on the first, session 35); convolution plans
+too (mobilenet_v3_large's 410-image shape, seen on one thread, cost 1.9 s again on another;
+convnext_tiny's 0.7 s; an H200, session 47, p300). A trial comparing
 call times on the threads with those on the enqueueing thread turned an encoder down (its
 threads were cold); one counting how many threads ran at once (CPU time over wall time)
 kept them for chains of small operators, whose threads kept running on the CPU without

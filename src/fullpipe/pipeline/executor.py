@@ -382,6 +382,7 @@ class StreamPipeline:
         self._rec: records.RunRecords | None = None  # this run's batches of several arrays (records.py)
         self._said_serial = False  # the warning that the tensor function's calls turned serial was given
         self._tuned: dict[tuple, Any] = {}  # chunk="auto": measured models per kind of work
+        self._probe_first_lane = 0  # chunk="auto": the lane of a probe run's first batch size (_probe)
         # ... and the choice they gave per run size: choose_chunk weighs a few hundred sizes
         # (~1.5 ms of Python), which a loop over same-sized arrays need not pay every run
         # (a key's models change only after retune(), which clears both)
@@ -1466,6 +1467,7 @@ class StreamPipeline:
         tc = self._tc
         if tc is None:
             return
+        one_size = tuned is not None and tuned.deferred_rows > 0
         if tuned is not None and batches:
             compute = tuned.models.get("compute")
             tc.learn_from_probes(tuned.new_shape_s, compute.per_byte_s * row_bytes if compute is not None else 0.0,
@@ -1473,10 +1475,12 @@ class StreamPipeline:
         if self.pad_shapes is False or len(batches) < 2:
             return
         last = batches[-1]
+        # (probed at one size, for the first call's cost: padded, at most one chunk's compute more, as what a
+        # new shape costs is not known yet, only that the first call of all cost a good part of the run)
         if (last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
                 and not tc.has_seen(last.in_shape, dtype_key)
-                and tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
-                                   costly=tuned is not None and tuned.costly_shapes)):
+                and (one_size or tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
+                                                costly=tuned is not None and tuned.costly_shapes))):
             last.pad_to = chunk_rows
 
     # ------------------------------------------------------------------ chunk="auto"
@@ -1505,6 +1509,14 @@ class StreamPipeline:
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
             self._tuned[key] = tuned
             source = "tuned"
+        elif tuned.deferred_rows and 2 * tuned.deferred_rows <= rows // 4:  # (the smaller size, its turn now)
+            tuned, start, n_probe = self._measure(x, out, rows, row_bytes, [tuned.deferred_rows], stage_in,
+                                                  stage_out, run_args, known=tuned)
+            self._tuned[key] = tuned
+            source = "tuned"
+        if tuned.deferred_rows:
+            choice = self._one_size_choice(tuned, rows, row_bytes)
+            return choice.rows, choice, start, n_probe, source
         # The chunk is chosen for the whole run, as a later run of this size meets it (without
         # probes); the probes' rows stand in for its first chunks. Chosen for what the probes
         # left, a chunk kept for a compute's costly new shapes split every later run into whole
@@ -1562,6 +1574,18 @@ class StreamPipeline:
                 self._choices[choice_key] = choice
         return choice.rows, choice, start, n_probe, source
 
+    def _one_size_choice(self, tuned: "_Tuned", rows: int, row_bytes: int) -> ChunkChoice:
+        """The chunk of a run whose compute was probed at one size (_first_call_costly): that
+        size, a batch shape the compute has paid for (the whole input where it is smaller)."""
+        probed = tuned.probed_bytes // row_bytes
+        n = max(1, min(probed, rows))
+        per_chunk = max(max(m.time(n * row_bytes) for m in tuned.models.values()), tuned.host.fixed_s)
+        reason = (f"{n * row_bytes / 2**20:.2f} MiB ({n} rows): the size probed. The compute's first call there took "
+                  f"{tuned.first_call_s * 1e3:.0f} ms more than its second (its one-time and per-shape setup), a "
+                  f"good part of the run: one batch shape this run, a second probe size on the next")
+        return ChunkChoice(n * row_bytes, n, max(tuned.models, key=lambda st: tuned.models[st].time(n * row_bytes)),
+                           float("nan"), reason, predicted_ms=-(-rows // n) * per_chunk * 1e3)
+
     def _refine(self, key: tuple, stats: PipelineStats, chunk_bytes: int, new_shape_s: float = 0.0) -> None:
         """chunk="auto" learns from its own runs. The probes run each chunk alone and wait
         for it, and what they read can be several times what a steady run takes: on an
@@ -1598,6 +1622,8 @@ class StreamPipeline:
         refinements spent, predicted 93 ms for every later run."""
         tuned = self._tuned.get(key)
         if tuned is None or stats.bytes_in <= 0:
+            return
+        if tuned.deferred_rows:  # (probed at one size: the next run probes the other, and fits through both)
             return
         # A compute whose new shapes cost seconds, or a good part of a run, keeps this run's
         # chunk whatever the models said (choose_chunk weighs a change against that cost): a
@@ -1697,8 +1723,12 @@ class StreamPipeline:
         session 19)."""
         was_in = [stage_in] + (["ring"] if stage_in == "direct" else [])
         was_out = [stage_out] + (["ring"] if stage_out == "direct" else [])
-        for before in sorted(itertools.product(was_in, was_out), key=lambda k: -k.count("ring")):
-            tuned = self._tuned.get(self._tune_key(x, *before)) if before != (stage_in, stage_out) else None
+        found = [(before, self._tuned.get(self._tune_key(x, *before)))
+                 for before in itertools.product(was_in, was_out) if before != (stage_in, stage_out)]
+        # (the most ring-staged first; one whose probes are complete before one still at one size: a
+        # first run's models, probed at one size, are left behind where its second run was staged otherwise)
+        found.sort(key=lambda bt: (bt[1] is None or bt[1].deferred_rows > 0, -bt[0].count("ring")))
+        for before, tuned in found:
             if tuned is not None:
                 dropped = {name for name, b, now in zip(HOST_STAGES, before, (stage_in, stage_out)) if b != now}
                 kept = tuned.kept_bytes if tuned.costly_shapes else 0
@@ -1706,22 +1736,28 @@ class StreamPipeline:
                                            kept_bytes=kept, refined=0, seen={})
         return None
 
-    def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args) -> tuple["_Tuned", int, int]:
+    def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args,
+                 known: "_Tuned | None" = None) -> tuple["_Tuned", int, int]:
         """Probe chunks, each waited for alone with stage timing: the sizes of
         ``probe_rows`` (a small one twice, the first a warm-up, then a larger one), then x2
         while the slowest GPU stage has not reached its linear regime (time < 0.6 x the size
         ratio: launch-bound), within a quarter of the input. A tensor function runs each
         new size twice (frameworks autotune per shape), the second counts, and the larger
         size goes first (its first call the warm-up); its probes at a likely chunk leave
-        room to double only in inputs of ~1.6 GiB and more."""
+        room to double only in inputs of ~1.6 GiB and more.
+
+        A tensor function whose first call cost a good part of the run predicted from the
+        larger size (:meth:`_first_call_costly`) is probed at that size alone: the run keeps
+        it, one batch shape in all, and the smaller size waits for the next run (``known``:
+        the models of that first run, its probes' times; ``probes``: the smaller size)."""
         free_before = self.device.memory_info()[0]
         tensor = self.form == "tensor"
-        per_size: dict[int, dict[str, float]] = {}
+        per_size: dict[int, dict[str, float]] = dict(known.probe_points) if known is not None else {}
         first_host: dict[int, float] = {}  # each size's first call: the host's time
         # per size probed twice, its first batch's host time over the second's: what a new shape
         # costs (not the first size: the first call of all carries the compute's one-time costs)
         excess: dict[int, float] = {}
-        gpu_time: dict[int, float] = {}
+        gpu_time = {r: max(v for k, v in p.items() if k in ("h2d", "compute", "d2h")) for r, p in per_size.items()}
         a, n_probe = 0, 0
         twice = self._probes_each_size_twice()
         # (a tensor function: the larger size first, so that the smaller one's first call, which
@@ -1730,8 +1766,17 @@ class StreamPipeline:
         # then 64 MiB, read 8 ms at 64 MiB where a fresh process read 0.7 ms, and as a per-shape cost
         # that kept a chunk 6 % slower than the best; session 46, call 2)
         small, large = probes[0], probes[-1]
-        plan = [large, large, small, small] if twice else list(probes)
-        first_size = plan[0]
+        # (the smaller size after a first look at the larger; not in place, whose probes verify the compute's
+        # outputs on two lanes in one run: TensorCompute.verified)
+        split = twice and known is None and not run_args.get("in_place")
+        if known is not None:
+            plan = [small, small]
+        elif split:
+            plan = [large, large]
+        else:
+            plan = [large, large, small, small] if twice else list(probes)
+        then = [small, small] if split else []
+        first_size = plan[0] if known is None else 0  # (with ``known``, the first call of all was the first run's)
         last_pst = None
         while plan:
             bounds = []
@@ -1739,7 +1784,7 @@ class StreamPipeline:
                 bounds.append((a, a + r))
                 a += r
             pst = self._probe(P.batches_from_array(x, out, bounds, first_index=n_probe), stage_in, stage_out,
-                              **run_args)
+                              first_lane=len(per_size), **run_args)
             last_pst = pst
             for i, r in enumerate(plan):
                 m = _probe_point(pst, i, self.compute is not None, stage_out is not None)
@@ -1756,6 +1801,14 @@ class StreamPipeline:
                     excess[r] = max(first_host[r] - per_size[r]["host"], 0.0)
                 gpu_time[r] = max(v for k, v in per_size[r].items() if k in ("h2d", "compute", "d2h"))
             n_probe += len(plan)
+            if then:  # (a tensor function's larger size alone so far: is its first call a good part of the run?)
+                excess_s = self._first_call_excess(first_host[large], per_size[large]["host"])
+                if self._first_call_costly(excess_s, per_size[large], rows / large):
+                    self.probe_stats = last_pst
+                    return self._tuned_at_one_size(per_size[large], large, small, row_bytes, out, run_args,
+                                                   free_before, excess_s), a, n_probe
+                plan, then = then, []
+                continue
             sizes = sorted(per_size)
             n_prev, n_last = sizes[-2], sizes[-1]
             launch_bound = gpu_time[n_last] < 0.6 * (n_last / n_prev) * gpu_time[n_prev]
@@ -1770,7 +1823,9 @@ class StreamPipeline:
         sizes = sorted(per_size)
         n1, n2 = sizes[-2], sizes[-1]
         p1, p2 = per_size[n1], per_size[n2]
-        models = {st: fit_stage(st, n1 * row_bytes, p1[st], n2 * row_bytes, p2[st]) for st in p2 if st != "host"}
+        # (stages of both sizes: a deferred size may be probed where a side's staging changed)
+        models = {st: fit_stage(st, n1 * row_bytes, p1[st], n2 * row_bytes, p2[st]) for st in p2
+                  if st != "host" and st in p1}
         # The host's time per batch is the enqueue and the compute call: Python and driver
         # calls, the same for any chunk size (the ring's copies are modelled on their own).
         # Probes have seen it grow with the size where steady runs did not: on an H100 a fit
@@ -1778,18 +1833,74 @@ class StreamPipeline:
         # steady runs took 244 us per batch at that size, and the fit chose chunks 4x larger
         # than the best of a sweep. So: the faster of the two fitted sizes, for every size.
         host = StageModel(min(p1["host"], p2["host"]), 0.0)
-        out_over_in = 0.0
+        out_over_in = self._out_over_in(out, run_args, row_bytes)
+        if known is not None:
+            # The framework's memory as the first run's probes read it, and what its cache grew by over
+            # these (calls at another shape: blocks of other sizes), as where both sizes are probed in one
+            # run. The larger size's probes alone read 57 bytes per input byte for regnet_y_800mf where all
+            # four read 74, and its chunk grew to 1024 rows (capped by device memory) where it had grown to
+            # 820: 0.6x the best fixed chunk, against 1.0x (an H200, session 47, p301). Not the growth since
+            # the first run: work in between (other pipelines, other models) grows the cache too.
+            budget = known.budget_bytes
+            grown = max(0, free_before - self.device.memory_info()[0]) / (n2 * row_bytes) if tensor else 0.0
+            compute_bytes = known.compute_bytes_per_byte + grown
+        else:
+            budget = free_before // 2
+            compute_bytes = self._compute_bytes(tensor, free_before, n2 * row_bytes, out_over_in)
+        return _Tuned(models, host, out_over_in, compute_bytes, budget, n1 * row_bytes, n2 * row_bytes,
+                      new_shape_s=new_shape_s), a, n_probe
+
+    @staticmethod
+    def _out_over_in(out: Any, run_args: dict, row_bytes: int) -> float:
         outputs = run_args.get("outputs")
         if outputs is not None and outputs.row_bytes:
-            out_over_in = outputs.row_bytes / row_bytes
-        elif out is not None:
-            out_over_in = (out.nbytes / out.shape[0]) / row_bytes
-        compute_bytes = 0.0
-        if tensor:  # the framework's own memory per input byte (its cache grew by about that much)
-            free_after = self.device.memory_info()[0]
-            compute_bytes = max(0.0, (free_before - free_after) / (n2 * row_bytes) - 1.0 - out_over_in)
-        return _Tuned(models, host, out_over_in, compute_bytes, free_before // 2, n1 * row_bytes, n2 * row_bytes,
-                      new_shape_s=new_shape_s), a, n_probe
+            return outputs.row_bytes / row_bytes
+        if out is not None:
+            return (out.nbytes / out.shape[0]) / row_bytes
+        return 0.0
+
+    def _compute_bytes(self, tensor: bool, free_before: int, probe_bytes: int, out_over_in: float) -> float:
+        """A tensor function's own device memory per input byte: the framework's cache grew by
+        about that much over the probes, the largest ``probe_bytes``."""
+        if not tensor:
+            return 0.0
+        free_after = self.device.memory_info()[0]
+        return max(0.0, (free_before - free_after) / probe_bytes - 1.0 - out_over_in)
+
+    def _first_call_excess(self, first_host_s: float, second_host_s: float) -> float:
+        """A size's first call over its second: the compute's own calls where fullpipe makes
+        them (a tensor function: not fullpipe's first batch, its lane buffers and events), else
+        the two batches' host time."""
+        tc = self._tc
+        if tc is not None and len(tc.last_calls) == 2:
+            first, second = tc.last_calls
+            return first - second
+        return first_host_s - second_host_s
+
+    @staticmethod
+    def _first_call_costly(excess_s: float, point: dict[str, float], chunks: float) -> bool:
+        """A tensor function's first call at its larger probe size took SHAPE_COST_SHARE of the
+        run predicted from that size (``chunks`` of it, each its slowest stage's time) more than
+        its second (``excess_s``, and at least FIRST_CALL_FLOOR_S): often the first call of all,
+        its one-time costs with a new shape's. Then a second size may cost a good part of the
+        run too. mobilenet_v3_large over 4096 images (an H200, session 47, p299, p300): its
+        first call at 410 rows 2.1-2.5 s, its second 5 ms; a new shape after it 1.7-1.8 s, the
+        run ~100 ms; with a fixed chunk of 410 rows its first run took 2.6 s, with both probe
+        sizes 4.4 s."""
+        return excess_s >= FIRST_CALL_FLOOR_S and excess_s >= SHAPE_COST_SHARE * chunks * max(point.values())
+
+    def _tuned_at_one_size(self, point: dict[str, float], rows: int, smaller: int, row_bytes: int, out: Any,
+                           run_args: dict, free_before: int, excess_s: float) -> "_Tuned":
+        """The models of a first run probed at one size (``rows``): each stage's line from the
+        origin through it, the host's time per batch its own; the run keeps that size, and the
+        next run probes ``smaller`` (:meth:`_measure` with ``known``)."""
+        nbytes = rows * row_bytes
+        models = {st: fit_stage(st, nbytes, t, nbytes, t) for st, t in point.items() if st != "host"}
+        out_over_in = self._out_over_in(out, run_args, row_bytes)
+        return _Tuned(models, StageModel(point["host"], 0.0), out_over_in,
+                      self._compute_bytes(self.form == "tensor", free_before, nbytes, out_over_in),
+                      free_before // 2, nbytes, nbytes, deferred_rows=smaller, probe_points={rows: dict(point)},
+                      first_call_s=excess_s)
 
     def _probes_each_size_twice(self) -> bool:
         """A framework model's first call at a shape may pay its autotuning or per-shape
@@ -1797,10 +1908,16 @@ class StreamPipeline:
         new-shape cost)."""
         return self.form == "tensor"
 
-    def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, **run_args: Any) -> PipelineStats:
+    def _probe(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, first_lane: int = 0,
+               **run_args: Any) -> PipelineStats:
         """A probe run for chunk="auto": each batch waits for the previous one, with
-        per-stage timing events, never as a graph (the stage times are what it is for)."""
-        return self._execute(batches, stage_in, stage_out, PROBE_RUN, **run_args)
+        per-stage timing events, never as a graph (the stage times are what it is for);
+        each batch size on a lane of its own (_probe_lanes), from ``first_lane`` on."""
+        self._probe_first_lane = first_lane
+        try:
+            return self._execute(batches, stage_in, stage_out, PROBE_RUN, **run_args)
+        finally:
+            self._probe_first_lane = 0
 
     def _run_mode(self) -> RunMode:
         # A graph's nodes are fixed: no per-batch timing events in graph mode (stream form).
@@ -2020,7 +2137,8 @@ class StreamPipeline:
         :meth:`_threaded_loop` instead, and with ``group`` > 1 :meth:`_grouped_loop`,
         each with the same fronts and bookkeeping."""
         n, K, N = len(batches), self.slots, self.n_streams
-        lane_of = _probe_lanes(batches, N) if mode is PROBE_RUN else [pos % N for pos in range(n)]
+        lane_of = (_probe_lanes(batches, N, self._probe_first_lane) if mode is PROBE_RUN
+                   else [pos % N for pos in range(n)])
         stager, drainer, routes = run.stager, run.drainer, self._routes
         ring_in_addr, ring_out_addr = self._ring_in.address, self._ring_out.address
         synchronous, timing = mode.synchronous, mode.timing
@@ -2493,6 +2611,9 @@ MAX_REFINES = 3  # ... by at most this many runs per kind of work
 # no more sizes than the first two, and keeps its chunk from run to run (NEW_SHAPE_COSTLY_S, tensors.py);
 # one whose new shape costs this share of a run's wall time keeps its chunk too (_Tuned.costly_shapes)
 SHAPE_COST_SHARE = 0.1
+# ... a first call this much slower than the next is a framework's setup, not fullpipe's own first batch (its
+# lane buffers and events) or a host's hiccup, which take milliseconds (_first_call_costly)
+FIRST_CALL_FLOOR_S = 0.02
 PROBE_KEEP_WITHIN = 0.05  # chunk="auto"'s first choice keeps the largest probe size this close to the best (_tune)
 FIT_SPREAD = 1.5  # ... refitted through runs at two chunk sizes at least this far apart
 REFIT_ABOVE = 0.05  # ... when that line is this far from the model in use
@@ -2886,6 +3007,11 @@ class _Tuned:
     kept_loss_for: int = 0  # ... that chunk (bytes)
     seen: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # runs: stage -> {chunk: s}
     run_s: float = 0.0  # the last run's wall time (what a new shape costs against it; before a run, its prediction)
+    # probed at one size (StreamPipeline._first_call_costly): the smaller size's rows, to probe on the next
+    # run; the probed size's seconds per stage; its first call over its second
+    deferred_rows: int = 0
+    probe_points: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    first_call_s: float = 0.0
 
     @property
     def costly_shapes(self) -> bool:
@@ -3053,15 +3179,15 @@ def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
         raise ValueError(f"{what} is read-only")
 
 
-def _probe_lanes(batches: list[P.Batch], lanes: int) -> list[int]:
+def _probe_lanes(batches: list[P.Batch], lanes: int, first: int = 0) -> list[int]:
     """chunk="auto"'s probes (each batch waited for before the next): the lane of each batch,
-    one per batch size in the order the sizes come. A framework's caching allocator keeps
-    what a call freed for that call's stream, so a size's second call on another lane would
-    allocate afresh and read as host time per chunk (an H100: 361-1115 us against 130-250 us
-    on the same stream; session 25). Sizes on different lanes still let a tensor function's
-    outputs be checked across lanes (TensorCompute._shares)."""
+    one per batch size in the order the sizes come (from lane ``first``). A framework's
+    caching allocator keeps what a call freed for that call's stream, so a size's second call
+    on another lane would allocate afresh and read as host time per chunk (an H100: 361-1115
+    us against 130-250 us on the same stream; session 25). Sizes on different lanes still let
+    a tensor function's outputs be checked across lanes (TensorCompute._shares)."""
     rank: dict[tuple[int, ...], int] = {}
-    return [rank.setdefault(b.in_shape, len(rank)) % lanes for b in batches]
+    return [(first + rank.setdefault(b.in_shape, len(rank))) % lanes for b in batches]
 
 
 def _host_s_per_batch(stats: PipelineStats) -> float:

@@ -552,6 +552,7 @@ class TensorCompute:
         self._dtype_key: tuple = ()
         self._call_times: collections.deque = collections.deque(maxlen=32)
         self._timed_first = False  # the first call of all carries one-time costs: not a shape's
+        self.last_calls: collections.deque = collections.deque(maxlen=2)  # the last two calls' host time, s
         self._shape_first: dict[tuple, tuple[float, int]] = {}  # a shape called once: (its host time, lane)
         self._pair_excess: float | None = None  # the latest shape's first call over its second
         self._new_calls: collections.deque = collections.deque(maxlen=2)  # the last two new shapes' first calls
@@ -727,6 +728,7 @@ class TensorCompute:
     def _learn_shape_cost(self, key: tuple, new: bool, call_s: float, lane: int) -> None:
         """Record a call of f (``key``: its shape and dtypes, ``new``: first seen now) on ``lane``."""
         with self._shape_lock:
+            self.last_calls.append(call_s)
             if new:
                 self.new_shape_calls += 1
                 if len(self.shapes_seen) >= SHAPES_SEEN_SIZE:
