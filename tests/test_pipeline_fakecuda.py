@@ -21,6 +21,7 @@ import random
 import threading
 import time
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ import fullpipe.cuda.pool as fpool
 import fullpipe.cuda.streams as fstreams
 import fullpipe.pipeline.executor as fexec
 import fullpipe.pipeline.pageable as fpageable
-from fullpipe.pipeline import StreamPipeline, tuning
+from fullpipe.pipeline import PipelineWarning, StreamPipeline, tuning
 from fullpipe.pipeline.workload import reference
 
 # These tests are of the staging ring: small pageable batches go through it, not in bulk.
@@ -790,6 +791,14 @@ def test_chunk_auto_with_costly_new_shapes_probes_two_sizes_and_keeps_its_chunk(
         assert len(seen_sizes) == 2 and chunks[0]["probe_batches"] == 2 and chunks[1]["probe_batches"] == 0
         assert chunks[0]["new_shape_ms"] >= 1000 and "per-shape setup" in chunks[0]["reason"]
         assert rows == [first["rows"]] * 3, (first, rows)
+        # a new pageable array of the same shape: through the ring, as the first run was; that run's
+        # models took the second run's smaller size, so no probe (its shape seen, its first call would
+        # read no new-shape cost) and the same chunk, kept for the shape's cost
+        y = np.zeros_like(x)
+        for _ in range(2):
+            pipe.run(y)
+            assert pipe.stats.staging["input"] == "ring" and pipe.stats.chunk["probe_batches"] == 0
+            assert pipe.stats.chunk["rows"] == first["rows"] and pipe.stats.chunk["new_shape_ms"] >= 1000
 
 
 def test_chunk_auto_keeps_its_chunk_where_a_new_shape_costs_a_good_part_of_a_run(fake, monkeypatch):
@@ -888,10 +897,14 @@ def test_chunk_auto_a_first_run_whose_first_call_is_costly_runs_at_one_batch_sha
     assert len(seen_sizes) == 1 and c["probe_batches"] == 2 and c["rows"] * x[0].nbytes == seen_sizes[0]
     assert tuned.deferred_rows == c["rows"] // 4 and tuned.first_call_s == pytest.approx(2.0)
     assert "2000 ms more than its second" in c["reason"] and c["new_shape_ms"] == 0.0
-    short = 6 * tuned.deferred_rows  # (two probes of the smaller size need a quarter of the input)
-    pipe.run(x[:short])
-    assert pipe.stats.chunk["rows"] == c["rows"] and pipe.stats.chunk["probe_batches"] == 0
-    assert len(seen_sizes) == 1 and pipe._tuned[next(iter(pipe._tuned))].deferred_rows
+    # runs too short for the smaller size's two probes (they need a quarter of the input) keep the
+    # size probed, as the whole run's one chunk too, without a warning for their few chunks
+    for short in (6 * tuned.deferred_rows, c["rows"] // 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PipelineWarning)
+            pipe.run(x[:short])
+        assert pipe.stats.chunk["rows"] == c["rows"] and pipe.stats.chunk["probe_batches"] == 0
+        assert len(seen_sizes) == 1 and pipe._tuned[next(iter(pipe._tuned))].deferred_rows
     pipe.run(x)
     (tuned,) = pipe._tuned.values()
     assert len(seen_sizes) == 2 and pipe.stats.chunk["probe_batches"] == 2 and not tuned.deferred_rows

@@ -927,6 +927,9 @@ def test_pad_shapes_auto_saves_the_new_shapes_of_a_compute_slow_at_them(fake, fa
         # larger probe size, its last chunk padded to it; the smaller size is probed by the second run
         assert "a second probe size on the next" in c["reason"] and pipe.stats.padded["rows"] > 0
         assert set(f.shapes) == {large} and c["rows"] == large[0]
+        short = x[:20_000]  # (too short to probe the smaller size: its one chunk padded to the size probed)
+        np.testing.assert_allclose(pipe.run(short), want(short), rtol=1e-5)
+        assert set(f.shapes) == {large} and pipe.stats.padded["rows"] == large[0] - 20_000
         np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-5)
         c = pipe.stats.chunk
         assert c["probe_batches"] == 2 and c["new_shape_ms"] >= 250 and pipe.stats.padded["rows"] > 0

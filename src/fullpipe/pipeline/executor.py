@@ -887,11 +887,12 @@ class StreamPipeline:
                     x_np, None if tensor else out_np, rows, row_bytes, stage_in, stage_out, run_args, pst_list)
         bounds = P.chunk_bounds(rows, fixed_rows, start)
         batches = P.batches_from_array(x_np, None if tensor else out_np, bounds, first_index=n_probe)
+        tuned = self._tuned.get(self._tune_key(x_np, stage_in, stage_out))
+        one_size = choice is not None and tuned is not None and tuned.deferred_rows > 0  # (_one_size_choice)
         if tensor:
-            tuned = self._tuned.get(self._tune_key(x_np, stage_in, stage_out))
             self._pad_last_chunk(batches, fixed_rows, row_bytes, tuned,
                                  TensorCompute.dtype_key(x_np.dtype, kind.torch_dtype if kind.reinterpreted else None))
-        if source != "even split":  # (chunk="auto" chose fewer chunks than streams knowingly: its reason says why)
+        if source != "even split" and not one_size:  # (chunk="auto" chose fewer chunks than streams knowingly)
             self._warn_few_batches(len(batches) + n_probe, fixed_rows, row_bytes, stacklevel=5)
         if self._runs_plain(batches, n_probe, x_np, outputs):
             if self._rec is not None:
@@ -935,8 +936,9 @@ class StreamPipeline:
         tensor function, with the pipeline's defaults for staging and timing? Not for inputs
         ``torch.from_numpy`` cannot take as they are (NumPy bfloat16; read-only: a warning),
         nor for a range the pin cache pinned only in part (PyTorch's copy would take it for
-        pinned: session 20's CUDA_ERROR_INVALID_VALUE)."""
-        return (len(batches) == 1 and n_probe == 0 and outputs is not None
+        pinned: session 20's CUDA_ERROR_INVALID_VALUE), nor for a batch to run padded to a
+        shape the compute has seen (_pad_last_chunk)."""
+        return (len(batches) == 1 and n_probe == 0 and outputs is not None and not batches[0].pad_to
                 and self._plain_compute(any_output_spec=True) and x_np.nbytes <= PLAIN_MAX_BYTES
                 and x_np.dtype.kind != "V" and x_np.flags.writeable
                 and default_pin_cache().overlap(batches[0].src_addr, x_np.nbytes) != "partial")
@@ -1472,15 +1474,20 @@ class StreamPipeline:
             compute = tuned.models.get("compute")
             tc.learn_from_probes(tuned.new_shape_s, compute.per_byte_s * row_bytes if compute is not None else 0.0,
                                  batches[0].in_shape[1:], dtype_key)
-        if self.pad_shapes is False or len(batches) < 2:
+        if self.pad_shapes is False or not batches:
             return
         last = batches[-1]
-        # (probed at one size, for the first call's cost: padded, at most one chunk's compute more, as what a
-        # new shape costs is not known yet, only that the first call of all cost a good part of the run)
-        if (last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
+        if one_size:
+            # (probed at one size, for the first call's cost: the last chunk padded to it, also a short
+            # run's only chunk, at most one chunk's compute more, as what a new shape costs is not known
+            # yet, only that the first call cost a good part of the run)
+            if last.in_shape[0] < chunk_rows and not tc.has_seen(last.in_shape, dtype_key):
+                last.pad_to = chunk_rows
+            return
+        if (len(batches) >= 2 and last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
                 and not tc.has_seen(last.in_shape, dtype_key)
-                and (one_size or tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
-                                                costly=tuned is not None and tuned.costly_shapes))):
+                and tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
+                                   costly=tuned is not None and tuned.costly_shapes)):
             last.pad_to = chunk_rows
 
     # ------------------------------------------------------------------ chunk="auto"
@@ -1509,7 +1516,12 @@ class StreamPipeline:
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
             self._tuned[key] = tuned
             source = "tuned"
+        elif tuned.deferred_rows and (done := self._completed_elsewhere(key, tuned)) is not None:
+            tuned = self._tuned[key] = done
+            source = "reused"
         elif tuned.deferred_rows and 2 * tuned.deferred_rows <= rows // 4:  # (the smaller size, its turn now)
+            # (an in-place run's two probes here are on one lane: not verified by them, its calls careful
+            # this run, as an in-place run's first is: TensorCompute.verified)
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, [tuned.deferred_rows], stage_in,
                                                   stage_out, run_args, known=tuned)
             self._tuned[key] = tuned
@@ -1574,11 +1586,26 @@ class StreamPipeline:
                 self._choices[choice_key] = choice
         return choice.rows, choice, start, n_probe, source
 
+    def _completed_elsewhere(self, key: tuple, one_size: "_Tuned") -> "_Tuned | None":
+        """The same work's models completed under another staging (a second run whose input or
+        output was copied directly probed the smaller size there), for a run staged as the first
+        one was (a new pageable array of the same shape), whose own models are still at one size
+        (``one_size``). Probing the smaller size again here would read no new-shape cost (a shape
+        the compute has seen) and let the chunk change run after run. Their chunk is kept where
+        their shapes are costly; stages only this staging has keep their one-size lines, and its
+        host time per batch stays its own. None where no other staging's are complete."""
+        work = key[:2] + key[4:]  # (_tune_key without the two staging modes)
+        for k, t in self._tuned.items():
+            if k != key and not t.deferred_rows and k[:2] + k[4:] == work:
+                models = {st: t.models.get(st, m) for st, m in one_size.models.items()}
+                return dataclasses.replace(t, models=models, host=one_size.host, refined=0, seen={},
+                                           kept_bytes=t.kept_bytes if t.costly_shapes else 0)
+        return None
+
     def _one_size_choice(self, tuned: "_Tuned", rows: int, row_bytes: int) -> ChunkChoice:
         """The chunk of a run whose compute was probed at one size (_first_call_costly): that
-        size, a batch shape the compute has paid for (the whole input where it is smaller)."""
-        probed = tuned.probed_bytes // row_bytes
-        n = max(1, min(probed, rows))
+        size, a batch shape the compute has paid for."""
+        n = tuned.probed_bytes // row_bytes  # (a shorter run: one chunk, padded to it, _pad_last_chunk)
         per_chunk = max(max(m.time(n * row_bytes) for m in tuned.models.values()), tuned.host.fixed_s)
         reason = (f"{n * row_bytes / 2**20:.2f} MiB ({n} rows): the size probed. The compute's first call there took "
                   f"{tuned.first_call_s * 1e3:.0f} ms more than its second (its one-time and per-shape setup), a "
