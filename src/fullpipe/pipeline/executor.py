@@ -1516,7 +1516,7 @@ class StreamPipeline:
             tuned, start, n_probe = self._measure(x, out, rows, row_bytes, probes, stage_in, stage_out, run_args)
             self._tuned[key] = tuned
             source = "tuned"
-        elif tuned.deferred_rows and (done := self._completed_elsewhere(key, tuned)) is not None:
+        elif tuned.deferred_rows and (done := self._completed_elsewhere(x, stage_in, stage_out, tuned)) is not None:
             tuned = self._tuned[key] = done
             source = "reused"
         elif tuned.deferred_rows and 2 * tuned.deferred_rows <= rows // 4:  # (the smaller size, its turn now)
@@ -1586,7 +1586,8 @@ class StreamPipeline:
                 self._choices[choice_key] = choice
         return choice.rows, choice, start, n_probe, source
 
-    def _completed_elsewhere(self, key: tuple, one_size: "_Tuned") -> "_Tuned | None":
+    def _completed_elsewhere(self, x: np.ndarray, stage_in: str, stage_out: str | None,
+                             one_size: "_Tuned") -> "_Tuned | None":
         """The same work's models completed under another staging (a second run whose input or
         output was copied directly probed the smaller size there), for a run staged as the first
         one was (a new pageable array of the same shape), whose own models are still at one size
@@ -1594,12 +1595,11 @@ class StreamPipeline:
         the compute has seen) and let the chunk change run after run. Their chunk is kept where
         their shapes are costly; stages only this staging has keep their one-size lines, and its
         host time per batch stays its own. None where no other staging's are complete."""
-        work = key[:2] + key[4:]  # (_tune_key without the two staging modes)
-        for k, t in self._tuned.items():
-            if k != key and not t.deferred_rows and k[:2] + k[4:] == work:
-                models = {st: t.models.get(st, m) for st, m in one_size.models.items()}
-                return dataclasses.replace(t, models=models, host=one_size.host, refined=0, seen={},
-                                           kept_bytes=t.kept_bytes if t.costly_shapes else 0)
+        outs = (None,) if stage_out is None else ("ring", "direct")
+        for before in itertools.product(("ring", "direct"), outs):
+            t = self._tuned.get(self._tune_key(x, *before)) if before != (stage_in, stage_out) else None
+            if t is not None and not t.deferred_rows:
+                return _carried(t, {st: t.models.get(st, m) for st, m in one_size.models.items()}, one_size.host)
         return None
 
     def _one_size_choice(self, tuned: "_Tuned", rows: int, row_bytes: int) -> ChunkChoice:
@@ -1758,9 +1758,7 @@ class StreamPipeline:
         for before, tuned in found:
             if tuned is not None:
                 dropped = {name for name, b, now in zip(HOST_STAGES, before, (stage_in, stage_out)) if b != now}
-                kept = tuned.kept_bytes if tuned.costly_shapes else 0
-                return dataclasses.replace(tuned, models={k: m for k, m in tuned.models.items() if k not in dropped},
-                                           kept_bytes=kept, refined=0, seen={})
+                return _carried(tuned, {k: m for k, m in tuned.models.items() if k not in dropped})
         return None
 
     def _measure(self, x, out, rows, row_bytes, probes, stage_in, stage_out, run_args,
@@ -1784,7 +1782,7 @@ class StreamPipeline:
         # per size probed twice, its first batch's host time over the second's: what a new shape
         # costs (not the first size: the first call of all carries the compute's one-time costs)
         excess: dict[int, float] = {}
-        gpu_time = {r: max(v for k, v in p.items() if k in ("h2d", "compute", "d2h")) for r, p in per_size.items()}
+        gpu_time = {r: _gpu_time(p) for r, p in per_size.items()}
         a, n_probe = 0, 0
         twice = self._probes_each_size_twice()
         # (a tensor function: the larger size first, so that the smaller one's first call, which
@@ -1826,7 +1824,7 @@ class StreamPipeline:
                     first_host[r] = m["host"]
                 elif r != first_size:
                     excess[r] = max(first_host[r] - per_size[r]["host"], 0.0)
-                gpu_time[r] = max(v for k, v in per_size[r].items() if k in ("h2d", "compute", "d2h"))
+                gpu_time[r] = _gpu_time(per_size[r])
             n_probe += len(plan)
             if then:  # (a tensor function's larger size alone so far: is its first call a good part of the run?)
                 excess_s = self._first_call_excess(first_host[large], per_size[large]["host"])
@@ -3204,6 +3202,20 @@ def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:
         raise ValueError(f"{what} is not C-contiguous")
     if not out.flags.writeable:
         raise ValueError(f"{what} is read-only")
+
+
+def _gpu_time(point: dict[str, float]) -> float:
+    """A probe point's slowest GPU stage, seconds."""
+    return max(v for k, v in point.items() if k in ("h2d", "compute", "d2h"))
+
+
+def _carried(tuned: "_Tuned", models: dict[str, StageModel], host: StageModel | None = None) -> "_Tuned":
+    """chunk="auto"'s models of the same work from another staging, for this one (``models``,
+    ``host``: as this staging has them): their chunk kept where the compute's new shapes are
+    costly, the runs' corrections started over (StreamPipeline._tuned_through_ring,
+    _completed_elsewhere)."""
+    return dataclasses.replace(tuned, models=models, host=tuned.host if host is None else host,
+                               kept_bytes=tuned.kept_bytes if tuned.costly_shapes else 0, refined=0, seen={})
 
 
 def _probe_lanes(batches: list[P.Batch], lanes: int, first: int = 0) -> list[int]:
