@@ -124,6 +124,53 @@ def test_run_batches_checks():
     assert not pipe._started
 
 
+def test_outputs_apart_from_other_batches_inputs_agrees_with_every_pair():
+    """run_batches' overlap check (a sorted sweep with a NumPy first pass) against the rule
+    itself, pair by pair, on random lists cut from one buffer: outputs over another batch's
+    input are refused (naming the first such output), over their own input are in place,
+    and addresses read once give the same answers as the arrays'."""
+    from fullpipe.pipeline.executor import _check_outputs_apart
+
+    rng = np.random.default_rng(48)
+    buf = np.zeros(4096, np.uint8)
+    base = buf.ctypes.data
+    refused = in_place = apart = 0
+    for trial in range(400):
+        def cut(n):  # (some long: spans that cover others, which a sweep must look past)
+            starts = rng.integers(0, 4000, n)
+            return [buf[a:a + int(rng.integers(0 if trial % 7 == 0 else 1, 800 if rng.random() < 0.2 else 96))]
+                    for a in starts]
+        n = int(rng.integers(1, 12))
+        inputs = cut(n)
+        outs = cut(n) if trial % 3 else [x if rng.random() < 0.5 else o for x, o in zip(inputs, cut(n))]
+        if trial % 5 == 0:  # most lists have their outputs elsewhere
+            outs = [np.zeros(len(o), np.uint8) for o in outs]
+
+        def span(a):
+            lo = a.ctypes.data
+            return lo, lo + a.nbytes
+        first_bad, own = None, False
+        for i, o in enumerate(outs):
+            lo, hi = span(o)
+            for j, x in enumerate(inputs):
+                a, z = span(x)
+                if x.nbytes and a < hi and lo < z:
+                    if j != i and first_bad is None:
+                        first_bad = i
+                    own |= j == i
+        for addressed in (False, True):
+            args = ([o.ctypes.data for o in outs], [x.ctypes.data for x in inputs]) if addressed else ()
+            if first_bad is not None:
+                with pytest.raises(ValueError, match=rf"outs\[{first_bad}\] shares memory with batch"):
+                    _check_outputs_apart(outs, inputs, *args)
+            else:
+                assert _check_outputs_apart(outs, inputs, *args) is own
+        refused += first_bad is not None
+        in_place += first_bad is None and own
+        apart += first_bad is None and not own
+    assert base and min(refused, in_place, apart) > 20  # (each answer met often)
+
+
 # --------------------------------------------------------------------------- planning
 def test_chunk_bounds_cover_every_row_once():
     for rows in (1, 7, 100, 1001):
