@@ -740,6 +740,22 @@ def test_pad_shapes_runs_the_last_chunk_at_the_chunks_rows_and_returns_its_own(f
         assert set(f.shapes) == {(300, 16), (100, 16)} and pipe.stats.padded is None
 
 
+def test_an_input_too_small_to_probe_runs_its_even_split_at_one_shape(fake, fakefw):
+    """chunk="auto" splits an input too small to probe evenly: its last chunk, a row short per
+    other chunk, runs padded to the others' rows (one new shape for the compute, not two,
+    whatever a shape costs), and its outputs are its own rows'; not with pad_shapes=False."""
+    rows = 3 * (4 << 20) // 64 + 1  # 12 MiB and a row of 64 bytes: chunks of 65537, 65537, 65535
+    x = np.random.default_rng(48).random((rows, 16), dtype=np.float32)
+    for pad, shapes, padded in (("auto", {(65537, 16)}, {"batches": 1, "rows": 2}),
+                                (False, {(65537, 16), (65535, 16)}, None)):
+        f = ShapeLog()
+        with StreamPipeline(f, form="torch", streams=3, pad_shapes=pad) as pipe:
+            np.testing.assert_allclose(pipe.run(x), want(x), rtol=1e-6)
+            assert pipe.stats.chunk["source"] == "even split" and pipe.stats.batches == 3
+            assert set(f.shapes) == shapes and pipe.stats.padded == padded
+            _assert_clean(pipe)
+
+
 def test_what_padding_a_row_costs_is_learnt_from_runs_at_seen_shapes_only(fake, fakefw):
     """A new shape's first call paces the GPU at its host's speed (resnet50's first call, ~400 ms
     on an H200, spans its compute's events): a run that called the compute at a new shape does not
