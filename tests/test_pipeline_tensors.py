@@ -439,6 +439,30 @@ def test_a_function_of_cupys_or_torchs_own_picks_its_library():
     assert tensor_framework(tanh, "torch", kind) == "torch"  # the explicit form still wins
 
 
+def test_a_cupy_function_handed_torch_tensors_is_told_to_pass_form_cupy():
+    """A CuPy function given a NumPy input with PyTorch imported is handed torch tensors, takes
+    them (__cuda_array_interface__) and returns a cupy.ndarray: the first sign is its output,
+    and the error says which form to pass (a new user's tour, an H200, session 48, p307); the
+    other way round too."""
+    import types
+
+    from fullpipe.pipeline.tensors import CupyFramework, TorchFramework
+
+    cupy_array = type("ndarray", (), {"__module__": "cupy"})
+    torch_tensor = type("Tensor", (), {"__module__": "torch"})
+    fw = object.__new__(TorchFramework)
+    fw.torch = types.SimpleNamespace(Tensor=torch_tensor)
+    with pytest.raises(TypeError, match=r"returned ndarray; .*a CuPy function: pass form='cupy'"):
+        fw.output(cupy_array(), None)
+    with pytest.raises(TypeError, match=r"returned 2 values.*model\(x\)\[0\]") as info:
+        fw.output((torch_tensor(), torch_tensor()), None)
+    assert "form=" not in str(info.value)
+    cw = object.__new__(CupyFramework)
+    cw.cupy = types.SimpleNamespace(ndarray=cupy_array)
+    with pytest.raises(TypeError, match=r"returned Tensor; .*a PyTorch function: pass form='torch'"):
+        cw.output(torch_tensor(), None)
+
+
 def test_auto_chunk_probes_a_tensor_function_and_reuses_the_choice(fake, fakefw):
     fake.jitter["value"] = 0.0
     x = np.random.default_rng(7).random((48 * (1 << 20) // 64, 16), dtype=np.float32)  # 48 MiB

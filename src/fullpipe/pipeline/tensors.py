@@ -276,7 +276,7 @@ class TorchFramework:
         """(y made contiguous on fs if needed, shape, framework dtype, device address)."""
         if not isinstance(y, self.torch.Tensor):
             raise TypeError(f"the compute returned {type(y).__name__}; a tensor function must return one "
-                            f"torch tensor (one output row per input row){_pick_one_hint(y)}")
+                            f"torch tensor (one output row per input row){_pick_one_hint(y)}{_other_framework_hint(y)}")
         if y.get_device() != self.device_index:  # (-1 on the CPU)
             raise ValueError(f"the compute returned a tensor on {y.device}; it must stay on cuda:{self.device_index} "
                              "(fullpipe copies it to the host)")
@@ -407,7 +407,8 @@ class CupyFramework:
     def output(self, y: Any, fs: Any) -> tuple[Any, tuple[int, ...], Any, int]:
         if not isinstance(y, self.cupy.ndarray):
             raise TypeError(f"the compute returned {type(y).__name__}; a CuPy tensor function must return "
-                            f"one cupy.ndarray (one output row per input row){_pick_one_hint(y)}")
+                            f"one cupy.ndarray (one output row per input row){_pick_one_hint(y)}"
+                            f"{_other_framework_hint(y)}")
         if y.device.id != self.device_index:
             raise ValueError(f"the compute returned an array on device {y.device.id}; it must stay on "
                              f"device {self.device_index}")
@@ -481,6 +482,18 @@ def _pick_one_hint(y: Any) -> str:
         return (f". It returned {len(y)} values: wrap it to return one, e.g. lambda x: model(x)[0] (or run "
                 "one pipeline per output)")
     return ""
+
+
+def _other_framework_hint(y: Any) -> str:
+    """For a compute that returned the other framework's array: a CuPy function handed a
+    torch tensor takes it (``__cuda_array_interface__``) and returns a cupy.ndarray, so the
+    first sign is its output (a NumPy input goes to PyTorch when both are imported)."""
+    top = type(y).__module__.split(".")[0]
+    if top not in ("torch", "cupy"):
+        return ""
+    other = "CuPy" if top == "cupy" else "PyTorch"
+    return (f". It returned a {other} array, so it is a {other} function: pass form={top!r} to StreamPipeline "
+            "(a NumPy input goes to PyTorch when both are imported)")
 
 
 def make_framework(name: str, device_index: int) -> Any:
