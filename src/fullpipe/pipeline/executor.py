@@ -1489,22 +1489,16 @@ class StreamPipeline:
         if self.pad_shapes is False or not batches:
             return
         last = batches[-1]
-        if even_split:
-            if (len(batches) >= 2 and last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
-                    and not tc.has_seen(last.in_shape, dtype_key)):
-                last.pad_to = chunk_rows
-            return
+        if last.in_shape[0] >= chunk_rows or tc.has_seen(last.in_shape, dtype_key):
+            return  # (a whole chunk, or a shape the compute has seen: nothing to save)
         if one_size:
             # (probed at one size, for the first call's cost: the last chunk padded to it, also a short
             # run's only chunk, at most one chunk's compute more, as what a new shape costs is not known
             # yet, only that the first call cost a good part of the run)
-            if last.in_shape[0] < chunk_rows and not tc.has_seen(last.in_shape, dtype_key):
-                last.pad_to = chunk_rows
-            return
-        if (len(batches) >= 2 and last.in_shape[0] < chunk_rows and batches[-2].in_shape[0] == chunk_rows
-                and not tc.has_seen(last.in_shape, dtype_key)
-                and tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
-                                   costly=tuned is not None and tuned.costly_shapes)):
+            last.pad_to = chunk_rows
+        elif len(batches) >= 2 and batches[-2].in_shape[0] == chunk_rows and (
+                even_split or tc.pays_to_pad(last.in_shape, dtype_key, chunk_rows, self.pad_shapes,
+                                             costly=tuned is not None and tuned.costly_shapes)):
             last.pad_to = chunk_rows
 
     # ------------------------------------------------------------------ chunk="auto"
