@@ -143,7 +143,8 @@ SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"
             ((512, 2048, 4096), "PERSISTENT_NARROW"), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
             ((200, 1032, 4104), "PERSISTENT_SMALL"), ((200, 1032, 4104), "PERSISTENT_M64_N128"),
             ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
-            ((72, 1024, 8192), None), ((1024, 512, 12288), None)]
+            ((72, 1024, 8192), None), ((1024, 512, 12288), None),
+            ((1000, 1032, 4104), "PERSISTENT_ALONG_N"), ((795, 10160, 2056), "PERSISTENT_ALONG_N")]
 
 
 def _stream_k_plan(m, n, k, dtype_name, build_name=None):
@@ -278,7 +279,8 @@ def test_back_to_back_dependent_launches_see_each_others_results(rows, width, bu
 EDGE_CASES = [(258, 3392, 520, "PERSISTENT_NARROW", False), (258, 3400, 200, "PERSISTENT_NARROW", True),
               (130, 520, 1000, "PERSISTENT", False), (777, 1032, 4104, "PERSISTENT", True),
               (70, 200, 72, "PERSISTENT_M64_N64", False), (65, 136, 136, "PERSISTENT_M64_N128", True),
-              (300, 264, 1000, "PERSISTENT_SMALL", True), (200, 264, 72, None, False)]
+              (300, 264, 1000, "PERSISTENT_SMALL", True), (200, 264, 72, None, False),
+              (523, 1000, 520, "PERSISTENT_ALONG_N", False), (389, 1288, 264, "PERSISTENT_ALONG_N", True)]
 
 
 def _all_inf(rows, cols, k, dtype, w_t):

@@ -22,7 +22,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
 K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
 (``tile_n=128``, ``64``), and 64 x 128 and 64 x 64 with one consumer warpgroup
-(``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs.
+(``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs, and clusters
+of two along N sharing A (:data:`PERSISTENT_ALONG_N`, a candidate of the measured plans).
 For a few rows (a decode step)
 :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
@@ -227,6 +228,16 @@ PERSISTENT = PersistentBuild(group_m=8, cluster_m=2, cluster_n=1, multicast=True
 # the SMs. (Fewer such tiles: the smaller builds below, also one block a cluster.)
 PERSISTENT_ONE_ROW = PersistentBuild(group_m=8, cluster_m=1, cluster_n=1, multicast=True, tile_order="grouped",
                                      stmatrix=False)
+# The same 128 x 256 tiles in clusters of two along N (1 x 2): the pair shares A (multicast)
+# instead of B, so the cluster tile is 128 x 512 and M is covered in steps of 128 rows, not
+# 256 (523 rows: 640 computed, where clusters along M compute 768). A cluster reads a quarter
+# more bytes a slice than along M (A once, B twice). Measured plans only (gemm_tuning), never
+# the rule's: on an H200 (session 49, p308: 80 random products of 129-6000 rows, CUDA-graph
+# replay) it was the fastest plan on 16 and beat every other by more than 2 % on 12 (1.02-1.22x:
+# 299 x 5296 x 7864 1.22x, 4185 x 6960 x 4512 1.15x), but ran slower than clusters along M on
+# most (4847 x 3240 x 8072: 0.81x, 5897 x 6152 x 8296: 0.87x). 11 of the 12 wins had an odd
+# number of 128-row tiles, and as many losses did: the shape alone did not tell.
+PERSISTENT_ALONG_N = dataclasses.replace(PERSISTENT, cluster_m=1, cluster_n=2)
 
 
 # Smaller tiles for products whose 128 x 256 tiles fill at most half the GPU's clusters,
@@ -321,6 +332,7 @@ SWEEP_BUILDS = (
     PersistentBuild(cluster_n=2),                            # 2 x 2: A multicast too
     PersistentBuild(cluster_n=2, tile_order="hilbert", stmatrix=True),
     PersistentBuild(cluster_m=4, group_m=4),                 # 4 x 1: B read once per 4 blocks
+    PERSISTENT_ALONG_N,                                      # 1 x 2: A multicast, 128 x 512 cluster tiles
     PERSISTENT_NARROW,                                       # 128 x 128 block tiles, 6 slices, one block a cluster
     dataclasses.replace(PERSISTENT, tile_n=128, stages=6),   # the same in clusters of 2 sharing B
     PERSISTENT_SMALL,                                        # 128 x 64 block tiles, 8 slices, one block a cluster
