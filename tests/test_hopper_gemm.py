@@ -176,7 +176,8 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(68, 66, 174, 2) == (68, 66)  # 776 x 4112 x 11096: one wave and 2 tiles, all dealt out
     assert hg.stream_k(68, 66, 174) == (0, 66)  # ... not for one-block clusters (not measured there)
     assert hg.stream_k(88, 66, 22, 2) == (88, 66)  # one wave and 22 tiles (a third of the clusters)
-    assert hg.stream_k(89, 66, 22, 2) == (0, 66)  # ... and 23
+    assert hg.stream_k(99, 66, 22, 2) == (99, 66)  # ... and 33 (half: 0.36-0.50 ran 1.02-1.25x, p309)
+    assert hg.stream_k(100, 66, 22, 2) == (0, 66)  # ... and 34: more than half
     assert hg.stream_k(87, 66, 12, 2) == (0, 66)  # 682 x 7264 x 760: runs of 15.8 slices, stream-K 0.81x
     assert hg.stream_k(88, 66, 12, 2) == (88, 66)  # runs of 16
     assert hg.stream_k(144, 66, 48, 2) == hg.stream_k(144, 66, 48)  # two waves and more: as for any cluster

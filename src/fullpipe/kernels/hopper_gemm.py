@@ -98,6 +98,9 @@ WORKSPACE_HEADER = 256
 # at most this share of the clusters (a nearly empty last wave). Where it is fuller, whole
 # tiles won (stream_k's docstring).
 SK_LAST_WAVE_AT_MOST = 1 / 3
+# One wave and a second: every tile dealt out (clusters of two blocks) where the second holds at
+# most this share of the clusters (stream_k's docstring)
+SK_ONE_WAVE_SECOND_AT_MOST = 1 / 2
 # Below one wave: each tile split into at most MAX_SPLIT runs of MIN_SPLIT_SLICES or more
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
@@ -511,7 +514,7 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       5886 x 2048 x 2048 (0.79) 0.87x, 6144^3 (0.73) 0.9x (sessions 26 and 28, p189:
       interleaved rounds). A rule on the busy share of all waves (< 0.88, sessions 26-27)
       took 1024 x 11008 x 4096 and left 4224 x 8128 x 4160;
-    - one wave and a nearly empty second (at most SK_LAST_WAVE_AT_MOST), clusters of two
+    - one wave and a second at most half full (SK_ONE_WAVE_SECOND_AT_MOST), clusters of two
       blocks or more: every tile dealt out, where each cluster's run is MIN_SPLIT_SLICES
       slices or more (session 43; until then whole tiles there; one-block clusters, never
       measured there, keep them). On an H200, 128 x 256 tiles in clusters of 2: on 9 products of
@@ -519,8 +522,14 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       1.04-1.6x whole tiles; on 28 held-out random products of 68-88 tiles (p286), 1.30x in
       geometric mean (846 x 4112 x 10832 1.69x), slower on the two whose runs were under 16
       slices (682 x 7264 x 760: 0.81x; 506 x 8672 x 712: 0.88x): the run length's floor was
-      set after that, and it leaves 26 at 1.34x (372 x 11248 x 1000, runs of 21: 0.99x). At
-      one wave and a half, stream-K lost (2560 x 2560 x 10240, 100 tiles: 0.85x, session 28);
+      set after that, and it leaves 26 at 1.34x (372 x 11248 x 1000, runs of 21: 0.99x). Until
+      session 49 the second wave had to be at most a third full; then the measured plans found
+      every tile dealt out faster at 0.36-0.42 (p308: 678 x 7440 x 8328 1.17x, 879 x 5656 x 4608
+      1.09x), and on 27 fresh products of 69-100 tiles (p309; the second wave 0.05-0.52 full)
+      dealing out ran 1.01-1.54x whole tiles, 1.02-1.25x on the 7 between a third and half (639 x
+      7592 x 8192 1.25x, 712 x 7464 x 1992 1.02x), 1.01 and 1.04x at 100 tiles; at 100 tiles an H100 in session
+      28 had measured 0.85x (2560 x 2560 x 10240), hence half and not more. Past one wave and a
+      half, dealing out lost on the H200 too (691 x 10424 x 11072, 123 tiles: 0.84x, p308);
     - otherwise none: (0, the tiles or the clusters, the fewer)."""
     whole = (0, max(1, min(tiles, clusters)))
     if tiles < 1 or clusters < 2 or 2 * clusters * slices * clusters >= 2**31:  # (the kernel counts in 32 bits)
@@ -533,7 +542,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
         return (tiles, tiles * split) if split > 1 else whole
     # (one wave and a bit: every tile dealt out, each cluster's run tiles x slices / clusters long)
     one_wave_pays = cluster >= 2 and tiles * slices >= MIN_SPLIT_SLICES * clusters
-    if (waves >= 2 or one_wave_pays) and 0 < rest <= clusters * SK_LAST_WAVE_AT_MOST:
+    if 0 < rest and ((waves >= 2 and rest <= clusters * SK_LAST_WAVE_AT_MOST)
+                     or (waves == 1 and one_wave_pays and rest <= clusters * SK_ONE_WAVE_SECOND_AT_MOST)):
         return clusters + rest, clusters
     return whole
 
