@@ -186,6 +186,10 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(16, 66, 16) == (0, 16)  # 1024^3: runs of 8 slices would be too short
     assert hg.stream_k(9, 66, 128) == (9, 36)  # 768 x 768 x 8192: 4 runs, not 7.3
     assert hg.stream_k(40, 66, 64) == (0, 40)  # two runs a tile do not fit
+    assert hg.stream_k(36, 66, 116, 2) == (36, 66)  # 570 x 3048 x 7408: every cluster, runs of 63 slices
+    assert hg.stream_k(36, 66, 91, 2) == (0, 36)  # ... runs of 49.6: whole tiles (0.88x under 50, p310)
+    assert hg.stream_k(45, 66, 200, 2) == (0, 45)  # more than two thirds of a wave: whole tiles
+    assert hg.stream_k(36, 66, 116) == (0, 36)  # one-block clusters: not measured there
     assert hg.stream_k(1, 1, 64) == (0, 1)  # one cluster: nothing to share
     # The kernel counts stream-K slices x clusters in 32 bits: beyond that, whole tiles.
     assert hg.stream_k(32, 66, 2**20) == (0, 32)

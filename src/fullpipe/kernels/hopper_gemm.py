@@ -105,6 +105,11 @@ SK_ONE_WAVE_SECOND_AT_MOST = 1 / 2
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
 MIN_SPLIT_SLICES = 16
+# Below one wave, more than half of it (no split of two fits) and at most this share of the
+# clusters, clusters of two blocks: every tile dealt out over every cluster where each
+# cluster's run is MIN_ALL_RUN_SLICES slices or more (stream_k's docstring)
+SK_BELOW_ONE_WAVE_AT_MOST = 2 / 3
+MIN_ALL_RUN_SLICES = 50
 
 
 def _round_up(x: int, to: int) -> int:
@@ -506,6 +511,16 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       MIN_SPLIT_SLICES at least (every run then starts where a run of the tile at once
       beside it does, and the finishing run adds SPLIT - 1 partial sums): 1.2-3.6x whole
       tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
+    - more than half a wave and at most two thirds (SK_BELOW_ONE_WAVE_AT_MOST), clusters of
+      two blocks, where each cluster's run would be MIN_ALL_RUN_SLICES slices or more: every
+      tile dealt out over every cluster (session 49; whole tiles until then, a third of the
+      clusters idle or more). On an H200, 128 x 256 tiles in clusters of 2: found by the
+      measured plans and p309 on 6 products of 36-44 tiles with runs of 53-84 slices (1.06-1.20x
+      whole tiles; shorter runs lost, 835 x 2416 x 1136, runs of 11: 0.69x, and fuller waves
+      lost at any length, 905 x 3448 x 10944, 56 tiles: 0.73x); then on 24 fresh products
+      of 34-44 tiles with runs of 51-115 slices (p310): 1.08x in geometric mean, 0.96-1.25x,
+      19 faster by more than 2 %, one slower by more than 2 % (1020 x 2344 x 11368: 0.96x);
+      the same p310's 8 with runs under 50, 0.88x (0.69-1.09x);
     - two waves or more, where the last wave fills at most SK_LAST_WAVE_AT_MOST of the
       clusters: that wave and the one before it. Stream-K against whole tiles, by the last
       wave's share: 3072^3 (0.18) 1.13-1.23x, 5120^3 (0.06) 1.13x, 2048 x 11008 x 4096
@@ -539,7 +554,11 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
         split = 1
         while split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
             split *= 2
-        return (tiles, tiles * split) if split > 1 else whole
+        if split > 1:
+            return tiles, tiles * split
+        if cluster >= 2 and tiles <= clusters * SK_BELOW_ONE_WAVE_AT_MOST and tiles * slices >= MIN_ALL_RUN_SLICES * clusters:
+            return tiles, clusters
+        return whole
     # (one wave and a bit: every tile dealt out, each cluster's run tiles x slices / clusters long)
     one_wave_pays = cluster >= 2 and tiles * slices >= MIN_SPLIT_SLICES * clusters
     if 0 < rest and ((waves >= 2 and rest <= clusters * SK_LAST_WAVE_AT_MOST)
