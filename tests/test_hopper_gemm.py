@@ -406,21 +406,22 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (192, 4096, 4096, 132, "PERSISTENT_M64_N128"),   # 96 of 64 x 128 (128 x 128: 64, a third of them padding)
     (320, 2048, 4096, 132, "PERSISTENT_M64_N128"),   # 80 of 64 x 128
     (1088, 1024, 4096, 132, "PERSISTENT_NARROW"),    # 136 of 64 x 128 > one wave: 72 of 128 x 128
-    # long K (>= 128 slices), more than one tile row: 128 x 128 tiles with stream-K
-    (1024, 1024, 12288, 132, "PERSISTENT_NARROW"),   # 192 slices x 64 tiles of 128 x 128: 93 a SM
-    (1024, 512, 12288, 132, "PERSISTENT_NARROW"),    # 192 x 32: 46.5 a SM
-    (768, 768, 8192, 132, "PERSISTENT_NARROW"),      # 128 x 36: 34.9 a SM
-    (1024, 1024, 12296, 264, "PERSISTENT_NARROW"),   # 193 x 64: 46.8 a SM of a GPU twice as wide
-    (1024, 1024, 8128, 132, "PERSISTENT_M64_N128"),  # 127 slices: short of the long K
-    (512, 512, 16384, 132, "PERSISTENT_M64_N128"),   # 256 x 16: 31 a SM; long K: not 64 x 64
-    (512, 512, 32768, 132, "PERSISTENT_NARROW"),     # 512 x 16: 62 a SM
-    (1024, 512, 12288, 264, "PERSISTENT_M64_N128"),  # 23 a SM of a GPU twice as wide; not 64 x 64
+    # long K (>= 96 slices), more than one tile row: 128 x 256 tiles in clusters of 2 where they
+    # fill a third of the clusters, else 128 x 128, both with stream-K (p311, p312: session 49)
+    (1024, 1024, 12288, 132, "PERSISTENT_NARROW"),   # 16 cluster tiles of 256 x 256 for 66 clusters
+    (1024, 512, 12288, 132, "PERSISTENT_NARROW"),
+    (768, 768, 8192, 132, "PERSISTENT_NARROW"),
+    (1024, 1024, 12296, 264, "PERSISTENT_NARROW"),   # on a GPU twice as wide
+    (1024, 1024, 6088, 132, "PERSISTENT_NARROW"),    # 96 slices: long
+    (1024, 1024, 6080, 132, "PERSISTENT_M64_N128"),  # 95 slices: short of the long K
+    (512, 512, 16384, 132, "PERSISTENT_NARROW"),     # not 64-row tiles at long K
+    (192, 2048, 16384, 132, "PERSISTENT_NARROW"),    # ... not even for an odd number of 64-row blocks
+    (512, 2816, 8192, 132, "PERSISTENT"),            # 22 cluster tiles: a third of the clusters
+    (512, 2560, 8192, 132, "PERSISTENT_NARROW"),     # 20 of them
+    (1024, 2048, 16384, 132, "PERSISTENT"),          # 32 of them
     (128, 4096, 65536, 132, "PERSISTENT_SMALL"),     # one tile row: the 128 x 64 tiles throughout
     (128, 1024, 8192, 132, "PERSISTENT_SMALL"),      # long K above 64 rows: not 64 x 64
     (64, 1024, 8192, 132, "PERSISTENT_M64_N64"),     # at most 64 rows: 64 x 64 at any K
-    (192, 2048, 16384, 132, "PERSISTENT_M64_N128"),  # long K, an odd number of 64-row blocks: 64 x 128
-    # and not 128 x 256 tiles at long K: 128 of 128 x 128 fill the SMs (32 cluster tiles for 66)
-    (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a

@@ -283,45 +283,50 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 DEPENDENT_LAUNCH = True
 
 
-# Long K turns the choice from smaller tiles to 128 x 128 with stream-K: those read a
-# third fewer bytes from L2 a FLOP, and over a long main loop stream-K's partial sums (the
-# 128 x 128 tiles leave half the SMs idle otherwise) cost little against that. On an H200
-# (session 38, p258-p260; x cuBLAS, 128 x 64 -> 128 x 128 with stream-K): 1024^2 x 12288
-# 0.77 -> 0.86, x 32768 0.68 -> 0.86; 768^2 x 16384 0.55 -> 0.64; 1024 x 512 x 12288
-# 0.69 -> 0.78; 640^2 x 16384 0.64 -> 0.73; 896^2 x 16384 (w.T) 0.66 -> 0.77; below the
-# rule's bounds the 128 x 64 tiles won or tied (1024^2 x 6144 0.73 against 0.69; 512^2 x
-# 8192 0.73 against 0.61, x 12288 0.64 against 0.57: 16 tiles cut 8 ways), and at one
-# tile row (M <= 128) throughout (128 x 4096 x 12288: 0.94 against 0.85). The same step
-# from 128 x 128 to 256 x 256 cluster tiles at long K is not taken: it won where those
-# tiles were at least a quarter of the clusters (1024 x 2048 x 16384 0.84 -> 0.89) and
-# lost as often (4096 x 512 x 8192 0.86 -> 0.81, 1152 x 896 x 9216 0.77 -> 0.51).
-LONG_K_SLICES = 128           # slices of 64: K > 8128
-LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x slices / SMs)
+# Long K: at 96 slices of 64 or more (K > 6080), above one tile row, the smaller tiles' main
+# loops read more bytes from L2 a FLOP than 128 x 256 tiles in clusters of 2 (twice, for 128 x
+# 128 one block a cluster), and the rule takes the largest tiles that fill enough of the GPU
+# with stream-K: 128 x 256 in clusters of 2 where those fill at least a third of the clusters
+# (stream_k then cuts each tile into two runs or more), else 128 x 128 (no 64-row tiles). On an
+# H200 (session 49, p311, CUDA-graph replay): on 40 random long-K products whose rule was a
+# smaller build (seed 311; M 129-4000, N 256-4096, K 6000-16384), the rule before ran 0.593x
+# cuBLAS in geometric mean and this one 0.770x (1.30x; 1216 x 1272 x 10472 1.89x, 128 x 256
+# tiles against 128 x 128), fitted there; on 40 held-out products drawn the same way (seed 312)
+# 0.632 -> 0.778x (1.23x), one slower by more than 3 % (2700 x 768 x 15616: 0.97x); the best
+# measured plan 0.799x and 0.822x. The rule before (sessions 38-39) took 128 x 128 tiles at
+# K > 8128 only where they gave each SM 34 tile slices or more, else 64 x 128 tiles (64 x 128
+# in 128 x 128's place for an odd number of 64-row blocks): on products of at most 1024 rows
+# and four 64-row blocks or fewer it measured (p258-p260: 1024^2 x 12288 0.77 -> 0.86x cuBLAS
+# with 128 x 128 against 128 x 64) and on p311's tiny products 64-row tiles still win a little
+# (220 x 928 x 12928: 128 x 128 0.93x of 64 x 128). At one tile row (M <= 128) the rules
+# below keep 128 x 64 tiles throughout (128 x 4096 x 12288: 0.94 against 0.85x, session 38).
+LONG_K_SLICES = 96            # slices of 64: K > 6080
+LONG_K_WIDE_SHARE = 1 / 3     # 128 x 256 cluster tiles at long K from this share of the clusters on
 
 
 def default_build(m: int, n: int, k: int, sms: int) -> PersistentBuild:
     """The persistent rung's build for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs.
 
     128 x 256 tiles where they fill more than half of the GPU's clusters (of 2 blocks, or of
-    one for at most 128 rows: no block of a cluster on rows past the end). Else the largest
-    of three tile sizes whose tiles fill more than half of the SMs: 128 x 128; 64 x 128 (128
-    x 64 for 65-128 rows: one tile row, each B column read by one block); 64 x 64. Where M
-    is an odd number of 64-row blocks, 64 x 128 takes 128 x 128's place (no padded tile row)
-    if its tiles fit one wave.
-    Long K turns the choice to the larger tiles with stream-K: the first of the three sizes
-    (128 x 128, or 64 x 128 for an odd number of 64-row blocks) under the long-K rule
-    (LONG_K_SLICES, LONG_K_WORK_PER_SM; more than one tile row), and never 64 x 64 from
-    LONG_K_SLICES on above 64 rows (they read twice the L2 bytes a FLOP of 128 x 128)."""
+    one for at most 128 rows: no block of a cluster on rows past the end). At long K
+    (LONG_K_SLICES) above one tile row, 128 x 256 tiles where they fill a third of the
+    clusters (LONG_K_WIDE_SHARE), else 128 x 128, both with stream-K. Else the largest of
+    three tile sizes whose tiles fill more than half of the SMs: 128 x 128; 64 x 128 (128 x
+    64 for 65-128 rows: one tile row, each B column read by one block); 64 x 64. Where M is
+    an odd number of 64-row blocks, 64 x 128 takes 128 x 128's place (no padded tile row) if
+    its tiles fit one wave; and at long K never 64 x 64 above 64 rows (they read twice the L2
+    bytes a FLOP of 128 x 128)."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
-    if 2 * cluster_tiles(m, n, wide) > sms // wide.cluster:
+    tiles = cluster_tiles(m, n, wide)
+    clusters = sms // wide.cluster
+    if 2 * tiles > clusters:
         return wide
+    long_k = -(-k // BK) >= LONG_K_SLICES
+    if m > BM and long_k:
+        return wide if tiles >= clusters * LONG_K_WIDE_SHARE else PERSISTENT_NARROW
     odd_rows = -(-m // 64) % 2 == 1 and cluster_tiles(m, n, PERSISTENT_M64_N128) <= sms
     top = PERSISTENT_M64_N128 if odd_rows else PERSISTENT_NARROW
     if 2 * cluster_tiles(m, n, top) > sms:
-        return top
-    slices = -(-k // BK)
-    long_k = slices >= LONG_K_SLICES
-    if m > BM and long_k and cluster_tiles(m, n, PERSISTENT_NARROW) * slices >= LONG_K_WORK_PER_SM * sms:
         return top
     middle = PERSISTENT_SMALL if 64 < m <= BM else PERSISTENT_M64_N128
     if 2 * cluster_tiles(m, n, middle) > sms or (long_k and m > 64):
