@@ -50,6 +50,13 @@ def test_the_rule_comes_first_and_every_candidate_is_a_valid_launch(shape):
             assert launch.sk_tiles == 0 < rule.sk_tiles
 
 
+def test_the_rule_first_reads_bs_layout():
+    """An odd N puts a row-major b's rows off the 32-byte sectors, not w.T's (rows of K): the
+    rule's plan, first among the candidates, differs by layout (hopper_gemm.rows_on_sectors)."""
+    row_major, w_t = gt.candidates(1024, 2040, 16384, SMS), gt.candidates(1024, 2040, 16384, SMS, b_transposed=True)
+    assert row_major[0].build == hg.PERSISTENT and w_t[0].build == hg.PERSISTENT_NARROW
+
+
 def test_stream_k_over_every_cluster_is_measured_only_where_the_rule_leaves_clusters_idle():
     def all_sk(m, n, k):
         return {p.build.label for p in gt.candidates(m, n, k, SMS) if p.stream_k == "all"}

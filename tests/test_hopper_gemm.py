@@ -406,22 +406,34 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (192, 4096, 4096, 132, "PERSISTENT_M64_N128"),   # 96 of 64 x 128 (128 x 128: 64, a third of them padding)
     (320, 2048, 4096, 132, "PERSISTENT_M64_N128"),   # 80 of 64 x 128
     (1088, 1024, 4096, 132, "PERSISTENT_NARROW"),    # 136 of 64 x 128 > one wave: 72 of 128 x 128
-    # long K (>= 96 slices), more than one tile row: 128 x 256 tiles in clusters of 2 where they
-    # fill a third of the clusters, else 128 x 128, both with stream-K (p311, p312: session 49)
-    (1024, 1024, 12288, 132, "PERSISTENT_NARROW"),   # 16 cluster tiles of 256 x 256 for 66 clusters
-    (1024, 512, 12288, 132, "PERSISTENT_NARROW"),
-    (768, 768, 8192, 132, "PERSISTENT_NARROW"),
-    (1024, 1024, 12296, 264, "PERSISTENT_NARROW"),   # on a GPU twice as wide
-    (1024, 1024, 6088, 132, "PERSISTENT_NARROW"),    # 96 slices: long
-    (1024, 1024, 6080, 132, "PERSISTENT_M64_N128"),  # 95 slices: short of the long K
-    (512, 512, 16384, 132, "PERSISTENT_NARROW"),     # not 64-row tiles at long K
-    (192, 2048, 16384, 132, "PERSISTENT_NARROW"),    # ... not even for an odd number of 64-row blocks
-    (512, 2816, 8192, 132, "PERSISTENT"),            # 22 cluster tiles: a third of the clusters
-    (512, 2560, 8192, 132, "PERSISTENT_NARROW"),     # 20 of them
-    (1024, 2048, 16384, 132, "PERSISTENT"),          # 32 of them
+    # long K (>= 128 slices), more than one tile row: 128 x 128 tiles with stream-K
+    (1024, 1024, 12288, 132, "PERSISTENT_NARROW"),   # 192 slices x 64 tiles of 128 x 128: 93 a SM
+    (1024, 512, 12288, 132, "PERSISTENT_NARROW"),    # 192 x 32: 46.5 a SM
+    (768, 768, 8192, 132, "PERSISTENT_NARROW"),      # 128 x 36: 34.9 a SM
+    (1024, 1024, 12296, 264, "PERSISTENT_NARROW"),   # 193 x 64: 46.8 a SM of a GPU twice as wide
+    (1024, 1024, 8128, 132, "PERSISTENT_M64_N128"),  # 127 slices: short of the long K
+    (512, 512, 16384, 132, "PERSISTENT_M64_N128"),   # 256 x 16: 31 a SM; long K: not 64 x 64
+    (512, 512, 32768, 132, "PERSISTENT_NARROW"),     # 512 x 16: 62 a SM
+    (1024, 512, 12288, 264, "PERSISTENT_M64_N128"),  # 23 a SM of a GPU twice as wide; not 64 x 64
     (128, 4096, 65536, 132, "PERSISTENT_SMALL"),     # one tile row: the 128 x 64 tiles throughout
     (128, 1024, 8192, 132, "PERSISTENT_SMALL"),      # long K above 64 rows: not 64 x 64
     (64, 1024, 8192, 132, "PERSISTENT_M64_N64"),     # at most 64 rows: 64 x 64 at any K
+    (192, 2048, 16384, 132, "PERSISTENT_M64_N128"),  # long K, an odd number of 64-row blocks: 64 x 128
+    # and not 128 x 256 tiles at long K: 128 of 128 x 128 fill the SMs (32 cluster tiles for 66)
+    (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),
+    # rows off the 32-byte sectors (K, or a row-major B's N, not a multiple of 16), from 96 slices on
+    # above one tile row: 128 x 256 tiles where they fill a third of the clusters, else 128 x 128
+    # where those number 20 or more (15 % of the SMs)
+    (1024, 2040, 16384, 132, "PERSISTENT"),          # N off: 32 cluster tiles of 256 x 256 for 66 clusters
+    (1024, 2048, 16392, 132, "PERSISTENT"),          # K off
+    (1216, 1272, 10240, 132, "PERSISTENT"),          # 25 of 66 (p313: 1.43x the 128 x 128 tiles)
+    (512, 2808, 8192, 132, "PERSISTENT"),            # 22: a third of the clusters
+    (512, 2552, 8192, 132, "PERSISTENT_NARROW"),     # 20 of them
+    (1024, 504, 16384, 132, "PERSISTENT_NARROW"),    # 32 tiles of 128 x 128, not 64-row tiles
+    (512, 504, 16384, 132, "PERSISTENT_M64_N128"),   # 16 of them: fewer than 20, as on the sectors
+    (1024, 1024, 6152, 132, "PERSISTENT_NARROW"),    # K off at 97 slices
+    (1024, 1024, 6072, 132, "PERSISTENT_M64_N128"),  # ... at 95: short of it
+    (128, 4096, 65544, 132, "PERSISTENT_SMALL"),     # one tile row: as before
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a
@@ -437,6 +449,15 @@ def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, b
                                  p.workspace_zeroed + p.grid * chosen.consumers * 64 * chosen.tile_n * 4)
     if build == "PERSISTENT_NARROW" and 2 * hg.cluster_tiles(m, n, chosen) <= sms:
         assert p.sk_tiles > 0, "128 x 128 tiles that leave half the SMs idle run stream-K"
+
+
+def test_rows_off_the_sectors_are_read_as_b_lies():
+    """A row of B as it lies is N elements long, or K for b = w.T: an odd N (off the 32-byte
+    sectors) turns the long-K choice to 128 x 256 tiles for a row-major b, not for w.T."""
+    assert not hg.rows_on_sectors(2040, 16384) and hg.rows_on_sectors(2040, 16384, b_transposed=True)
+    assert not hg.rows_on_sectors(2048, 16392, b_transposed=True)  # A's rows (and w's) are K long
+    assert hg.default_build(1024, 2040, 16384, 132) == hg.PERSISTENT
+    assert hg.default_build(1024, 2040, 16384, 132, b_transposed=True) == hg.PERSISTENT_NARROW
 
 
 def test_two_by_two_without_multicast_loads_everything_itself():

@@ -99,11 +99,12 @@ class GemmPlan:
         return cls(d["kernel"], build, d.get("stream_k", "rule"))
 
 
-def rule_plan(m: int, n: int, k: int, sms: int) -> GemmPlan:
-    """The plan ``gemm(variant="hopper")`` runs without a measured one."""
+def rule_plan(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> GemmPlan:
+    """The plan ``gemm(variant="hopper")`` runs without a measured one (``b_transposed``: b
+    is w.T of a row-major (N, K) w)."""
     if skinny_gemm.preferred(m, n, k, sms):
         return GemmPlan("skinny")
-    return GemmPlan("persistent", hg.default_build(m, n, k, sms))
+    return GemmPlan("persistent", hg.default_build(m, n, k, sms, b_transposed))
 
 
 class _RuleSplit(NamedTuple):
@@ -132,7 +133,7 @@ def _all_stream_k_pays(s: _RuleSplit) -> bool:
             and s.tiles * s.slices * s.clusters < 2**31)
 
 
-def candidates(m: int, n: int, k: int, sms: int) -> list[GemmPlan]:
+def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> list[GemmPlan]:
     """The plans measured for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs, the rule's
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
     chooses among (128 x 256 tiles, in clusters of 2 along M or along N above 128 rows; 128 x 128; 128 x 64;
@@ -140,7 +141,7 @@ def candidates(m: int, n: int, k: int, sms: int) -> list[GemmPlan]:
     idle, with every tile dealt out as K runs; where the rule deals tiles out, with whole
     tiles only (the rule's stream-K regimes were each fitted on a few dozen products)."""
     hg.check_shapes(m, n, k)
-    plans = [rule_plan(m, n, k, sms)]
+    plans = [rule_plan(m, n, k, sms, b_transposed)]
     if m <= skinny_gemm.MAX_ROWS:
         plans.append(GemmPlan("skinny"))
     wide = (hg.PERSISTENT_ONE_ROW,) if m <= hg.BM else (hg.PERSISTENT, hg.PERSISTENT_ALONG_N)
@@ -422,7 +423,7 @@ def _measure_and_remember(A: Operand, B: Operand, stream: Any
     """(the rule's plan, the chosen one, every plan's time) of this product, the choice
     remembered in this process (not yet saved)."""
     m, n, k = matmul_shape(A, B)
-    plans = candidates(m, n, k, arch_and_sm_count(A.device_index)[1])
+    plans = candidates(m, n, k, arch_and_sm_count(A.device_index)[1], B.transposed)
     times = measure(A, B, stream, plans)
     chosen = choose(times, plans[0])
     _table().put(plan_key(gpu_id(A.device_index), A.dtype, B.transposed, m, n, k), chosen, times)

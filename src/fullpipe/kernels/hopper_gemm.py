@@ -283,50 +283,85 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 DEPENDENT_LAUNCH = True
 
 
-# Long K: at 96 slices of 64 or more (K > 6080), above one tile row, the smaller tiles' main
-# loops read more bytes from L2 a FLOP than 128 x 256 tiles in clusters of 2 (twice, for 128 x
-# 128 one block a cluster), and the rule takes the largest tiles that fill enough of the GPU
-# with stream-K: 128 x 256 in clusters of 2 where those fill at least a third of the clusters
-# (stream_k then cuts each tile into two runs or more), else 128 x 128 (no 64-row tiles). On an
-# H200 (session 49, p311, CUDA-graph replay): on 40 random long-K products whose rule was a
-# smaller build (seed 311; M 129-4000, N 256-4096, K 6000-16384), the rule before ran 0.593x
-# cuBLAS in geometric mean and this one 0.770x (1.30x; 1216 x 1272 x 10472 1.89x, 128 x 256
-# tiles against 128 x 128), fitted there; on 40 held-out products drawn the same way (seed 312)
-# 0.632 -> 0.778x (1.23x), one slower by more than 3 % (2700 x 768 x 15616: 0.97x); the best
-# measured plan 0.799x and 0.822x. The rule before (sessions 38-39) took 128 x 128 tiles at
-# K > 8128 only where they gave each SM 34 tile slices or more, else 64 x 128 tiles (64 x 128
-# in 128 x 128's place for an odd number of 64-row blocks): on products of at most 1024 rows
-# and four 64-row blocks or fewer it measured (p258-p260: 1024^2 x 12288 0.77 -> 0.86x cuBLAS
-# with 128 x 128 against 128 x 64) and on p311's tiny products 64-row tiles still win a little
-# (220 x 928 x 12928: 128 x 128 0.93x of 64 x 128). At one tile row (M <= 128) the rules
-# below keep 128 x 64 tiles throughout (128 x 4096 x 12288: 0.94 against 0.85x, session 38).
-LONG_K_SLICES = 96            # slices of 64: K > 6080
-LONG_K_WIDE_SHARE = 1 / 3     # 128 x 256 cluster tiles at long K from this share of the clusters on
+# Long K turns the choice from smaller tiles to 128 x 128 with stream-K: those read a
+# third fewer bytes from L2 a FLOP, and over a long main loop stream-K's partial sums (the
+# 128 x 128 tiles leave half the SMs idle otherwise) cost little against that. On an H200
+# (session 38, p258-p260; x cuBLAS, 128 x 64 -> 128 x 128 with stream-K): 1024^2 x 12288
+# 0.77 -> 0.86, x 32768 0.68 -> 0.86; 768^2 x 16384 0.55 -> 0.64; 1024 x 512 x 12288
+# 0.69 -> 0.78; 640^2 x 16384 0.64 -> 0.73; 896^2 x 16384 (w.T) 0.66 -> 0.77; below the
+# rule's bounds the 128 x 64 tiles won or tied (1024^2 x 6144 0.73 against 0.69; 512^2 x
+# 8192 0.73 against 0.61, x 12288 0.64 against 0.57: 16 tiles cut 8 ways), and at one
+# tile row (M <= 128) throughout (128 x 4096 x 12288: 0.94 against 0.85). The same step
+# from 128 x 128 to 256 x 256 cluster tiles at long K is not taken: it won where those
+# tiles were at least a quarter of the clusters (1024 x 2048 x 16384 0.84 -> 0.89) and
+# lost as often (4096 x 512 x 8192 0.86 -> 0.81, 1152 x 896 x 9216 0.77 -> 0.51).
+LONG_K_SLICES = 128           # slices of 64: K > 8128
+LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x slices / SMs)
+# ... unless a row of A or of B (as it lies) does not start on a 32-byte sector (K, or N for a
+# row-major B, not a multiple of 16 elements): then each 128-byte box row touches five sectors,
+# not four, the main loop reads a quarter more from L2, and the tiles that read the fewest L2
+# bytes a FLOP win from a shorter K on: 128 x 256 in clusters of 2 (B read once per cluster)
+# where they fill a third of the clusters, else 128 x 128 (never 64-row tiles). On an H200
+# (session 49, CUDA-graph replay): 1280 x 1272 x 10240 ran 128 x 128 tiles at 0.62x cuBLAS
+# where 1280 x 1280 x 10240 ran 0.91x, and 128 x 256 tiles at 0.87 and 0.84x (p313; with the
+# edge of N on a 64-column chunk, 1280 x 1216, or with an edge in M, no such loss). Over 161
+# long-K products (p308, p311, p312, p313) where the rule took smaller tiles, 128 x 256 ran
+# 1.21-1.40x 128 x 128 in geometric mean with rows off the sectors and 0.88-0.94x with rows on
+# them; 128 x 128 ran 1.21-1.27x the 64-row tiles off the sectors and 1.01-1.04x on them (the
+# round products of sessions 38-39 0.81-0.94x). On 80 fresh products (p314, seeds 314 and 315)
+# the rule ran 1.27x and 1.10x the rule before (0.608 -> 0.772x and 0.614 -> 0.677x cuBLAS), 35
+# faster by more than 3 % (1.06-1.89x), 5 slower, all small ones whose 128 x 128 tiles were fewer
+# than 20 (216 x 264 x 8120: 0.61x): since then 128 x 128 only from 20 such tiles on (set on
+# those). On 80 more fresh products (p316, seeds 316 and 317): 1.22x and 1.21x the rule before
+# (0.606 -> 0.741x and 0.616 -> 0.744x cuBLAS; the best measured plan 0.823x and 0.828x), 42
+# faster by more than 3 % (1.07-2.04x), none slower by more than 3 %.
+SECTOR_ELEMENTS = 16          # a 32-byte sector of bf16 / fp16
+OFF_SECTOR_LONG_K_SLICES = 96  # slices of 64: K > 6080
+OFF_SECTOR_WIDE_SHARE = 1 / 3  # 128 x 256 cluster tiles from this share of the clusters on
+OFF_SECTOR_NARROW_SHARE = 0.15  # else 128 x 128 tiles from this share of the SMs on (20 of 132)
 
 
-def default_build(m: int, n: int, k: int, sms: int) -> PersistentBuild:
-    """The persistent rung's build for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs.
+def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
+    """Whether every row of A (K elements) and of B as it lies (N elements; K for b = w.T)
+    starts on a 32-byte sector."""
+    return k % SECTOR_ELEMENTS == 0 and (b_transposed or n % SECTOR_ELEMENTS == 0)
+
+
+def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
+    """The persistent rung's build for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs
+    (``b_transposed``: b is w.T of a row-major (N, K) w).
 
     128 x 256 tiles where they fill more than half of the GPU's clusters (of 2 blocks, or of
-    one for at most 128 rows: no block of a cluster on rows past the end). At long K
-    (LONG_K_SLICES) above one tile row, 128 x 256 tiles where they fill a third of the
-    clusters (LONG_K_WIDE_SHARE), else 128 x 128, both with stream-K. Else the largest of
-    three tile sizes whose tiles fill more than half of the SMs: 128 x 128; 64 x 128 (128 x
-    64 for 65-128 rows: one tile row, each B column read by one block); 64 x 64. Where M is
-    an odd number of 64-row blocks, 64 x 128 takes 128 x 128's place (no padded tile row) if
-    its tiles fit one wave; and at long K never 64 x 64 above 64 rows (they read twice the L2
-    bytes a FLOP of 128 x 128)."""
+    one for at most 128 rows: no block of a cluster on rows past the end). Else the largest
+    of three tile sizes whose tiles fill more than half of the SMs: 128 x 128; 64 x 128 (128
+    x 64 for 65-128 rows: one tile row, each B column read by one block); 64 x 64. Where M
+    is an odd number of 64-row blocks, 64 x 128 takes 128 x 128's place (no padded tile row)
+    if its tiles fit one wave.
+    Long K turns the choice to the larger tiles with stream-K: the first of the three sizes
+    (128 x 128, or 64 x 128 for an odd number of 64-row blocks) under the long-K rule
+    (LONG_K_SLICES, LONG_K_WORK_PER_SM; more than one tile row), and never 64 x 64 from
+    LONG_K_SLICES on above 64 rows (they read twice the L2 bytes a FLOP of 128 x 128).
+    Where rows of A or B do not start on 32-byte sectors (:func:`rows_on_sectors`), from
+    OFF_SECTOR_LONG_K_SLICES on above one tile row: 128 x 256 tiles where they fill a third
+    of the clusters, else 128 x 128 where those number 15 % of the SMs (OFF_SECTOR_NARROW_SHARE),
+    else as above."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     tiles = cluster_tiles(m, n, wide)
     clusters = sms // wide.cluster
     if 2 * tiles > clusters:
         return wide
-    long_k = -(-k // BK) >= LONG_K_SLICES
-    if m > BM and long_k:
-        return wide if tiles >= clusters * LONG_K_WIDE_SHARE else PERSISTENT_NARROW
+    slices = -(-k // BK)
+    if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not rows_on_sectors(n, k, b_transposed):
+        if tiles >= clusters * OFF_SECTOR_WIDE_SHARE:
+            return wide
+        if cluster_tiles(m, n, PERSISTENT_NARROW) >= sms * OFF_SECTOR_NARROW_SHARE:
+            return PERSISTENT_NARROW
     odd_rows = -(-m // 64) % 2 == 1 and cluster_tiles(m, n, PERSISTENT_M64_N128) <= sms
     top = PERSISTENT_M64_N128 if odd_rows else PERSISTENT_NARROW
     if 2 * cluster_tiles(m, n, top) > sms:
+        return top
+    long_k = slices >= LONG_K_SLICES
+    if m > BM and long_k and cluster_tiles(m, n, PERSISTENT_NARROW) * slices >= LONG_K_WORK_PER_SM * sms:
         return top
     middle = PERSISTENT_SMALL if 64 < m <= BM else PERSISTENT_M64_N128
     if 2 * cluster_tiles(m, n, middle) > sms or (long_k and m > 64):
@@ -861,7 +896,8 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
-        chosen = persistent_build(multicast, build or default_build(m, n, k, sms)) if variant == "persistent" else None
+        chosen = (persistent_build(multicast, build or default_build(m, n, k, sms, B.transposed))
+                  if variant == "persistent" else None)
         if chosen and chosen.b_k_major != B.transposed:  # (b's layout decides, not the build asked for)
             chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
