@@ -301,14 +301,15 @@ LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x sli
 # row-major B, not a multiple of 16 elements): then each 128-byte box row touches five sectors,
 # not four, the main loop reads a quarter more from L2, and the tiles that read the fewest L2
 # bytes a FLOP win from a shorter K on: 128 x 256 in clusters of 2 (B read once per cluster)
-# where they fill a third of the clusters, else 128 x 128 (never 64-row tiles). On an H200
+# where they fill a third of the clusters, else 128 x 128 where those number 20. On an H200
 # (session 49, CUDA-graph replay): 1280 x 1272 x 10240 ran 128 x 128 tiles at 0.62x cuBLAS
 # where 1280 x 1280 x 10240 ran 0.91x, and 128 x 256 tiles at 0.87 and 0.84x (p313; with the
-# edge of N on a 64-column chunk, 1280 x 1216, or with an edge in M, no such loss). Over 161
-# long-K products (p308, p311, p312, p313) where the rule took smaller tiles, 128 x 256 ran
-# 1.21-1.40x 128 x 128 in geometric mean with rows off the sectors and 0.88-0.94x with rows on
-# them; 128 x 128 ran 1.21-1.27x the 64-row tiles off the sectors and 1.01-1.04x on them (the
-# round products of sessions 38-39 0.81-0.94x). On 80 fresh products (p314, seeds 314 and 315)
+# edge of N on a 64-column chunk, 1280 x 1216, or with an edge in M, 128 x 128 lost nothing
+# against 128 x 256). Over 114 long-K products (p308, p311, p312, p313) whose 128 x 256 tiles
+# fill at most half the clusters, 128 x 256 ran 1.21-1.40x 128 x 128 in geometric mean with
+# rows off the sectors and 0.88-0.94x with rows on them; 128 x 128 ran 1.21-1.27x the 64-row
+# tiles off the sectors and 1.01-1.04x on them (the round products of sessions 38-39
+# 0.81-0.94x). On 80 fresh products (p314, seeds 314 and 315)
 # the rule ran 1.27x and 1.10x the rule before (0.608 -> 0.772x and 0.614 -> 0.677x cuBLAS), 35
 # faster by more than 3 % (1.06-1.89x), 5 slower, all small ones whose 128 x 128 tiles were fewer
 # than 20 (216 x 264 x 8120: 0.61x): since then 128 x 128 only from 20 such tiles on (set on
