@@ -35,7 +35,8 @@ def test_the_rule_comes_first_and_every_candidate_is_a_valid_launch(shape):
     assert plans[0] == gt.rule_plan(m, n, k, SMS) and len(set(plans)) == len(plans)
     assert (gt.GemmPlan("skinny") in plans) == (m <= skinny_gemm.MAX_ROWS)
     # clusters along N are measured where 128-row tiles would pair along M (more than one tile row)
-    assert any(p.build == hg.PERSISTENT_ALONG_N for p in plans if p.kernel == "persistent") == (m > hg.BM)
+    # and a cluster's second block has columns inside N
+    assert any(p.build == hg.PERSISTENT_ALONG_N for p in plans if p.kernel == "persistent") == (m > hg.BM and n > hg.BN)
     for p in plans:
         if p.kernel == "skinny":
             skinny_gemm.plan(m, n, k, "bfloat16", 0, 0, sms=SMS, co_resident=lambda *a: 16)

@@ -188,6 +188,7 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(40, 66, 64) == (0, 40)  # two runs a tile do not fit
     assert hg.stream_k(36, 66, 116, 2) == (36, 66)  # 570 x 3048 x 7408: every cluster, runs of 63 slices
     assert hg.stream_k(36, 66, 91, 2) == (0, 36)  # ... runs of 49.6: whole tiles (0.88x under 50, p310)
+    assert hg.stream_k(44, 66, 76, 2) == (44, 66)  # two thirds of a wave, runs of 50.7 slices
     assert hg.stream_k(45, 66, 200, 2) == (0, 45)  # more than two thirds of a wave: whole tiles
     assert hg.stream_k(36, 66, 116) == (0, 36)  # one-block clusters: not measured there
     assert hg.stream_k(1, 1, 64) == (0, 1)  # one cluster: nothing to share
@@ -428,7 +429,9 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (1024, 2048, 16392, 132, "PERSISTENT"),          # K off
     (1216, 1272, 10240, 132, "PERSISTENT"),          # 25 of 66 (p313: 1.43x the 128 x 128 tiles)
     (512, 2808, 8192, 132, "PERSISTENT"),            # 22: a third of the clusters
-    (512, 2552, 8192, 132, "PERSISTENT_NARROW"),     # 20 of them
+    (512, 2552, 8192, 132, "PERSISTENT_NARROW"),     # 20 cluster tiles: 80 tiles of 128 x 128
+    (2560, 120, 8200, 132, "PERSISTENT_NARROW"),     # 20 tiles of 128 x 128
+    (2432, 120, 8200, 132, "PERSISTENT_M64_N128"),   # 19: as on the sectors
     (1024, 504, 16384, 132, "PERSISTENT_NARROW"),    # 32 tiles of 128 x 128, not 64-row tiles
     (512, 504, 16384, 132, "PERSISTENT_M64_N128"),   # 16 of them: fewer than 20, as on the sectors
     (1024, 1024, 6152, 132, "PERSISTENT_NARROW"),    # K off at 97 slices

@@ -144,7 +144,9 @@ SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"
             ((200, 1032, 4104), "PERSISTENT_SMALL"), ((200, 1032, 4104), "PERSISTENT_M64_N128"),
             ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
             ((72, 1024, 8192), None), ((1024, 512, 12288), None),
-            ((1000, 1032, 4104), "PERSISTENT_ALONG_N"), ((795, 10160, 2056), "PERSISTENT_ALONG_N")]
+            ((1000, 1032, 4104), "PERSISTENT_ALONG_N"), ((795, 10160, 2056), "PERSISTENT_ALONG_N"),
+            # the rule's since session 49: 36 cluster tiles over all 66 clusters; 90, a second wave 0.36 full
+            ((570, 3048, 7408), None), ((639, 7592, 8192), None)]
 
 
 def _stream_k_plan(m, n, k, dtype_name, build_name=None):

@@ -136,7 +136,7 @@ def _all_stream_k_pays(s: _RuleSplit) -> bool:
 def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> list[GemmPlan]:
     """The plans measured for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs, the rule's
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
-    chooses among (128 x 256 tiles, in clusters of 2 along M or along N above 128 rows; 128 x 128; 128 x 64;
+    chooses among (128 x 256 tiles, in clusters of 2 along M or, for N over 256, along N above 128 rows; 128 x 128; 128 x 64;
     64 x 128; 64 x 64), with the rule's stream-K; where the whole tiles leave clusters
     idle, with every tile dealt out as K runs; where the rule deals tiles out, with whole
     tiles only (the rule's stream-K regimes were each fitted on a few dozen products)."""
@@ -144,7 +144,8 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     plans = [rule_plan(m, n, k, sms, b_transposed)]
     if m <= skinny_gemm.MAX_ROWS:
         plans.append(GemmPlan("skinny"))
-    wide = (hg.PERSISTENT_ONE_ROW,) if m <= hg.BM else (hg.PERSISTENT, hg.PERSISTENT_ALONG_N)
+    wide = ((hg.PERSISTENT_ONE_ROW,) if m <= hg.BM else
+            (hg.PERSISTENT, hg.PERSISTENT_ALONG_N) if n > hg.BN else (hg.PERSISTENT,))  # (1 x 2: a block past N)
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64):
         plans.append(GemmPlan("persistent", build))
         split = _rule_split(m, n, k, build, sms)

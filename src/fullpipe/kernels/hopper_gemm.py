@@ -93,21 +93,22 @@ CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each; a PersistentB
 # Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
 # its 64 x tile_n fp32 accumulators)
 WORKSPACE_HEADER = 256
-# Two waves of tiles or more (one, for clusters of two blocks, with runs of MIN_SPLIT_SLICES
-# or more): deal the last wave and the one before it out as K runs where the last wave holds
-# at most this share of the clusters (a nearly empty last wave). Where it is fuller, whole
-# tiles won (stream_k's docstring).
+# Two waves of tiles or more: deal the last wave and the one before it out as K runs where the
+# last wave holds at most this share of the clusters (a nearly empty last wave). Where it is
+# fuller, whole tiles won (stream_k's docstring; one wave and a second: the next constant).
 SK_LAST_WAVE_AT_MOST = 1 / 3
-# One wave and a second: every tile dealt out (clusters of two blocks) where the second holds at
-# most this share of the clusters (stream_k's docstring)
+# One wave and a second: every tile dealt out (clusters of two blocks or more, runs of
+# MIN_SPLIT_SLICES or more; measured on clusters of 2 along M) where the second holds at most
+# this share of the clusters (stream_k's docstring)
 SK_ONE_WAVE_SECOND_AT_MOST = 1 / 2
 # Below one wave: each tile split into at most MAX_SPLIT runs of MIN_SPLIT_SLICES or more
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
 MIN_SPLIT_SLICES = 16
 # Below one wave, more than half of it (no split of two fits) and at most this share of the
-# clusters, clusters of two blocks: every tile dealt out over every cluster where each
-# cluster's run is MIN_ALL_RUN_SLICES slices or more (stream_k's docstring)
+# clusters, clusters of two blocks or more (measured on clusters of 2 along M): every tile dealt
+# out over every cluster where each cluster's run is MIN_ALL_RUN_SLICES slices or more
+# (stream_k's docstring)
 SK_BELOW_ONE_WAVE_AT_MOST = 2 / 3
 MIN_ALL_RUN_SLICES = 50
 
@@ -294,7 +295,8 @@ DEPENDENT_LAUNCH = True
 # tile row (M <= 128) throughout (128 x 4096 x 12288: 0.94 against 0.85). The same step
 # from 128 x 128 to 256 x 256 cluster tiles at long K is not taken: it won where those
 # tiles were at least a quarter of the clusters (1024 x 2048 x 16384 0.84 -> 0.89) and
-# lost as often (4096 x 512 x 8192 0.86 -> 0.81, 1152 x 896 x 9216 0.77 -> 0.51).
+# lost as often (4096 x 512 x 8192 0.86 -> 0.81, 1152 x 896 x 9216 0.77 -> 0.51) (unless
+# rows are off the 32-byte sectors: below).
 LONG_K_SLICES = 128           # slices of 64: K > 8128
 LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x slices / SMs)
 # ... unless a row of A or of B (as it lies) does not start on a 32-byte sector (K, or N for a
@@ -553,7 +555,7 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       beside it does, and the finishing run adds SPLIT - 1 partial sums): 1.2-3.6x whole
       tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
     - more than half a wave and at most two thirds (SK_BELOW_ONE_WAVE_AT_MOST), clusters of
-      two blocks, where each cluster's run would be MIN_ALL_RUN_SLICES slices or more: every
+      two blocks or more (measured on 2 x 1), where each cluster's run would be MIN_ALL_RUN_SLICES slices or more: every
       tile dealt out over every cluster (session 49; whole tiles until then, a third of the
       clusters idle or more). On an H200, 128 x 256 tiles in clusters of 2: found by the
       measured plans and p309 on 6 products of 36-44 tiles with runs of 53-84 slices (1.06-1.20x
@@ -571,7 +573,7 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       interleaved rounds). A rule on the busy share of all waves (< 0.88, sessions 26-27)
       took 1024 x 11008 x 4096 and left 4224 x 8128 x 4160;
     - one wave and a second at most half full (SK_ONE_WAVE_SECOND_AT_MOST), clusters of two
-      blocks or more: every tile dealt out, where each cluster's run is MIN_SPLIT_SLICES
+      blocks or more (measured on 2 x 1): every tile dealt out, where each cluster's run is MIN_SPLIT_SLICES
       slices or more (session 43; until then whole tiles there; one-block clusters, never
       measured there, keep them). On an H200, 128 x 256 tiles in clusters of 2: on 9 products of
       68-84 cluster tiles where the measured plans (``gemm_tuning``; p281, p282) found it,
