@@ -555,9 +555,9 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       beside it does, and the finishing run adds SPLIT - 1 partial sums): 1.2-3.6x whole
       tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
     - more than half a wave and at most two thirds (SK_BELOW_ONE_WAVE_AT_MOST), clusters of
-      two blocks or more (measured on 2 x 1), where each cluster's run would be MIN_ALL_RUN_SLICES slices or more: every
-      tile dealt out over every cluster (session 49; whole tiles until then, a third of the
-      clusters idle or more). On an H200, 128 x 256 tiles in clusters of 2: found by the
+      two blocks or more (measured on 2 x 1), where each cluster's run would be
+      MIN_ALL_RUN_SLICES slices or more: every tile dealt out over every cluster (session 49;
+      whole tiles until then, a third of the clusters idle or more). On an H200, 128 x 256 tiles in clusters of 2: found by the
       measured plans and p309 on 6 products of 36-44 tiles with runs of 53-84 slices (1.06-1.20x
       whole tiles; shorter runs lost, 835 x 2416 x 1136, runs of 11: 0.69x, and fuller waves
       lost at any length, 905 x 3448 x 10944, 56 tiles: 0.73x); then on 24 fresh products
@@ -573,8 +573,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       interleaved rounds). A rule on the busy share of all waves (< 0.88, sessions 26-27)
       took 1024 x 11008 x 4096 and left 4224 x 8128 x 4160;
     - one wave and a second at most half full (SK_ONE_WAVE_SECOND_AT_MOST), clusters of two
-      blocks or more (measured on 2 x 1): every tile dealt out, where each cluster's run is MIN_SPLIT_SLICES
-      slices or more (session 43; until then whole tiles there; one-block clusters, never
+      blocks or more (measured on 2 x 1): every tile dealt out, where each cluster's run is
+      MIN_SPLIT_SLICES slices or more (session 43; until then whole tiles there; one-block clusters, never
       measured there, keep them). On an H200, 128 x 256 tiles in clusters of 2: on 9 products of
       68-84 cluster tiles where the measured plans (``gemm_tuning``; p281, p282) found it,
       1.04-1.6x whole tiles; on 28 held-out random products of 68-88 tiles (p286), 1.30x in
@@ -585,8 +585,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       every tile dealt out faster at 0.36-0.42 (p308: 678 x 7440 x 8328 1.17x, 879 x 5656 x 4608
       1.09x), and on 27 fresh products of 69-100 tiles (p309; the second wave 0.05-0.52 full)
       dealing out ran 1.01-1.54x whole tiles, 1.02-1.25x on the 7 between a third and half (639 x
-      7592 x 8192 1.25x, 712 x 7464 x 1992 1.02x), 1.01 and 1.04x at 100 tiles; at 100 tiles an H100 in session
-      28 had measured 0.85x (2560 x 2560 x 10240), hence half and not more. Past one wave and a
+      7592 x 8192 1.25x, 712 x 7464 x 1992 1.02x), 1.01 and 1.04x at 100 tiles; at 100 tiles an
+      H100 in session 28 had measured 0.85x (2560 x 2560 x 10240), hence half and not more. Past one wave and a
       half, dealing out lost on the H200 too (691 x 10424 x 11072, 123 tiles: 0.84x, p308);
     - otherwise none: (0, the tiles or the clusters, the fewer)."""
     whole = (0, max(1, min(tiles, clusters)))
@@ -599,7 +599,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
             split *= 2
         if split > 1:
             return tiles, tiles * split
-        if cluster >= 2 and tiles <= clusters * SK_BELOW_ONE_WAVE_AT_MOST and tiles * slices >= MIN_ALL_RUN_SLICES * clusters:
+        long_runs = tiles * slices >= MIN_ALL_RUN_SLICES * clusters
+        if cluster >= 2 and tiles <= clusters * SK_BELOW_ONE_WAVE_AT_MOST and long_runs:
             return tiles, clusters
         return whole
     # (one wave and a bit: every tile dealt out, each cluster's run tiles x slices / clusters long)
