@@ -422,7 +422,7 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (192, 2048, 16384, 132, "PERSISTENT_M64_N128"),  # long K, an odd number of 64-row blocks: 64 x 128
     # and not 128 x 256 tiles at long K: 128 of 128 x 128 fill the SMs (32 cluster tiles for 66)
     (1024, 2048, 16384, 132, "PERSISTENT_NARROW"),
-    # rows off the 32-byte sectors (K, or a row-major B's N, not a multiple of 16), from 96 slices on
+    # rows off the 32-byte sectors (K, or a row-major B's N, not a multiple of 16), from 64 slices on
     # above one tile row: 128 x 256 tiles where they fill a third of the clusters, else 128 x 128
     # where those number 20 or more (15 % of the SMs)
     (1024, 2040, 16384, 132, "PERSISTENT"),          # N off: 32 cluster tiles of 256 x 256 for 66 clusters
@@ -434,8 +434,8 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (2432, 120, 8200, 132, "PERSISTENT_M64_N128"),   # 19: as on the sectors
     (1024, 504, 16384, 132, "PERSISTENT_NARROW"),    # 32 tiles of 128 x 128, not 64-row tiles
     (512, 504, 16384, 132, "PERSISTENT_M64_N128"),   # 16 of them: fewer than 20, as on the sectors
-    (1024, 1024, 6152, 132, "PERSISTENT_NARROW"),    # K off at 97 slices
-    (1024, 1024, 6072, 132, "PERSISTENT_M64_N128"),  # ... at 95: short of it
+    (1024, 1024, 4040, 132, "PERSISTENT_NARROW"),    # K off at 64 slices
+    (1024, 1024, 4024, 132, "PERSISTENT_M64_N128"),  # ... at 63: short of it
     (128, 4096, 65544, 132, "PERSISTENT_SMALL"),     # one tile row: as before
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):

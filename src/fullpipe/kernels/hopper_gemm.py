@@ -317,9 +317,12 @@ LONG_K_WORK_PER_SM = 34       # 128 x 128 tile slices a SM at least (tiles x sli
 # than 20 (216 x 264 x 8120: 0.61x): since then 128 x 128 only from 20 such tiles on (set on
 # those). On 80 more fresh products (p316, seeds 316 and 317): 1.22x and 1.21x the rule before
 # (0.606 -> 0.741x and 0.616 -> 0.744x cuBLAS; the best measured plan 0.823x and 0.828x), 42
-# faster by more than 3 % (1.07-2.04x), none slower by more than 3 %.
+# faster by more than 3 % (1.07-2.04x), none slower by more than 3 %. Shorter K (p318: K
+# 1024-6072): from 64 slices on, 0.703 -> 0.741x cuBLAS on seed 318 (fitted there: from 48 slices,
+# 4 products slower by more than 3 %, from 16, 12), and on the held-out seed 319 0.689 -> 0.708x,
+# 6 faster by more than 3 % (1.11-1.49x), one slower (134 x 2112 x 5000: 0.91x).
 SECTOR_ELEMENTS = 16          # a 32-byte sector of bf16 / fp16
-OFF_SECTOR_LONG_K_SLICES = 96  # slices of 64: K > 6080
+OFF_SECTOR_LONG_K_SLICES = 64  # slices of 64: K > 4032 (96 until p318)
 OFF_SECTOR_WIDE_SHARE = 1 / 3  # 128 x 256 cluster tiles from this share of the clusters on
 OFF_SECTOR_NARROW_SHARE = 0.15  # else 128 x 128 tiles from this share of the SMs on (20 of 132)
 

@@ -1,0 +1,93 @@
+"""p318: shorter K (1024-6072) for session 49's rule (rows off the 32-byte sectors turn the choice to the
+larger tiles): every candidate of gemm_tuning.candidates beside cuBLAS on 40 random products a seed
+(seeds 318 and 319; M 129-4000, N 256-4096, K 1024-6072, a quarter fp16, a quarter b = w.T) where 128 x 256
+cluster tiles fill at most half the clusters (the smaller builds' regime before session 49). CUDA-graph replay
+of 20 launches, 5 alternating rounds, medians. Writes p318-<seed>.json."""
+import json, math, os, random, statistics, sys, time
+import torch
+from fullpipe.kernels import gemm_tuning as gt, hopper_gemm as hg
+from fullpipe.kernels._operands import operand
+
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+
+rng = random.Random(int(os.environ.get("P314_SEED", 318)))
+shapes = []
+while len(shapes) < 40:
+    m = rng.randint(129, 4000)
+    n, k = rng.randrange(256, 4097, 8), rng.randrange(1024, 6073, 8)
+    if 2 * hg.cluster_tiles(m, n, hg.PERSISTENT) > sms // 2:
+        continue
+    shapes.append((m, n, k, rng.random() < 0.25, rng.random() < 0.25))
+sets = {"s%d" % int(os.environ.get("P314_SEED", 318)): shapes}
+LAUNCHES = int(os.environ.get("P308_LAUNCHES", 20))
+
+
+def graph(fn, n=LAUNCHES):
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            fn()
+    g.replay(); torch.cuda.synchronize()
+    return g
+
+
+def time_us(g, n=LAUNCHES):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); g.replay(); b.record(); b.synchronize()
+    return a.elapsed_time(b) / n * 1e3
+
+
+results = []
+t0 = time.perf_counter()
+for set_name, shapes in sets.items():
+    for m, n, k, fp16, wt in shapes:
+        dt = torch.float16 if fp16 else torch.bfloat16
+        a = torch.randn(m, k, device="cuda", dtype=dt)
+        b = torch.randn(n, k, device="cuda", dtype=dt).T if wt else torch.randn(k, n, device="cuda", dtype=dt)
+        c = torch.empty(m, n, device="cuda", dtype=dt)
+        ref = a.float() @ b.float()
+        A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)
+        plans = gt.candidates(m, n, k, sms, wt)
+        fns = {"cuBLAS": lambda: torch.matmul(a, b, out=c)}
+        for p in plans:
+            fns[p.label] = (lambda p=p: gt.run_plan(p, A, B, c, torch.cuda.current_stream()))
+        for nm, fn in list(fns.items()):
+            if nm == "cuBLAS":
+                continue
+            c.fill_(float("nan")); fn(); torch.cuda.synchronize()
+            err = ((c.float() - ref).norm() / ref.norm()).item()
+            if not err < 1e-2:
+                print("WRONG", nm, m, n, k, fp16, wt, err, flush=True)
+                del fns[nm]
+        gs = {nm: graph(fn) for nm, fn in fns.items()}
+        ts = {nm: [] for nm in gs}
+        for r in range(5):
+            for nm in (list(gs) if r % 2 else list(gs)[::-1]):
+                ts[nm].append(time_us(gs[nm]))
+        del gs
+        med = {nm: statistics.median(v) for nm, v in ts.items()}
+        rule = plans[0].label
+        best = min((nm for nm in med if nm != "cuBLAS"), key=med.get)
+        tag = ("f16" if fp16 else "bf16") + (" w.T" if wt else "")
+        row = dict(set=set_name, m=m, n=n, k=k, dtype=tag, rule=rule, best=best, us=med)
+        results.append(row)
+        along_n = {nm: t for nm, t in med.items() if nm.startswith("1x2")}
+        an = min(along_n, key=along_n.get) if along_n else None
+        print(f"{set_name} {f'{m}x{n}x{k}':>18} {tag:9} rule {rule:>20} {med['cuBLAS'] / med[rule]:.3f}xcB  "
+              f"best {best:>22} {med['cuBLAS'] / med[best]:.3f}xcB  1x2 {an} "
+              f"{(med['cuBLAS'] / med[an]) if an else float('nan'):.3f}xcB", flush=True)
+gm = lambda v: math.exp(sum(map(math.log, v)) / len(v))
+for set_name in sets:
+    rs = [r for r in results if r["set"] == set_name]
+    print(f"{set_name}: {len(rs)} products; x cuBLAS rule {gm([r['us']['cuBLAS'] / r['us'][r['rule']] for r in rs]):.3f}, "
+          f"best of all {gm([r['us']['cuBLAS'] / r['us'][r['best']] for r in rs]):.3f}, best without 1x2 "
+          f"{gm([r['us']['cuBLAS'] / min(t for nm, t in r['us'].items() if nm != 'cuBLAS' and not nm.startswith('1x2')) for r in rs]):.3f}",
+          flush=True)
+print(f"total {time.perf_counter() - t0:.1f} s")
+out = os.environ.get("OUT", ".")
+json.dump(dict(sms=sms, gpu=torch.cuda.get_device_name(0), results=results), open(f"{out}/p318-%s.json" % os.environ.get("P314_SEED", 318), "w"), indent=1)
