@@ -145,8 +145,10 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     plans = [rule_plan(m, n, k, sms, b_transposed)]
     if m <= skinny_gemm.MAX_ROWS:
         plans.append(GemmPlan("skinny"))
-    wide = ((hg.PERSISTENT_ONE_ROW,) if m <= hg.BM else
-            (hg.PERSISTENT, hg.PERSISTENT_ALONG_N) if n > hg.BN else (hg.PERSISTENT,))  # (1 x 2: a block past N)
+    if m <= hg.BM:
+        wide = [hg.PERSISTENT_ONE_ROW]
+    else:  # (clusters along N for N over 256: else the second block of each lies past N)
+        wide = [hg.PERSISTENT, hg.PERSISTENT_ALONG_N] if n > hg.BN else [hg.PERSISTENT]
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64):
         plans.append(GemmPlan("persistent", build))
         split = _rule_split(m, n, k, build, sms)
