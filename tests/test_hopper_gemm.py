@@ -179,7 +179,11 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(99, 66, 22, 2) == (99, 66)  # ... and 33 (half: 0.36-0.50 ran 1.02-1.25x, p309)
     assert hg.stream_k(100, 66, 22, 2) == (0, 66)  # ... and 34: more than half
     assert hg.stream_k(87, 66, 12, 2) == (0, 66)  # 682 x 7264 x 760: runs of 15.8 slices, stream-K 0.81x
-    assert hg.stream_k(88, 66, 12, 2) == (88, 66)  # runs of 16
+    assert hg.stream_k(88, 66, 16, 2) == (88, 66)  # runs of 21, tiles of 16 slices (372 x 11248 x 1000: 0.99x)
+    # tiles of fewer than 16 slices are never dealt out past one wave (session 50, p322 / p323: 0.74-0.82x)
+    assert hg.stream_k(88, 66, 12, 2) == (0, 66)  # runs of 16, but of 12-slice tiles
+    assert hg.stream_k(96, 66, 12, 2) == (0, 66)  # 8192 x 768 x 768 (GPT-2's c_proj at 8192 tokens): 0.74x
+    assert hg.stream_k(300, 132, 12) == (0, 132)  # 6304 x 768 x 768 in 128 x 128 tiles: the last wave 36 of 132
     assert hg.stream_k(144, 66, 48, 2) == hg.stream_k(144, 66, 48)  # two waves and more: as for any cluster
     assert hg.stream_k(32, 66, 64) == (32, 64)  # 512 x 4096 x 4096: two runs a tile
     assert hg.stream_k(4, 66, 256) == (4, 32)  # 512 x 512 x 16384: at most 8 runs
@@ -437,6 +441,13 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (1024, 1024, 4040, 132, "PERSISTENT_NARROW"),    # K off at 64 slices
     (1024, 1024, 4024, 132, "PERSISTENT_M64_N128"),  # ... at 63: short of it
     (128, 4096, 65544, 132, "PERSISTENT_SMALL"),     # one tile row: as before
+    # tiles too short for stream-K (under 16 slices) on the sectors: 128 x 128 where its waves end sooner
+    # (counted whole, at NARROW_RATE) than the 128 x 256 cluster tiles'
+    (8192, 768, 768, 132, "PERSISTENT_NARROW"),      # 96 cluster tiles: 2 waves of 66 (4 of 128 x 128) vs 3 of 132
+    (2048, 3072, 768, 132, "PERSISTENT_NARROW"),     # the same counts
+    (8192, 3072, 768, 132, "PERSISTENT"),            # 384: 6 full waves (12) vs 12 of 128 x 128 (14.1 at 0.85)
+    (8192, 760, 768, 132, "PERSISTENT"),             # N off the sectors (a row-major b): as before
+    (8192, 768, 1024, 132, "PERSISTENT"),            # 16 slices: the 128 x 256 tiles' stream-K evens their waves
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a

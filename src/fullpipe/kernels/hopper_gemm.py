@@ -327,6 +327,12 @@ OFF_SECTOR_WIDE_SHARE = 1 / 3  # 128 x 256 cluster tiles from this share of the 
 OFF_SECTOR_NARROW_SHARE = 0.15  # else 128 x 128 tiles from this share of the SMs on (20 of 132)
 
 
+# Rows on the sectors, a 128 x 128 tile (one block a cluster) runs at about this share of the
+# rate of a 128 x 256 one (in clusters of 2) where both fill their waves: 0.68-1.05x, median 0.85,
+# over 19 products of p308 and p322 (H200, session 50).
+NARROW_RATE = 0.85
+
+
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
     """Whether every row of A (K elements) and of B as it lies (N elements; K for b = w.T)
     starts on a 32-byte sector."""
@@ -350,13 +356,23 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     Where rows of A or B do not start on 32-byte sectors (:func:`rows_on_sectors`), from
     OFF_SECTOR_LONG_K_SLICES on above one tile row: 128 x 256 tiles where they fill a third
     of the clusters, else 128 x 128 where those number 15 % of the SMs (OFF_SECTOR_NARROW_SHARE),
-    else as above."""
+    else as above.
+    Tiles too short for stream-K (fewer than MIN_SPLIT_SLICES slices) with rows on the sectors
+    above one tile row: 128 x 128 in the place of 128 x 256 where its waves end sooner
+    (:func:`_narrow_ends_sooner`). On an H200 (session 50): 8192 x 768 x 768 and 2048 x 3072 x 768
+    1.57x (p322); on 40 held-out random products of K 256-960 on the sectors (p323, seed 323),
+    with stream_k's floor of the same session, 0.830 -> 0.884x cuBLAS (the best measured plan
+    0.894x); the 7 whose tiles this turned to 128 x 128 1.25x in geometric mean, 0.90-1.65x
+    (3521 x 5904 x 944, 15 slices: 0.90x)."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     tiles = cluster_tiles(m, n, wide)
     clusters = sms // wide.cluster
-    if 2 * tiles > clusters:
-        return wide
     slices = -(-k // BK)
+    if 2 * tiles > clusters:
+        if (m > BM and slices < MIN_SPLIT_SLICES and rows_on_sectors(n, k, b_transposed)
+                and _narrow_ends_sooner(m, n, sms, tiles, clusters)):
+            return PERSISTENT_NARROW
+        return wide
     if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not rows_on_sectors(n, k, b_transposed):
         if tiles >= clusters * OFF_SECTOR_WIDE_SHARE:
             return wide
@@ -373,6 +389,15 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     if 2 * cluster_tiles(m, n, middle) > sms or (long_k and m > 64):
         return middle
     return PERSISTENT_M64_N64
+
+
+def _narrow_ends_sooner(m: int, n: int, sms: int, wide_tiles: int, clusters: int) -> bool:
+    """For tiles too short to deal out as K runs (stream_k): whether whole 128 x 128 tiles
+    end sooner than whole 128 x 256 cluster tiles, each counted in waves (a last wave part
+    empty counts whole), the smaller tiles at NARROW_RATE."""
+    wide_waves = -(-wide_tiles // clusters) * 2  # (a 128 x 256 tile is two 128 x 128 ones' work)
+    narrow_waves = -(-cluster_tiles(m, n, PERSISTENT_NARROW) // sms)
+    return narrow_waves / NARROW_RATE < wide_waves
 
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
@@ -591,11 +616,18 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       7592 x 8192 1.25x, 712 x 7464 x 1992 1.02x), 1.01 and 1.04x at 100 tiles; at 100 tiles an
       H100 in session 28 had measured 0.85x (2560 x 2560 x 10240), hence half and not more. Past one wave and a
       half, dealing out lost on the H200 too (691 x 10424 x 11072, 123 tiles: 0.84x, p308);
+    - never past one wave for tiles of fewer than MIN_SPLIT_SLICES slices (session 50; until
+      then the two regimes above dealt them out): on an H200, 8192 x 768 x 768 and 2048 x 3072 x
+      768 (96 tiles of 12 slices, runs of 17.5) 0.73-0.75x whole tiles, 128 x 128 tiles at 6304 x 768
+      x 768 and 2048 x 2304 x 768 0.78x (p322); with it, the 12 held-out products of K 256-960
+      (p323) whose 128 x 256 tiles had been dealt out ran 1.03-1.40x as whole tiles (none slower);
     - otherwise none: (0, the tiles or the clusters, the fewer)."""
     whole = (0, max(1, min(tiles, clusters)))
     if tiles < 1 or clusters < 2 or 2 * clusters * slices * clusters >= 2**31:  # (the kernel counts in 32 bits)
         return whole
     waves, rest = divmod(tiles, clusters)
+    if waves and slices < MIN_SPLIT_SLICES:  # (a tile this short pays more in partial sums than idle SMs cost)
+        return whole
     if waves == 0:
         split = 1
         while split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
