@@ -1,6 +1,6 @@
 """Checked calls into the CUDA driver API (through cuda.bindings).
 
-Every driver call fullpipe makes goes through :func:`call`, which raises
+Every driver call fullpipe makes goes through :func:`call` (or :func:`bound`), which raises
 :class:`fullpipe.CudaError` naming the call and the driver's error string.
 It also enforces the host-function rule: a function enqueued with
 ``cuLaunchHostFunc`` must not call CUDA (doing so can deadlock), so a call made
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import CudaError
 
@@ -82,6 +82,21 @@ def call(name: str, *args: Any) -> Any:
     if not outputs:
         return None
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def bound(name: str) -> Callable[..., Any]:
+    """:func:`call` of ``name`` with the function looked up once, for a hot path (a
+    prepared launch): the same checks and errors, about a microsecond less a call."""
+    fn = getattr(driver(), name)
+
+    def bound_call(*args: Any) -> Any:
+        _forbid_inside_host_function(name)
+        result = fn(*args)
+        if int(result[0]) != 0:
+            raise error_from_code(name, result[0])
+        return None if len(result) == 1 else (result[1] if len(result) == 2 else result[1:])
+
+    return bound_call
 
 
 @contextlib.contextmanager

@@ -36,8 +36,16 @@ class Operand:
     transposed: bool = False
 
 
+_torch_tensor_types: dict[type, bool] = {}  # (asked once a type: a small product's call is ~20 us)
+
+
 def _is_torch_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "is_cuda")
+    t = type(x)
+    known = _torch_tensor_types.get(t)
+    if known is None:
+        known = _torch_tensor_types[t] = (t.__module__.startswith("torch") and hasattr(x, "data_ptr")
+                                          and hasattr(x, "is_cuda"))
+    return known
 
 
 _torch_dtype_names: dict[Any, str] = {}  # torch dtype -> name (str(dtype) costs a few us per operand)
@@ -63,7 +71,8 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
         if not x.is_cuda:
             raise TypeError(f"{name} is a CPU tensor: move it to the GPU first (tensor.cuda())")
         if not x.is_contiguous():
-            if transposed_ok and x.dim() == 2 and x.t().is_contiguous():
+            # (the strides first: x.t() makes a view, ~2 us)
+            if transposed_ok and x.dim() == 2 and (x.stride() == (1, x.shape[0]) or x.t().is_contiguous()):
                 return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
                                transposed=True)
             raise ValueError(f"{name} is not contiguous (row-major){_NOR_TRANSPOSED if transposed_ok else ''}: "

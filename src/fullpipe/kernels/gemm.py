@@ -43,6 +43,7 @@ import numpy as np
 from ..cuda import compiler
 from ..cuda.launch import launch
 from ..cuda.streams import as_core_stream
+from . import gemm_tuning, hopper_gemm, skinny_gemm
 from ._operands import arch_and_sm_count, matmul_shape, operand, output
 
 # ---- launch contracts of the fp32 ladder (fp32_tile.cuh and the gemm_*.cu beside this file)
@@ -440,8 +441,6 @@ def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> 
     """A rung of the Hopper ladder, the skinny kernel, or ("hopper") the plan measured for
     the shape (gemm_tuning; measured now under FULLPIPE_GEMM_TUNE), else by rule whichever
     of the skinny kernel and the persistent rung is faster for the shape."""
-    from . import gemm_tuning, hopper_gemm, skinny_gemm
-
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
     if A.dtype not in hopper_gemm.DTYPES:
         raise ValueError(f"variant={variant!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
