@@ -656,7 +656,9 @@ def check_shapes(m: int, n: int, k: int) -> None:
     if min(m, n, k) < 1:
         raise ValueError(f"M, N and K must be >= 1, got {m}, {n}, {k}")
     if k % 8 or n % 8:
-        raise ValueError(f"K and N must be multiples of 8 (rows of A and B in whole 16-byte units), got K={k}, N={n}")
+        raise ValueError(f"K and N must be multiples of 8 (TMA moves rows of A, B and C in whole 16-byte units), "
+                         f"got K={k}, N={n}: pad with zeros (K: both operands along K; N: b's columns, then take "
+                         f"y[:, :N]; for an (N, K) weight w such as GPT-2's 50257-word head, F.pad(w, (0, 0, 0, -N % 8)))")
     if max(m, n, k) >= 2**31:
         raise ValueError("M, N and K must be below 2^31")
 
