@@ -152,3 +152,35 @@ def test_cupy_transposed_weights():
     for got, r in ((c, ref), (c8, ref[:8])):
         assert got.dtype == np.float16
         assert float(cupy.linalg.norm(got.astype(np.float64) - r) / cupy.linalg.norm(r)) < 1e-2
+
+
+@pytest.mark.parametrize("lead", [(2, 77), (3, 5, 40), (1, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_activations_with_leading_dimensions_as_f_linear_takes_them(lead):
+    """(batch, sequence, K) activations: the result is (batch, sequence, N), as F.linear's,
+    with out given as (..., N) or as the (M, N) matrix, and the same from CuPy."""
+    import torch
+
+    k, n = 768, 2304
+    x = torch.randn(*lead, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    ref = torch.nn.functional.linear(x.double(), w.double())
+    s = torch.cuda.current_stream()
+    got = gemm(x, w.T, variant="hopper", stream=s)
+    out = torch.full((*lead, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    same = gemm(x, w.T, variant="hopper", stream=s, out=out)
+    flat = torch.full((x[..., 0].numel(), n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    flat_got = gemm(x, w.T, variant="hopper_persistent", stream=s, out=flat)
+    torch.cuda.synchronize()
+    assert got.shape == (*lead, n) and same is out and flat_got is flat
+    for y in (got, out, flat.view(*lead, n)):
+        assert _rel(y, ref) < 1e-2
+    with pytest.raises(ValueError, match="must be C-contiguous"):
+        gemm(x, w.T, variant="hopper", stream=s, out=torch.empty(n, *lead, device="cuda",
+                                                                   dtype=torch.bfloat16).movedim(0, -1))
+    cupy = pytest.importorskip("cupy")
+    cx, cw = cupy.asarray(x.float().cpu().numpy()).astype("float16"), cupy.asarray(w.float().cpu().numpy()).astype("float16")
+    cgot = gemm(cx, cw.T, variant="hopper", stream=cupy.cuda.get_current_stream())
+    cupy.cuda.get_current_stream().synchronize()
+    assert cgot.shape == (*lead, n)
+    cref = cx.astype("float64") @ cw.astype("float64").T
+    assert float(cupy.linalg.norm(cgot.astype("float64") - cref) / cupy.linalg.norm(cref)) < 1e-2

@@ -409,7 +409,10 @@ def gemm(
     ``b`` of ``hopper``, ``hopper_persistent`` and ``hopper_skinny`` may also be a
     transposed view, ``w.T`` of an (N, K) weight as ``torch.nn.Linear`` holds it
     (``F.linear(x, w)`` is ``gemm(x, w.T, variant="hopper", ...)``): the kernels read ``w``
-    as it lies, with no copy.
+    as it lies, with no copy. As in ``F.linear``, ``a`` of the Hopper variants may have
+    leading dimensions, (..., K) for (batch, sequence, K) activations (a C-contiguous torch
+    tensor or CuPy array: its rows are one (M, K) matrix); the result is then (..., N), and
+    ``out`` may be given either way.
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)
@@ -442,6 +445,15 @@ def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> 
     the shape (gemm_tuning; measured now under FULLPIPE_GEMM_TUNE), else by rule whichever
     of the skinny kernel and the persistent rung is faster for the shape."""
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
+    if len(A.shape) > 2 and A.kind in ("torch", "cupy"):  # (..., K) rows, as F.linear takes them
+        rows = A.shape[:-1]
+        A = dataclasses.replace(A, shape=(int(np.prod(rows)), A.shape[-1]))
+        result = _hopper_on_operands(A, B, variant, None if out is None else _as_rows(out, A.shape[0]), stream)
+        return out if out is not None else result.reshape(*rows, result.shape[-1])
+    return _hopper_on_operands(A, B, variant, out, stream)
+
+
+def _hopper_on_operands(A: Any, B: Any, variant: str, out: Any, stream: Any) -> Any:
     if A.dtype not in hopper_gemm.DTYPES:
         raise ValueError(f"variant={variant!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
                          f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
@@ -457,6 +469,18 @@ def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> 
     if kind == "skinny":
         return skinny_gemm.run(A, B, out, stream)
     return hopper_gemm.run(A, B, kind, out, stream)
+
+
+def _as_rows(out: Any, m: int) -> Any:
+    """``out`` of an (..., N) result as the (M, N) matrix the kernels write: a view of the
+    same memory (a C-contiguous torch tensor or CuPy array), or ``out`` itself to be checked
+    as any other."""
+    shape = getattr(out, "shape", ())
+    if len(shape) <= 2 or not hasattr(out, "reshape"):
+        return out
+    if not (out.is_contiguous() if hasattr(out, "is_contiguous") else out.flags.c_contiguous):
+        raise ValueError(f"out of shape {tuple(shape)} must be C-contiguous: its rows are written as one matrix")
+    return out.reshape(m, shape[-1]) if int(np.prod(shape[:-1])) == m else out
 
 
 def launch_plan(p: LaunchPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,
