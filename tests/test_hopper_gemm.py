@@ -449,6 +449,14 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (8192, 3072, 768, 132, "PERSISTENT"),            # 384: 6 full waves (12) vs 12 of 128 x 128 (14.1 at 0.85)
     (8192, 760, 768, 132, "PERSISTENT"),             # N off the sectors (a row-major b): as before
     (8192, 768, 1024, 132, "PERSISTENT"),            # 16 slices: the 128 x 256 tiles' stream-K evens their waves
+    # one row of 2 x 1 clusters (129-256 rows), from 96 slices on, 128 x 256 tiles from 18 % of the clusters (12 of 66)
+    (200, 4096, 14336, 132, "PERSISTENT"),           # Llama-3-8B's down projection at 200 tokens: 16 cluster tiles
+    (200, 4096, 6144, 132, "PERSISTENT"),            # 96 slices
+    (200, 4096, 6080, 132, "PERSISTENT_M64_N128"),   # 95 slices: as before
+    (200, 3072, 8192, 132, "PERSISTENT"),            # 12 cluster tiles
+    (200, 2816, 8192, 132, "PERSISTENT_NARROW"),     # 11: as before
+    (256, 4096, 8192, 132, "PERSISTENT"),            # the row's last
+    (257, 4096, 8192, 132, "PERSISTENT_NARROW"),     # two cluster rows: as before
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a

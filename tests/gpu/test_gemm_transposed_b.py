@@ -174,9 +174,10 @@ def test_activations_with_leading_dimensions_as_f_linear_takes_them(lead):
     assert got.shape == (*lead, n) and same is out and flat_got is flat
     for y in (got, out, flat.view(*lead, n)):
         assert _rel(y, ref) < 1e-2
-    with pytest.raises(ValueError, match="must be C-contiguous"):
-        gemm(x, w.T, variant="hopper", stream=s, out=torch.empty(n, *lead, device="cuda",
-                                                                   dtype=torch.bfloat16).movedim(0, -1))
+    if x[..., 0].numel() > 1:  # (with one row, any strides are contiguous)
+        with pytest.raises(ValueError, match="must be C-contiguous"):
+            gemm(x, w.T, variant="hopper", stream=s, out=torch.empty(n, *lead, device="cuda",
+                                                                       dtype=torch.bfloat16).movedim(0, -1))
     cupy = pytest.importorskip("cupy")
     cx, cw = cupy.asarray(x.float().cpu().numpy()).astype("float16"), cupy.asarray(w.float().cpu().numpy()).astype("float16")
     cgot = gemm(cx, cw.T, variant="hopper", stream=cupy.cuda.get_current_stream())

@@ -327,6 +327,14 @@ OFF_SECTOR_WIDE_SHARE = 1 / 3  # 128 x 256 cluster tiles from this share of the 
 OFF_SECTOR_NARROW_SHARE = 0.15  # else 128 x 128 tiles from this share of the SMs on (20 of 132)
 
 
+# One row of 2 x 1 clusters (129-256 rows) and long K: 128 x 256 tiles in clusters of 2 (B read
+# once per cluster) from this many slices and this share of the clusters on (sessions 49-50's
+# probes: wide tiles 1.09-1.45x the rule's smaller ones from 96 slices and 13 cluster tiles on;
+# default_build's docstring)
+ONE_CLUSTER_ROW_LONG_K_SLICES = 96
+ONE_CLUSTER_ROW_WIDE_SHARE = 0.18
+
+
 # Rows on the sectors, a 128 x 128 tile (one block a cluster) runs at about this share of the
 # rate of a 128 x 256 one (in clusters of 2) where both fill their waves: 0.68-1.05x, median 0.85,
 # over 19 products of p308 and p322 (H200, session 50).
@@ -363,7 +371,15 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     1.57x (p322); on 40 held-out random products of K 256-960 on the sectors (p323, seed 323),
     with stream_k's floor of the same session, 0.830 -> 0.884x cuBLAS (the best measured plan
     0.894x); the 7 whose tiles this turned to 128 x 128 1.25x in geometric mean, 0.90-1.65x
-    (3521 x 5904 x 944, 15 slices: 0.90x)."""
+    (3521 x 5904 x 944, 15 slices: 0.90x).
+    One row of 2 x 1 clusters (129-256 rows) from ONE_CLUSTER_ROW_LONG_K_SLICES slices on,
+    where 128 x 256 tiles number ONE_CLUSTER_ROW_WIDE_SHARE of the clusters or more: those
+    tiles (B read once per cluster, not once per tile row; their stream-K keeps the SMs
+    busy). On an H200 (session 50): fitted on 15 products of sessions 49-50's probes that it
+    changes (1.00-1.45x, none slower); on 40 held-out random products of 129-256 rows and K
+    4096-16384 (p326, seed 326) 0.670 -> 0.717x cuBLAS with rows on the sectors and 0.663 ->
+    0.727x off them, 18 changed, 2 slower by more than 3 % (155 x 4896 x 9152: 0.86x; 188 x
+    5008 x 7408: 0.96x), 157 x 4296 x 10312 1.84x."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     tiles = cluster_tiles(m, n, wide)
     clusters = sms // wide.cluster
@@ -372,6 +388,8 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
         if (m > BM and slices < MIN_SPLIT_SLICES and rows_on_sectors(n, k, b_transposed)
                 and _narrow_ends_sooner(m, n, sms, tiles, clusters)):
             return PERSISTENT_NARROW
+        return wide
+    if BM < m <= wide.cluster_m * BM and slices >= ONE_CLUSTER_ROW_LONG_K_SLICES and tiles >= clusters * ONE_CLUSTER_ROW_WIDE_SHARE:
         return wide
     if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not rows_on_sectors(n, k, b_transposed):
         if tiles >= clusters * OFF_SECTOR_WIDE_SHARE:
