@@ -446,7 +446,7 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     # (counted whole, at NARROW_RATE) than the 128 x 256 cluster tiles'
     (8192, 768, 768, 132, "PERSISTENT_NARROW"),      # 96 cluster tiles: 2 waves of 66 (4 of 128 x 128) vs 3 of 132
     (2048, 3072, 768, 132, "PERSISTENT_NARROW"),     # the same counts
-    (8192, 3072, 768, 132, "PERSISTENT"),            # 384: 6 full waves (12) vs 12 of 128 x 128 (14.1 at 0.85)
+    (8192, 3072, 768, 132, "PERSISTENT"),            # 384: 6 waves (12; the last 54 of 66) vs 12 of 128 x 128 (14.1 at 0.85)
     (8192, 760, 768, 132, "PERSISTENT"),             # N off the sectors (a row-major b): as before
     (8192, 768, 1024, 132, "PERSISTENT"),            # 16 slices: the 128 x 256 tiles' stream-K evens their waves
     # one row of 2 x 1 clusters (129-256 rows), from 96 slices on, 128 x 256 tiles from 18 % of the clusters (12 of 66)

@@ -178,7 +178,7 @@ def test_activations_with_leading_dimensions_as_f_linear_takes_them(lead):
         with pytest.raises(ValueError, match="must be C-contiguous"):
             gemm(x, w.T, variant="hopper", stream=s, out=torch.empty(n, *lead, device="cuda",
                                                                        dtype=torch.bfloat16).movedim(0, -1))
-    cupy = pytest.importorskip("cupy")
+    cupy = pytest.importorskip("cupy", minversion="14")  # (its streams carry __cuda_stream__ from 14 on)
     cx, cw = cupy.asarray(x.float().cpu().numpy()).astype("float16"), cupy.asarray(w.float().cpu().numpy()).astype("float16")
     cgot = gemm(cx, cw.T, variant="hopper", stream=cupy.cuda.get_current_stream())
     cupy.cuda.get_current_stream().synchronize()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,8 @@ class Operand:
     transposed: bool = False
 
 
-_torch_tensor_types: dict[type, bool] = {}  # (asked once a type: a small product's call is ~20 us)
+_torch_tensor_types: "weakref.WeakKeyDictionary[type, bool]" = weakref.WeakKeyDictionary()  # (asked once a
+# type: a small product's call is ~20 us)
 
 
 def _is_torch_tensor(x: Any) -> bool:

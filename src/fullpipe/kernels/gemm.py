@@ -445,18 +445,23 @@ def _gemm_hopper_family(a: Any, b: Any, variant: str, out: Any, stream: Any) -> 
     the shape (gemm_tuning; measured now under FULLPIPE_GEMM_TUNE), else by rule whichever
     of the skinny kernel and the persistent rung is faster for the shape."""
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)  # (once: a decode step makes many such calls)
+    if A.dtype not in hopper_gemm.DTYPES:
+        raise ValueError(f"variant={variant!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
+                         f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
     if len(A.shape) > 2 and A.kind in ("torch", "cupy"):  # (..., K) rows, as F.linear takes them
         rows = A.shape[:-1]
         A = dataclasses.replace(A, shape=(int(np.prod(rows)), A.shape[-1]))
-        result = _hopper_on_operands(A, B, variant, None if out is None else _as_rows(out, A.shape[0]), stream)
+        if A.shape[0] == 0:  # (no rows: an empty result, as F.linear's; nothing to launch)
+            _, n, _ = matmul_shape(A, B)
+            if out is not None:
+                return out
+            return a.new_empty((*rows, n)) if A.kind == "torch" else _cupy_empty(a, (*rows, n))
+        result = _hopper_on_operands(A, B, variant, None if out is None else _as_rows(out, rows), stream)
         return out if out is not None else result.reshape(*rows, result.shape[-1])
     return _hopper_on_operands(A, B, variant, out, stream)
 
 
 def _hopper_on_operands(A: Any, B: Any, variant: str, out: Any, stream: Any) -> Any:
-    if A.dtype not in hopper_gemm.DTYPES:
-        raise ValueError(f"variant={variant!r} takes bfloat16 or float16 inputs, got {A.dtype} (float32: "
-                         f"{', '.join(repr(v) for v, var in VARIANTS.items() if 'float32' in var.dtypes)})")
     kind = HOPPER_VARIANTS[variant]
     if kind == "auto":  # a plan measured for this shape (gemm_tuning), else the rule's
         m, n, k = matmul_shape(A, B)
@@ -471,16 +476,27 @@ def _hopper_on_operands(A: Any, B: Any, variant: str, out: Any, stream: Any) -> 
     return hopper_gemm.run(A, B, kind, out, stream)
 
 
-def _as_rows(out: Any, m: int) -> Any:
-    """``out`` of an (..., N) result as the (M, N) matrix the kernels write: a view of the
-    same memory (a C-contiguous torch tensor or CuPy array), or ``out`` itself to be checked
-    as any other."""
-    shape = getattr(out, "shape", ())
-    if len(shape) <= 2 or not hasattr(out, "reshape"):
-        return out
-    if not (out.is_contiguous() if hasattr(out, "is_contiguous") else out.flags.c_contiguous):
-        raise ValueError(f"out of shape {tuple(shape)} must be C-contiguous: its rows are written as one matrix")
-    return out.reshape(m, shape[-1]) if int(np.prod(shape[:-1])) == m else out
+def _as_rows(out: Any, rows: tuple[int, ...]) -> Any:
+    """``out`` for ``a`` of leading dimensions ``rows``: an (M, N) matrix as given, or an
+    (*rows, N) one as the (M, N) matrix the kernels write (a view of the same memory)."""
+    shape = tuple(getattr(out, "shape", ()))
+    if len(shape) <= 2:
+        return out  # (checked as any other)
+    if shape[:-1] != tuple(rows) or not hasattr(out, "reshape"):
+        raise ValueError(f"out must be an ({', '.join(map(str, rows))}, N) array or the ({int(np.prod(rows))}, N) "
+                         f"matrix of its rows, got {shape}")
+    contiguous = out.is_contiguous() if hasattr(out, "is_contiguous") else getattr(getattr(out, "flags", None),
+                                                                                   "c_contiguous", False)
+    if not contiguous:
+        raise ValueError(f"out of shape {shape} must be C-contiguous: its rows are written as one matrix")
+    return out.reshape(int(np.prod(rows)), shape[-1])
+
+
+def _cupy_empty(like: Any, shape: tuple[int, ...]) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(like.device.id):
+        return cupy.empty(shape, dtype=like.dtype)
 
 
 def launch_plan(p: LaunchPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, k: int, *, stream: Any,

@@ -329,8 +329,8 @@ OFF_SECTOR_NARROW_SHARE = 0.15  # else 128 x 128 tiles from this share of the SM
 
 # One row of 2 x 1 clusters (129-256 rows) and long K: 128 x 256 tiles in clusters of 2 (B read
 # once per cluster) from this many slices and this share of the clusters on (sessions 49-50's
-# probes: wide tiles 1.09-1.45x the rule's smaller ones from 96 slices and 13 cluster tiles on;
-# default_build's docstring)
+# probes: the 15 products it changes ran 1.00-1.45x the rule's smaller tiles, at 12-16 cluster tiles
+# and 97-296 slices; default_build's docstring)
 ONE_CLUSTER_ROW_LONG_K_SLICES = 96
 ONE_CLUSTER_ROW_WIDE_SHARE = 0.18
 
@@ -413,8 +413,8 @@ def _narrow_ends_sooner(m: int, n: int, sms: int, wide_tiles: int, clusters: int
     """For tiles too short to deal out as K runs (stream_k): whether whole 128 x 128 tiles
     end sooner than whole 128 x 256 cluster tiles, each counted in waves (a last wave part
     empty counts whole), the smaller tiles at NARROW_RATE."""
-    wide_waves = -(-wide_tiles // clusters) * 2  # (a 128 x 256 tile is two 128 x 128 ones' work)
-    narrow_waves = -(-cluster_tiles(m, n, PERSISTENT_NARROW) // sms)
+    wide_waves = -(-wide_tiles // max(1, clusters)) * 2  # (a 128 x 256 tile is two 128 x 128 ones' work)
+    narrow_waves = -(-cluster_tiles(m, n, PERSISTENT_NARROW) // max(1, sms))
     return narrow_waves / NARROW_RATE < wide_waves
 
 
@@ -676,7 +676,7 @@ def check_shapes(m: int, n: int, k: int) -> None:
     if k % 8 or n % 8:
         raise ValueError(f"K and N must be multiples of 8 (TMA moves rows of A, B and C in whole 16-byte units), "
                          f"got K={k}, N={n}: pad with zeros (K: both operands along K; N: b's columns, then take "
-                         f"y[:, :N]; for an (N, K) weight w such as GPT-2's 50257-word head, F.pad(w, (0, 0, 0, -N % 8)))")
+                         f"y[..., :N]; for an (N, K) weight w such as GPT-2's 50257-word head, F.pad(w, (0, 0, 0, -N % 8)))")
     if max(m, n, k) >= 2**31:
         raise ValueError("M, N and K must be below 2^31")
 
