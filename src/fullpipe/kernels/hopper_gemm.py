@@ -390,7 +390,8 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
                 and _narrow_ends_sooner(m, n, sms, tiles, clusters)):
             return PERSISTENT_NARROW
         return wide
-    if BM < m <= wide.cluster_m * BM and slices >= ONE_CLUSTER_ROW_LONG_K_SLICES and tiles >= clusters * ONE_CLUSTER_ROW_WIDE_SHARE:
+    one_cluster_row = BM < m <= wide.cluster_m * BM
+    if one_cluster_row and slices >= ONE_CLUSTER_ROW_LONG_K_SLICES and tiles >= clusters * ONE_CLUSTER_ROW_WIDE_SHARE:
         return wide
     if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not rows_on_sectors(n, k, b_transposed):
         if tiles >= clusters * OFF_SECTOR_WIDE_SHARE:
