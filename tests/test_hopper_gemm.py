@@ -457,6 +457,10 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (200, 2816, 8192, 132, "PERSISTENT_NARROW"),     # 11: as before
     (256, 4096, 8192, 132, "PERSISTENT"),            # the row's last
     (257, 4096, 8192, 132, "PERSISTENT_NARROW"),     # two cluster rows: as before
+    (200, 2040, 8192, 132, "PERSISTENT"),            # rows off the sectors (N, row-major b): from 12 % (8 tiles)
+    (200, 2048, 8200, 132, "PERSISTENT"),            # ... (K)
+    (200, 2048, 8192, 132, "PERSISTENT_M64_N128"),   # 8 tiles on the sectors: as before
+    (200, 1792, 8200, 132, "PERSISTENT_NARROW"),     # 7 tiles off them: as before
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a

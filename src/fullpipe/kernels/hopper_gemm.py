@@ -333,6 +333,11 @@ OFF_SECTOR_NARROW_SHARE = 0.15  # else 128 x 128 tiles from this share of the SM
 # and 97-296 slices; default_build's docstring)
 ONE_CLUSTER_ROW_LONG_K_SLICES = 96
 ONE_CLUSTER_ROW_WIDE_SHARE = 0.18
+# ... and with rows off the 32-byte sectors (a quarter more L2 reads a slice: the tiles that read
+# the fewest win sooner) from this share on (8 of 66; fitted on 10 products of p326 and session
+# 49's probes at 8-11 cluster tiles, 8 of them faster, 0.93-1.38x; held out: p327, 30 products,
+# 0.602 -> 0.664x cuBLAS, 1.10x in geometric mean, 5 slower by more than 3 %, 0.83-0.96x)
+ONE_CLUSTER_ROW_OFF_SECTOR_SHARE = 0.12
 
 
 # Rows on the sectors, a 128 x 128 tile (one block a cluster) runs at about this share of the
@@ -374,7 +379,9 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     0.894x); the 7 whose tiles this turned to 128 x 128 1.25x in geometric mean, 0.90-1.65x
     (3521 x 5904 x 944, 15 slices: 0.90x).
     One row of 2 x 1 clusters (129-256 rows) from ONE_CLUSTER_ROW_LONG_K_SLICES slices on,
-    where 128 x 256 tiles number ONE_CLUSTER_ROW_WIDE_SHARE of the clusters or more: those
+    where 128 x 256 tiles number ONE_CLUSTER_ROW_WIDE_SHARE of the clusters or more (rows off
+    the sectors: ONE_CLUSTER_ROW_OFF_SECTOR_SHARE, held out on p327's 30 products at 8-11
+    cluster tiles: 0.602 -> 0.664x cuBLAS, 5 slower by more than 3 %): those
     tiles (B read once per cluster, not once per tile row; their stream-K keeps the SMs
     busy). On an H200 (session 50): fitted on 15 products of sessions 49-50's probes that it
     changes (1.00-1.45x, none slower); on 40 held-out random products of 129-256 rows and K
@@ -391,8 +398,10 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
             return PERSISTENT_NARROW
         return wide
     one_cluster_row = BM < m <= wide.cluster_m * BM
-    if one_cluster_row and slices >= ONE_CLUSTER_ROW_LONG_K_SLICES and tiles >= clusters * ONE_CLUSTER_ROW_WIDE_SHARE:
-        return wide
+    if one_cluster_row and slices >= ONE_CLUSTER_ROW_LONG_K_SLICES:
+        share = ONE_CLUSTER_ROW_WIDE_SHARE if rows_on_sectors(n, k, b_transposed) else ONE_CLUSTER_ROW_OFF_SECTOR_SHARE
+        if tiles >= clusters * share:
+            return wide
     if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not rows_on_sectors(n, k, b_transposed):
         if tiles >= clusters * OFF_SECTOR_WIDE_SHARE:
             return wide
