@@ -73,8 +73,8 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
         if not x.is_cuda:
             raise TypeError(f"{name} is a CPU tensor: move it to the GPU first (tensor.cuda())")
         if not x.is_contiguous():
-            # (the strides first: x.t() makes a view, ~2 us)
-            if transposed_ok and x.dim() == 2 and (x.stride() == (1, x.shape[0]) or x.t().is_contiguous()):
+            # (x.t().is_contiguous() read from the strides: x.t() would make a view, ~2 us)
+            if transposed_ok and x.dim() == 2 and x.stride() == (1, x.shape[0]):
                 return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
                                transposed=True)
             raise ValueError(f"{name} is not contiguous (row-major){_NOR_TRANSPOSED if transposed_ok else ''}: "

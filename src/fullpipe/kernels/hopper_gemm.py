@@ -392,17 +392,17 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     tiles = cluster_tiles(m, n, wide)
     clusters = sms // wide.cluster
     slices = -(-k // BK)
+    on_sectors = rows_on_sectors(n, k, b_transposed)
     if 2 * tiles > clusters:
-        if (m > BM and slices < MIN_SPLIT_SLICES and rows_on_sectors(n, k, b_transposed)
-                and _narrow_ends_sooner(m, n, sms, tiles, clusters)):
+        if m > BM and slices < MIN_SPLIT_SLICES and on_sectors and _narrow_ends_sooner(m, n, sms, tiles, clusters):
             return PERSISTENT_NARROW
         return wide
     one_cluster_row = BM < m <= wide.cluster_m * BM
     if one_cluster_row and slices >= ONE_CLUSTER_ROW_LONG_K_SLICES:
-        share = ONE_CLUSTER_ROW_WIDE_SHARE if rows_on_sectors(n, k, b_transposed) else ONE_CLUSTER_ROW_OFF_SECTOR_SHARE
+        share = ONE_CLUSTER_ROW_WIDE_SHARE if on_sectors else ONE_CLUSTER_ROW_OFF_SECTOR_SHARE
         if tiles >= clusters * share:
             return wide
-    if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not rows_on_sectors(n, k, b_transposed):
+    if m > BM and slices >= OFF_SECTOR_LONG_K_SLICES and not on_sectors:
         if tiles >= clusters * OFF_SECTOR_WIDE_SHARE:
             return wide
         if cluster_tiles(m, n, PERSISTENT_NARROW) >= sms * OFF_SECTOR_NARROW_SHARE:
