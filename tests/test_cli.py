@@ -199,7 +199,7 @@ def test_default_output_folders_are_ignored_by_git(command):
     (["info", "--device", "x"], "invalid int value"),
     (["compile", "--bogus"], "unrecognized arguments: --bogus"),
     (["tune-gemm", "4096x4096"], "a product is MxNxK"),
-    (["tune-gemm", "64x100x64"], "multiples of 8"),
+    (["tune-gemm", "64x100x64"], "N must be a multiple of 8 for a row-major b"),
     (["tune-gemm", "0x64x64"], "must be >= 1"),
     (["tune-gemm", "64x64x64", "--dtype", "fp32"], "invalid choice"),
 ])

@@ -201,7 +201,7 @@ def test_the_tuning_file_sits_beside_the_cubin_cache_unless_named(monkeypatch, t
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(shapes=[(64, 64)]), "each shape must be"),
-    (dict(shapes=[(64, 100, 64)]), "multiples of 8"),
+    (dict(shapes=[(64, 100, 64)]), "N must be a multiple of 8 for a row-major b"),
     (dict(shapes=[(64, 64, 64)], dtype="float32"), "dtype must be one of"),
 ])
 def test_tune_gemm_refuses_bad_input_before_touching_the_gpu(kwargs, match):

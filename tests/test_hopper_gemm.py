@@ -11,6 +11,7 @@ import pytest
 
 from fullpipe.cuda import sass
 from fullpipe.kernels import hopper_gemm as hg
+from fullpipe.kernels import skinny_gemm as sk
 
 ARCH = "sm_90a"
 
@@ -235,12 +236,36 @@ def test_tensor_map_args_reject_what_tma_cannot_do(kwargs, match):
 
 @pytest.mark.parametrize(
     "shape, match",
-    [((64, 100, 64), "multiples of 8.*pad with zeros"), ((64, 64, 36), "multiples of 8.*K: both operands"),
+    [((64, 100, 64), "N must be a multiple of 8 for a row-major b.*w.T"), ((64, 64, 36), "K must be a multiple of 8"),
      ((0, 64, 64), ">= 1")],
 )
 def test_plan_names_the_shape_constraint(shape, match):
     with pytest.raises(ValueError, match=match):
         hg.plan("ws", *shape, "bfloat16")
+
+
+def test_an_n_not_a_multiple_of_8_is_taken_from_w_t_with_c_rows_padded():
+    """GPT-2's 50257-word head: w (N x K) has rows of K, so TMA reads it; only C's rows
+    are not whole 16-byte units, so the plan writes C into rows padded to 50264 (the TMA
+    store clips at N). Unpadded C, or a row-major b of 50257 columns, is refused, saying why."""
+    build = dataclasses.replace(hg.PERSISTENT, b_k_major=True)
+    p = hg.plan("persistent", 200, 50257, 768, "bfloat16", 1 << 20, 2 << 20, 3 << 20, max_clusters=66, build=build,
+                c_pitch=50264)
+    c = p.maps[2]
+    assert (c.global_dims, c.global_strides) == ((50257, 200), (50264 * 2,))
+    assert p.maps[1].global_dims == (768, 50257)  # (w's rows: N of them, K long)
+    with pytest.raises(ValueError, match="out has 50257 columns.*multiple of 8"):
+        hg.plan("persistent", 200, 50257, 768, "bfloat16", max_clusters=66, build=build)
+    with pytest.raises(ValueError, match="cannot hold"):
+        hg.plan("persistent", 200, 50257, 768, "bfloat16", max_clusters=66, build=build, c_pitch=50256)
+    with pytest.raises(ValueError, match="row-major b.*w.T"):
+        hg.plan("persistent", 200, 50257, 768, "bfloat16", max_clusters=66)
+    with pytest.raises(ValueError, match="K must be a multiple of 8"):
+        hg.check_shapes(200, 64, 770, b_transposed=True)
+    sp = sk.plan(8, 50257, 768, "bfloat16", b_transposed=True)  # (the skinny kernel stores C element by element)
+    assert sp.tiles == -(-50257 // sp.tile_n)
+    with pytest.raises(ValueError, match="row-major b"):
+        sk.plan(8, 50257, 768, "bfloat16")
 
 
 def test_plan_rejects_unaligned_pointers_and_unknown_variants():

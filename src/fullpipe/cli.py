@@ -275,7 +275,7 @@ def cmd_tune_gemm(args: argparse.Namespace) -> int:
     try:
         shapes = [_parse_product(t) for t in args.products]
         for shape in shapes:
-            hopper_gemm.check_shapes(*shape)
+            hopper_gemm.check_shapes(*shape, b_transposed=args.w_t)
     except ValueError as exc:
         return _fail(str(exc), EXIT_USAGE)
     dev = _open_device(args.device)

@@ -185,3 +185,39 @@ def test_activations_with_leading_dimensions_as_f_linear_takes_them(lead):
     assert cgot.shape == (*lead, n)
     cref = cx.astype("float64") @ cw.astype("float64").T
     assert float(cupy.linalg.norm(cgot.astype("float64") - cref) / cupy.linalg.norm(cref)) < 1e-2
+
+
+@pytest.mark.parametrize("m", [1, 8, 100, 200, 1000])
+def test_a_head_of_any_vocabulary_size(m):
+    """GPT-2's 50257-word head and a 1001-class one (N not a multiple of 8): x @ w.T through
+    every kernel that reads w as it lies, against float64, without out and into out. The
+    persistent rung's result without out is the (M, N) view of rows padded to a multiple of
+    8 (the TMA store's unit); into out it is copied there."""
+    import torch
+
+    s = torch.cuda.current_stream()
+    for n, k in ((50257, 768), (1001, 2048)):
+        x, w = _weights(m, n, k, torch.bfloat16, seed=m + n)
+        ref = x.double() @ w.double().T
+        for variant in ["hopper", "hopper_persistent"] + (["hopper_skinny"] if m <= sk.MAX_ROWS else []):
+            got = gemm(x, w.T, variant=variant, stream=s)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            into = gemm(x, w.T, variant=variant, stream=s, out=out)
+            torch.cuda.synchronize()
+            assert got.shape == (m, n) and into is out and not torch.isnan(out).any(), variant
+            assert _rel(got, ref) < 1e-2 and _rel(out, ref) < 1e-2, variant
+            if variant == "hopper_persistent":
+                assert got.stride() == (-(-n // 8) * 8, 1) and got.contiguous().is_contiguous()
+    # (batch, sequence, K) activations, as F.linear takes them, and CuPy
+    x, w = _weights(2 * 77, 50257, 768, torch.bfloat16, seed=7)
+    x = x.view(2, 77, 768)
+    got = gemm(x, w.T, variant="hopper", stream=s)
+    torch.cuda.synchronize()
+    assert got.shape == (2, 77, 50257) and _rel(got, torch.nn.functional.linear(x.double(), w.double())) < 1e-2
+    cupy = pytest.importorskip("cupy", minversion="14")
+    cx, cw = cupy.asarray(x[0].float().cpu().numpy()).astype("float16"), cupy.asarray(w[:1001].float().cpu().numpy()).astype("float16")
+    cgot = gemm(cx, cw.T, variant="hopper", stream=cupy.cuda.get_current_stream())
+    cupy.cuda.get_current_stream().synchronize()
+    cref = cx.astype("float64") @ cw.astype("float64").T
+    assert cgot.shape == (77, 1001)
+    assert float(cupy.linalg.norm(cgot.astype("float64") - cref) / cupy.linalg.norm(cref)) < 1e-2

@@ -120,7 +120,7 @@ def test_errors_name_the_constraint():
 
     a = torch.randn(64, 36, device="cuda").to(torch.bfloat16)
     b = torch.randn(36, 64, device="cuda").to(torch.bfloat16)
-    with pytest.raises(ValueError, match="multiples of 8"):
+    with pytest.raises(ValueError, match="K must be a multiple of 8"):
         gemm_hopper(a, b, variant="tma")
     with pytest.raises(ValueError, match="bfloat16 or float16"):
         gemm_hopper(torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda"))

@@ -412,7 +412,11 @@ def gemm(
     as it lies, with no copy. As in ``F.linear``, ``a`` of the Hopper variants may have
     leading dimensions, (..., K) for (batch, sequence, K) activations (a C-contiguous torch
     tensor or CuPy array: its rows are one (M, K) matrix); the result is then (..., N), and
-    ``out`` may be given either way.
+    ``out`` may be given either way. K must be a multiple of 8, and N too for a row-major
+    ``b``; from ``w.T`` any N is taken (GPT-2's 50257-word head): where the persistent rung
+    runs, its result without ``out`` is then a view of rows padded to a multiple of 8
+    (``.contiguous()`` copies), and into ``out`` a copy follows (session 51: GPT-2's head at
+    2048 rows 240 us as the view, 409 into out, where ``torch.matmul`` took 1678).
 
     ``stream``: a cuda.core Stream or any object with ``__cuda_stream__`` (the
     result is ready once the stream reaches this point). ``out``: an (M, N)

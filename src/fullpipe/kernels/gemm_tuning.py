@@ -141,7 +141,7 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     2 along N, with the rule's stream-K; where the whole tiles leave clusters
     idle, with every tile dealt out as K runs; where the rule deals tiles out, with whole
     tiles only (the rule's stream-K regimes were each fitted on a few dozen products)."""
-    hg.check_shapes(m, n, k)
+    hg.check_shapes(m, n, k, b_transposed)
     plans = [rule_plan(m, n, k, sms, b_transposed)]
     if m <= skinny_gemm.MAX_ROWS:
         plans.append(GemmPlan("skinny"))
@@ -532,13 +532,13 @@ def tune_gemm(shapes: Iterable[tuple[int, int, int]] | None = None, *, dtype: st
         raise ValueError(f"dtype must be one of {', '.join(hg.DTYPES)}, got {dtype!r}")
     if shapes is None:  # (shapes gemm refused after the lookup noted them are left out)
         todo = [(m, n, k, dt, bt) for (dev, dt, bt, m, n, k) in list(_UNTUNED)
-                if dev == device and dt in hg.DTYPES and _valid(m, n, k)]
+                if dev == device and dt in hg.DTYPES and _valid(m, n, k, bt)]
     else:
         todo = []
         for shape in shapes:
             if len(shape) != 3 or not all(isinstance(x, int) for x in shape):
                 raise ValueError(f"each shape must be (M, N, K) integers, got {shape!r}")
-            hg.check_shapes(*shape)
+            hg.check_shapes(*shape, b_transposed=b_transposed)
             todo.append((*shape, dtype, b_transposed))
     results = []
     stream = create_stream(CoreDevice(device))
@@ -550,9 +550,9 @@ def tune_gemm(shapes: Iterable[tuple[int, int, int]] | None = None, *, dtype: st
     return results
 
 
-def _valid(m: int, n: int, k: int) -> bool:
+def _valid(m: int, n: int, k: int, b_transposed: bool = False) -> bool:
     try:
-        hg.check_shapes(m, n, k)
+        hg.check_shapes(m, n, k, b_transposed)
         return True
     except ValueError:
         return False

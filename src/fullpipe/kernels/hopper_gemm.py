@@ -483,10 +483,11 @@ class TensorMapArgs:
 
 
 def tensor_map_args(name: str, address: int, rows: int, cols: int, dtype: str, box_rows: int, box_cols: int,
-                    *, swizzle: str = "128B") -> TensorMapArgs:
+                    *, swizzle: str = "128B", pitch_cols: int | None = None) -> TensorMapArgs:
     """cuTensorMapEncodeTiled's arguments for the row-major (rows, cols) matrix ``name``
     at ``address``, read or written in boxes of (box_rows, box_cols); ValueError names
-    the constraint a matrix breaks."""
+    the constraint a matrix breaks. ``pitch_cols``: the elements from one row to the next,
+    where the rows are padded (default ``cols``); TMA clips at ``cols``."""
     if dtype not in DTYPES:
         raise ValueError(f"{name}: the Hopper GEMM takes bfloat16 or float16, got {dtype}")
     if rows < 1 or cols < 1:
@@ -495,7 +496,9 @@ def tensor_map_args(name: str, address: int, rows: int, cols: int, dtype: str, b
         raise ValueError(f"{name}: a tensor-map dimension must be below 2^32, got {rows} x {cols}")
     if address % 16:
         raise ValueError(f"{name} must be 16-byte aligned for TMA (address % 16 = {address % 16}); copy it")
-    pitch = cols * ELEM
+    if pitch_cols is not None and pitch_cols < cols:
+        raise ValueError(f"{name}: rows of {pitch_cols} elements cannot hold {cols} columns")
+    pitch = (cols if pitch_cols is None else pitch_cols) * ELEM
     if pitch % 16:
         raise ValueError(
             f"{name} has {cols} columns: a row must be a multiple of 16 bytes for TMA, "
@@ -681,48 +684,55 @@ def persistent_build(multicast: bool = True, build: PersistentBuild | None = Non
     return b if multicast else dataclasses.replace(b, multicast=False)
 
 
-def check_shapes(m: int, n: int, k: int) -> None:
+def check_shapes(m: int, n: int, k: int, b_transposed: bool = False) -> None:
+    """``b_transposed``: B is ``w.T`` of a row-major (N, K) ``w``, whose rows are K long, so
+    any N is taken (C's rows are then padded where N is not a multiple of 8: :func:`run`)."""
     if min(m, n, k) < 1:
         raise ValueError(f"M, N and K must be >= 1, got {m}, {n}, {k}")
-    if k % 8 or n % 8:
-        raise ValueError(f"K and N must be multiples of 8 (TMA moves rows of A, B and C in whole 16-byte units), "
-                         f"got K={k}, N={n}: pad with zeros (K: both operands along K; N: b's columns, then take "
-                         f"y[..., :N]; for an (N, K) weight w such as GPT-2's 50257-word head, F.pad(w, (0, 0, 0, -N % 8)))")
+    if k % 8:
+        raise ValueError(f"K must be a multiple of 8 (TMA moves rows of A and B in whole 16-byte units), got K={k}: "
+                         "pad both operands along K with zeros")
+    if n % 8 and not b_transposed:
+        raise ValueError(f"N must be a multiple of 8 for a row-major b (TMA moves its rows in whole 16-byte units), "
+                         f"got N={n}: pass b as w.T of a row-major (N, K) weight w (read as it lies, any N: "
+                         "nn.Linear's layout, e.g. GPT-2's 50257-word head), or pad b's columns with zeros and take "
+                         "y[..., :N]")
     if max(m, n, k) >= 2**31:
         raise ValueError("M, N and K must be below 2^31")
 
 
 def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, c_ptr: int = 0,
          *, max_clusters: int = 66, multicast: bool = True, build: PersistentBuild | None = None,
-         sk_tiles: int | None = None) -> HopperPlan:
+         sk_tiles: int | None = None, c_pitch: int | None = None) -> HopperPlan:
     """The launch of ``variant`` for an (M, K) @ (K, N) product: kernel name, grid, block,
     shared memory, cluster and tensor-map arguments. ``max_clusters``: clusters of the
     persistent kernel that fit on the GPU at once (its grid); ``build`` its options
     (default :data:`PERSISTENT`; ``multicast=False`` turns multicast off in it);
     ``sk_tiles``: its stream-K tiles (default :func:`stream_k`; 0: whole tiles only;
-    another number: on every cluster)."""
+    another number: on every cluster); ``c_pitch``: the persistent rung's C rows, in
+    elements, where they are padded past N (default N)."""
     if variant not in SOURCES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     if dtype not in DTYPES:
         raise ValueError(f"the Hopper GEMM takes bfloat16 or float16 inputs, got {dtype}")
-    check_shapes(m, n, k)
+    b = persistent_build(multicast, build) if variant == "persistent" else None
+    check_shapes(m, n, k, b_transposed=b is not None and b.b_k_major)
     for name, p in (("a", a_ptr), ("b", b_ptr), ("out", c_ptr)):
         if p % 16:
             raise ValueError(f"{name} must be 16-byte aligned (a sliced view may not be): copy it")
     kernel = f"gemm_hopper_{variant}_{DTYPES[dtype]}"
     smem = shared_mem_bytes(variant)  # (the persistent rung's: its build's, below)
     maps: tuple[TensorMapArgs, ...] = ()
-    if variant != "wgmma":
+    if variant not in ("wgmma", "persistent"):
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, BM, BK), tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
-    if variant == "persistent":
-        b = persistent_build(multicast, build)
+    if b is not None:
         if b.b_k_major:  # (W = B^T: N x K)
             b_rows, b_cols, b_box_rows, b_box_cols = n, k, CHUNK_N, BK
         else:
             b_rows, b_cols, b_box_rows, b_box_cols = k, n, BK, CHUNK_N
         map_b = tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, b_box_rows, b_box_cols)
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), map_b,
-                tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N))
+                tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N, pitch_cols=c_pitch))
         edge_maps = (tuple(tensor_map_args("a", a_ptr, m, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS),
                      tuple(tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, rows, b_box_cols) for rows in EDGE_BOX_ROWS))
         n_tiles = cluster_tiles(m, n, b)
@@ -941,7 +951,8 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     (default: torch's/CuPy's current stream for their arrays), returns ``out``.
     ``variant``: a rung of the ladder (for a few rows, ``gemm(variant="hopper")`` picks the
     skinny kernel where it is faster). The persistent rung also takes ``b`` as ``w.T`` of a
-    row-major (N, K) ``w`` (an nn.Linear weight) and reads ``w`` as it lies.
+    row-major (N, K) ``w`` (an nn.Linear weight) and reads ``w`` as it lies, for any N (C's
+    rows padded where N is not a multiple of 8: :func:`_run_padded_rows`).
     For the experiments (persistent only): ``_multicast=False``, every block loads all
     of its operands; ``_build``, another :class:`PersistentBuild` than :func:`default_build`'s;
     ``_sk_tiles``, the stream-K tiles (default :func:`stream_k`, 0: none)."""
@@ -959,14 +970,63 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
     m, n, k = matmul_shape(A, B)
     if A.dtype not in DTYPES:
         raise ValueError(f"gemm_hopper takes bfloat16 or float16 inputs, got {A.dtype}")
-    check_shapes(m, n, k)
+    check_shapes(m, n, k, b_transposed=B.transposed)
     if B.transposed and variant != "persistent":
         raise ValueError(f"b is a transposed view (b.T is contiguous): the {variant} rung reads a row-major b only; "
                          "the persistent rung (gemm(variant='hopper'), gemm_hopper(variant='persistent')) reads it "
                          "as it lies, or pass b.contiguous()")
+    if n % 8:  # (b is w.T: only C's rows are not whole 16-byte units)
+        return _run_padded_rows(A, B, out, stream, multicast, build, sk_tiles)
     out, C, handle = prepare_output(A, B, out, stream)
+    _enqueue(A, B, variant, C.ptr, n, handle, multicast, build, sk_tiles, on_current=stream is None)
+    return out
+
+
+def _run_padded_rows(A: Operand, B: Operand, out: Any, stream: Any, multicast: bool, build: PersistentBuild | None,
+                     sk_tiles: int | None) -> Any:
+    """The persistent rung for an N that is not a multiple of 8 (``w.T`` of an (N, K)
+    weight, e.g. GPT-2's 50257-word head): the TMA store needs rows of whole 16-byte units,
+    so C is written into rows padded to a multiple of 8 and clipped at N. Without ``out``
+    (torch, CuPy) the result is the (M, N) view of that matrix (its rows ``-N % 8``
+    elements apart: not contiguous; ``.contiguous()`` copies); into ``out``, or for
+    fullpipe arrays, a 2-D copy follows on the stream (M x N x 2 bytes read and written)."""
+    m, n, _ = matmul_shape(A, B)
+    pitch = _round_up(n, 8)
+    on_current = stream is None
+    if out is None and A.kind in ("torch", "cupy"):
+        handle = launch_stream(A, B, stream)
+        padded, P = empty_like_kind(A, (m, pitch), A.dtype, handle)
+        _enqueue(A, B, "persistent", P.ptr, pitch, handle, multicast, build, sk_tiles, on_current)
+        return padded[:, :n]
+    out, C, handle = prepare_output(A, B, out, stream)
+    scratch, at = _workspace(A, m * pitch * ELEM, handle, on_current)
+    _enqueue(A, B, "persistent", at, pitch, handle, multicast, build, sk_tiles, on_current)
+    copy_rows(C.ptr, n * ELEM, at, pitch * ELEM, n * ELEM, m, handle)
+    del scratch  # (freed in the order of the stream it was made for: after the copy)
+    return out
+
+
+def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int, handle: int) -> None:
+    """``rows`` rows of ``row_bytes`` from device memory at ``src`` (rows ``src_pitch``
+    bytes apart) to ``dst`` (``dst_pitch`` apart), enqueued on the stream ``handle``."""
+    from cuda.bindings import driver as d
+
+    p = d.CUDA_MEMCPY2D()
+    p.srcMemoryType = p.dstMemoryType = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice, p.srcPitch, p.dstDevice, p.dstPitch = src, src_pitch, dst, dst_pitch
+    p.WidthInBytes, p.Height = row_bytes, rows
+    drv.call("cuMemcpy2DAsync", p, handle)
+
+
+def _enqueue(A: Operand, B: Operand, variant: str, c_ptr: int, c_pitch: int, handle: int, multicast: bool,
+             build: PersistentBuild | None, sk_tiles: int | None, on_current: bool) -> None:
+    """Launch ``variant`` for ``A @ B`` into C at ``c_ptr`` (rows ``c_pitch`` elements
+    apart) on the stream ``handle``: the launch of recent operands again (_LAUNCHES), else
+    planned and prepared now; stream-K's workspace made for it (``on_current``: the stream
+    is the framework's current one)."""
+    m, n, k = matmul_shape(A, B)
     device_index = A.device_index
-    key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, C.ptr, handle,
+    key = (variant, build, multicast, sk_tiles, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, c_ptr, c_pitch, handle,
            device_index, DEPENDENT_LAUNCH)
     launch = _LAUNCHES.get(key)
     if launch is None:
@@ -976,30 +1036,35 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
         if chosen and chosen.b_k_major != B.transposed:  # (b's layout decides, not the build asked for)
             chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
-        p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, C.ptr, max_clusters=clusters or 1, build=chosen,
-                 sk_tiles=sk_tiles)
-        launch = _prepare(p, A.ptr, B.ptr, C.ptr, m, n, k, handle, device_index, arch)
+        p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, c_ptr, max_clusters=clusters or 1, build=chosen,
+                 sk_tiles=sk_tiles, c_pitch=c_pitch if c_pitch != n else None)
+        launch = _prepare(p, A.ptr, B.ptr, c_ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
         _LAUNCHES[key] = launch
     if not launch.workspace_at:
         launch.enqueue()
-        return out
-    ws, ws_ptr = _workspace(A, launch.plan.workspace_bytes, handle, on_current=stream is None)
+        return
+    ws, ws_ptr = _workspace(A, launch.plan.workspace_bytes, handle, on_current=on_current)
     launch.enqueue(ws_ptr)
     del ws  # (freed in the order of the stream it was made for: after the kernel)
-    return out
+
+
+def launch_stream(A: Operand, B: Operand, stream: Any) -> int:
+    """The handle of the stream ``A @ B`` goes on (``stream``, or the framework's current
+    one), its device made current; checks the operands' alignment."""
+    if A.ptr % 16 or B.ptr % 16:
+        raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
+    ensure_current(A.device_index)  # the kernel runs in the current context: the stream's device's
+    return _stream_handle(stream, A)
 
 
 def prepare_output(A: Operand, B: Operand, out: Any, stream: Any) -> tuple[Any, Operand, int]:
     """(out, its operand, the launch stream's handle) for ``A @ B`` on ``stream``: checks
     the operands' alignment, makes their device current, allocates ``out`` (of A's kind,
     on that stream) or checks the one given."""
-    if A.ptr % 16 or B.ptr % 16:
-        raise ValueError("a and b must be 16-byte aligned (a sliced view may not be): copy them")
     m, n = A.shape[0], B.shape[1]
-    ensure_current(A.device_index)  # the kernel runs in the current context: the stream's device's
-    handle = _stream_handle(stream, A)
+    handle = launch_stream(A, B, stream)
     if out is None:
         out, C = empty_like_kind(A, (m, n), A.dtype, handle)
     else:

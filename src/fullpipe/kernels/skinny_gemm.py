@@ -169,7 +169,7 @@ def plan(m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr: int = 0, *, 
         raise ValueError(f"the skinny GEMM builds tile_n 64 or 128 and 2 or more stages, got {tile_n}, {stages}")
     if dtype not in hg.DTYPES:
         raise ValueError(f"the skinny GEMM takes bfloat16 or float16 inputs, got {dtype}")
-    hg.check_shapes(m, n, k)
+    hg.check_shapes(m, n, k, b_transposed)  # (C is stored element by element: any N where B's rows are K long)
     rows = rows_build(m)
     tiles, slices = -(-n // tile_n), -(-k // BK)
     if slices_per_run is None:
@@ -258,7 +258,7 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
     if A.dtype not in hg.DTYPES:
         raise ValueError(f"gemm_skinny takes bfloat16 or float16 inputs, got {A.dtype}")
     m, n, k = matmul_shape(A, B)
-    hg.check_shapes(m, n, k)
+    hg.check_shapes(m, n, k, B.transposed)
     rows_build(m)
     out, C, handle = hg.prepare_output(A, B, out, stream)
     device_index = A.device_index
