@@ -1197,3 +1197,35 @@ def test_chunk_auto_runs_a_small_input_as_one_chunk_without_a_warning(fake):
         np.testing.assert_array_equal(pipe.run(big), reference(big, 2))
         assert pipe.stats.batches == 3 and "3 chunks (an even split stops at 4 MiB" in pipe.stats.chunk["reason"]
         _assert_clean(pipe)
+
+
+def test_inputs_with_no_rows_give_outputs_with_no_rows(fake):
+    """An input with no rows is nothing to run, not an error: run() gives an output with no
+    rows of the output's row shape and dtype (``out`` as given, checked), and run_batches /
+    imap give one for each empty batch, in its place, beside the others' real outputs."""
+    x = np.random.default_rng(4).random((999, 16), dtype=np.float32)
+    sums = StreamPipeline(row_sums, streams=3, chunk=100, output=((), np.float64))
+    y = sums.run(x[:0])
+    assert y.shape == (0,) and y.dtype == np.float64
+    out = np.empty(0, np.float64)
+    assert sums.run(x[:0], out=out) is out
+    with pytest.raises(ValueError):
+        sums.run(x[:0], out=np.empty(3, np.float64))
+    ys = sums.run_batches([x[:0], x[:300], x[300:300], x[300:]])
+    assert [(a.shape, a.dtype) for a in ys] == [((0,), np.float64), ((300,), np.float64), ((0,), np.float64),
+                                                 ((699,), np.float64)]
+    np.testing.assert_allclose(np.concatenate(ys), x.sum(axis=1, dtype=np.float64))
+    outs = [np.empty(0), np.empty(300), np.empty(0), np.empty(699)]
+    got = sums.run_batches([x[:0], x[:300], x[300:300], x[300:]], outs=outs)
+    assert all(g is o for g, o in zip(got, outs))
+    np.testing.assert_allclose(outs[3], x[300:].sum(axis=1, dtype=np.float64))
+    assert [a.shape for a in sums.run_batches([x[:0], x[:0]])] == [(0,), (0,)]
+    with StreamPipeline(FakeMix(), streams=3) as pipe:
+        u = np.arange(5000, dtype=np.uint32)
+        got = list(pipe.imap(iter([u[:0], u[:3000], u[:0], u[3000:]]), window=4))
+        assert [g.shape for g in got] == [(0,), (3000,), (0,), (2000,)]
+        np.testing.assert_array_equal(np.concatenate(got), reference(u, 2))
+        assert pipe.run(u[:0]).shape == (0,)
+        _assert_clean(pipe)
+    sink = StreamPipeline(None, streams=2, output=None)
+    assert sink.run(x[:0]) is None and sink.run_batches([x[:0], x[:10]]) is None

@@ -51,7 +51,7 @@ def test_compute_none_needs_same_output():
 @pytest.mark.parametrize(
     "x, match",
     [
-        (np.zeros((0, 4), np.float32), "empty"),
+        (np.zeros((4, 0), np.float32), "empty"),
         (np.float32(3.0), "scalar"),
         (np.zeros((8, 8), np.float32)[:, ::2], "not C-contiguous"),
         (np.array([object()] * 3), "cannot go to the GPU"),
@@ -105,14 +105,27 @@ def test_compute_dtype_is_checked_before_gpu_work():
         StreamPipeline(compute=Typed(), chunk=4).run(np.ones(16, np.float32))
 
 
+def test_no_rows_give_no_rows_without_a_gpu():
+    """An input with no rows is nothing to run (as map() over nothing), not an error: the
+    stream form's output spec says the output's row shape, and nothing is made on the GPU."""
+    pipe = StreamPipeline(compute=lambda s, a, b: None, chunk=4, output=((3,), np.float64))
+    y = pipe.run(np.zeros((0, 4), np.float32))
+    assert y.shape == (0, 3) and y.dtype == np.float64
+    ys = pipe.run_batches([np.zeros((0, 4), np.float32), np.zeros((0, 2), np.float32)])
+    assert [(a.shape, a.dtype) for a in ys] == [((0, 3), np.float64)] * 2
+    with pytest.raises(ValueError, match="2 outputs for 1 batches"):
+        pipe.run_batches([np.zeros((0, 4), np.float32)], outs=[np.zeros((0, 3))] * 2)
+    assert not pipe._started
+
+
 def test_run_batches_checks():
     pipe = StreamPipeline(compute=lambda s, a, b: None)
     assert pipe.run_batches([]) == [] and pipe.run_batches((), outs=[]) == []  # as map() over nothing
     assert StreamPipeline(compute=lambda s, a, b: None, output=None).run_batches([]) is None
     with pytest.raises(ValueError, match="1 outputs for 0 batches"):
         pipe.run_batches([], outs=[np.ones(3, np.float32)])
-    with pytest.raises(ValueError, match="batch 1 is empty"):
-        pipe.run_batches([np.ones(3, np.float32), np.ones(0, np.float32)])
+    with pytest.raises(ValueError, match="batch 1 is empty"):  # (rows of nothing; no rows is no error)
+        pipe.run_batches([np.ones((3, 2), np.float32), np.ones((3, 0), np.float32)])
     with pytest.raises(ValueError, match="batch 1 has dtype"):
         pipe.run_batches([np.ones(3, np.float32), np.ones(3, np.int32)])
     with pytest.raises(ValueError, match="2 outputs for 1 batches"):

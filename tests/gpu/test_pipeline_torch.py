@@ -1083,3 +1083,41 @@ def test_pad_shapes_runs_every_chunk_at_one_shape_with_the_same_results(device, 
         y = pipe.run(x)
         assert pipe.stats.padded == {"batches": 1, "rows": 9_500}
     np.testing.assert_allclose(y, np.sqrt(x).sum(axis=1), rtol=1e-12)
+
+
+def test_inputs_with_no_rows_give_outputs_with_no_rows_of_the_models_row_shape(device, pool):
+    """A request window with nothing in it: run() of no rows gives the model's output row
+    shape and dtype with no rows (f called once on an empty batch, as a loop would), in the
+    input's kind (bf16 tensor in, bf16 tensor out); run_batches puts one in each empty
+    batch's place beside the others' real outputs; an f that fails on no rows says so."""
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 8)).to("cuda", torch.bfloat16).eval()
+
+    @torch.inference_mode()
+    def f(x):
+        return model(x).float()
+
+    x = torch.randn(500, 16).to(torch.bfloat16)
+    with StreamPipeline(f, pool=pool, device=device) as pipe:
+        y = pipe.run(x[:0])
+        assert isinstance(y, torch.Tensor) and y.shape == (0, 8) and y.dtype == torch.float32
+        ys = pipe.run_batches([x[:0], x[:200], x[200:200], x[200:]])
+        assert [tuple(t.shape) for t in ys] == [(0, 8), (200, 8), (0, 8), (300, 8)]
+        ref = f(x.cuda()).cpu()
+        torch.testing.assert_close(torch.cat(ys), ref, **BF16_TOL)
+        out = torch.empty(0, 8)
+        assert pipe.run(x[:0], out=out) is out
+        with pytest.raises(ValueError, match="rows"):
+            pipe.run(x[:0], out=torch.empty(3, 8))
+    with StreamPipeline(torch.inference_mode()(lambda t: model(t)), pool=pool, device=device) as pipe:
+        y16 = pipe.run(x[:0])
+        assert y16.dtype == torch.bfloat16 and y16.shape == (0, 8)
+
+    def picky(t):
+        if t.shape[0] == 0:
+            raise RuntimeError("cannot take an empty batch")
+        return t * 2
+
+    with StreamPipeline(picky, pool=pool, device=device) as pipe:
+        with pytest.raises(RuntimeError, match="cannot take an empty batch") as info:
+            pipe.run(np.zeros((0, 4), np.float32))
+        assert any("no rows" in n for n in getattr(info.value, "__notes__", []))

@@ -610,7 +610,8 @@ class StreamPipeline:
         pinned if ``x`` was pinned by its owner, or once fullpipe has pinned it in place
         for ``PINNED_OUTPUTS_AFTER_RUNS`` runs), or None with ``output=None``. ``out=x``
         runs in place (``y`` of ``x``'s row shape and dtype); an ``out`` that shares memory
-        with ``x`` shifted against it is refused."""
+        with ``x`` shifted against it is refused. An input with no rows gives an output with
+        no rows (a tensor function is called once on it to learn its output's row shape)."""
         self._check_not_running("run")
         if records.is_record(x):  # (each chunk gathered from its rows of every field by the staging copy)
             self._check_records_allowed()
@@ -626,6 +627,8 @@ class StreamPipeline:
             if got is not _NOT_SMALL:
                 return got
         x_np, kind = host_view(x, "input")
+        if x_np.ndim and not x_np.shape[0] and self._rec is None:  # (no rows: no chunks, as map() over nothing)
+            return self._run_empty(x_np, kind, out)
         x_np = P.as_host_array(x_np, "input")
         out_np = None
         if out is not None:
@@ -665,6 +668,34 @@ class StreamPipeline:
                 pins.release()
         self._say_serial(stacklevel=4)  # (run -> _run -> here)
         return got
+
+    def _run_empty(self, x_np: np.ndarray, kind: HostKind, out: Any) -> Any:
+        """run() of an input with no rows: an output with no rows (``out`` as given, checked),
+        of the row shape and dtype the output would have: the stream form's ``output`` spec,
+        or for a tensor function what ``f`` returns for no rows (called once, on the caller's
+        stream, as a loop over the batches would call it)."""
+        spec = self.output
+        if spec.none:
+            if out is not None:
+                raise ValueError("out given, but the pipeline has output=None")
+            return None
+        declared = self.form != "tensor"  # (a tensor function's output is what f returns)
+        if declared:
+            self._check_input_dtype(x_np.dtype)
+        if out is not None:
+            out_np, _ = host_view(out, "out")
+            if declared:
+                P.check_output(out_np, spec.shape_for(x_np.shape), spec.dtype_for(x_np.dtype))
+            else:
+                _check_out_layout(out_np, 0, "out")
+            return out
+        if declared:
+            return like_input(np.empty(spec.shape_for(x_np.shape), spec.dtype_for(x_np.dtype)), kind)
+        self._start()
+        ensure_current(self._dev_index)
+        tc = self._tensor_compute(kind)
+        row_shape, host_dtype, give_back = tc.output_of_no_rows(x_np, kind)
+        return like_input(np.empty((0, *row_shape), host_dtype), kind, torch_dtype=give_back)
 
     def _run_small(self, x: Any) -> Any:
         """``run(x)`` of one small input into a new output, for a PyTorch function this
@@ -950,7 +981,8 @@ class StreamPipeline:
         tuple, list or dict of arrays with equal rows, handed to ``f`` the same way on the
         device, records.py). Returns their outputs (``outs`` if given, else new arrays of
         each batch's kind, the first array's for several, pinned when every input is), or
-        None with ``output=None``."""
+        None with ``output=None``. A batch with no rows gets an output with no rows in its
+        place (as :meth:`run` gives one)."""
         return self._run_batches(batches, outs)
 
     def _run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None,
@@ -982,6 +1014,8 @@ class StreamPipeline:
             return None if self.output.none else []
         if outs is not None:
             outs = list(outs)
+        if self._rec is None and any(map(_no_rows, given)):
+            return self._run_list_with_empties(given, outs, warn_few, pin_new)
         started = time.perf_counter()
         if self._tc is None:
             return self._run_list_pipelined(given, outs, warn_few, pin_new)
@@ -994,6 +1028,38 @@ class StreamPipeline:
         if got is not _NOT_SMALL:
             return got
         return self._run_list_pipelined(given, outs, warn_few, pin_new, views)
+
+    def _run_list_with_empties(self, given: list[Any], outs: list[Any] | None, warn_few: bool,
+                               pin_new: bool) -> list[Any] | None:
+        """run_batches of a list in which some batches have no rows (a window of requests
+        with none in it): the others run as a list, and each empty one gets an output with
+        no rows, as run() gives for it (its ``outs`` entry, checked; a tensor function is
+        called once on no rows per kind of empty batch to learn the output's row shape)."""
+        if outs is not None and len(outs) != len(given):
+            raise ValueError(f"{len(outs)} outputs for {len(given)} batches")
+        empty = [_no_rows(b) for b in given]
+        rest = [b for b, e in zip(given, empty) if not e]
+        ys = self._run_list(rest, None if outs is None else [o for o, e in zip(outs, empty) if not e], warn_few,
+                            pin_new) if rest else None
+        if self.output.none:
+            return None
+        made = iter(ys or [])
+        seen: dict[tuple, Any] = {}
+        result = []
+        for i, (b, e) in enumerate(zip(given, empty)):
+            if not e:
+                result.append(next(made))
+                continue
+            x_np, kind = host_view(b, f"batch {i}")
+            if outs is not None:
+                result.append(self._run_empty(x_np, kind, outs[i]))
+                continue
+            key = (kind.library, str(kind.torch_dtype), x_np.dtype.str, x_np.shape[1:])
+            if key not in seen:
+                seen[key] = self._run_empty(x_np, kind, None)
+            y = seen[key]
+            result.append(y.clone() if hasattr(y, "clone") else y.copy())
+        return result
 
     def _may_thread_list(self) -> bool:
         """May a long list's calls go to compute threads this run, as its trial measures or
@@ -3234,6 +3300,12 @@ def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray
                 in_place = True
             k -= 1
     return in_place
+
+
+def _no_rows(x: Any) -> bool:
+    """A batch with no rows (shape (0, ...)), told by its shape alone."""
+    shape = getattr(x, "shape", None)
+    return shape is not None and len(shape) > 0 and shape[0] == 0
 
 
 def _check_out_layout(out: np.ndarray, rows: int, what: str) -> None:

@@ -250,6 +250,11 @@ class TorchFramework:
     def tensor(self, x: Any, in_dtype: Any) -> Any:
         return self._as_torch(x, torch_dtype=in_dtype)
 
+    def no_rows(self, x_np: np.ndarray, in_dtype: Any) -> Any:
+        """An empty device tensor of ``x_np``'s shape (no rows), as ``tensor`` would make it."""
+        t = self.torch.from_numpy(np.empty(x_np.shape, x_np.dtype))
+        return (t if in_dtype is None else t.view(in_dtype)).to(self.device)
+
     @staticmethod
     def cut(base: Any, n: int, shape: tuple[int, ...], offset: int = 0) -> Any:
         """``n`` elements of the 1-D tensor ``base`` from element ``offset`` as a tensor of
@@ -396,6 +401,11 @@ class CupyFramework:
         from ..cuda.interop import as_cupy
 
         return as_cupy(x)
+
+    def no_rows(self, x_np: np.ndarray, in_dtype: Any) -> Any:
+        """An empty device array of ``x_np``'s shape and dtype (no rows)."""
+        with self.cupy.cuda.Device(self.device_index):
+            return self.cupy.empty(x_np.shape, x_np.dtype)
 
     @staticmethod
     def cut(base: Any, n: int, shape: tuple[int, ...], offset: int = 0) -> Any:
@@ -902,6 +912,21 @@ class TensorCompute:
         y = self.fw.copy(y)
         self._serial_done = self.fw.record(fs, self._serial_done)
         return y, self.fw.address(y)
+
+    def output_of_no_rows(self, x_np: np.ndarray, kind: Any) -> tuple[tuple[int, ...], np.dtype, Any]:
+        """(row shape, host NumPy dtype, framework dtype to give back or None) of f's output
+        for the input ``x_np`` with no rows: f called once on it, on the caller's stream."""
+        xt = self.fw.no_rows(x_np, kind.torch_dtype if kind.reinterpreted else None)
+        try:
+            y = self.call_fn(xt)
+        except Exception as exc:
+            exc.add_note("(the input has no rows: f was called once on an empty batch to learn its output's "
+                         "row shape and dtype)")
+            raise
+        y, shape, dtype, _ = self.fw.output(y, self.fw.current_stream())
+        check_rows(shape, tuple(x_np.shape))
+        host_dtype, give_back = self.fw.host_dtype(dtype)
+        return shape[1:], host_dtype, give_back
 
     def call_fn(self, xt: Any, index: int = 0) -> Any:
         """``f(xt)``, or for batch ``index`` of a run of several arrays per batch, ``f`` of
