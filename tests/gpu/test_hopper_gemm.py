@@ -325,3 +325,23 @@ def test_edges_never_carry_an_earlier_products_values(m, n, k, build_name, w_t):
         assert torch.isfinite(out).all(), f"{m}x{n}x{k}: non-finite outputs (values left over from the Inf product)"
         err = _rel(out, ref)
         assert err < 1e-2, f"{m}x{n}x{k} ({build.label}, w.T {w_t}): rel err {err:.2e}"
+
+
+def test_the_current_stream_read_fast_is_torchs_own():
+    """The kernels read PyTorch's current stream through its raw handle (no Stream object
+    per call): on the default stream and inside ``torch.cuda.stream(s)``, the same handle
+    torch.cuda.current_stream() gives, and a result allocated on it is ordered there."""
+    import torch
+
+    from fullpipe.kernels._operands import current_stream_handle, operand
+
+    x = torch.randn(8, 64, device="cuda").to(torch.bfloat16)
+    op = operand(x, "x")
+    assert current_stream_handle(op) == torch.cuda.current_stream().cuda_stream
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        assert current_stream_handle(op) == s.cuda_stream != torch.cuda.default_stream().cuda_stream
+        w = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
+        y = gemm_hopper(x, w.T)
+    s.synchronize()
+    assert _rel(y, x.double() @ w.double().T) < 1e-2
