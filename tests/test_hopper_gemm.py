@@ -479,13 +479,18 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     (200, 4096, 6144, 132, "PERSISTENT"),            # 96 slices
     (200, 4096, 6080, 132, "PERSISTENT_M64_N128"),   # 95 slices: as before
     (200, 3072, 8192, 132, "PERSISTENT"),            # 12 cluster tiles
-    (200, 2816, 8192, 132, "PERSISTENT_NARROW"),     # 11: as before
+    (200, 2816, 8192, 132, "PERSISTENT_NARROW_PAIR"),  # 11: 128 x 128 as before, in pairs sharing B
     (256, 4096, 8192, 132, "PERSISTENT"),            # the row's last
     (257, 4096, 8192, 132, "PERSISTENT_NARROW"),     # two cluster rows: as before
+    # one row of clusters where the above gives 128 x 128 tiles: in clusters of 2 sharing B
+    (200, 6144, 4096, 132, "PERSISTENT_NARROW_PAIR"),  # Llama-3-8B's qkv at 200 tokens (p334: 1.19x)
+    (232, 6752, 5600, 132, "PERSISTENT_NARROW_PAIR"),
+    (130, 8096, 5696, 132, "PERSISTENT_NARROW_PAIR"),
+    (128, 11008, 4096, 132, "PERSISTENT_NARROW"),      # one tile row: one block a cluster, as before
     (200, 2040, 8192, 132, "PERSISTENT"),            # rows off the sectors (N, row-major b): from 12 % (8 tiles)
     (200, 2048, 8200, 132, "PERSISTENT"),            # ... (K)
     (200, 2048, 8192, 132, "PERSISTENT_M64_N128"),   # 8 tiles on the sectors: as before
-    (200, 1792, 8200, 132, "PERSISTENT_NARROW"),     # 7 tiles off them: as before
+    (200, 1792, 8200, 132, "PERSISTENT_NARROW_PAIR"),  # 7 tiles off them: 128 x 128 in pairs
 ])
 def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, build):
     """128 x 256 tiles where they fill more than half of the GPU's clusters (one block a

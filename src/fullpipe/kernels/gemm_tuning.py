@@ -136,8 +136,8 @@ def _all_stream_k_pays(s: _RuleSplit) -> bool:
 def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> list[GemmPlan]:
     """The plans measured for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs, the rule's
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
-    chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128; 128 x 64;
-    64 x 128; 64 x 64) and, above 128 rows and for N over 256, 128 x 256 tiles in clusters of
+    chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128, also in
+    clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64) and, above 128 rows and for N over 256, 128 x 256 tiles in clusters of
     2 along N, with the rule's stream-K; where the whole tiles leave clusters
     idle, with every tile dealt out as K runs; where the rule deals tiles out, with whole
     tiles only (the rule's stream-K regimes were each fitted on a few dozen products)."""
@@ -149,6 +149,8 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         wide = [hg.PERSISTENT_ONE_ROW]
     else:  # (clusters along N for N over 256: else the second block of each lies past N)
         wide = [hg.PERSISTENT, hg.PERSISTENT_ALONG_N] if n > hg.BN else [hg.PERSISTENT]
+        if m <= hg.PERSISTENT.cluster_m * hg.BM:  # (one row of clusters: 128 x 128 tiles in pairs sharing B)
+            wide.append(hg.PERSISTENT_NARROW_PAIR)
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64):
         plans.append(GemmPlan("persistent", build))
         split = _rule_split(m, n, k, build, sms)

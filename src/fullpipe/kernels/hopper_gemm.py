@@ -276,6 +276,12 @@ PERSISTENT_SMALL = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=64, stages=8)
 # rule before it (geometric mean), 0.92 of the best of the four builds.
 PERSISTENT_M64_N128 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=128, stages=8)
 PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=64, stages=8)
+# 128 x 128 tiles in clusters of 2 along M sharing B (multicast: each B slice read once for
+# both tile rows), for one row of clusters (129-256 rows) where the rule would give 128 x 128
+# tiles one block a cluster (default_build). On an H200 (session 51, p335, 40 held-out random
+# products of 129-256 rows, N 2048-16384, K 1024-16384): 0.614 -> 0.706x cuBLAS, 1.15x in
+# geometric mean (0.94-1.49x; 4 slower by more than 3 %: about 20 cluster tiles at 190-250 slices).
+PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
 
 # The persistent rung launches as a programmatic dependent launch: its blocks start on the
 # SMs the kernel before it leaves free and set up (barriers, tensor maps) while that kernel
@@ -387,7 +393,19 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     changes (1.00-1.45x, none slower); on 40 held-out random products of 129-256 rows and K
     4096-16384 (p326, seed 326) 0.670 -> 0.717x cuBLAS with rows on the sectors and 0.663 ->
     0.727x off them, 18 changed, 2 slower by more than 3 % (155 x 4896 x 9152: 0.86x; 188 x
-    5008 x 7408: 0.96x), 157 x 4296 x 10312 1.84x."""
+    5008 x 7408: 0.96x), 157 x 4296 x 10312 1.84x.
+    Where all of the above gives 128 x 128 tiles one block a cluster to one row of clusters
+    (129-256 rows): the same tiles in clusters of 2 sharing B (PERSISTENT_NARROW_PAIR; p335:
+    1.15x on 40 held-out products)."""
+    chosen = _build_by_fill(m, n, k, sms, b_transposed)
+    if chosen == PERSISTENT_NARROW and BM < m <= PERSISTENT.cluster_m * BM:
+        return PERSISTENT_NARROW_PAIR
+    return chosen
+
+
+def _build_by_fill(m: int, n: int, k: int, sms: int, b_transposed: bool) -> PersistentBuild:
+    """default_build's choice by how much of the GPU each build's tiles fill (its docstring
+    says how), before one row of clusters turns 128 x 128 tiles to pairs sharing B."""
     wide = PERSISTENT_ONE_ROW if m <= BM else PERSISTENT
     tiles = cluster_tiles(m, n, wide)
     clusters = sms // wide.cluster
@@ -442,7 +460,7 @@ SWEEP_BUILDS = (
     PersistentBuild(cluster_m=4, group_m=4),                 # 4 x 1: B read once per 4 blocks
     PERSISTENT_ALONG_N,                                      # 1 x 2: A multicast, 128 x 512 cluster tiles
     PERSISTENT_NARROW,                                       # 128 x 128 block tiles, 6 slices, one block a cluster
-    dataclasses.replace(PERSISTENT, tile_n=128, stages=6),   # the same in clusters of 2 sharing B
+    PERSISTENT_NARROW_PAIR,                                  # the same in clusters of 2 sharing B
     PERSISTENT_SMALL,                                        # 128 x 64 block tiles, 8 slices, one block a cluster
     PERSISTENT_M64_N128,                                     # 64-row tiles: one consumer warpgroup
     PERSISTENT_M64_N64,
