@@ -268,6 +268,17 @@ def test_an_n_not_a_multiple_of_8_is_taken_from_w_t_with_c_rows_padded():
         sk.plan(8, 50257, 768, "bfloat16")
 
 
+def test_an_out_of_padded_rows_is_told_from_its_strides():
+    """The persistent rung writes an out whose rows lie further apart than N in place (the
+    (M, N) view of padded rows it returns for N not a multiple of 8); told by the strides."""
+    import numpy as np
+
+    padded = np.empty((4, 16), np.float16)
+    assert hg._is_pitched(padded[:, :10]) and not hg._is_pitched(padded) and not hg._is_pitched(None)
+    assert hg._is_pitched(padded[::2])  # (every other row: rows of contiguous elements, 32 apart)
+    assert not hg._is_pitched(padded.T) and not hg._is_pitched(padded[:, ::2]) and not hg._is_pitched(np.empty(8))
+
+
 def test_plan_rejects_unaligned_pointers_and_unknown_variants():
     with pytest.raises(ValueError, match="out must be 16-byte aligned"):
         hg.plan("wgmma", 64, 64, 64, "bfloat16", 0, 0, 8)

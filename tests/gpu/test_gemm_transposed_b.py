@@ -208,12 +208,25 @@ def test_a_head_of_any_vocabulary_size(m):
             assert _rel(got, ref) < 1e-2 and _rel(out, ref) < 1e-2, variant
             if variant == "hopper_persistent":
                 assert got.stride() == (-(-n // 8) * 8, 1) and got.contiguous().is_contiguous()
+            # the result given back as out (written in place), and rows of other pitches (through a copy)
+            got.fill_(float("nan"))
+            assert gemm(x, w.T, variant=variant, stream=s, out=got) is got
+            wider = torch.full((m, n + 3), float("nan"), device="cuda", dtype=torch.bfloat16)
+            assert gemm(x, w.T, variant=variant, stream=s, out=wider[:, :n]) is not None
+            torch.cuda.synchronize()
+            assert _rel(got, ref) < 1e-2 and _rel(wider[:, :n], ref) < 1e-2, variant
+            assert torch.isnan(wider[:, n:]).all(), f"{variant}: wrote past out's columns"
     # (batch, sequence, K) activations, as F.linear takes them, and CuPy
     x, w = _weights(2 * 77, 50257, 768, torch.bfloat16, seed=7)
     x = x.view(2, 77, 768)
     got = gemm(x, w.T, variant="hopper", stream=s)
+    ref = torch.nn.functional.linear(x.double(), w.double())
     torch.cuda.synchronize()
-    assert got.shape == (2, 77, 50257) and _rel(got, torch.nn.functional.linear(x.double(), w.double())) < 1e-2
+    assert got.shape == (2, 77, 50257) and _rel(got, ref) < 1e-2
+    got.fill_(float("nan"))
+    assert gemm(x, w.T, variant="hopper", stream=s, out=got) is got  # ((2, 77, N) rows of padded ones, in place)
+    torch.cuda.synchronize()
+    assert _rel(got, ref) < 1e-2
     cupy = pytest.importorskip("cupy", minversion="14")
     cx, cw = cupy.asarray(x[0].float().cpu().numpy()).astype("float16"), cupy.asarray(w[:1001].float().cpu().numpy()).astype("float16")
     cgot = gemm(cx, cw.T, variant="hopper", stream=cupy.cuda.get_current_stream())

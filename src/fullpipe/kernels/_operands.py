@@ -36,6 +36,10 @@ class Operand:
     # a 2-D array given as the transpose of a C-contiguous one (``w.T`` of an (N, K)
     # weight): ``shape`` is the array's own, ``ptr`` the row-major (N, K) matrix's
     transposed: bool = False
+    # a 2-D output whose rows lie ``pitch`` elements apart, more than its columns (the
+    # (M, N) view of a matrix of padded rows: hopper_gemm's result for N not a multiple of 8);
+    # 0: C-contiguous
+    pitch: int = 0
 
 
 _torch_tensor_types: "weakref.WeakKeyDictionary[type, bool]" = weakref.WeakKeyDictionary()  # (asked once a
@@ -64,10 +68,11 @@ def _torch_dtype_name(dtype: Any) -> str:
 _NOR_TRANSPOSED = ", nor the transpose of a contiguous matrix (w.T)"
 
 
-def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
+def operand(x: Any, name: str, *, transposed_ok: bool = False, pitched_ok: bool = False) -> Operand:
     """Describe ``x`` (argument ``name``) or raise TypeError/ValueError saying what to fix.
     ``transposed_ok``: the caller also takes a 2-D ``x`` that is the transpose of a
-    C-contiguous array (``w.T``; ``Operand.transposed``)."""
+    C-contiguous array (``w.T``; ``Operand.transposed``); ``pitched_ok``: a 2-D torch or CuPy
+    ``x`` whose rows are contiguous but lie further apart than its columns (``Operand.pitch``)."""
     if isinstance(x, np.ndarray):
         raise TypeError(f"{name} is a NumPy (host) array: copy it to the GPU first (torch/cupy/fullpipe device array)")
     if _is_torch_tensor(x):
@@ -78,9 +83,16 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
             if transposed_ok and x.dim() == 2 and x.stride() == (1, x.shape[0]):
                 return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
                                transposed=True)
+            if pitched_ok and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) > x.shape[1]:
+                return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
+                               pitch=x.stride(0))
             raise ValueError(f"{name} is not contiguous (row-major){_NOR_TRANSPOSED if transposed_ok else ''}: "
                              "call .contiguous() first")
         return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch")
+    if pitched_ok and _is_pitched_cupy(x):
+        item = x.dtype.itemsize
+        return Operand(x, int(x.data.ptr), tuple(x.shape), np.dtype(x.dtype).name, int(x.device.id), "cupy",
+                       pitch=x.strides[0] // item)
     transposed = transposed_ok and _is_transposed_view(x)
     try:
         arr = as_device_array(x.T if transposed else x)
@@ -90,6 +102,15 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False) -> Operand:
     shape = tuple(reversed(arr.shape)) if transposed else arr.shape
     return Operand(x, arr.ptr, shape, np.dtype(arr.dtype).name if arr.dtype.kind != "V" else str(arr.dtype),
                    arr.device_index, kind, transposed)
+
+
+def _is_pitched_cupy(x: Any) -> bool:
+    """A 2-D CuPy array of contiguous rows lying further apart than its columns (``y[:, :n]``
+    of a C-contiguous ``y``)."""
+    if not type(x).__module__.startswith("cupy") or getattr(x, "ndim", 0) != 2 or x.flags.c_contiguous:
+        return False
+    item = x.dtype.itemsize
+    return x.strides[1] == item and x.strides[0] % item == 0 and x.strides[0] // item > x.shape[1]
 
 
 def _is_transposed_view(x: Any) -> bool:

@@ -491,9 +491,18 @@ def _as_rows(out: Any, rows: tuple[int, ...]) -> Any:
                          f"matrix of its rows, got {shape}")
     contiguous = out.is_contiguous() if hasattr(out, "is_contiguous") else getattr(getattr(out, "flags", None),
                                                                                    "c_contiguous", False)
-    if not contiguous:
-        raise ValueError(f"out of shape {shape} must be C-contiguous: its rows are written as one matrix")
-    return out.reshape(int(np.prod(rows)), shape[-1])
+    if contiguous:
+        return out.reshape(int(np.prod(rows)), shape[-1])
+    # a torch view of padded rows (a result for N not a multiple of 8 is one): view() never
+    # copies, and says where the rows are not one matrix
+    if hasattr(out, "is_contiguous") and hasattr(out, "view"):
+        try:
+            flat = out.view(int(np.prod(rows)), shape[-1])
+            if flat.stride(1) == 1 and flat.stride(0) >= shape[-1]:
+                return flat
+        except RuntimeError:
+            pass
+    raise ValueError(f"out of shape {shape} must be C-contiguous: its rows are written as one matrix")
 
 
 def _cupy_empty(like: Any, shape: tuple[int, ...]) -> Any:

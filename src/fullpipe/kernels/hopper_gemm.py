@@ -993,21 +993,36 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
         raise ValueError(f"b is a transposed view (b.T is contiguous): the {variant} rung reads a row-major b only; "
                          "the persistent rung (gemm(variant='hopper'), gemm_hopper(variant='persistent')) reads it "
                          "as it lies, or pass b.contiguous()")
-    if n % 8:  # (b is w.T: only C's rows are not whole 16-byte units)
+    if variant == "persistent" and (n % 8 or _is_pitched(out)):  # (b is w.T, or out rows of padded ones)
         return _run_padded_rows(A, B, out, stream, multicast, build, sk_tiles)
     out, C, handle = prepare_output(A, B, out, stream)
     _enqueue(A, B, variant, C.ptr, n, handle, multicast, build, sk_tiles, on_current=stream is None)
     return out
 
 
+def _is_pitched(out: Any) -> bool:
+    """Is ``out`` a 2-D torch or CuPy array of contiguous rows lying further apart than its
+    columns (the (M, N) view :func:`_run_padded_rows` returns)?"""
+    if out is None:
+        return False
+    strides = out.stride() if callable(getattr(out, "stride", None)) else getattr(out, "strides", None)
+    shape = getattr(out, "shape", ())
+    if strides is None or len(shape) != 2 or len(strides) != 2:
+        return False
+    item = 1 if callable(getattr(out, "stride", None)) else getattr(getattr(out, "dtype", None), "itemsize", 1)
+    return strides[1] == item and strides[0] > shape[1] * item
+
+
 def _run_padded_rows(A: Operand, B: Operand, out: Any, stream: Any, multicast: bool, build: PersistentBuild | None,
                      sk_tiles: int | None) -> Any:
-    """The persistent rung for an N that is not a multiple of 8 (``w.T`` of an (N, K)
-    weight, e.g. GPT-2's 50257-word head): the TMA store needs rows of whole 16-byte units,
-    so C is written into rows padded to a multiple of 8 and clipped at N. Without ``out``
-    (torch, CuPy) the result is the (M, N) view of that matrix (its rows ``-N % 8``
-    elements apart: not contiguous; ``.contiguous()`` copies); into ``out``, or for
-    fullpipe arrays, a 2-D copy follows on the stream (M x N x 2 bytes read and written)."""
+    """The persistent rung where C's rows are not C-contiguous whole 16-byte units: an N that
+    is not a multiple of 8 (``w.T`` of an (N, K) weight, e.g. GPT-2's 50257-word head), or an
+    ``out`` whose rows lie further apart than N. The TMA store needs row pitches of whole
+    16-byte units, and clips at N: without ``out`` (torch, CuPy) C is written into rows padded
+    to a multiple of 8 and the result is its (M, N) view (not contiguous; ``.contiguous()``
+    copies; given back as ``out``, it is written in place); an ``out`` of such rows is written
+    in place; into any other ``out`` (or for fullpipe arrays) through a scratch matrix of
+    padded rows, then a 2-D copy on the stream (M x N x 2 bytes read and written)."""
     m, n, _ = matmul_shape(A, B)
     pitch = _round_up(n, 8)
     on_current = stream is None
@@ -1016,10 +1031,13 @@ def _run_padded_rows(A: Operand, B: Operand, out: Any, stream: Any, multicast: b
         padded, P = empty_like_kind(A, (m, pitch), A.dtype, handle)
         _enqueue(A, B, "persistent", P.ptr, pitch, handle, multicast, build, sk_tiles, on_current)
         return padded[:, :n]
-    out, C, handle = prepare_output(A, B, out, stream)
+    out, C, handle = prepare_output(A, B, out, stream, pitched_ok=True)
+    if C.pitch and C.pitch % 8 == 0 and C.ptr % 16 == 0:  # (rows of whole 16-byte units: written in place)
+        _enqueue(A, B, "persistent", C.ptr, C.pitch, handle, multicast, build, sk_tiles, on_current)
+        return out
     scratch, at = _workspace(A, m * pitch * ELEM, handle, on_current)
     _enqueue(A, B, "persistent", at, pitch, handle, multicast, build, sk_tiles, on_current)
-    copy_rows(C.ptr, n * ELEM, at, pitch * ELEM, n * ELEM, m, handle)
+    copy_rows(C.ptr, (C.pitch or n) * ELEM, at, pitch * ELEM, n * ELEM, m, handle)
     del scratch  # (freed in the order of the stream it was made for: after the copy)
     return out
 
@@ -1077,16 +1095,18 @@ def launch_stream(A: Operand, B: Operand, stream: Any) -> int:
     return _stream_handle(stream, A)
 
 
-def prepare_output(A: Operand, B: Operand, out: Any, stream: Any) -> tuple[Any, Operand, int]:
+def prepare_output(A: Operand, B: Operand, out: Any, stream: Any,
+                   pitched_ok: bool = False) -> tuple[Any, Operand, int]:
     """(out, its operand, the launch stream's handle) for ``A @ B`` on ``stream``: checks
     the operands' alignment, makes their device current, allocates ``out`` (of A's kind,
-    on that stream) or checks the one given."""
+    on that stream) or checks the one given (``pitched_ok``: its rows may lie further
+    apart than N, ``Operand.pitch``)."""
     m, n = A.shape[0], B.shape[1]
     handle = launch_stream(A, B, stream)
     if out is None:
         out, C = empty_like_kind(A, (m, n), A.dtype, handle)
     else:
-        C = operand(out, "out")
+        C = operand(out, "out", pitched_ok=pitched_ok)
         if C.shape != (m, n) or C.dtype != A.dtype:
             raise ValueError(f"out must be an {(m, n)} {A.dtype} array, got {C.shape} {C.dtype}")
         if C.device_index != A.device_index:

@@ -260,9 +260,24 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
     m, n, k = matmul_shape(A, B)
     hg.check_shapes(m, n, k, B.transposed)
     rows_build(m)
-    out, C, handle = hg.prepare_output(A, B, out, stream)
+    out, C, handle = hg.prepare_output(A, B, out, stream, pitched_ok=True)
+    if C.pitch:  # (rows further apart than N: the kernel writes rows N apart, then a 2-D copy)
+        scratch, at = hg._workspace(A, m * n * hg.ELEM, handle, on_current=stream is None)
+        _enqueue(A, B, at, handle, slices_per_run, build)
+        hg.copy_rows(C.ptr, C.pitch * hg.ELEM, at, n * hg.ELEM, n * hg.ELEM, m, handle)
+        del scratch  # (freed in the order of the stream it was made for: after the copy)
+        return out
+    _enqueue(A, B, C.ptr, handle, slices_per_run, build)
+    return out
+
+
+def _enqueue(A: Operand, B: Operand, c_ptr: int, handle: int, slices_per_run: int | None,
+             build: tuple[int, int] | None) -> None:
+    """Launch the skinny kernel for ``A @ B`` into C at ``c_ptr`` (rows N apart) on the stream
+    ``handle``: the launch of recent operands again (_LAUNCHES), else planned and prepared."""
+    m, n, k = matmul_shape(A, B)
     device_index = A.device_index
-    key = (slices_per_run, build, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, C.ptr, handle, device_index)
+    key = (slices_per_run, build, A.dtype, m, n, k, A.ptr, B.ptr, B.transposed, c_ptr, handle, device_index)
     launch = _LAUNCHES.get(key)
     if launch is None:
         arch, sms = arch_and_sm_count(device_index)
@@ -270,12 +285,11 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
         p = plan(m, n, k, A.dtype, A.ptr, B.ptr, sms=sms, slices_per_run=slices_per_run, tile_n=tile_n, stages=stages,
                  co_resident=functools.partial(max_active_clusters, device_index, arch, B.transposed),
                  b_transposed=B.transposed)
-        launch = _prepare(p, C.ptr, m, n, k, handle, device_index, arch)
+        launch = _prepare(p, c_ptr, m, n, k, handle, device_index, arch)
         if len(_LAUNCHES) >= hg.LAUNCH_CACHE_SIZE:
             _LAUNCHES.clear()
         _LAUNCHES[key] = launch
     launch.enqueue()
-    return out
 
 
 def _selftest(argv: list[str] | None = None) -> int:
