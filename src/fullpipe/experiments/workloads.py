@@ -743,9 +743,11 @@ def _measure(env: _Env, w: _Workload, lo: float, hi: float) -> tuple[dict, list[
         "fullpipe_in_place": fp_stats.get("in_place"),
         "fullpipe_register_ms": (pin_cache.stats.register_s - registered_s) * 1e3,
         "auto_chunk": fp_stats["chunk"], "auto_chunk_bytes": chunk_bytes, "sweep_ms": sweep_ms,
-        # a long list of small batches: the way chosen (plain, pipelined or threads, list_paths.py) and the
+        # a long list of small batches: the way it ran at the end of the timed rounds (plain, pipelined or
+        # threads, list_paths.py: the choice follows each way's latest runs), the way its trial chose, and the
         # untimed runs of the list that measured the ways before the timed rounds
-        "list_path": list_path, "list_trial_runs": list_trial_runs,
+        "list_path": fp_stats["list_path"] or list_path, "list_path_after_trial": list_path,
+        "list_trial_runs": list_trial_runs,
         "max_row_error": errors,
     }
     if sweep_ms:
@@ -876,15 +878,19 @@ def _vs_compute_alone(w: dict[str, Any]) -> tuple[float, str, str]:
 
 
 def _list_note(w: dict[str, Any]) -> str:
-    """Which way fullpipe ran a long list of small batches (list_paths.py), and the trial's
-    median µs per batch of each way; empty for other runs."""
+    """Which way fullpipe ran a long list of small batches at the end of the timed rounds
+    (list_paths.py), each way's median µs per batch then, and the trial's choice; empty for
+    other runs."""
     lp = w.get("list_path")
     if not lp:
         return ""
     best = ", ".join(f"{p} {lp[f'{p}_us_per_batch']:.0f}" for p in ("plain", "pipelined", "threads")
                      if is_num(lp.get(f"{p}_us_per_batch")))
-    return (f"; the list ran {lp.get('chosen', lp['path'])}, as measured in its first runs (median µs per batch: "
-            f"{best}; {w.get('list_trial_runs', 0)} of them untimed here after the 4 checked runs)")
+    trial = w.get("list_path_after_trial") or {}
+    said = f"its trial chose {trial['chosen']}, " if trial.get("chosen") else ""
+    return (f"; the list ran {lp.get('chosen', lp['path'])} at the end of the rounds (median µs per batch of each "
+            f"way's latest runs: {best}; {said}{w.get('list_trial_runs', 0)} untimed trial runs after the 4 checked "
+            "runs)")
 
 
 def _host_note(w: dict[str, Any]) -> str:

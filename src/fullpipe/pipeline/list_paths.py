@@ -45,6 +45,16 @@ pipelined in the trial, 0.69x after (session 36, p244); the encoder of ``bench w
 then 0.84x (session 43, an H200 host: pipelined 0.86x compute alone, threads 1.03x). The
 margin was 0.9 until session 38, 0.95 until session 43.
 
+The choice is not frozen: a trial's runs are a list's first, while allocators, caches and
+threads warm up, and on a host whose speed drifts they have read the ways wrong both ways
+(session 51, H200 hosts, the bench's encoder at --quick's size: a trial kept threads at 926
+µs a batch, which then ran 993 for plain's 893; another kept pipelined at 592 against
+threads' 618, which then ran 707 a batch for threads forced at 603). So each way keeps the
+median of its latest ``TRIALS`` measured runs: the chosen way's own runs renew its median at
+every run, and now and then one run of another way renews that one's (``RECHECK_EVERY`` runs
+after the choice, doubling up to ``RECHECK_MOST`` while that way stays slower by
+``RECHECK_SLOWER``): the choice follows the latest medians by the same margins.
+
 A long list of larger batches (more than 16, beyond the small batches' limits) never runs
 plainly, but its calls may set the pace too: a resnet18 over 150 lists of 1-16 images
 (1.2 MB a batch) ran 2702 µs a batch pipelined and 1821 on three threads (an H200 host,
@@ -74,6 +84,9 @@ PLAIN_MARGIN = 0.85  # plain is kept where its median is at most this share of t
 THREADS_MARGIN = 1.02  # threads are kept where their median is at most this share of the pipelined way's
 HOST_BOUND_SHARE = 0.5  # the calls' share of a pipelined run's time from which threads are measured too
 MAX_KINDS = 256  # kinds of list remembered (the oldest forgotten first)
+RECHECK_EVERY = 16  # after the choice, another way runs once every this many runs of the kind ...
+RECHECK_MOST = 256  # ... its interval doubling, up to this, while it stays this much slower:
+RECHECK_SLOWER = 1.15
 
 
 def list_key(arrays: list[np.ndarray], library: str) -> tuple:
@@ -93,6 +106,11 @@ class _Trial:
     us: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS})
     threads: bool | None = None
     plain: bool = True
+    after: int = 0  # runs since the choice (next_path's count)
+    check_at: dict[str, int] = field(default_factory=dict)  # per other way: the run at which it runs again
+    interval: dict[str, int] = field(default_factory=dict)  # ... and the runs until the next time after that
+    checking: str | None = None  # the way next_path handed out as a check, until its run is recorded
+    rechecks: int = 0
 
     def ways(self) -> tuple[str, ...]:
         return tuple(w for w in WAYS if (w != PLAIN or self.plain) and (w != THREADS or self.threads))
@@ -112,6 +130,21 @@ class _Trial:
             best, t = THREADS, min(t, self.typical(THREADS))  # (threads taken at parity: the faster time counts)
         return PLAIN if self.plain and self.typical(PLAIN) <= PLAIN_MARGIN * t else best
 
+    def recheck(self, path: str, us: float) -> None:
+        """A run after the choice took ``us`` a batch on ``path``: the newest of the way's
+        ``TRIALS`` runs counted. A run handed out as a check (next_path) sets when that way
+        runs again: RECHECK_EVERY runs on, or twice its last interval (up to RECHECK_MOST)
+        where it was RECHECK_SLOWER than the chosen way's median."""
+        if path == self.checking:
+            self.checking = None
+            self.rechecks += 1
+            current = self.chosen()
+            last = self.interval.get(path, RECHECK_EVERY)
+            slower = current is not None and current != path and us > RECHECK_SLOWER * self.typical(current)
+            self.interval[path] = min(2 * last, RECHECK_MOST) if slower else RECHECK_EVERY
+            self.check_at[path] = self.after + self.interval[path]
+        self.us[path] = (self.us[path] + [us])[-TRIALS:]
+
 
 class ListPaths:
     """The measured choice of the way to run a long list, per kind of list."""
@@ -120,7 +153,8 @@ class ListPaths:
         self._trials: dict[tuple, _Trial] = {}
 
     def next_path(self, key: tuple, may_thread: bool = False) -> str:
-        """The way to run this list: the one chosen, or during the trial the next to measure
+        """The way to run this list: the one chosen (now and then, once, another way, to
+        renew its median: RECHECK_EVERY), or during the trial the next to measure
         (``may_thread``: whether its calls may go to threads this run; where not, the
         threads' way is left out of the trial, or not taken once chosen)."""
         t = self._trials.get(key)
@@ -129,14 +163,23 @@ class ListPaths:
         if not may_thread and t.threads and t.chosen() is None:
             t.threads = False  # (its trial goes on without it)
         done = t.chosen(threads_now=may_thread)
-        if done is not None:
-            return done
-        return min(t.ways(), key=lambda w: t.seen[w])  # (the fewest runs; ties to the first in WAYS)
+        if done is None:
+            return min(t.ways(), key=lambda w: t.seen[w])  # (the fewest runs; ties to the first in WAYS)
+        t.after += 1
+        for w in t.ways():  # (now and then one run of another way: its median renewed, _Trial.recheck)
+            if w == done or (w == THREADS and not may_thread):
+                continue
+            # (a way first passed over here, as the one chosen before, runs again RECHECK_EVERY runs on)
+            if t.after >= t.check_at.setdefault(w, t.after + RECHECK_EVERY):
+                t.checking = w
+                return w
+        return done
 
     def record(self, key: tuple, path: str, seconds: float, batches: int, call_s: float | None = None,
                plain: bool = True) -> None:
-        """A run of ``batches`` on ``path`` took ``seconds`` (the call, end to end); counted
-        only during the trial, and measured after the way's warm-up runs. ``call_s``: a
+        """A run of ``batches`` on ``path`` took ``seconds`` (the call, end to end); during the
+        trial counted after the way's warm-up runs, after it as the way's newest run
+        (_Trial.recheck). ``call_s``: a
         pipelined run's compute calls' time on the enqueueing thread, where they may go to
         threads (None where not). ``plain``: whether this kind of list may run plainly (its
         first run says, for the whole trial)."""
@@ -145,7 +188,8 @@ class ListPaths:
             if len(self._trials) >= MAX_KINDS:
                 del self._trials[next(iter(self._trials))]  # (the oldest)
             t = self._trials[key] = _Trial(plain=plain)
-        if t.chosen() is not None:
+        if t.chosen() is not None:  # (after the choice: the way's latest runs renew its median)
+            t.recheck(path, seconds * 1e6 / max(batches, 1))
             return
         t.seen[path] += 1
         if t.seen[path] > WARMUP and len(t.us[path]) < TRIALS:
@@ -171,8 +215,9 @@ class ListPaths:
                 out["source"] += f": from now on {chosen}"
                 out["chosen"] = chosen
         else:
-            out["source"] = "chosen by the trial (per batch: the faster, threads at parity)"
-            out["chosen"] = path
+            out["source"] = ("chosen by each way's latest runs (per batch: the faster, threads at parity; another "
+                             f"way run again every {RECHECK_EVERY}-{RECHECK_MOST} runs: {t.rechecks} so far)")
+            out["chosen"] = t.chosen() or path
         for w in WAYS:
             if t.us[w]:
                 out[f"{w}_us_per_batch"] = round(t.typical(w), 1)
