@@ -48,8 +48,8 @@ margin was 0.9 until session 38, 0.95 until session 43.
 The choice is not frozen: a trial's runs are a list's first, while allocators, caches and
 threads warm up, and on a host whose speed drifts they have read the ways wrong both ways
 (session 51, H200 hosts, the bench's encoder at --quick's size: a trial kept threads at 926
-µs a batch, which then ran 993 for plain's 893; another kept pipelined at 592 against
-threads' 618, which then ran 707 a batch for threads forced at 603). So each way keeps the
+µs a batch against plain's 893, and threads then ran 993; another kept pipelined at 592
+against threads' 618, and pipelined then ran 707 a batch where threads forced ran 603). So each way keeps the
 median of its latest ``TRIALS`` measured runs: the chosen way's own runs renew its median at
 every run, and now and then one run of another way renews that one's (``RECHECK_EVERY`` runs
 after the choice, doubling up to ``RECHECK_MOST`` while that way stays slower by
