@@ -107,6 +107,15 @@ def test_another_way_runs_again_now_and_then_less_often_while_it_stays_slower():
             break
     assert len(fast) == 2 and fast[1] - fast[0] == RECHECK_EVERY
     assert [paths.next_path("k") for _ in range(RECHECK_EVERY)] == [PIPELINED] * RECHECK_EVERY  # (plain: later)
+    # a check whose run went another way (plain refused for its inputs, or the run raised) comes
+    # again at its next time, not at every run after
+    paths3 = ListPaths()
+    trial(paths3, "k", {PIPELINED: [0.0, 120.0, 118.0, 121.0], PLAIN: [0.0, 80.0, 79.0, 81.0]})
+    asked = []
+    for _ in range(2 * RECHECK_EVERY + 1):
+        asked.append(paths3.next_path("k"))
+        paths3.record("k", PLAIN, 80.0 * 1e-4, 100)  # (every run, the check's too, went plainly)
+    assert asked.count(PIPELINED) == 2 and asked[RECHECK_EVERY] == PIPELINED
     # the threads' way is not handed out as a check where the calls may not go to threads
     paths2 = ListPaths()
     trial(paths2, "enc", ENCODER, call_share=0.85)

@@ -1229,3 +1229,25 @@ def test_inputs_with_no_rows_give_outputs_with_no_rows(fake):
         _assert_clean(pipe)
     sink = StreamPipeline(None, streams=2, output=None)
     assert sink.run(x[:0]) is None and sink.run_batches([x[:0], x[:10]]) is None
+
+
+def test_a_failing_batch_of_a_list_with_empty_ones_is_named_by_its_place_in_the_list(fake):
+    """The batches with no rows are set aside before the others run: an error's batch number
+    is made the failing batch's place in the list given, and a note says how the message counts."""
+    pipe = StreamPipeline(FakeMix(), streams=2)
+    u = np.arange(3, dtype=np.uint32)
+    with pytest.raises(ValueError, match="batch 1 has dtype") as info:
+        pipe.run_batches([u, u[:0], u.astype(np.int32)])
+    assert any("as given: 0 -> 0, 1 -> 2" in n for n in info.value.__notes__)
+    with pytest.raises(ValueError, match="output=None"):
+        StreamPipeline(FakeMix(), streams=2, output=None).run_batches([u[:0]], outs=[u[:0]])
+    def boom(stream, x, y):  # (fails on the batch of 5 rows)
+        if x.shape[0] == 5:
+            raise RuntimeError("boom")
+        FakeMix()(stream, x, y)
+
+    with StreamPipeline(boom, streams=2) as failing:
+        with pytest.raises(RuntimeError, match="boom") as info:
+            failing.run_batches([u, u[:0], np.arange(5, dtype=np.uint32), u])
+        assert info.value.batch_index == 2
+        _assert_clean(failing)

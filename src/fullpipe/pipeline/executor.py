@@ -982,7 +982,7 @@ class StreamPipeline:
         device, records.py). Returns their outputs (``outs`` if given, else new arrays of
         each batch's kind, the first array's for several, pinned when every input is), or
         None with ``output=None``. A batch with no rows gets an output with no rows in its
-        place (as :meth:`run` gives one)."""
+        place (as :meth:`run` gives one; not yet for batches of several arrays)."""
         return self._run_batches(batches, outs)
 
     def _run_batches(self, batches: Sequence[Any], outs: Sequence[Any] | None = None,
@@ -1037,10 +1037,18 @@ class StreamPipeline:
         called once on no rows per kind of empty batch to learn the output's row shape)."""
         if outs is not None and len(outs) != len(given):
             raise ValueError(f"{len(outs)} outputs for {len(given)} batches")
+        if outs is not None and self.output.none:
+            raise ValueError("outs given, but the pipeline has output=None")
         empty = [_no_rows(b) for b in given]
         rest = [b for b, e in zip(given, empty) if not e]
-        ys = self._run_list(rest, None if outs is None else [o for o, e in zip(outs, empty) if not e], warn_few,
-                            pin_new) if rest else None
+        ys = None
+        if rest:
+            try:
+                ys = self._run_list(rest, None if outs is None else [o for o, e in zip(outs, empty) if not e],
+                                    warn_few, pin_new)
+            except BaseException as exc:
+                _renumber(exc, [i for i, e in enumerate(empty) if not e])
+                raise
         if self.output.none:
             return None
         made = iter(ys or [])
@@ -3300,6 +3308,22 @@ def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray
                 in_place = True
             k -= 1
     return in_place
+
+
+def _renumber(exc: BaseException, positions: list[int]) -> None:
+    """An error of a run of the batches with rows of a list (_run_list_with_empties): its
+    ``batch_index`` made the batch's place in the list given, and a note saying how the
+    batches its message names are counted."""
+    b = getattr(exc, "batch_index", None)
+    try:
+        if isinstance(b, int) and 0 <= b < len(positions):
+            exc.batch_index = positions[b]  # type: ignore[attr-defined]
+        shown = ", ".join(f"{k} -> {p}" for k, p in list(enumerate(positions))[:12])
+        exc.add_note(f"fullpipe.StreamPipeline: the batches with no rows were set aside, so the batch numbers above "
+                     f"count only the {len(positions)} with rows (as given: {shown}"
+                     f"{', ...' if len(positions) > 12 else ''})")
+    except Exception:  # some exception types refuse new attributes
+        pass
 
 
 def _no_rows(x: Any) -> bool:

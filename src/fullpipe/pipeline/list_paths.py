@@ -135,8 +135,8 @@ class _Trial:
         ``TRIALS`` runs counted. A run handed out as a check (next_path) sets when that way
         runs again: RECHECK_EVERY runs on, or twice its last interval (up to RECHECK_MOST)
         where it was RECHECK_SLOWER than the chosen way's median."""
-        if path == self.checking:
-            self.checking = None
+        checked, self.checking = self.checking, None  # (a check whose run went another way is over too)
+        if path == checked:
             self.rechecks += 1
             current = self.chosen()
             last = self.interval.get(path, RECHECK_EVERY)
@@ -171,7 +171,8 @@ class ListPaths:
                 continue
             # (a way first passed over here, as the one chosen before, runs again RECHECK_EVERY runs on)
             if t.after >= t.check_at.setdefault(w, t.after + RECHECK_EVERY):
-                t.checking = w
+                t.checking = w  # (its next time set now, in case this run records another way or none)
+                t.check_at[w] = t.after + t.interval.get(w, RECHECK_EVERY)
                 return w
         return done
 

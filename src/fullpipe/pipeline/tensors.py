@@ -403,9 +403,15 @@ class CupyFramework:
         return as_cupy(x)
 
     def no_rows(self, x_np: np.ndarray, in_dtype: Any) -> Any:
-        """An empty device array of ``x_np``'s shape and dtype (no rows)."""
+        """An empty device array of ``x_np``'s shape and dtype (no rows; a dtype CuPy has not,
+        NumPy's bfloat16 or records, as the unsigned integer of its size, as ``tensor`` does)."""
+        from ..cuda.interop import _CARRIER_BY_ITEMSIZE
+
+        dtype = x_np.dtype
+        if dtype.name == "bfloat16" or dtype.kind == "V":
+            dtype = _CARRIER_BY_ITEMSIZE[dtype.itemsize]
         with self.cupy.cuda.Device(self.device_index):
-            return self.cupy.empty(x_np.shape, x_np.dtype)
+            return self.cupy.empty(x_np.shape, dtype)
 
     @staticmethod
     def cut(base: Any, n: int, shape: tuple[int, ...], offset: int = 0) -> Any:
