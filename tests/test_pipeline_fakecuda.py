@@ -1241,6 +1241,10 @@ def test_a_failing_batch_of_a_list_with_empty_ones_is_named_by_its_place_in_the_
     assert any("as given: 0 -> 0, 1 -> 2" in n for n in info.value.__notes__)
     with pytest.raises(ValueError, match="output=None"):
         StreamPipeline(FakeMix(), streams=2, output=None).run_batches([u[:0]], outs=[u[:0]])
+    outs = [np.full(3, 7, np.uint32), np.empty(2, np.uint32), np.full(3, 7, np.uint32)]
+    with pytest.raises(ValueError):  # (an empty batch's wrong outs entry: refused before any batch runs)
+        pipe.run_batches([u, u[:0], u], outs=outs)
+    assert (outs[0] == 7).all() and (outs[2] == 7).all()
     def boom(stream, x, y):  # (fails on the batch of 5 rows)
         if x.shape[0] == 5:
             raise RuntimeError("boom")

@@ -1040,6 +1040,10 @@ class StreamPipeline:
         if outs is not None and self.output.none:
             raise ValueError("outs given, but the pipeline has output=None")
         empty = [_no_rows(b) for b in given]
+        given_outs = {}  # (an empty batch's outs entry checked before the other batches run and write theirs)
+        if outs is not None:
+            given_outs = {i: self._run_empty(*host_view(b, f"batch {i}"), outs[i])
+                          for i, (b, e) in enumerate(zip(given, empty)) if e}
         rest = [b for b, e in zip(given, empty) if not e]
         ys = None
         if rest:
@@ -1058,10 +1062,10 @@ class StreamPipeline:
             if not e:
                 result.append(next(made))
                 continue
-            x_np, kind = host_view(b, f"batch {i}")
             if outs is not None:
-                result.append(self._run_empty(x_np, kind, outs[i]))
+                result.append(given_outs[i])
                 continue
+            x_np, kind = host_view(b, f"batch {i}")
             key = (kind.library, str(kind.torch_dtype), x_np.dtype.str, x_np.shape[1:])
             if key not in seen:
                 seen[key] = self._run_empty(x_np, kind, None)
