@@ -83,16 +83,17 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False, pitched_ok: bool 
             if transposed_ok and x.dim() == 2 and x.stride() == (1, x.shape[0]):
                 return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
                                transposed=True)
-            if pitched_ok and x.dim() == 2 and x.stride(1) == 1 and x.stride(0) > x.shape[1]:
+            pitch = row_pitch(x) if pitched_ok else 0
+            if pitch:
                 return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch",
-                               pitch=x.stride(0))
+                               pitch=pitch)
             raise ValueError(f"{name} is not contiguous (row-major){_NOR_TRANSPOSED if transposed_ok else ''}: "
                              "call .contiguous() first")
         return Operand(x, x.data_ptr(), tuple(x.shape), _torch_dtype_name(x.dtype), x.get_device(), "torch")
-    if pitched_ok and _is_pitched_cupy(x):
-        item = x.dtype.itemsize
+    pitch = row_pitch(x) if pitched_ok and type(x).__module__.startswith("cupy") else 0
+    if pitch:
         return Operand(x, int(x.data.ptr), tuple(x.shape), np.dtype(x.dtype).name, int(x.device.id), "cupy",
-                       pitch=x.strides[0] // item)
+                       pitch=pitch)
     transposed = transposed_ok and _is_transposed_view(x)
     try:
         arr = as_device_array(x.T if transposed else x)
@@ -104,13 +105,24 @@ def operand(x: Any, name: str, *, transposed_ok: bool = False, pitched_ok: bool 
                    arr.device_index, kind, transposed)
 
 
-def _is_pitched_cupy(x: Any) -> bool:
-    """A 2-D CuPy array of contiguous rows lying further apart than its columns (``y[:, :n]``
-    of a C-contiguous ``y``)."""
-    if not type(x).__module__.startswith("cupy") or getattr(x, "ndim", 0) != 2 or x.flags.c_contiguous:
-        return False
-    item = x.dtype.itemsize
-    return x.strides[1] == item and x.strides[0] % item == 0 and x.strides[0] // item > x.shape[1]
+def row_pitch(x: Any) -> int:
+    """The elements from one row of the 2-D array ``x`` to the next where its rows are
+    contiguous but lie further apart than its columns (``y[:, :n]`` of a C-contiguous ``y``:
+    the (M, N) view of a matrix of padded rows); 0 for any other array. Torch's strides are
+    in elements, CuPy's and NumPy's in bytes."""
+    shape = getattr(x, "shape", ())
+    if len(shape) != 2:
+        return 0
+    if callable(getattr(x, "stride", None)):
+        (s0, s1), item = x.stride(), 1
+    else:
+        strides, item = getattr(x, "strides", None), getattr(getattr(x, "dtype", None), "itemsize", 0)
+        if strides is None or len(strides) != 2 or not item:
+            return 0
+        s0, s1 = strides
+    if s1 != item or s0 <= shape[1] * item or s0 % item:
+        return 0
+    return s0 // item
 
 
 def _is_transposed_view(x: Any) -> bool:

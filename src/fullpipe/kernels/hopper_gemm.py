@@ -61,7 +61,8 @@ from ..cuda import driver as drv
 from ..cuda.device import ensure_current
 from ..cuda.launch import set_max_dynamic_shared_memory
 from ..cuda.streams import as_core_stream
-from ._operands import Operand, arch_and_sm_count, current_stream_handle, empty_like_kind, matmul_shape, operand
+from ._operands import (Operand, arch_and_sm_count, current_stream_handle, empty_like_kind, matmul_shape, operand,
+                        row_pitch)
 
 SOURCES = {
     "wgmma": "kernels/gemm_hopper_wgmma.cu",
@@ -1001,16 +1002,9 @@ def run(A: Operand, B: Operand, variant: str, out: Any, stream: Any, multicast: 
 
 
 def _is_pitched(out: Any) -> bool:
-    """Is ``out`` a 2-D torch or CuPy array of contiguous rows lying further apart than its
-    columns (the (M, N) view :func:`_run_padded_rows` returns)?"""
-    if out is None:
-        return False
-    strides = out.stride() if callable(getattr(out, "stride", None)) else getattr(out, "strides", None)
-    shape = getattr(out, "shape", ())
-    if strides is None or len(shape) != 2 or len(strides) != 2:
-        return False
-    item = 1 if callable(getattr(out, "stride", None)) else getattr(getattr(out, "dtype", None), "itemsize", 1)
-    return strides[1] == item and strides[0] > shape[1] * item
+    """Is ``out`` a 2-D array of contiguous rows lying further apart than its columns (the
+    (M, N) view :func:`_run_padded_rows` returns)?"""
+    return out is not None and row_pitch(out) > 0
 
 
 def _run_padded_rows(A: Operand, B: Operand, out: Any, stream: Any, multicast: bool, build: PersistentBuild | None,
@@ -1035,11 +1029,20 @@ def _run_padded_rows(A: Operand, B: Operand, out: Any, stream: Any, multicast: b
     if C.pitch and C.pitch % 8 == 0 and C.ptr % 16 == 0:  # (rows of whole 16-byte units: written in place)
         _enqueue(A, B, "persistent", C.ptr, C.pitch, handle, multicast, build, sk_tiles, on_current)
         return out
+    via_scratch(A, C, m, n, pitch, handle, on_current,
+                lambda at: _enqueue(A, B, "persistent", at, pitch, handle, multicast, build, sk_tiles, on_current))
+    return out
+
+
+def via_scratch(A: Operand, C: Operand, m: int, n: int, pitch: int, handle: int, on_current: bool,
+                write: Callable[[int], None]) -> None:
+    """C (M x N, rows ``C.pitch`` or N elements apart) written through a scratch matrix:
+    ``write(address)`` enqueues what fills an M x ``pitch`` matrix there, then its first N
+    columns are copied into C, on the stream ``handle``."""
     scratch, at = _workspace(A, m * pitch * ELEM, handle, on_current)
-    _enqueue(A, B, "persistent", at, pitch, handle, multicast, build, sk_tiles, on_current)
+    write(at)
     copy_rows(C.ptr, (C.pitch or n) * ELEM, at, pitch * ELEM, n * ELEM, m, handle)
     del scratch  # (freed in the order of the stream it was made for: after the copy)
-    return out
 
 
 def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int, handle: int) -> None:

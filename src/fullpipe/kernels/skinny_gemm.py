@@ -262,10 +262,8 @@ def run(A: Operand, B: Operand, out: Any, stream: Any, slices_per_run: int | Non
     rows_build(m)
     out, C, handle = hg.prepare_output(A, B, out, stream, pitched_ok=True)
     if C.pitch:  # (rows further apart than N: the kernel writes rows N apart, then a 2-D copy)
-        scratch, at = hg._workspace(A, m * n * hg.ELEM, handle, on_current=stream is None)
-        _enqueue(A, B, at, handle, slices_per_run, build)
-        hg.copy_rows(C.ptr, C.pitch * hg.ELEM, at, n * hg.ELEM, n * hg.ELEM, m, handle)
-        del scratch  # (freed in the order of the stream it was made for: after the copy)
+        hg.via_scratch(A, C, m, n, n, handle, stream is None,
+                       lambda at: _enqueue(A, B, at, handle, slices_per_run, build))
         return out
     _enqueue(A, B, C.ptr, handle, slices_per_run, build)
     return out
