@@ -158,7 +158,7 @@ def test_persistent_grid_is_never_more_than_the_work():
 def test_stream_k_where_whole_tiles_leave_clusters_idle():
     """Whole tiles where their waves keep the clusters busy (8192^3: 1024 tiles on 66
     clusters, the last wave 0.52 full); below one wave each tile cut into equal runs, as
-    many as fit (a power of two, at most 8, 16 slices or more each); the last wave and the
+    many as fit (a power of two, at most 8, 16 slices or more each), tiles of 40 slices or more; the last wave and the
     one before it where two waves or more end in a nearly empty one (at most a third of
     the clusters), the tiles left whole a whole number of waves; nothing at one wave and a
     part. The shapes' measured gains are in stream_k's docstring."""
@@ -189,6 +189,11 @@ def test_stream_k_where_whole_tiles_leave_clusters_idle():
     assert hg.stream_k(32, 66, 64) == (32, 64)  # 512 x 4096 x 4096: two runs a tile
     assert hg.stream_k(4, 66, 256) == (4, 32)  # 512 x 512 x 16384: at most 8 runs
     assert hg.stream_k(16, 66, 16) == (0, 16)  # 1024^3: runs of 8 slices would be too short
+    # below one wave, tiles of fewer than 40 slices stay whole (session 52, p340 / p344: split 0.87x)
+    assert hg.stream_k(64, 132, 32) == (0, 64)  # 200 x 1008 x 2048 in 64 x 64 tiles: two runs of 16 would fit
+    assert hg.stream_k(64, 132, 39) == (0, 64)
+    assert hg.stream_k(64, 132, 40) == (64, 128)  # ... from 40 slices, two runs of 20
+    assert hg.stream_k(32, 132, 64) == (32, 128)  # 129 x 1001 x 4096 in 128 x 64 tiles: four runs of 16 (0.74x)
     assert hg.stream_k(9, 66, 128) == (9, 36)  # 768 x 768 x 8192: 4 runs, not 7.3
     assert hg.stream_k(40, 66, 64) == (0, 40)  # two runs a tile do not fit
     assert hg.stream_k(36, 66, 116, 2) == (36, 66)  # 570 x 3048 x 7408: every cluster, runs of 63 slices

@@ -106,6 +106,10 @@ SK_ONE_WAVE_SECOND_AT_MOST = 1 / 2
 # (a run pays its pipeline's fill; the finishing run adds every other run's sums)
 MAX_SPLIT = 8
 MIN_SPLIT_SLICES = 16
+# ... and only tiles of this many K slices or more: a split costs a few microseconds whatever
+# the tile (the workspace's memset before the kernel, the finishing run's wait and sums), more
+# than halving a short tile's main loop saves (stream_k's docstring; session 52)
+MIN_SPLIT_TILE_SLICES = 40
 # Below one wave, more than half of it (no split of two fits) and at most this share of the
 # clusters, clusters of two blocks or more (measured on clusters of 2 along M): every tile dealt
 # out over every cluster where each cluster's run is MIN_ALL_RUN_SLICES slices or more
@@ -632,7 +636,16 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       of two with tiles x SPLIT clusters on the GPU, at most MAX_SPLIT and runs of
       MIN_SPLIT_SLICES at least (every run then starts where a run of the tile at once
       beside it does, and the finishing run adds SPLIT - 1 partial sums): 1.2-3.6x whole
-      tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost;
+      tiles at 128 x 4096 x 4096 ... 512 x 512 x 16384; fewer or shorter runs lost; and only
+      tiles of MIN_SPLIT_TILE_SLICES slices or more (session 52; until then from 32, two runs of
+      16). On an H200 (p340, CUDA-graph replay): tiles of 32 slices split in two ran 1.07-1.42x
+      the time of whole tiles on every one-block build (128 x 128, 128 x 64, 64 x 128, 64 x 64;
+      5 products of K 2048: 200 x 1008 x 2048 in 64 x 64 tiles 10.1 against 8.9 us; an eager
+      call with stream-K's host time 36 against 10 us, p342); tiles of 64 slices or more ran
+      faster split (129 x 1001 x 4096: 0.61-0.87x), 41-50 slices either way. Held out (p344: 40
+      random products of 32-39 slices, all in 64 x 64 tiles, the only build default_build leaves
+      below half a wave): whole tiles 1.148x faster in geometric mean (1.02-1.37x, none slower),
+      an eager call 1.92x;
     - more than half a wave and at most two thirds (SK_BELOW_ONE_WAVE_AT_MOST), clusters of
       two blocks or more (measured on 2 x 1), where each cluster's run would be
       MIN_ALL_RUN_SLICES slices or more: every tile dealt out over every cluster (session 49;
@@ -681,7 +694,7 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
         return whole
     if waves == 0:
         split = 1
-        while split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
+        while slices >= MIN_SPLIT_TILE_SLICES and split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
             split *= 2
         if split > 1:
             return tiles, tiles * split
