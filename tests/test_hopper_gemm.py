@@ -56,16 +56,18 @@ TECHNIQUE = {
 def _stream_k_only_global_stores(counts: dict[str, int], where: str, tile_n: int = 256) -> None:
     """The persistent rung writes C only by TMA stores: its global stores are stream-K's
     (a warpgroup's partial sums, its tile_n / 2 accumulators per thread as tile_n / 8
-    coalesced 128-bit stores at L2, and the flag after them); they are read back at L2 as
-    8 128-bit loads per epilogue piece (tile_n / 64 of them) for each of the partials
-    loaded at once (2 at tile_n 256, 4 at 128 and 64: 16, 32 and 32 loads in flight); the ticket
-    is an atomic add."""
+    coalesced 128-bit stores at L2, the flag raised after them, and the flag lowered by
+    the warpgroup that waited for it); they are read back at L2 as 8 128-bit loads per
+    epilogue piece (tile_n / 64 of them) for each of the partials loaded at once (2 at
+    tile_n 256, 4 at 128 and 64: 16, 32 and 32 loads in flight); the ticket is an atomic
+    increment that wraps to 0 at the last cluster's (the workspace left as found)."""
     vectors = tile_n // 8
     stores = {k: v for k, v in counts.items() if k.startswith("STG.")}
-    assert stores == {"STG.E.128.STRONG.GPU": vectors, "STG.E.STRONG.GPU": 1}, f"{where}: {stores}"
+    assert stores == {"STG.E.128.STRONG.GPU": vectors, "STG.E.STRONG.GPU": 2}, f"{where}: {stores}"
     loads = 8 * (tile_n // 64) * (2 if tile_n == 256 else 4)
     assert counts.get("LDG.E.128.STRONG.GPU") == loads, f"{where}: partial sums not read back as {loads} x 128 bits"
-    assert counts.get("ATOMG.E.ADD.STRONG.GPU") == 1, f"{where}: no ticket"
+    assert counts.get("ATOMG.E.INC.STRONG.GPU") == 1 and counts.get("ATOMG") == 1, \
+        f"{where}: the ticket is not one wrapping increment: {sorted(k for k in counts if k.startswith('ATOM'))}"
 
 
 @pytest.mark.parametrize("variant", hg.VARIANTS)
@@ -210,10 +212,66 @@ def test_stream_k_plan_uses_every_cluster_and_a_workspace_per_warpgroup():
     p = hg.plan("persistent", 3072, 3072, 3072, "bfloat16", max_clusters=66)
     assert p.sk_tiles == 78 and p.clusters == 66 and p.grid == 132
     warpgroups = 132 * hg.CONSUMERS
-    assert p.workspace_zeroed == hg.WORKSPACE_HEADER + 1280  # the ticket, then a flag per warpgroup (1056 B, to 256)
+    # the ticket, then the flags' fixed region (whatever the launch: a kept workspace serves every build)
+    assert p.workspace_zeroed == hg.WORKSPACE_HEADER + 4 * hg.WORKSPACE_FLAGS >= hg.WORKSPACE_HEADER + 4 * warpgroups
     assert p.workspace_bytes == p.workspace_zeroed + warpgroups * 64 * 256 * 4
     with pytest.raises(ValueError, match="whole number of waves"):
         hg.plan("persistent", 3072, 3072, 3072, "bfloat16", max_clusters=66, sk_tiles=10)
+    # a GPU of more warpgroups than the workspace has flags: refused, not written past them
+    with pytest.raises(ValueError, match="flags"):
+        hg.plan("persistent", 16384, 16384, 1024, "bfloat16", max_clusters=2100, sk_tiles=4096 - 2100)
+
+
+class _Allocs:
+    """hopper_gemm._workspace and its driver calls, recorded (no GPU)."""
+
+    def __init__(self, monkeypatch):
+        self.made, self.zeroed, self.next = [], [], 1 << 20
+        monkeypatch.setattr(hg, "_workspace", self.workspace)
+        monkeypatch.setattr(hg.drv, "call", self.call)
+
+    def workspace(self, ref, nbytes, handle, on_current=False):
+        ptr, self.next = self.next, self.next + nbytes
+        self.made.append((nbytes, handle))
+        return object(), ptr
+
+    def call(self, name, *args):
+        assert name == "cuMemsetD32Async"
+        self.zeroed.append((args[0], args[2], args[3]))  # (address, words, stream)
+
+
+def test_kept_workspaces_are_made_once_per_stream_grown_and_given_up_least_recent_first(monkeypatch):
+    import threading
+
+    allocs = _Allocs(monkeypatch)
+    kept = hg.KeptWorkspaces(limit=2)
+    ref = _Ref(0)
+    a1 = kept.get(ref, 1000, handle=11)
+    assert kept.get(ref, 800, handle=11) == a1 and len(allocs.made) == 1  # smaller: the same one, not zeroed again
+    assert allocs.zeroed == [(a1, (hg.WORKSPACE_HEADER + 4 * hg.WORKSPACE_FLAGS) // 4, 11)]
+    a2 = kept.get(ref, 5000, handle=11)  # larger: a new one, zeroed on its stream
+    assert a2 != a1 and allocs.made[-1] == (5000, 11) and allocs.zeroed[-1][::2] == (a2, 11)
+    b = kept.get(ref, 1000, handle=22)
+    assert b not in (a1, a2) and kept.held_bytes() == 6000
+    kept.get(ref, 100, handle=11)  # stream 11 used last: stream 22's goes when a third comes
+    kept.get(ref, 100, handle=33)
+    assert kept.held_bytes() == 5000 + 100
+    assert kept.get(ref, 100, handle=11) == a2 and len(allocs.made) == 4
+    assert kept.get(_Ref(1), 100, handle=11) != a2  # another device: its own
+    # the per-thread default stream is one stream per thread under one handle
+    mine = kept.get(ref, 100, handle=hg.PER_THREAD_STREAM)
+    other = []
+    t = threading.Thread(target=lambda: other.append(kept.get(ref, 100, handle=hg.PER_THREAD_STREAM)))
+    t.start()
+    t.join()
+    assert other[0] != mine and kept.get(ref, 100, handle=hg.PER_THREAD_STREAM) != other[0]
+    kept.clear()
+    assert kept.held_bytes() == 0
+
+
+class _Ref:
+    def __init__(self, device_index):
+        self.device_index = device_index
 
 
 @pytest.mark.parametrize("variant", hg.VARIANTS)

@@ -192,7 +192,7 @@ def test_stream_k_matches_float64_and_whole_tiles(dtype_name, shape, build_name)
 def test_stream_k_on_two_streams_at_once():
     """Two stream-K products at once on two streams, each wanting most SMs: a cluster only
     waits for clusters that took their tickets before it (so they run), so neither waits
-    for the other's SMs; each has its own workspace from the allocator, in its stream's order."""
+    for the other's SMs; each stream has its own kept workspace."""
     import torch
 
     shapes = [(3072, 3072, 3072), (512, 512, 4096)]
@@ -211,6 +211,58 @@ def test_stream_k_on_two_streams_at_once():
         for a, b, out, s, ref in work:
             s.synchronize()
             assert not torch.isnan(out).any() and _rel(out, ref) < 1e-2
+
+
+def test_stream_k_launches_on_a_stream_share_one_kept_workspace_and_leave_it_zero():
+    """Stream-K launches of different builds and grids in turn on one stream, three rounds,
+    outputs poisoned each time, all on the stream's one kept workspace with no memset
+    between them (each launch leaves its ticket counter and flags zero, where the next finds
+    them); a CUDA graph captured on the same stream makes its own, and eager launches after
+    the replays still compute right."""
+    import torch
+
+    from fullpipe.kernels import hopper_gemm as hg
+
+    cases = [((3072, 3072, 3072), None), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
+             ((200, 1032, 4104), "PERSISTENT_M64_N128"), ((1000, 1032, 4104), "PERSISTENT_ALONG_N")]
+    s = torch.cuda.Stream()
+    work, need = [], 0
+    for (m, n, k), name in cases:
+        p, build, _ = _stream_k_plan(m, n, k, "bfloat16", name)
+        assert p.sk_tiles > 0, (m, n, k, name)
+        need = max(need, p.workspace_bytes)
+        a, b = _inputs(m, n, k, torch.bfloat16, seed=m + 5 * n)
+        work.append((a, b, build, torch.empty(m, n, device="cuda", dtype=torch.bfloat16), a.double() @ b.double()))
+    torch.cuda.synchronize()
+
+    def kept_header_is_zero():
+        held = hg._KEPT_WORKSPACES._held[(torch.cuda.current_device(), s.cuda_stream, 0)]
+        assert held[2] >= need
+        return not held[0][:hg.WORKSPACE_HEADER + 4 * hg.WORKSPACE_FLAGS].any()
+
+    def run_round():
+        with torch.cuda.stream(s):
+            for a, b, build, out, _ in work:
+                out.fill_(float("nan"))
+                gemm_hopper(a, b, out=out, _build=build)
+        s.synchronize()
+        for a, b, build, out, ref in work:
+            assert not torch.isnan(out).any() and _rel(out, ref) < 1e-2, build.label
+
+    for _ in range(3):
+        run_round()
+        assert kept_header_is_zero()
+    a, b, build, out, ref = work[1]
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        gemm_hopper(a, b, out=out, _build=build)
+    for _ in range(2):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert _rel(out, ref) < 1e-2
+    run_round()
+    assert kept_header_is_zero()
 
 
 @pytest.mark.parametrize("shape", [(512, 512, 4096), (3072, 3072, 1024)], ids=["one-block", "clusters"])

@@ -36,6 +36,11 @@
 // counter), the earliest slices to the latest tickets, so a cluster only ever waits
 // for partial sums of clusters that started before it: they are resident and finish
 // their partial before anything else, whatever else shares the GPU.
+// The kernel leaves the workspace's counter and flags zero as it found them: the counter
+// wraps to 0 as the last cluster takes its ticket (atomicInc), and each flag is raised by
+// one warpgroup and lowered by the one that waits for it. A workspace zeroed once then
+// serves every later launch on its stream with no memset in between (hopper_gemm keeps
+// one per stream).
 //
 // The slot a multicast fills in the peer must be free there as well, which is why
 // empty[s] counts CONSUMERS x CLUSTER arrivals. full[s] may receive the peer's bytes
@@ -64,9 +69,9 @@
 // of one block is launched without the cluster attribute: the implicit cluster of one), 384
 // threads (256 at TILE_M 64), dynamic shared memory STAGES * SLICE_BYTES (48 KiB; 32 at
 // TILE_N 128, 24 at 64; 8 KiB less at TILE_M 64) + 16 KiB per consumer warpgroup + 1 KiB.
-// workspace (sk_tiles > 0 only): a ticket counter and one flag per consumer warpgroup
-// (zeroed before each launch), then 64 x BN fp32 partial sums per consumer warpgroup
-// (Workspace). Launched as a dependent launch (programmatic stream serialization): it
+// workspace (sk_tiles > 0 only): a ticket counter and MAX_FLAGS flags, one per consumer
+// warpgroup (zero before the first launch; each launch leaves them zero), then 64 x BN fp32
+// partial sums per consumer warpgroup (Workspace). Launched as a dependent launch (programmatic stream serialization): it
 // waits for the kernel before it in fp_pdl::wait_for_prior_grid (dependent_launch.cuh).
 #include <fullpipe/dependent_launch.cuh>
 #include <fullpipe/gemm_hopper_tile.cuh>
@@ -207,17 +212,19 @@ struct SharedStorage {
 // The stream-K workspace in global memory: [ticket counter | flags | partial sums], the
 // flags and sums one per (cluster ticket, block rank, consumer warpgroup). A partial is
 // a warpgroup's ACC accumulators per thread as ACC / 4 float4, thread-minor (coalesced,
-// and read back by the thread of the same place in the finishing warpgroup).
+// and read back by the thread of the same place in the finishing warpgroup). The flags
+// take MAX_FLAGS places whatever the launch (host-checked: blocks x CONSUMERS at most), so
+// launches of other builds and grids on the same workspace find them where they left them
+// (zero), never under another launch's partial sums (hopper_gemm.WORKSPACE_FLAGS).
 struct Workspace {
     unsigned char* base;
-    int clusters;
     static constexpr int HEADER = 256;
+    static constexpr int MAX_FLAGS = 4096;
     __device__ unsigned* counter() const { return reinterpret_cast<unsigned*>(base); }
     __device__ int slot(int ticket, int rank, int wg) const { return (ticket * CLUSTER + rank) * CONSUMERS + wg; }
     __device__ unsigned* flag(int s) const { return reinterpret_cast<unsigned*>(base + HEADER) + s; }
     __device__ float4* partial(int s) const {
-        const int flag_bytes = (clusters * CLUSTER * CONSUMERS * 4 + 255) / 256 * 256;
-        return reinterpret_cast<float4*>(base + HEADER + flag_bytes) + static_cast<long long>(s) * (ACC / 4) * 128;
+        return reinterpret_cast<float4*>(base + HEADER + MAX_FLAGS * 4) + static_cast<long long>(s) * (ACC / 4) * 128;
     }
 };
 
@@ -478,8 +485,9 @@ struct PartialSums {
     }
 };
 
-// Wait until the partial sums of this tile's later slices are all written (their flags);
-// a warp without rows of C adds none (none were written).
+// Wait until the partial sums of this tile's later slices are all written (their flags),
+// lowering each flag once seen (its sums stay until the next launch, which starts after
+// this one has ended); a warp without rows of C adds none (none were written).
 __device__ __forceinline__ PartialSums wait_partials(const Workspace& ws, const TileScheduler& sched,
                                                      const WorkItem& w, int wg, bool has_rows) {
     const int tile_end = (w.sk_tile + 1) * sched.slices;
@@ -488,10 +496,11 @@ __device__ __forceinline__ PartialSums wait_partials(const Workspace& ws, const 
     for (int u = sched.unit - 1; u >= 0 && sched.begin(u) < tile_end; --u, ++count) {
         if (threadIdx.x % 128 == 0) {
             unsigned ready;
+            unsigned* flag = ws.flag(ws.slot(u, rank, wg));
             do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ready) : "l"(ws.flag(ws.slot(u, rank, wg)))
-                             : "memory");
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
             } while (!ready);
+            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(0u) : "memory");
         }
     }
     fp_tma::named_barrier_sync(1 + wg, 128);   // (the acquire above, for every thread of the warpgroup)
@@ -601,7 +610,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
     extern __shared__ unsigned char smem_raw[];
     SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
-    const Workspace ws{workspace, static_cast<int>(gridDim.x / CLUSTER)};   // (the ticket counter)
+    const Workspace ws{workspace};   // (the ticket counter)
     const int slices = (K + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
 
@@ -624,7 +633,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
     fp_pdl::wait_for_prior_grid();
     fp_pdl::allow_next_grid();
     if (threadIdx.x == 0 && fp_tma::cluster_rank() == 0)   // the cluster's ticket (every block reads it from here)
-        smem.ticket = sk_tiles > 0 ? atomicAdd(ws.counter(), 1u) : blockIdx.x / CLUSTER;
+        smem.ticket = sk_tiles > 0 ? atomicInc(ws.counter(), gridDim.x / CLUSTER - 1) : blockIdx.x / CLUSTER;
     fp_tma::cluster_sync();   // every block's barriers and the ticket exist before any multicast / remote access
 
     // (each role reads its ticket and builds its scheduler after setmaxnreg: values live
@@ -640,7 +649,7 @@ __device__ __forceinline__ void gemm_persistent(const TensorMap* map_a, const Te
         if constexpr (MOVE_REGISTERS) fp_wgmma::claim_registers<CONSUMER_REGS>();
         const int ticket = static_cast<int>(fp_tma::load_cluster_u32(&smem.ticket, 0));
         consumer<BF16>(smem, map_c, TileScheduler(M, N, slices, sk_tiles, ticket),
-                       Workspace{workspace, static_cast<int>(gridDim.x / CLUSTER)}, wg - 1, M);
+                       Workspace{workspace}, wg - 1, M);
     }
     fp_tma::cluster_sync();   // no peer writes here nor arrives on our barriers any more
 }

@@ -354,12 +354,6 @@ def tune_on_first_call() -> bool:
 
 
 # --------------------------------------------------------------------------- measuring
-def _capturing(handle: int) -> bool:
-    from ..cuda import driver as drv
-
-    return int(drv.call("cuStreamIsCapturing", handle)) != 0
-
-
 def measure(A: Operand, B: Operand, stream: Any, plans: list[GemmPlan]) -> dict[GemmPlan, float]:
     """Microseconds a launch of each plan on these operands, on ``stream`` as the caller
     gave it (the host waits for it). Launches of a round run back to back (held at a gate
@@ -449,7 +443,7 @@ def _save_or_warn(table: TunedPlans) -> None:
 def first_call(A: Operand, B: Operand, stream: Any) -> GemmPlan | None:
     """Measure this untuned product now (the caller runs under FULLPIPE_GEMM_TUNE), unless
     ``stream`` is capturing a CUDA graph (None: run the rule's plan)."""
-    if _capturing(hg._stream_handle(stream, A)):
+    if hg.capturing(hg._stream_handle(stream, A)):
         return None
     return tune_operands(A, B, stream)
 

@@ -91,9 +91,12 @@ SLICE_BYTES = (BM * BK + BK * BN) * ELEM  # 48 KiB
 THREADS = {"wgmma": 256, "tma": 256, "ws": 384}  # (the persistent rung's: PersistentBuild.threads)
 MAX_BLOCK_SHARED = 227 * 1024
 CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each; a PersistentBuild's .consumers)
-# Stream-K (the persistent rung): the workspace's header (a warpgroup's partial sums are
-# its 64 x tile_n fp32 accumulators)
+# Stream-K (the persistent rung): the workspace's header (the ticket counter), then a flag
+# per consumer warpgroup in a region of WORKSPACE_FLAGS places whatever the launch (so that
+# launches of any build on one kept workspace find their flags zero), then the partial sums
+# (a warpgroup's are its 64 x tile_n fp32 accumulators). gemm_hopper_persistent.cu, Workspace.
 WORKSPACE_HEADER = 256
+WORKSPACE_FLAGS = 4096
 # Two waves of tiles or more: deal the last wave and the one before it out as K runs where the
 # last wave holds at most this share of the clusters (a nearly empty last wave). Where it is
 # fuller, whole tiles won (stream_k's docstring; one wave and a second: the next constant).
@@ -598,12 +601,9 @@ class HopperPlan:
 
     @property
     def workspace_zeroed(self) -> int:
-        """Bytes at the start of the stream-K workspace zeroed before each launch (the
-        ticket counter and the flags); 0 without stream-K."""
-        if not self.sk_tiles:
-            return 0
-        assert self.build is not None
-        return WORKSPACE_HEADER + _round_up(self.clusters * self.cluster * self.build.consumers * 4, 256)
+        """Bytes at the start of the stream-K workspace that must be zero before a launch
+        (the ticket counter and the flags; the kernel leaves them zero); 0 without stream-K."""
+        return WORKSPACE_HEADER + WORKSPACE_FLAGS * 4 if self.sk_tiles else 0
 
     @property
     def workspace_bytes(self) -> int:
@@ -694,7 +694,8 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
         return whole
     if waves == 0:
         split = 1
-        while slices >= MIN_SPLIT_TILE_SLICES and split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters and slices // (split * 2) >= MIN_SPLIT_SLICES:
+        while (slices >= MIN_SPLIT_TILE_SLICES and split * 2 <= MAX_SPLIT and tiles * split * 2 <= clusters
+               and slices // (split * 2) >= MIN_SPLIT_SLICES):
             split *= 2
         if split > 1:
             return tiles, tiles * split
@@ -778,6 +779,9 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
                              f"of waves of {clusters} clusters")
         if sk_tiles * slices * clusters >= 2**31:
             raise ValueError(f"sk_tiles={sk_tiles}: too many K slices to deal out ({sk_tiles} x {slices})")
+        if sk_tiles and clusters * b.cluster * b.consumers > WORKSPACE_FLAGS:
+            raise ValueError(f"stream-K over {clusters * b.cluster} blocks: more warpgroups than the workspace's "
+                             f"{WORKSPACE_FLAGS} flags")
         return HopperPlan(variant, kernel, b.cluster * clusters, b.threads, b.shared_mem, b.cluster, maps, b, sk_tiles,
                           edge_maps)
     return HopperPlan(variant, kernel, tiles(m, n), THREADS[variant], smem, None, maps)
@@ -873,18 +877,25 @@ class _Launch:
         # (looked up once: a small product's whole call is ~20 us of Python, the launch 4 of it)
         self._launch_args = (self.cfg, self.kernel.handle, ctypes.addressof(self.params), 0)
         self._launch = drv.bound("cuLaunchKernelEx")
+        # (stream-K's, looked up once; the skinny kernel's plans have no workspace)
+        self.workspace_bytes = self.plan.workspace_bytes if self.workspace_at else 0
+        self._workspace_set = 0  # (the workspace address in the parameters now)
 
-    def enqueue(self, workspace: int = 0) -> None:
+    def enqueue(self, workspace: int = 0, zeroed: bool = False) -> None:
         """Launch; with stream-K, on ``workspace`` (workspace_bytes, on this stream), its
-        header zeroed first on the stream."""
+        counter and flags zeroed first on the stream unless ``zeroed`` (a workspace kept
+        zero: the kernel leaves them as it found them)."""
         if not self.workspace_at:
             self._launch(*self._launch_args)
             return
         if not workspace:
             raise ValueError("this launch deals tiles out by K slices (stream-K): it needs a workspace")
-        drv.call("cuMemsetD32Async", workspace, 0, self.plan.workspace_zeroed // 4, self.stream_handle)
+        if not zeroed:
+            drv.call("cuMemsetD32Async", workspace, 0, self.plan.workspace_zeroed // 4, self.stream_handle)
         with self.lock:  # (the parameter buffer is shared by threads launching the same operands)
-            ctypes.memmove(self.workspace_at, struct.pack("<Q", workspace), 8)
+            if workspace != self._workspace_set:
+                ctypes.memmove(self.workspace_at, struct.pack("<Q", workspace), 8)
+                self._workspace_set = workspace
             self._launch(*self._launch_args)
 
 
@@ -1097,9 +1108,68 @@ def _enqueue(A: Operand, B: Operand, variant: str, c_ptr: int, c_pitch: int, han
     if not launch.workspace_at:
         launch.enqueue()
         return
-    ws, ws_ptr = _workspace(A, launch.plan.workspace_bytes, handle, on_current=on_current)
-    launch.enqueue(ws_ptr)
-    del ws  # (freed in the order of the stream it was made for: after the kernel)
+    if capturing(handle):  # (a graph's workspace is its own: made in the capture, zeroed by a node of it)
+        ws, ws_ptr = _workspace(A, launch.workspace_bytes, handle, on_current=on_current)
+        launch.enqueue(ws_ptr)
+        del ws  # (freed in the order of the stream it was made for: after the kernel)
+        return
+    launch.enqueue(_KEPT_WORKSPACES.get(A, launch.workspace_bytes, handle, on_current), zeroed=True)
+
+
+class KeptWorkspaces:
+    """Stream-K workspaces kept between launches, one per (device, stream), each grown to
+    the largest launch it served: zeroed once when made, and left zero by every launch
+    (gemm_hopper_persistent.cu), so a stream-K launch pays neither an allocation nor a
+    memset (p343, an H200 host: 19.2 us a call against whole tiles' 9.5). Launches on one
+    stream run one after another, so they may share its workspace (the per-thread default
+    stream is one per thread: kept per thread). At most ``limit`` streams keep one (the
+    least recently used gives its up: freed in its stream's order, after the work enqueued
+    there). Not for a stream being captured into a CUDA graph (the graph would keep using
+    it after the capture)."""
+
+    def __init__(self, limit: int = 8):
+        self.limit = limit
+        # (device, stream, thread) -> (array, address, bytes)
+        self._held: dict[tuple[int, int, int], tuple[Any, int, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, ref: Operand, nbytes: int, handle: int, on_current: bool = False) -> int:
+        """The address of a zeroed workspace of ``nbytes`` or more for launches on the
+        stream ``handle`` (made from the allocator of ``ref``'s kind, on that stream)."""
+        key = (ref.device_index, handle, threading.get_ident() if handle == PER_THREAD_STREAM else 0)
+        with self._lock:
+            held = self._held.pop(key, None)  # (put back last: the dict's order is the use order)
+            if held is None or held[2] < nbytes:
+                array, ptr = _workspace(ref, nbytes, handle, on_current)
+                drv.call("cuMemsetD32Async", ptr, 0, (WORKSPACE_HEADER + WORKSPACE_FLAGS * 4) // 4, handle)
+                held = (array, ptr, nbytes)  # (the one it replaces is freed in the stream's order)
+            self._held[key] = held
+            while len(self._held) > self.limit:
+                del self._held[next(iter(self._held))]
+            return held[1]
+
+    def held_bytes(self) -> int:
+        """Device memory the kept workspaces hold."""
+        with self._lock:
+            return sum(h[2] for h in self._held.values())
+
+    def clear(self) -> None:
+        """Give every kept workspace up (each freed in its stream's order)."""
+        with self._lock:
+            self._held.clear()
+
+
+_KEPT_WORKSPACES = KeptWorkspaces()
+PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: the handle of every thread's own default stream
+_is_capturing = None
+
+
+def capturing(handle: int) -> bool:
+    """Whether the stream ``handle`` is being captured into a CUDA graph."""
+    global _is_capturing
+    if _is_capturing is None:
+        _is_capturing = drv.bound("cuStreamIsCapturing")
+    return int(_is_capturing(handle)) != 0  # (CU_STREAM_CAPTURE_STATUS_NONE)
 
 
 def launch_stream(A: Operand, B: Operand, stream: Any) -> int:
@@ -1178,11 +1248,13 @@ def _selftest(argv: list[str] | None = None) -> int:
 
     build = {b.label: b for b in SWEEP_BUILDS}[args.build] if args.build else None
 
-    # (stream-K: 16 tiles of 128 x 64, 4 runs each; a whole wave of tiles, then 78 split ones)
-    # (8 x 512 x 4096 and 72 x 1024 x 2048: stream-K with a warpgroup, and warps, on rows past the end)
+    # (stream-K: 512 x 256 x 4096, 32 tiles of 64 x 64, 4 runs each; 2304^2 x 1024, 81 cluster tiles over 66
+    # clusters; 3072 x 3072 x 1024, two waves whole, then 78 tiles split: the launches after the first on
+    # the stream's kept workspace, left zero by the one before)
+    # (8 x 512 x 4096 and 72 x 1024 x 2560: stream-K with a warpgroup, and warps, on rows past the end)
     # (258 x 3392 x 520: 128 x 128 tiles whose last row loads an 8-row edge box, and a B chunk past N)
-    shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (3072, 3072, 256),
-              (8, 512, 4096), (72, 1024, 2048), (258, 3392, 520)]
+    shapes = [(256, 512, 128), (200, 264, 72), (130, 520, 1000), (1, 8, 8), (512, 256, 4096), (2304, 2304, 1024),
+              (3072, 3072, 1024), (8, 512, 4096), (72, 1024, 2560), (258, 3392, 520)]
     if build:  # a grid on which the Hilbert walk skips cells (5 x 7 cluster tiles at 2 x 1)
         shapes.append((1200, 1704, 520))
     bad = 0
