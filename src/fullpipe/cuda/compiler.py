@@ -313,13 +313,20 @@ def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[b
     from cuda.bindings import nvrtc
 
     drv._forbid_inside_host_function("nvrtcCompileProgram")
-    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), 0, [], [])
+    # The program may keep pointers to its source and name rather than copies (other
+    # bindings of this C API say so: cudarc's create_program): both are held until it is
+    # destroyed. Until session 52 they were temporaries, freed as the call returned, and
+    # nvrtcCompileProgram segfaulted twice in GPU test runs (sessions 51 and 52), each time
+    # on a kernel that compiled in every other run: what reading freed memory would do.
+    src, prog_name = text.encode(), name.encode()
+    err, prog = nvrtc.nvrtcCreateProgram(src, prog_name, 0, [], [])
     if int(err) != 0:
         raise CompileError(name, f"nvrtcCreateProgram: {err}")
     try:
         opts = [*flags, f"-arch={arch}", "-Xptxas=-v"]
         opts += [f"-I{d}" for d in include_dirs()]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        encoded_opts = [o.encode() for o in opts]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded_opts), encoded_opts)
         _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
         log_buf = b" " * log_size
         nvrtc.nvrtcGetProgramLog(prog, log_buf)
@@ -336,6 +343,7 @@ def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[b
         return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+        del src, prog_name  # (only now)
 
 
 def compile_file(path: str | os.PathLike, **kwargs: Any) -> CompiledModule:
