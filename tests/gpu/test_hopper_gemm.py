@@ -263,6 +263,8 @@ def test_stream_k_launches_on_a_stream_share_one_kept_workspace_and_leave_it_zer
         assert _rel(out, ref) < 1e-2
     run_round()
     assert kept_header_is_zero()
+    assert hg.release_workspaces() >= need and hg._KEPT_WORKSPACES.held_bytes() == 0
+    run_round()  # (a new one made)
 
 
 @pytest.mark.parametrize("shape", [(512, 512, 4096), (3072, 3072, 1024)], ids=["one-block", "clusters"])

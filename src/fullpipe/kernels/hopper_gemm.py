@@ -110,8 +110,8 @@ SK_ONE_WAVE_SECOND_AT_MOST = 1 / 2
 MAX_SPLIT = 8
 MIN_SPLIT_SLICES = 16
 # ... and only tiles of this many K slices or more: a split costs a few microseconds whatever
-# the tile (the workspace's memset before the kernel, the finishing run's wait and sums), more
-# than halving a short tile's main loop saves (stream_k's docstring; session 52)
+# the tile (the finishing run's wait and sums; in a CUDA graph, the workspace's memset node),
+# more than halving a short tile's main loop saves (stream_k's docstring; session 52)
 MIN_SPLIT_TILE_SLICES = 40
 # Below one wave, more than half of it (no split of two fits) and at most this share of the
 # clusters, clusters of two blocks or more (measured on clusters of 2 along M): every tile dealt
@@ -644,8 +644,9 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
       call with stream-K's host time 36 against 10 us, p342); tiles of 64 slices or more ran
       faster split (129 x 1001 x 4096: 0.61-0.87x), 41-50 slices either way. Held out (p344: 40
       random products of 32-39 slices, all in 64 x 64 tiles, the only build default_build leaves
-      below half a wave): whole tiles 1.148x faster in geometric mean (1.02-1.37x, none slower),
-      an eager call 1.92x;
+      below half a wave): whole tiles 1.148x faster in geometric mean (1.02-1.37x, none slower;
+      the split's times with the workspace's memset), an eager call 1.92x (before stream-K kept a
+      workspace per stream: KeptWorkspaces);
     - more than half a wave and at most two thirds (SK_BELOW_ONE_WAVE_AT_MOST), clusters of
       two blocks or more (measured on 2 x 1), where each cluster's run would be
       MIN_ALL_RUN_SLICES slices or more: every tile dealt out over every cluster (session 49;
@@ -996,6 +997,9 @@ def gemm_hopper(a: Any, b: Any, *, variant: str = "persistent", out: Any = None,
     skinny kernel where it is faster). The persistent rung also takes ``b`` as ``w.T`` of a
     row-major (N, K) ``w`` (an nn.Linear weight) and reads ``w`` as it lies, for any N (C's
     rows padded where N is not a multiple of 8: :func:`_run_padded_rows`).
+    Where the persistent rung deals tiles out by K slices (stream-K), each stream keeps a
+    workspace for its later launches (up to ~17 MiB on 132 SMs, at most 8 streams; inside a CUDA graph
+    capture the graph makes its own): :func:`release_workspaces` gives them back.
     For the experiments (persistent only): ``_multicast=False``, every block loads all
     of its operands; ``_build``, another :class:`PersistentBuild` than :func:`default_build`'s;
     ``_sk_tiles``, the stream-K tiles (default :func:`stream_k`, 0: none)."""
@@ -1160,6 +1164,16 @@ class KeptWorkspaces:
 
 
 _KEPT_WORKSPACES = KeptWorkspaces()
+
+
+def release_workspaces() -> int:
+    """Give back the stream-K workspaces kept for later launches (each freed in its
+    stream's order; the next stream-K launch on a stream makes its own again). Returns the
+    bytes given back."""
+    held = _KEPT_WORKSPACES.held_bytes()
+    _KEPT_WORKSPACES.clear()
+    return held
+
 PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: the handle of every thread's own default stream
 _is_capturing = None
 
