@@ -220,6 +220,10 @@ def test_stream_k_plan_uses_every_cluster_and_a_workspace_per_warpgroup():
     # a GPU of more warpgroups than the workspace has flags: refused, not written past them
     with pytest.raises(ValueError, match="flags"):
         hg.plan("persistent", 16384, 16384, 1024, "bfloat16", max_clusters=2100, sk_tiles=4096 - 2100)
+    # fewer K slices to deal out than clusters: some would have no run, and a tile's finisher would wait for
+    # their flags forever
+    with pytest.raises(ValueError, match="without a run"):
+        hg.plan("persistent", 256, 256, 128, "bfloat16", max_clusters=66, sk_tiles=1)
 
 
 class _Allocs:
@@ -241,32 +245,40 @@ class _Allocs:
 
 
 def test_kept_workspaces_are_made_once_per_stream_grown_and_given_up_least_recent_first(monkeypatch):
-    import threading
-
     allocs = _Allocs(monkeypatch)
     kept = hg.KeptWorkspaces(limit=2)
     ref = _Ref(0)
-    a1 = kept.get(ref, 1000, handle=11)
-    assert kept.get(ref, 800, handle=11) == a1 and len(allocs.made) == 1  # smaller: the same one, not zeroed again
+
+    def get(nbytes, handle, device=ref):
+        array, ptr = kept.get(device, nbytes, handle)
+        assert array is not None  # (the caller holds it through its launch)
+        return ptr
+
+    a1 = get(1000, 11)
+    assert get(800, 11) == a1 and len(allocs.made) == 1  # smaller: the same one, not zeroed again
     assert allocs.zeroed == [(a1, (hg.WORKSPACE_HEADER + 4 * hg.WORKSPACE_FLAGS) // 4, 11)]
-    a2 = kept.get(ref, 5000, handle=11)  # larger: a new one, zeroed on its stream
+    a2 = get(5000, 11)  # larger: a new one, zeroed on its stream
     assert a2 != a1 and allocs.made[-1] == (5000, 11) and allocs.zeroed[-1][::2] == (a2, 11)
-    b = kept.get(ref, 1000, handle=22)
+    b = get(1000, 22)
     assert b not in (a1, a2) and kept.held_bytes() == 6000
-    kept.get(ref, 100, handle=11)  # stream 11 used last: stream 22's goes when a third comes
-    kept.get(ref, 100, handle=33)
+    get(100, 11)  # stream 11 used last: stream 22's goes when a third comes
+    get(100, 33)
     assert kept.held_bytes() == 5000 + 100
-    assert kept.get(ref, 100, handle=11) == a2 and len(allocs.made) == 4
-    assert kept.get(_Ref(1), 100, handle=11) != a2  # another device: its own
-    # the per-thread default stream is one stream per thread under one handle
-    mine = kept.get(ref, 100, handle=hg.PER_THREAD_STREAM)
-    other = []
-    t = threading.Thread(target=lambda: other.append(kept.get(ref, 100, handle=hg.PER_THREAD_STREAM)))
-    t.start()
-    t.join()
-    assert other[0] != mine and kept.get(ref, 100, handle=hg.PER_THREAD_STREAM) != other[0]
+    assert get(100, 11) == a2 and len(allocs.made) == 4
+    assert get(100, 11, device=_Ref(1)) != a2  # another device: its own
     kept.clear()
     assert kept.held_bytes() == 0
+
+
+def test_the_per_thread_default_stream_keeps_no_workspace(monkeypatch):
+    """Its launches from two threads are not ordered: each gets a workspace of its own."""
+    hg._per_thread_default_stream.cache_clear()
+    monkeypatch.delenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", raising=False)
+    assert hg.KeptWorkspaces.keeps(0) and hg.KeptWorkspaces.keeps(123) and not hg.KeptWorkspaces.keeps(2)
+    hg._per_thread_default_stream.cache_clear()
+    monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "1")  # (stream 0 is then per thread too)
+    assert not hg.KeptWorkspaces.keeps(0) and hg.KeptWorkspaces.keeps(123)
+    hg._per_thread_default_stream.cache_clear()
 
 
 class _Ref:

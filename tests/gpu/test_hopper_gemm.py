@@ -236,7 +236,7 @@ def test_stream_k_launches_on_a_stream_share_one_kept_workspace_and_leave_it_zer
     torch.cuda.synchronize()
 
     def kept_header_is_zero():
-        held = hg._KEPT_WORKSPACES._held[(torch.cuda.current_device(), s.cuda_stream, 0)]
+        held = hg._KEPT_WORKSPACES._held[(torch.cuda.current_device(), s.cuda_stream)]
         assert held[2] >= need
         return not held[0][:hg.WORKSPACE_HEADER + 4 * hg.WORKSPACE_FLAGS].any()
 

@@ -313,11 +313,11 @@ def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[b
     from cuda.bindings import nvrtc
 
     drv._forbid_inside_host_function("nvrtcCompileProgram")
-    # The program may keep pointers to its source and name rather than copies (other
-    # bindings of this C API say so: cudarc's create_program): both are held until it is
-    # destroyed. Until session 52 they were temporaries, freed as the call returned, and
-    # nvrtcCompileProgram segfaulted twice in GPU test runs (sessions 51 and 52), each time
-    # on a kernel that compiled in every other run: what reading freed memory would do.
+    # The source and name are held until the program is destroyed: cudarc's binding of this
+    # C API says the program may keep pointers to them (cuda-python's own use, temporary
+    # header arrays, suggests NVRTC copies). nvrtcCompileProgram segfaulted twice in GPU
+    # test runs (sessions 51 and 52) on kernels that compiled in every other run; this is
+    # a guess at that, not an explanation.
     src, prog_name = text.encode(), name.encode()
     err, prog = nvrtc.nvrtcCreateProgram(src, prog_name, 0, [], [])
     if int(err) != 0:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import os
 import struct
 import threading
 from typing import Any, Callable
@@ -780,6 +781,9 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
                              f"of waves of {clusters} clusters")
         if sk_tiles * slices * clusters >= 2**31:
             raise ValueError(f"sk_tiles={sk_tiles}: too many K slices to deal out ({sk_tiles} x {slices})")
+        if sk_tiles and sk_tiles * slices < clusters:  # (a cluster without a run never raises the flags waited for)
+            raise ValueError(f"sk_tiles={sk_tiles}: {sk_tiles} x {slices} K slices leave some of {clusters} clusters "
+                             "without a run")
         if sk_tiles and clusters * b.cluster * b.consumers > WORKSPACE_FLAGS:
             raise ValueError(f"stream-K over {clusters * b.cluster} blocks: more warpgroups than the workspace's "
                              f"{WORKSPACE_FLAGS} flags")
@@ -1112,12 +1116,15 @@ def _enqueue(A: Operand, B: Operand, variant: str, c_ptr: int, c_pitch: int, han
     if not launch.workspace_at:
         launch.enqueue()
         return
-    if capturing(handle):  # (a graph's workspace is its own: made in the capture, zeroed by a node of it)
+    if not _KEPT_WORKSPACES.keeps(handle) or capturing(handle):
+        # (made for this launch and zeroed first; in a capture, the graph's own memory and a memset node)
         ws, ws_ptr = _workspace(A, launch.workspace_bytes, handle, on_current=on_current)
         launch.enqueue(ws_ptr)
         del ws  # (freed in the order of the stream it was made for: after the kernel)
         return
-    launch.enqueue(_KEPT_WORKSPACES.get(A, launch.workspace_bytes, handle, on_current), zeroed=True)
+    ws, ws_ptr = _KEPT_WORKSPACES.get(A, launch.workspace_bytes, handle, on_current)
+    launch.enqueue(ws_ptr, zeroed=True)
+    del ws  # (held through the launch: another thread may replace or evict it meanwhile)
 
 
 class KeptWorkspaces:
@@ -1125,22 +1132,28 @@ class KeptWorkspaces:
     the largest launch it served: zeroed once when made, and left zero by every launch
     (gemm_hopper_persistent.cu), so a stream-K launch pays neither an allocation nor a
     memset (p343, an H200 host: 19.2 us a call against whole tiles' 9.5). Launches on one
-    stream run one after another, so they may share its workspace (the per-thread default
-    stream is one per thread: kept per thread). At most ``limit`` streams keep one (the
-    least recently used gives its up: freed in its stream's order, after the work enqueued
-    there). Not for a stream being captured into a CUDA graph (the graph would keep using
-    it after the capture)."""
+    stream run one after another, so they may share its workspace; not so on the per-thread
+    default stream (one stream per thread under one handle: :meth:`keeps` says no). At most
+    ``limit`` streams keep one (the least recently used gives its up: freed in its stream's
+    order, after the work enqueued there). Not for a stream being captured into a CUDA
+    graph (the graph would keep using it after the capture)."""
 
     def __init__(self, limit: int = 8):
         self.limit = limit
-        # (device, stream, thread) -> (array, address, bytes)
-        self._held: dict[tuple[int, int, int], tuple[Any, int, int]] = {}
+        self._held: dict[tuple[int, int], tuple[Any, int, int]] = {}  # (device, stream) -> (array, address, bytes)
         self._lock = threading.Lock()
 
-    def get(self, ref: Operand, nbytes: int, handle: int, on_current: bool = False) -> int:
-        """The address of a zeroed workspace of ``nbytes`` or more for launches on the
-        stream ``handle`` (made from the allocator of ``ref``'s kind, on that stream)."""
-        key = (ref.device_index, handle, threading.get_ident() if handle == PER_THREAD_STREAM else 0)
+    @staticmethod
+    def keeps(handle: int) -> bool:
+        """Whether launches on the stream ``handle`` may share a kept workspace: all but
+        the per-thread default stream's (handle 2, or 0 where cuda-bindings maps 0 to it)."""
+        return handle != PER_THREAD_STREAM and not (handle == 0 and _per_thread_default_stream())
+
+    def get(self, ref: Operand, nbytes: int, handle: int, on_current: bool = False) -> tuple[Any, int]:
+        """A zeroed workspace of ``nbytes`` or more for launches on the stream ``handle``
+        (made from the allocator of ``ref``'s kind, on that stream): (the array, to hold
+        until the launch is enqueued, and its address)."""
+        key = (ref.device_index, handle)
         with self._lock:
             held = self._held.pop(key, None)  # (put back last: the dict's order is the use order)
             if held is None or held[2] < nbytes:
@@ -1150,7 +1163,7 @@ class KeptWorkspaces:
             self._held[key] = held
             while len(self._held) > self.limit:
                 del self._held[next(iter(self._held))]
-            return held[1]
+            return held[0], held[1]
 
     def held_bytes(self) -> int:
         """Device memory the kept workspaces hold."""
@@ -1175,6 +1188,13 @@ def release_workspaces() -> int:
     return held
 
 PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: the handle of every thread's own default stream
+
+
+@functools.lru_cache(maxsize=None)
+def _per_thread_default_stream() -> bool:
+    """Whether cuda-bindings calls the driver's per-thread entry points (stream 0 is then
+    each thread's own default stream)."""
+    return os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
 _is_capturing = None
 
 
