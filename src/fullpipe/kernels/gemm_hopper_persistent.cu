@@ -71,8 +71,9 @@
 // TILE_N 128, 24 at 64; 8 KiB less at TILE_M 64) + 16 KiB per consumer warpgroup + 1 KiB.
 // workspace (sk_tiles > 0 only): a ticket counter and MAX_FLAGS flags, one per consumer
 // warpgroup (zero before the first launch; each launch leaves them zero), then 64 x BN fp32
-// partial sums per consumer warpgroup (Workspace). Launched as a dependent launch (programmatic stream serialization): it
-// waits for the kernel before it in fp_pdl::wait_for_prior_grid (dependent_launch.cuh).
+// partial sums per consumer warpgroup (Workspace). Launched as a dependent launch
+// (programmatic stream serialization): it waits for the kernel before it in
+// fp_pdl::wait_for_prior_grid (dependent_launch.cuh).
 #include <fullpipe/dependent_launch.cuh>
 #include <fullpipe/gemm_hopper_tile.cuh>
 #include <fullpipe/mbarrier.cuh>
