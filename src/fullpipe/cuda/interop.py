@@ -264,6 +264,14 @@ def as_torch(array: DeviceArray, *, torch_dtype: Any = None):
     return torch.as_tensor(view, device=f"cuda:{array.device_index}").view(want)
 
 
+def cupy_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype CuPy holds ``dtype``'s bytes as: itself, or for one CuPy has not (NumPy's
+    bfloat16, records) the unsigned integer of its size."""
+    if dtype.name == "bfloat16" or dtype.kind == "V":
+        return _CARRIER_BY_ITEMSIZE[dtype.itemsize]
+    return dtype
+
+
 def as_cupy(array: DeviceArray):
     """A CuPy array over ``array``'s memory (no copy; it keeps ``array`` alive). CuPy has
     no bfloat16: such data comes out as uint16, the bits unchanged."""
@@ -271,8 +279,6 @@ def as_cupy(array: DeviceArray):
 
     if not isinstance(array, DeviceArray):
         raise TypeError(f"as_cupy takes a fullpipe DeviceArray, got {type(array).__name__}")
-    dtype = array.dtype
-    if dtype.name == "bfloat16" or dtype.kind == "V":
-        dtype = _CARRIER_BY_ITEMSIZE[dtype.itemsize]
+    dtype = cupy_dtype(array.dtype)
     mem = cupy.cuda.UnownedMemory(array.ptr, array.nbytes, array, array.device_index)
     return cupy.ndarray(array.shape, dtype, cupy.cuda.MemoryPointer(mem, 0))

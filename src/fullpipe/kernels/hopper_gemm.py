@@ -98,6 +98,7 @@ CONSUMERS = 2  # consumer warpgroups per block (64 rows of C each; a PersistentB
 # (a warpgroup's are its 64 x tile_n fp32 accumulators). gemm_hopper_persistent.cu, Workspace.
 WORKSPACE_HEADER = 256
 WORKSPACE_FLAGS = 4096
+WORKSPACE_ZEROED = WORKSPACE_HEADER + WORKSPACE_FLAGS * 4  # (bytes: the counter and the flags)
 # Two waves of tiles or more: deal the last wave and the one before it out as K runs where the
 # last wave holds at most this share of the clusters (a nearly empty last wave). Where it is
 # fuller, whole tiles won (stream_k's docstring; one wave and a second: the next constant).
@@ -604,7 +605,7 @@ class HopperPlan:
     def workspace_zeroed(self) -> int:
         """Bytes at the start of the stream-K workspace that must be zero before a launch
         (the ticket counter and the flags; the kernel leaves them zero); 0 without stream-K."""
-        return WORKSPACE_HEADER + WORKSPACE_FLAGS * 4 if self.sk_tiles else 0
+        return WORKSPACE_ZEROED if self.sk_tiles else 0
 
     @property
     def workspace_bytes(self) -> int:
@@ -1158,7 +1159,7 @@ class KeptWorkspaces:
             held = self._held.pop(key, None)  # (put back last: the dict's order is the use order)
             if held is None or held[2] < nbytes:
                 array, ptr = _workspace(ref, nbytes, handle, on_current)
-                drv.call("cuMemsetD32Async", ptr, 0, (WORKSPACE_HEADER + WORKSPACE_FLAGS * 4) // 4, handle)
+                drv.call("cuMemsetD32Async", ptr, 0, WORKSPACE_ZEROED // 4, handle)
                 held = (array, ptr, nbytes)  # (the one it replaces is freed in the stream's order)
             self._held[key] = held
             while len(self._held) > self.limit:

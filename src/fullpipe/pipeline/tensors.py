@@ -405,13 +405,10 @@ class CupyFramework:
     def no_rows(self, x_np: np.ndarray, in_dtype: Any) -> Any:
         """An empty device array of ``x_np``'s shape and dtype (no rows; a dtype CuPy has not,
         NumPy's bfloat16 or records, as the unsigned integer of its size, as ``tensor`` does)."""
-        from ..cuda.interop import _CARRIER_BY_ITEMSIZE
+        from ..cuda.interop import cupy_dtype
 
-        dtype = x_np.dtype
-        if dtype.name == "bfloat16" or dtype.kind == "V":
-            dtype = _CARRIER_BY_ITEMSIZE[dtype.itemsize]
         with self.cupy.cuda.Device(self.device_index):
-            return self.cupy.empty(x_np.shape, dtype)
+            return self.cupy.empty(x_np.shape, cupy_dtype(x_np.dtype))
 
     @staticmethod
     def cut(base: Any, n: int, shape: tuple[int, ...], offset: int = 0) -> Any:
@@ -440,12 +437,9 @@ class CupyFramework:
         """As TorchFramework.record_field, a CuPy array (a view)."""
         rows = t.shape[0]
         cols = t if f.row_bytes == record_bytes else t.reshape(-1)[rows * f.offset:rows * (f.offset + f.row_bytes)]
-        dtype = f.dtype
-        if dtype.name == "bfloat16" or dtype.kind == "V":  # (CuPy has no bfloat16: its bits, as as_cupy gives)
-            from ..cuda.interop import _CARRIER_BY_ITEMSIZE
+        from ..cuda.interop import cupy_dtype  # (CuPy has no bfloat16: its bits, as as_cupy gives)
 
-            dtype = _CARRIER_BY_ITEMSIZE[dtype.itemsize]
-        return cols.view(dtype).reshape((rows,) + f.row_shape)
+        return cols.view(cupy_dtype(f.dtype)).reshape((rows,) + f.row_shape)
 
     repeat_rows = staticmethod(_repeat_rows)
 
