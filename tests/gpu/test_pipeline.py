@@ -264,3 +264,49 @@ def test_mix_kernel_checks_new_arrays_and_reuses_its_checks(device, own_pool):
     with pytest.raises(ValueError, match="output='same'"):
         mix(s, x, None)
     s.sync()
+
+
+def test_enqueue_only_driver_calls_keep_the_gil_and_pageable_copies_let_it_go(device, own_pool):
+    """The hot path's event records and copies with page-locked memory do not hand the GIL
+    to a thread that wants it (with compute threads, taking it back waited behind their
+    calls: hotpath.py); a copy of pageable memory, which may wait for the device, does."""
+    import sys
+    import threading
+    import time
+
+    from fullpipe.cuda.events import create_event
+    from fullpipe.cuda.hotpath import HotPath, handle_int
+    from fullpipe.cuda.streams import create_stream
+
+    hot, s = HotPath(), create_stream(device)
+    h, ev = handle_int(s), handle_int(create_event(device))
+    pinned, pageable = pinned_empty(1024, np.uint8), np.zeros(1024, np.uint8)
+    dev = own_pool.empty(1024, np.uint8, s)
+    turns, stop = [0], threading.Event()
+
+    def wants_the_gil() -> None:  # (runs Python whenever it holds the GIL)
+        while not stop.is_set():
+            turns[0] += 1
+
+    def turns_during(call) -> int:
+        before = turns[0]
+        for _ in range(20):
+            call()
+        return turns[0] - before
+
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)  # (the spinner gives the GIL back only at this interval: 20 hand-overs = 1 s)
+    spinner = threading.Thread(target=wants_the_gil, daemon=True)
+    spinner.start()
+    try:
+        time.sleep(0.01)
+        kept = turns_during(lambda: hot.event_record(ev, h))
+        kept += turns_during(lambda: hot.memcpy_htod(dev.ptr, pinned.ctypes.data, 1024, h, pinned=True))
+        let_go = turns_during(lambda: hot.memcpy_htod(dev.ptr, pageable.ctypes.data, 1024, h))
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(saved)
+    s.sync()
+    assert kept == 0
+    assert let_go > 0

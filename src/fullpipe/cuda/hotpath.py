@@ -9,6 +9,21 @@ is a target of its own (issue 3: <= 20 us for the four operations), so the loop
 uses these entry points. Everything else in fullpipe keeps the checked, friendlier
 ``driver.call`` / cuda.core path.
 
+Who holds the GIL during a call: a ``ctypes.CDLL`` function lets it go and takes it
+back after. With compute threads running a framework's Python calls (run_batches of a
+host-bound list), taking it back waits behind them, once per driver call: the
+enqueueing thread's host time per batch halved when the calls that only enqueue work
+or read state kept the GIL (front 16.6 -> 8.2 us, back 64 -> 33 us, a 29-batch encoder
+list on three compute threads, H200 host, session 53, p351). Those calls (``KEEPS_GIL``:
+event record and wait, stream-ordered free, event query and elapsed time, the pinned
+flags, copies between the device and page-locked memory) go through ``ctypes.PyDLL``.
+The calls that may wait for the device keep letting it go: a copy of pageable memory
+(synchronous), a kernel or graph launch (a first launch may load its module and
+synchronize the context), a pool allocation (it may trim and synchronize). A call that
+keeps the GIL still waits when a stream's queue is full (thousands of operations
+ahead): a host function that needs the GIL (a Python callback) at its head would then
+wait for this call; fullpipe's own host functions are native (hostfn.py).
+
 :class:`HotPath` binds the functions once. Without a loadable libcuda (CPU tests
 with a fake driver) it forwards to the cuda.bindings-shaped ``driver()`` module, so
 the same executor code runs against the fake.
@@ -46,17 +61,23 @@ _SIGNATURES: dict[str, tuple[str, list[Any]]] = {
     # run_batches asks for every batch and output whether it is pinned already.
     "cuMemHostGetFlags": ("cuMemHostGetFlags", [ctypes.POINTER(_uint), _vp]),
 }
+# Bound a second time, keeping the GIL (module docstring): the copies with page-locked host memory.
+_PINNED_COPIES = {"cuMemcpyHtoDAsync pinned": "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync pinned": "cuMemcpyDtoHAsync"}
+KEEPS_GIL = frozenset({"cuEventRecord", "cuStreamWaitEvent", "cuMemFreeAsync", "cuEventQuery", "cuEventElapsedTime",
+                       "cuMemHostGetFlags", *_PINNED_COPIES})
 _OLDER_SYMBOLS = {"cuEventElapsedTime_v2": "cuEventElapsedTime"}  # a driver before CUDA 12.8
 CUDA_ERROR_NOT_READY = 600
 
 _libcuda: Any = None
+_libcuda_keeping_gil: Any = None
 
 
 def _load_libcuda() -> Any:
-    global _libcuda
+    global _libcuda, _libcuda_keeping_gil
     if _libcuda is None:
         try:
             _libcuda = ctypes.CDLL("libcuda.so.1")
+            _libcuda_keeping_gil = ctypes.PyDLL("libcuda.so.1")  # (the same library: its calls keep the GIL)
         except OSError:
             _libcuda = False
     return _libcuda
@@ -88,8 +109,10 @@ class HotPath:
         self.native = bool(lib)
         self._fn: dict[str, Any] = {}
         if lib:
-            for name, (symbol, argtypes) in _SIGNATURES.items():
-                f = getattr(lib, symbol, None) or getattr(lib, _OLDER_SYMBOLS.get(symbol, symbol))
+            signatures = dict(_SIGNATURES, **{name: _SIGNATURES[of] for name, of in _PINNED_COPIES.items()})
+            for name, (symbol, argtypes) in signatures.items():
+                from_lib = _libcuda_keeping_gil if name in KEEPS_GIL else lib
+                f = getattr(from_lib, symbol, None) or getattr(from_lib, _OLDER_SYMBOLS.get(symbol, symbol))
                 f.argtypes, f.restype = argtypes, _int
                 self._fn[name] = f
         self._ptr = _u64()
@@ -119,17 +142,20 @@ class HotPath:
         return result[1] if len(result) > 1 else None
 
     # ------------------------------------------------------------------ calls
-    def memcpy_htod(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+    def memcpy_htod(self, dst: int, src: int, nbytes: int, stream: int, pinned: bool = False) -> None:
+        """cuMemcpyHtoDAsync; ``pinned``: ``src`` is page-locked (the call only enqueues
+        the copy, and keeps the GIL: module docstring)."""
         if self.native:
-            err = self._fn["cuMemcpyHtoDAsync"](dst, src, nbytes, stream)
+            err = self._fn["cuMemcpyHtoDAsync pinned" if pinned else "cuMemcpyHtoDAsync"](dst, src, nbytes, stream)
             if err:
                 self._raise("cuMemcpyHtoDAsync", err)
         else:
             self._bindings("cuMemcpyHtoDAsync", dst, src, nbytes, stream)
 
-    def memcpy_dtoh(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+    def memcpy_dtoh(self, dst: int, src: int, nbytes: int, stream: int, pinned: bool = False) -> None:
+        """cuMemcpyDtoHAsync; ``pinned``: ``dst`` is page-locked (as memcpy_htod)."""
         if self.native:
-            err = self._fn["cuMemcpyDtoHAsync"](dst, src, nbytes, stream)
+            err = self._fn["cuMemcpyDtoHAsync pinned" if pinned else "cuMemcpyDtoHAsync"](dst, src, nbytes, stream)
             if err:
                 self._raise("cuMemcpyDtoHAsync", err)
         else:

@@ -287,7 +287,7 @@ class DeviceInputs:
         first, last = batches[start], batches[end - 1]
         lo = first.src_addr - self.pinned_ptr
         hi = last.src_addr - self.pinned_ptr + last.in_bytes
-        hot.memcpy_htod(self.device_ptr + lo, self.pinned_ptr + lo, hi - lo, self.upload)
+        hot.memcpy_htod(self.device_ptr + lo, self.pinned_ptr + lo, hi - lo, self.upload, pinned=True)
         hot.event_record(self.event, self.upload)
         for h in self.lanes:
             hot.stream_wait_event(h, self.event)

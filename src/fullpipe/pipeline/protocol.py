@@ -154,7 +154,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                     dst_of: Callable[[Pending, int, Any], int] | None = None,
                     clock: list | None = None,
                     device_index: int = 0,
-                    inputs_on_device: bool = False) -> Protocol:
+                    inputs_on_device: bool = False, sources_pinned: bool = False) -> Protocol:
     """The protocol for one run, in two halves, so that the executor can enqueue the
     H2D of the next batches before it calls the compute of this one (prefetch):
 
@@ -191,6 +191,11 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     ``inputs_on_device``: ``src`` is the batch's input already on the device (the run's
     inputs were uploaded in groups: bulk.DeviceInputs); the front allocates only the
     output region, if the compute writes one, and copies nothing.
+    ``sources_pinned``: every ``src`` is page-locked (a ring slot, a bulk block, an input
+    found pinned); else each H2D asks the driver, as each D2H does of ``dst`` (an output
+    goes straight to a pageable array where the ring's slot or the bulk block has no room
+    for it). A copy with page-locked memory only enqueues and keeps the GIL; a copy with
+    pageable memory may wait for the device and lets it go (hotpath.py says why).
 
     Closures rather than an object: they run once per batch, and names bound here are
     read faster than attributes (the executor's enqueue time is a target).
@@ -199,6 +204,10 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     writes_output = has_out and compute is not None and compute_out is None
     views: list[Any] = [None] * len(routes)  # per lane: the last batch's (key, x, y) device views
     record, wait, htod, dtoh = hot.event_record, hot.stream_wait_event, hot.memcpy_htod, hot.memcpy_dtoh
+    host_pinned = hot.host_pinned  # (None without libcuda: the copy lets the GIL go)
+
+    def page_locked(at: int, nbytes: int) -> bool:  # (its first and last byte, as the executor asks)
+        return bool(host_pinned(at)) and (nbytes <= 1 or bool(host_pinned(at + nbytes - 1)))
 
     def front(b: Any, lane: int, slot: int, src: int) -> Pending:
         s_in, _, _, h_in, h, _, h2d_done, _ = routes[lane]
@@ -227,10 +236,10 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         if not inputs_on_device:
             parts = b.h2d_parts
             if parts is None:
-                htod(ptr, src, in_bytes, h_in)
+                htod(ptr, src, in_bytes, h_in, sources_pinned or page_locked(src, in_bytes))
             else:  # (a batch of several pinned arrays: one H2D per field, records.py)
                 for at, field, n in parts:
-                    htod(ptr + at, field, n, h_in)
+                    htod(ptr + at, field, n, h_in, True)
         if free_in is not None:
             free_in[slot](s_in)
         if ev:
@@ -282,7 +291,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         if acquire_out is not None:
             acquire_out(slot)
         if has_out:
-            dtoh(dst, y_ptr, b.out_bytes, h_out)
+            dtoh(dst, y_ptr, b.out_bytes, h_out, page_locked(dst, b.out_bytes))
         if ev:
             record(ev[3][1], h_out)
             if in_flight is not None:
