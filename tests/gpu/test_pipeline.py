@@ -278,8 +278,8 @@ def test_enqueue_only_driver_calls_keep_the_gil_and_pageable_copies_let_it_go(de
     from fullpipe.cuda.hotpath import HotPath, handle_int
     from fullpipe.cuda.streams import create_stream
 
-    hot, s = HotPath(), create_stream(device)
-    h, ev = handle_int(s), handle_int(create_event(device))
+    hot, s, event = HotPath(), create_stream(device), create_event(device)  # (held: the handles are theirs)
+    h, ev = handle_int(s), handle_int(event)
     pinned, pageable = pinned_empty(1024, np.uint8), np.zeros(1024, np.uint8)
     dev = own_pool.empty(1024, np.uint8, s)
     turns, stop = [0], threading.Event()
