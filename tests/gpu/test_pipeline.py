@@ -278,10 +278,11 @@ def test_enqueue_only_driver_calls_keep_the_gil_and_pageable_copies_let_it_go(de
     from fullpipe.cuda.hotpath import HotPath, handle_int
     from fullpipe.cuda.streams import create_stream
 
+    nbytes = 4 * MiB  # (a pageable copy this size takes long enough for the other thread to wake and take the GIL)
     hot, s, event = HotPath(), create_stream(device), create_event(device)  # (held: the handles are theirs)
     h, ev = handle_int(s), handle_int(event)
-    pinned, pageable = pinned_empty(1024, np.uint8), np.zeros(1024, np.uint8)
-    dev = own_pool.empty(1024, np.uint8, s)
+    pinned, pageable = pinned_empty(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    dev = own_pool.empty(nbytes, np.uint8, s)
     turns, stop = [0], threading.Event()
 
     def wants_the_gil() -> None:  # (runs Python whenever it holds the GIL)
@@ -295,14 +296,17 @@ def test_enqueue_only_driver_calls_keep_the_gil_and_pageable_copies_let_it_go(de
         return turns[0] - before
 
     saved = sys.getswitchinterval()
-    sys.setswitchinterval(0.05)  # (the spinner gives the GIL back only at this interval: 20 hand-overs = 1 s)
     spinner = threading.Thread(target=wants_the_gil, daemon=True)
-    spinner.start()
     try:
+        # the spinner asks for the GIL only after this interval: 40 calls that keep it take far less
+        sys.setswitchinterval(0.05)
+        spinner.start()
         time.sleep(0.01)
         kept = turns_during(lambda: hot.event_record(ev, h))
-        kept += turns_during(lambda: hot.memcpy_htod(dev.ptr, pinned.ctypes.data, 1024, h, pinned=True))
-        let_go = turns_during(lambda: hot.memcpy_htod(dev.ptr, pageable.ctypes.data, 1024, h))
+        kept += turns_during(lambda: hot.memcpy_htod(dev.ptr, pinned.ctypes.data, nbytes, h, pinned=True))
+        s.sync()
+        sys.setswitchinterval(0.002)  # (each hand-over then costs this thread 2 ms, not 50)
+        let_go = turns_during(lambda: hot.memcpy_htod(dev.ptr, pageable.ctypes.data, nbytes, h))
     finally:
         stop.set()
         spinner.join()
