@@ -2589,7 +2589,7 @@ class StreamPipeline:
             acquire_out=run.acquire_out if ring_out else None,
             compute_out=tc if tc is not None else None, dst_of=dst_of, clock=run.clock,
             device_index=self._dev_index, inputs_on_device=on_device,
-            sources_pinned=self.staging != "direct",  # (else pinned or through the ring or a bulk block)
+            sources_pinned=self.staging != "direct",  # (only staging="direct" hands pageable arrays to the H2D)
         )
 
     def _graph_for(self, run: "_Run", gx: BatchGraphs, b: P.Batch, slot: int, lane: int, src: int,
