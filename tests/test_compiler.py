@@ -181,3 +181,27 @@ def test_a_spilling_build_of_a_package_kernel_is_compiled_again(fresh_cubin_cach
     builds = iter([(b"\x7fELF-4", _report(128, 8))])
     other = compiler.compile_source('extern "C" __global__ void k() {}\n', arch=ARCH)
     assert other.cubin == b"\x7fELF-4" and len(calls) == 3  # not a package kernel: as ptxas made it
+
+
+def test_an_empty_nvrtc_log_leaves_the_process_bytes_alone(monkeypatch):
+    """NVRTC writes its log into the buffer it is given. For an empty log (its NUL alone,
+    as NVRTC 13.0 gave on an H200 where the ptxas report was dropped), ``b" " * 1`` was the
+    interned ``b" "`` itself: NVRTC's NUL made every ``b" "`` in the process ``b"\\x00"``
+    (PyTorch's import then failed on a schema without its spaces, session 53). The log
+    here is a real NVRTC program's empty log, written by NVRTC into fullpipe's buffer."""
+    from cuda.bindings import nvrtc
+
+    err, quiet = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(int* p) { *p = 1; }', b"quiet.cu", 0, [], [])
+    assert int(err) == 0
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(quiet, 1, [b"-arch=sm_90a"])  # (no -Xptxas=-v: nothing to say)
+        assert int(err) == 0 and nvrtc.nvrtcGetProgramLogSize(quiet)[1] == 1
+        real_log = nvrtc.nvrtcGetProgramLog
+        monkeypatch.setattr(nvrtc, "nvrtcGetProgramLogSize", lambda prog: (nvrtc.nvrtcResult.NVRTC_SUCCESS, 1))
+        monkeypatch.setattr(nvrtc, "nvrtcGetProgramLog", lambda prog, buf: real_log(quiet, buf))
+        cubin, log = compiler._nvrtc_compile('extern "C" __global__ void k2(int* p) { *p = 2; }', "k2.cu", "sm_90a",
+                                             ["-default-device"])
+    finally:
+        nvrtc.nvrtcDestroyProgram(quiet)
+    assert log == "" and cubin[:4] == b"\x7fELF"
+    assert b" "[0] == 32 and " ".encode()[0] == 32  # (the interned one-byte bytes still a space)

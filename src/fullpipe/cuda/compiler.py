@@ -327,8 +327,11 @@ def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[b
         opts += [f"-I{d}" for d in include_dirs()]
         encoded_opts = [o.encode() for o in opts]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded_opts), encoded_opts)
+        # NVRTC writes into the buffers given: mutable ones. (``b" " * n`` is the interned b" "
+        # itself for n == 1, an empty log: NVRTC's NUL then made every b" " in the process
+        # b"\x00", and PyTorch's import failed on a schema that had lost its spaces.)
         _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log_buf = b" " * log_size
+        log_buf = bytearray(log_size)
         nvrtc.nvrtcGetProgramLog(prog, log_buf)
         log = log_buf.decode(errors="replace").rstrip("\x00 \n")
         if int(err) != 0:
@@ -336,7 +339,7 @@ def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[b
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
         if size == 0:
             raise CompileError(name, f"NVRTC produced no cubin for {arch} (is the arch real?)\n{log}")
-        cubin = b" " * size
+        cubin = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         if int(err) != 0:
             raise CompileError(name, f"nvrtcGetCUBIN: {err}")
