@@ -184,10 +184,10 @@ def test_a_spilling_build_of_a_package_kernel_is_compiled_again(fresh_cubin_cach
 
 
 def test_an_empty_nvrtc_log_leaves_the_process_bytes_alone(monkeypatch):
-    """NVRTC writes its log into the buffer it is given. For an empty log (its NUL alone,
-    as NVRTC 13.0 gave on an H200 where the ptxas report was dropped), ``b" " * 1`` was the
+    """NVRTC writes its log into the buffer it is given. For an empty log (its NUL alone;
+    NVRTC 13.0 drops the ptxas report in some builds, compiler.py), ``b" " * 1`` was the
     interned ``b" "`` itself: NVRTC's NUL made every ``b" "`` in the process ``b"\\x00"``
-    (PyTorch's import then failed on a schema without its spaces, session 53). The log
+    (a later ``import torch`` failed on a schema without its spaces, session 53). The log
     here is a real NVRTC program's empty log, written by NVRTC into fullpipe's buffer."""
     from cuda.bindings import nvrtc
 
