@@ -7,6 +7,7 @@ the compute, or a full pinned pool: the ring, as before."""
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import time
 
@@ -332,3 +333,32 @@ def test_bulk_inputs_go_to_the_gpu_one_copy_per_group(fake, fakefw, monkeypatch,
     assert "bulk inputs: on the GPU in" in str(st)
     _assert_clean(pipe)
     assert default_pinned_pool().stats.in_use_bytes == 0
+
+
+def test_a_list_done_again_after_its_compute_turned_serial_is_staged_from_the_callers_arrays(fake, fakefw):
+    """A compute whose output overlaps one still being copied out turns serial and the run
+    is done again (pipeline/tensors.py). Its batches had been pointed at the first try's
+    pinned block, given back to the pool since: the second try stages them from the
+    caller's arrays again (the blocks handed out in between hold other data)."""
+    from fullpipe.pipeline.executor import PipelineWarning
+    from tests.test_pipeline_tensors import OneBuffer
+
+    rng = np.random.default_rng(53)
+    xs = [rng.random((100, 4), dtype=np.float32) for _ in range(12)]  # (one shape: OneBuffer's one buffer)
+    f = OneBuffer()
+    pipe = StreamPipeline(f, form="torch", streams=3)
+    real_take = default_pinned_pool().take
+
+    def scribbled(*a, **k):  # (each block handed out full of other data, as a reused block would be)
+        block = real_take(*a, **k)
+        np.frombuffer((ctypes.c_char * block.nbytes).from_address(block.ptr), np.uint8)[:] = 0xAB
+        return block
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(default_pinned_pool(), "take", scribbled)
+        with pytest.warns(PipelineWarning, match="one after another"):
+            ys = pipe.run_batches(xs)
+    assert pipe.stats.staging["input"] == "bulk"
+    for a, b in zip(xs, ys):
+        np.testing.assert_array_equal(b, a * 2 + 1)
+    _assert_clean(pipe)

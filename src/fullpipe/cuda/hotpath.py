@@ -76,8 +76,8 @@ def _load_libcuda() -> Any:
     global _libcuda, _libcuda_keeping_gil
     if _libcuda is None:
         try:
-            _libcuda = ctypes.CDLL("libcuda.so.1")
             _libcuda_keeping_gil = ctypes.PyDLL("libcuda.so.1")  # (the same library: its calls keep the GIL)
+            _libcuda = ctypes.CDLL("libcuda.so.1")  # (last: a set _libcuda says both are)
         except OSError:
             _libcuda = False
     return _libcuda
@@ -101,7 +101,10 @@ class HotPath:
     Every method raises :class:`fullpipe.CudaError` on failure, like ``driver.call``.
     """
 
-    def __init__(self, use_libcuda: bool | None = None):
+    def __init__(self, use_libcuda: bool | None = None, keep_gil: bool = True):
+        """``keep_gil`` False: every call lets the GIL go (a pipeline whose ring is signalled by
+        Python host functions, recycle="pyhostfn": the device then waits for the GIL, and a
+        call that keeps it while a full stream queue waits would never return)."""
         lib = _load_libcuda() if use_libcuda is not False else False
         # A fake driver in tests replaces driver(): never mix it with the real libcuda.
         if lib and use_libcuda is None and not _is_real_bindings(drv.driver()):
@@ -111,7 +114,7 @@ class HotPath:
         if lib:
             signatures = dict(_SIGNATURES, **{name: _SIGNATURES[of] for name, of in _PINNED_COPIES.items()})
             for name, (symbol, argtypes) in signatures.items():
-                from_lib = _libcuda_keeping_gil if name in KEEPS_GIL else lib
+                from_lib = _libcuda_keeping_gil if keep_gil and name in KEEPS_GIL else lib
                 f = getattr(from_lib, symbol, None) or getattr(from_lib, _OLDER_SYMBOLS.get(symbol, symbol))
                 f.argtypes, f.restype = argtypes, _int
                 self._fn[name] = f

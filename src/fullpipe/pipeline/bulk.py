@@ -102,6 +102,7 @@ class BulkStaging:
         self.blocks: list[Any] = []
         self.outputs: list[tuple[int, int, int]] = []  # (caller's address, pinned address, bytes)
         self.moved: list[Any] = []  # the batches whose addresses now point into a block
+        self._before: list[tuple[Any, int, int, int]] = []  # (batch, src_addr, dst_addr, drain_bytes) before the move
         self._drained = 0  # outputs[:_drained] are being or have been copied out
         self._lazy: list[int] | None = None  # place_output's [next free address, end] in its block
         self._copying: list[Any] = []  # the copies started during the run (futures)
@@ -142,7 +143,7 @@ class BulkStaging:
             futures = copier.submit_many([c for cs in copies[start:end] for c in cs])
             self._inputs_pending.append((start, futures))
             self._copying += futures  # (waited for before the blocks go back, on any path)
-        self.moved += batches
+        self._moved_from(batches)
         for b, at in zip(batches, places):
             b.src_addr = at
 
@@ -164,7 +165,7 @@ class BulkStaging:
         output arrays, in batch order; ``addresses``: theirs, if read already). Returns
         {batch index: pinned address}."""
         places = self._places([d.nbytes for d in dsts])
-        self.moved += batches
+        self._moved_from(batches)
         if addresses is None:
             addresses = [d.ctypes.data for d in dsts]
         for b, d, a, at in zip(batches, dsts, addresses, places):
@@ -237,12 +238,22 @@ class BulkStaging:
         self.moved = []
         self.give_back()
 
+    def _moved_from(self, batches: Sequence[Any]) -> None:
+        self.moved += batches
+        self._before += [(b, b.src_addr, b.dst_addr, b.drain_bytes) for b in batches]
+
     def give_back(self) -> None:
-        """The blocks go back to the pinned pool (no GPU copy may be in flight)."""
+        """The blocks go back to the pinned pool (no GPU copy may be in flight), and the
+        batches moved into them read and write the caller's arrays again: a run done again
+        with the same batches (a compute that turned serial, executor.py) stages them anew,
+        not from a block the pool has handed out since."""
         self.wait_copies()
         while self.blocks:
             self.pool.give(self.blocks.pop())
         self.outputs = []
+        for b, src, dst, drain in reversed(self._before):  # (the first move's "before" last: the caller's)
+            b.src_addr, b.dst_addr, b.drain_bytes = src, dst, drain
+        self._before = []
 
 
 class DeviceInputs:

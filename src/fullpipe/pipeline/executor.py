@@ -434,7 +434,7 @@ class StreamPipeline:
         self._handles = [s.handle for s in self._all_streams]
         # The per-batch driver calls go through libcuda directly (cuda/hotpath.py);
         # handles are then plain ints.
-        self._hot = HotPath()
+        self._hot = HotPath(keep_gil=self.recycle != "pyhostfn")
         self._hs = [handle_int(h) for h in self._handles] if self._hot.native else list(self._handles)
         # Which stream each step of a lane's batches goes on (protocol.Route).
         # copy_streams: every H2D on one stream, every D2H on another, compute on the

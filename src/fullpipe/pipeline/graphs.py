@@ -332,6 +332,8 @@ class BatchGraphs:
             free=free or hot.free_async,
             free_in=[s.arm_in_capture for s in self._signals["in"]] if r.ring_in else None,
             ready_out=[s.arm_in_capture for s in self._signals["out"]] if r.ring_out else None,
+            # (a capture takes no copy of pageable memory: no driver question per copy inside it)
+            sources_pinned=True, destinations_pinned=True,
         )
 
     def check_capture(self, graph: Any, failure: BaseException | None, end_error: BaseException | None,

@@ -154,7 +154,8 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
                     dst_of: Callable[[Pending, int, Any], int] | None = None,
                     clock: list | None = None,
                     device_index: int = 0,
-                    inputs_on_device: bool = False, sources_pinned: bool = False) -> Protocol:
+                    inputs_on_device: bool = False, sources_pinned: bool = False,
+                    destinations_pinned: bool = False) -> Protocol:
     """The protocol for one run, in two halves, so that the executor can enqueue the
     H2D of the next batches before it calls the compute of this one (prefetch):
 
@@ -192,10 +193,13 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     inputs were uploaded in groups: bulk.DeviceInputs); the front allocates only the
     output region, if the compute writes one, and copies nothing.
     ``sources_pinned``: every ``src`` is page-locked (a ring slot, a bulk block, an input
-    found pinned); else each H2D asks the driver, as each D2H does of ``dst`` (an output
-    goes straight to a pageable array where the ring's slot or the bulk block has no room
-    for it). A copy with page-locked memory only enqueues and keeps the GIL; a copy with
-    pageable memory may wait for the device and lets it go (hotpath.py says why).
+    found pinned); else each H2D asks the driver, as each D2H does of ``dst`` unless
+    ``destinations_pinned`` (an output goes straight to a pageable array where the ring's
+    slot or the bulk block has no room for it). A copy with page-locked memory only
+    enqueues and keeps the GIL; a copy with pageable memory may wait for the device and
+    lets it go (hotpath.py says why). (A range the pin cache pinned only in parts passes
+    the driver's ends-check here; the executor never hands one over as pinned, and its
+    copy fails either way.)
 
     Closures rather than an object: they run once per batch, and names bound here are
     read faster than attributes (the executor's enqueue time is a target).
@@ -291,7 +295,7 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
         if acquire_out is not None:
             acquire_out(slot)
         if has_out:
-            dtoh(dst, y_ptr, b.out_bytes, h_out, page_locked(dst, b.out_bytes))
+            dtoh(dst, y_ptr, b.out_bytes, h_out, destinations_pinned or page_locked(dst, b.out_bytes))
         if ev:
             record(ev[3][1], h_out)
             if in_flight is not None:
