@@ -362,3 +362,63 @@ def test_a_list_done_again_after_its_compute_turned_serial_is_staged_from_the_ca
     for a, b in zip(xs, ys):
         np.testing.assert_array_equal(b, a * 2 + 1)
     _assert_clean(pipe)
+
+
+@pytest.mark.parametrize("case", ["ring", "bulk", "direct", "staging-ring", "staging-direct"])
+def test_a_copy_marked_pinned_is_page_locked(fake, monkeypatch, case):
+    """The protocol marks a copy pinned, and its driver call then keeps the GIL
+    (cuda/hotpath.py), only where the host range is page-locked: every H2D source and
+    D2H destination so marked lies inside one pinned allocation (ring slots, bulk blocks,
+    pool outputs) or a pinned array, whatever the staging; a pageable array handed over
+    as is (staging="direct") is not marked."""
+    from fullpipe.cuda.hotpath import HotPath
+
+    rng = np.random.default_rng(53)
+    pinned_arrays: list[np.ndarray] = []
+
+    def inside_pinned(at: int, n: int) -> bool:
+        ranges = [(a, len(buf)) for a, buf in fake.driver.host_allocs.items()]
+        ranges += [(a.ctypes.data, a.nbytes) for a in pinned_arrays]
+        return any(lo <= at and at + n <= lo + size for lo, size in ranges)
+
+    marked: list[tuple[str, int, int, bool]] = []
+    real_htod, real_dtoh = HotPath.memcpy_htod, HotPath.memcpy_dtoh
+
+    def htod(self, dst, src, n, stream, pinned=False):
+        marked.append(("H2D", src, n, pinned))
+        return real_htod(self, dst, src, n, stream, pinned)
+
+    def dtoh(self, dst, src, n, stream, pinned=False):
+        marked.append(("D2H", dst, n, pinned))
+        return real_dtoh(self, dst, src, n, stream, pinned)
+
+    monkeypatch.setattr(HotPath, "memcpy_htod", htod)
+    monkeypatch.setattr(HotPath, "memcpy_dtoh", dtoh)
+    monkeypatch.setattr(HotPath, "host_pinned", lambda self, ptr: inside_pinned(ptr, 1))
+
+    def pin(a: np.ndarray) -> np.ndarray:
+        pinned_arrays.append(a)
+        fake.pinned.add(a.ctypes.data)
+        return a
+
+    staging = {"staging-ring": "ring", "staging-direct": "direct"}.get(case, "auto")
+    # (batches of 1.2 MB outside the bulk case: over pageable.INLINE_MAX_BYTES, so the ring's, not bulk)
+    pipe = StreamPipeline(FakeMix(2), streams=3, chunk=300_000, staging=staging)
+    if case == "bulk":
+        xs = [rng.integers(0, 2**32, int(rng.integers(1, 3000)), dtype=np.uint32) for _ in range(120)]
+        ys = pipe.run_batches(xs)
+        for a, b in zip(xs, ys):
+            np.testing.assert_array_equal(b, reference(a, 2))
+    else:
+        x = rng.integers(0, 2**32, 1_000_003, dtype=np.uint32)
+        out = np.empty_like(x)
+        if case in ("direct", "staging-ring"):
+            x, out = pin(x), pin(out)
+        np.testing.assert_array_equal(pipe.run(x, out=out), reference(x, 2))
+    want_input = {"ring": "ring", "bulk": "bulk", "direct": "direct", "staging-ring": "ring",
+                  "staging-direct": "direct"}[case]
+    assert pipe.stats.staging["input"] == want_input
+    wrong = [m for m in marked if m[3] and not inside_pinned(m[1], m[2])]
+    assert not wrong
+    assert any(m[3] for m in marked) == (case != "staging-direct")  # (pageable both ways there: none marked)
+    _assert_clean(pipe)
