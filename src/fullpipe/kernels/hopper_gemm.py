@@ -1188,6 +1188,7 @@ def release_workspaces() -> int:
     _KEPT_WORKSPACES.clear()
     return held
 
+
 PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD: the handle of every thread's own default stream
 
 
@@ -1196,6 +1197,8 @@ def _per_thread_default_stream() -> bool:
     """Whether cuda-bindings calls the driver's per-thread entry points (stream 0 is then
     each thread's own default stream)."""
     return os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+
+
 _is_capturing = None
 
 

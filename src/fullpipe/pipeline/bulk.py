@@ -101,7 +101,6 @@ class BulkStaging:
         self.pool, self.usage = pool, usage
         self.blocks: list[Any] = []
         self.outputs: list[tuple[int, int, int]] = []  # (caller's address, pinned address, bytes)
-        self.moved: list[Any] = []  # the batches whose addresses now point into a block
         self._before: list[tuple[Any, int, int, int]] = []  # (batch, src_addr, dst_addr, drain_bytes) before the move
         self._drained = 0  # outputs[:_drained] are being or have been copied out
         self._lazy: list[int] | None = None  # place_output's [next free address, end] in its block
@@ -231,15 +230,9 @@ class BulkStaging:
     def cancel(self) -> None:
         """Before the run: the batches read and write the caller's arrays again (the ring
         stages them), and the blocks go back."""
-        for b in self.moved:
-            b.src_addr = b.src.ctypes.data
-            b.dst_addr = 0 if b.dst is None else b.dst.ctypes.data
-            b.drain_bytes = b.out_bytes
-        self.moved = []
         self.give_back()
 
     def _moved_from(self, batches: Sequence[Any]) -> None:
-        self.moved += batches
         self._before += [(b, b.src_addr, b.dst_addr, b.drain_bytes) for b in batches]
 
     def give_back(self) -> None:
