@@ -66,10 +66,18 @@ NUMPY = HostKind("numpy")
 BUFFER = HostKind("buffer")
 
 
+_TENSOR_TYPES: set[type] = set()  # classes found to be torch tensors (run_batches asks for every batch)
+
+
 def _is_torch_tensor(x: Any) -> bool:
     # No torch import: a tensor's class lives in a module named "torch..."
     t = type(x)
-    return t.__module__.split(".")[0] == "torch" and hasattr(x, "is_cuda") and hasattr(x, "numpy")
+    if t in _TENSOR_TYPES:
+        return True
+    if t.__module__.split(".")[0] == "torch" and hasattr(x, "is_cuda") and hasattr(x, "numpy"):
+        _TENSOR_TYPES.add(t)
+        return True
+    return False
 
 
 def _device_array_error(x: Any, what: str) -> TypeError:
@@ -109,13 +117,13 @@ _TORCH_KINDS: dict[Any, HostKind] = {}  # per torch dtype NumPy has: its HostKin
 
 def _torch_host_view(t: Any, what: str) -> tuple[np.ndarray, HostKind]:
     kind = _TORCH_KINDS.get(t.dtype)
-    if kind is not None and not t.requires_grad:  # the common case in one call (run_batches views each batch)
+    # the common case in one call (run_batches views each batch). is_contiguous() rather than
+    # the view's flags.c_contiguous: 0.07 against 1.4 us (the first read of a new array's flags)
+    if kind is not None and not t.requires_grad and t.is_contiguous():
         try:
-            arr = t.numpy()  # (refuses GPU tensors and a set conjugate or negation bit)
+            return t.numpy(), kind  # (refuses GPU tensors and a set conjugate or negation bit)
         except (TypeError, RuntimeError):
-            arr = None
-        if arr is not None and arr.flags.c_contiguous:
-            return arr, kind
+            pass
     if not t.is_cpu:
         raise _device_array_error(t, what)
     if not t.is_contiguous():

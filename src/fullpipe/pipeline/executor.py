@@ -469,8 +469,10 @@ class StreamPipeline:
         self._start_event = create_event(self.device, timing=True)
         self._end_event = create_event(self.device, timing=True)
         self._start_h = handle_int(self._start_event.handle) if self._hot.native else self._start_event.handle
+        self._end_h = handle_int(self._end_event.handle) if self._hot.native else self._end_event.handle
         # Non-timing events that stream 0 waits on at the end of a run, one per stream.
         self._join_events = [create_event(self.device, timing=False) for _ in range(len(self._all_streams))]
+        self._join_h = [handle_int(e.handle) if self._hot.native else e.handle for e in self._join_events]
         self._create_event = create_event
         driver = drv.driver()
         self._drv = driver
@@ -861,7 +863,8 @@ class StreamPipeline:
                 self._rec.fill()  # (batches of several arrays: a plain run reads their host arrays)
             pinned_output = self._pinned_output_for(usage, notes)
             got = run_small_list(self._tc, arrays, kinds, cache_met, lambda n: pinned_output((n,), np.dtype(np.uint8)),
-                                 self._copier("out"), outs_np, grouped_uploads=long)
+                                 self._copier("out"), outs_np, grouped_uploads=long,
+                                 out_addresses=None if outs_read is None else outs_read.addresses)
         finally:
             self._running = False
         if got is None:
@@ -2549,11 +2552,13 @@ class StreamPipeline:
             run.live.append([ptr, h0, None])  # (freed by _finish_run, or by _abort on failure)
             run.inputs = DeviceInputs(run.bulk_in, ptr, self._hot, self._hs[:self.n_streams], self._hs[-1],
                                       self._upload_h)
-        # One start event that every stream waits for: a common time origin.
-        d, handles, start_h = self._drv, self._handles, self._start_event.handle
-        self._check("cuEventRecord", d.cuEventRecord(start_h, handles[0]))
-        for h in handles[1:]:
-            self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(h, start_h, 0))
+        # One start event that every stream waits for: a common time origin. (Through the hot
+        # path, which keeps the GIL: a binding's call lets it go, and with the copy threads
+        # draining the last run's outputs, taking it back cost 20-40 us a call; session 54.)
+        hot, hs, start_h = self._hot, self._hs, self._start_h
+        hot.event_record(start_h, hs[0])
+        for h in hs[1:]:
+            hot.stream_wait_event(h, start_h)
         if self.copy_streams:
             run.deferred = DeferredFree(self.pool, self._hot, self._handoff_h[1 + self.n_streams:], run.live)
         dst_of = None
@@ -2611,28 +2616,26 @@ class StreamPipeline:
         """The one wait at the end: join every stream into stream 0, wait for the end
         event and the staging threads, read the last stage times. Returns the GPU span
         (ms, start event to end event)."""
-        d, handles = self._drv, self._handles
-        start_h, end_h = self._start_event.handle, self._end_event.handle
-        for i in range(1, len(handles)):
-            j_ev = self._join_events[i].handle
-            self._check("cuEventRecord", d.cuEventRecord(j_ev, handles[i]))
-            self._check("cuStreamWaitEvent", d.cuStreamWaitEvent(handles[0], j_ev, 0))
+        hot, hs, end_h = self._hot, self._hs, self._end_h  # (the hot path: see _open_run)
+        for h, j_ev in zip(hs[1:], self._join_h[1:]):
+            hot.event_record(j_ev, h)
+            hot.stream_wait_event(hs[0], j_ev)
         if run.inputs is not None:  # behind every batch of every stream
             entry = next(e for e in run.live if e[0] == run.inputs.device_ptr)
             self.pool.free_ptr(entry[0], entry[1])
             run.live.remove(entry)
-        self._check("cuEventRecord", d.cuEventRecord(end_h, handles[0]))
+        hot.event_record(end_h, hs[0])
         tw = time.perf_counter()
         if run.drainer is not None:
             run.drainer.finish()
             run.drainer.wait_done()
-        self._check("cuEventSynchronize", d.cuEventSynchronize(end_h))
+        self._check("cuEventSynchronize", self._drv.cuEventSynchronize(self._end_event.handle))  # (lets the GIL go)
         if run.stager is not None:
             run.stager.join()
             run.stager.raise_error()
         run.wait_s += time.perf_counter() - tw
         self._harvest(run.inflight, run.timings, block=True)
-        return self._check("cuEventElapsedTime", d.cuEventElapsedTime(start_h, end_h))
+        return hot.elapsed_ms(self._start_h, end_h)
 
     def _drain_while_finishing(self, run: "_Run") -> None:
         """Every batch is enqueued, and the last ones are timed (timed_positions): copy

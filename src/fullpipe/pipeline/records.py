@@ -148,6 +148,8 @@ def is_record(batch: Any) -> bool:
 
 def several(batch: Any) -> bool:
     """A batch of several arrays, packed already (imap's reader packs them) or not."""
+    if isinstance(batch, np.ndarray) or _is_torch_tensor(batch):  # (the common case: no Mapping ABC check)
+        return False
     return isinstance(batch, Packed) or is_record(batch)
 
 
