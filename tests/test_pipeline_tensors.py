@@ -553,7 +553,10 @@ def test_a_short_lists_outputs_are_cut_from_few_pinned_blocks():
         width = 3 + (i // 10) * 5  # output bytes per input byte grow along the list
         views.append(carver.view((max(1, n // 64), width), np.dtype(np.float32), n))
     assert len(takes) <= 1 + 6, takes  # (a few more blocks, not one per output)
-    views += steady
+    for v, place in views:  # (each view's place: its block and offset, as the address says)
+        assert carver.address(place) == v.__array_interface__["data"][0]
+        assert place[1] + v.nbytes <= carver.used[place[0]] <= carver.blocks[place[0]][0].nbytes
+    views = [v for v, _ in views + steady]
     spans = []
     for v in views:
         base = next(b for b in blocks if np.shares_memory(v, b))
@@ -573,9 +576,53 @@ def test_a_short_lists_outputs_are_cut_from_few_pinned_blocks():
         return None
 
     carver = _PinnedCarver(full, 10_000)
-    assert carver.view((10, 10), np.dtype(np.float32), 5_000) is None
-    assert carver.view((10, 10), np.dtype(np.float32), 5_000) is None
+    assert carver.view((10, 10), np.dtype(np.float32), 5_000) == (None, None)
+    assert carver.view((10, 10), np.dtype(np.float32), 5_000) == (None, None)
     assert len(refused) == 1  # (the pool is not asked again in the same run)
+
+
+def test_a_short_lists_new_pageable_outputs_are_one_array_filled_block_by_block():
+    """plain._one_array_for: the new pageable outputs of a list staged in several pinned
+    blocks (outputs of varying sizes and dtypes) come out of one array laid out as the
+    blocks, filled by copies of whole blocks cut in pieces for the copier's threads: each
+    output holds its stage's bytes, and the outputs are disjoint."""
+    import ctypes
+
+    from fullpipe.pipeline.plain import _one_array_for, _PinnedCarver
+
+    blocks: list[np.ndarray] = []
+
+    def take(nbytes):
+        blocks.append(np.zeros(nbytes, np.uint8))
+        return blocks[-1]
+
+    rng = np.random.default_rng(5)
+    ins = [int(n) for n in rng.integers(1_000, 300_000, 60)]
+    carver = _PinnedCarver(take, sum(ins))
+    staged = []
+    for i, n in enumerate(ins):
+        dtype = np.dtype([np.float32, np.float64, np.int16][i % 3])
+        width = 3 + (i // 20) * 7  # (more output bytes per input byte later: more blocks)
+        view, place = carver.view((max(1, n // 64), width), dtype, n)
+        view[...] = rng.integers(-1000, 1000, view.shape)
+        staged.append((view, place))
+    assert len(blocks) > 1
+    host, at_block, copies = _one_array_for(carver, threads=4)
+    assert host.nbytes == sum(carver.used) and len(copies) > len(blocks)  # (pieces)
+    covered = sorted((to - host.ctypes.data, to - host.ctypes.data + n) for to, _, n in copies)
+    assert covered[0][0] == 0 and covered[-1][1] == host.nbytes
+    assert all(e == s2 for (_, e), (s2, _) in zip(covered, covered[1:]))  # (every byte once)
+    for to, src, n in copies:
+        ctypes.memmove(to, src, n)
+    outs = []
+    for view, (k, at) in staged:
+        a = at_block[k] + at
+        out = host[a:a + view.nbytes].view(view.dtype).reshape(view.shape)
+        np.testing.assert_array_equal(out, view)
+        outs.append(out)
+    for k, out in enumerate(outs):  # (disjoint: each its own memory in the one array)
+        out[...] = k
+    assert all((out == k).all() for k, out in enumerate(outs))
 
 
 class OneBuffer:

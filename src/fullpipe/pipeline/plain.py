@@ -52,6 +52,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..cuda.interop import HostKind, like_input
+from .pageable import split_ranges
 from .stats import PipelineStats
 from .tensors import TensorCompute, check_rows
 from .tuning import MIN_SPLIT_CHUNK_BYTES
@@ -149,8 +150,8 @@ def run_small(tc: TensorCompute, x_np: np.ndarray, kind: HostKind, cache_met: bo
 
 def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[HostKind],
                    cache_met: Callable[[np.ndarray], bool], take_pinned: Callable[[int], np.ndarray | None],
-                   copier: Any, outs: list[np.ndarray] | None = None, grouped_uploads: bool = False
-                   ) -> tuple[list[Any], float, float, float] | None:
+                   copier: Any, outs: list[np.ndarray] | None = None, grouped_uploads: bool = False,
+                   out_addresses: list[int] | None = None) -> tuple[list[Any], float, float, float] | None:
     """``run_batches(xs)`` of a list small in all, decided before anything else of a run is
     made (executor ``StreamPipeline._run_small_list``), on the caller's current stream with
     one wait: each batch to the device, ``f`` of it, and ``y`` at once into pinned memory
@@ -163,9 +164,13 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
     against 0.1 ms for the naive loop; longer lists: SMALL_LIST_MAX_BATCHES).
 
     Outputs of the input's kind, new or the caller's ``outs`` (host views, their rows and
-    layout checked already; each checked against its ``y`` as a pipelined run checks it);
-    new outputs pinned (views of the pool's blocks) when every input is pinned by its
-    owner. ``take_pinned(nbytes)``: a uint8 array of the pinned pool, or None when it is
+    layout checked already; each checked against its ``y`` as a pipelined run checks it;
+    ``out_addresses``: theirs, where read already); new outputs pinned (views of the pool's
+    blocks) when every input is pinned by its owner, else views of one new pageable array
+    laid out as the pinned blocks they were staged in (one copy per block, no address read
+    per output: ``ndarray.ctypes`` took 5-6 us an output on an H200 host, two of them a
+    third of fullpipe's own time a batch over 4000 tiny batches, session 54). As with
+    ``np.split``, an output kept keeps that array alive. ``take_pinned(nbytes)``: a uint8 array of the pinned pool, or None when it is
     full (then a batch's copy waits, into its pageable output). None, having done nothing,
     for a mix of pinned and pageable inputs, or pinned inputs or outputs the pin cache's
     ranges meet (``cache_met``). Returns (the outputs: new ones, or None for each of
@@ -196,7 +201,8 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
             return None
     numpy_output = kinds[0].library != "torch"
     staging = _PinnedCarver(take_pinned, sum(a.nbytes for a in arrays))
-    staged: list[tuple[np.ndarray | None, tuple[int, ...], np.dtype, Any]] = []
+    # (the output or its pinned stage, shape, dtype, give_back, (block, offset) in the stage's blocks or None)
+    staged: list[tuple[np.ndarray | None, tuple[int, ...], np.dtype, Any, tuple[int, int] | None]] = []
     call_s = waited_s = 0.0
     i: int | None = 0
     with _on_device(torch, fw.device_index):
@@ -222,22 +228,23 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
                                      f"the first batch returned {first[0]} rows of shape {first[1]}")
                 if outs is not None and (outs[i].shape != shape or outs[i].dtype != host_dtype):
                     raise ValueError(out_mismatch(i, outs[i], shape, host_dtype))
+                place = None
                 if dst_pinned is not None and dst_pinned[i]:
                     stage = outs[i]  # (the caller's pinned output: straight in)
                 elif i == last and (outs is not None or not all_pinned):
                     stage = None  # (the last pageable output: straight in, as .cpu() does; the wait is due anyway)
                 else:
-                    stage = staging.view(shape, host_dtype, a.nbytes)
+                    stage, place = staging.view(shape, host_dtype, a.nbytes)
                 if stage is None:  # (or the pinned pool is full: into a pageable output, a copy PyTorch waits for)
                     stage = np.empty(shape, host_dtype) if outs is None else outs[i]
                     t_copy = time.perf_counter()
                     _copy_into(torch, stage, give_back, y, non_blocking=False)
                     if i == last:  # (this copy waited for the stream's work: the run's wait)
                         waited_s = time.perf_counter() - t_copy
-                    staged.append((None if outs is not None else stage, shape, host_dtype, give_back))
+                    staged.append((None if outs is not None else stage, shape, host_dtype, give_back, None))
                     continue
                 _copy_into(torch, stage, give_back, y, non_blocking=True)
-                staged.append((stage, shape, host_dtype, give_back))
+                staged.append((stage, shape, host_dtype, give_back, place))
             i = None  # (what the wait reports is no one batch's)
             t_wait = time.perf_counter()
             torch.cuda.current_stream(fw.device).synchronize()
@@ -250,54 +257,82 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
             raise
     made: list[Any] = []
     copies: list[tuple[int, int, int]] = []  # (to, from, bytes): pinned stages into pageable outputs
-    for j, (stage, shape, host_dtype, give_back) in enumerate(staged):
+    host, at_block = None, []  # new pageable outputs: one array, each pinned block's bytes at at_block[k]
+    if outs is None and not all_pinned and staging.blocks:
+        host, at_block, copies = _one_array_for(staging, copier.threads)
+    for j, (stage, shape, host_dtype, give_back, place) in enumerate(staged):
         if outs is not None:
             if stage is not None and stage is not outs[j]:  # (same shape and dtype, both C-contiguous)
-                copies.append((outs[j].ctypes.data, stage.ctypes.data, stage.nbytes))
+                to = outs[j].ctypes.data if out_addresses is None else out_addresses[j]
+                copies.append((to, staging.address(place), stage.nbytes))  # type: ignore[arg-type]
             made.append(None)
-        elif all_pinned or stage.base is None:  # (pinned views, or already its own array)
+        elif all_pinned or place is None:  # (pinned views, or already its own array)
             made.append(like_input(stage, kinds[j], torch_dtype=give_back))
         else:
-            out = np.empty(shape, host_dtype)
-            copies.append((out.ctypes.data, stage.ctypes.data, stage.nbytes))
+            at = at_block[place[0]] + place[1]
+            out = host[at:at + stage.nbytes].view(host_dtype).reshape(shape)  # type: ignore[index, union-attr]
             made.append(like_input(out, kinds[j], torch_dtype=give_back))
     copier.copy_many(copies)
     return made, call_s, time.perf_counter() - t0, wait_s
+
+
+def _one_array_for(carver: "_PinnedCarver", threads: int) -> tuple[np.ndarray, list[int], list[tuple[int, int, int]]]:
+    """New pageable outputs staged in ``carver``'s pinned blocks: one array laid out as those
+    blocks (the bytes cut from each, one block after the other), where each block's bytes
+    start in it, and the copies (to, from, bytes) that fill it, in pieces for ``threads``
+    threads (a new array's first-touch page faults then run in parallel too)."""
+    host = np.empty(max(sum(carver.used), 1), np.uint8)
+    base = at = host.ctypes.data
+    at_block: list[int] = []
+    copies: list[tuple[int, int, int]] = []
+    for (_, addr), used in zip(carver.blocks, carver.used):
+        at_block.append(at - base)
+        copies += [(at + a, addr + a, b - a) for a, b in split_ranges(used, threads)]
+        at += used
+    return host, at_block, copies
 
 
 class _PinnedCarver:
     """A short list's outputs in pinned memory, cut from few blocks of the pinned pool (one
     take per block, not per output: a take is ~15 us and at least 64 KiB). Each block is
     sized for the outputs still to come, estimated from those so far (their bytes per input
-    byte); another is taken when one is full. ``view`` returns None once the pool has refused
-    a take (``take`` noted it; the run does not ask again)."""
+    byte); another is taken when one is full. ``view`` returns (None, None) once the pool has
+    refused a take (``take`` noted it; the run does not ask again)."""
 
     ALIGN = 256
 
     def __init__(self, take: Callable[[int], np.ndarray | None], input_bytes: int):
         self.take, self.input_left = take, input_bytes
-        self.block: np.ndarray | None = None
-        self.used = 0
+        self.blocks: list[tuple[np.ndarray, int]] = []  # (block, its address), in the order taken
+        self.used: list[int] = []  # the bytes cut from each block (whole ALIGN steps)
         self.out_bytes = self.in_bytes = 0
         self.refused = False
 
-    def view(self, shape: tuple[int, ...], dtype: np.dtype, in_bytes: int) -> np.ndarray | None:
+    def view(self, shape: tuple[int, ...], dtype: np.dtype, in_bytes: int
+             ) -> tuple[np.ndarray | None, tuple[int, int] | None]:
+        """An output's place: (its view, (its block's index, its offset there))."""
         nbytes = math.prod(shape) * dtype.itemsize
         self.out_bytes += nbytes
         self.in_bytes += in_bytes
         self.input_left -= in_bytes
         if self.refused:
-            return None
-        if self.block is None or self.used + nbytes > self.block.nbytes:
+            return None, None
+        if not self.blocks or self.used[-1] + nbytes > self.blocks[-1][0].nbytes:
             ahead = int(self.out_bytes / max(self.in_bytes, 1) * self.input_left * 1.25)  # (the rest, roughly)
             block = self.take(nbytes + ahead + self.ALIGN)
             if block is None:
                 self.refused = True
-                return None
-            self.block, self.used = block, 0
-        at = self.used
-        self.used = at + (max(nbytes, 1) + self.ALIGN - 1) // self.ALIGN * self.ALIGN
-        return self.block[at:at + nbytes].view(dtype).reshape(shape)
+                return None, None
+            self.blocks.append((block, block.ctypes.data))
+            self.used.append(0)
+        at = self.used[-1]
+        self.used[-1] = at + (max(nbytes, 1) + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        k = len(self.blocks) - 1
+        return self.blocks[k][0][at:at + nbytes].view(dtype).reshape(shape), (k, at)
+
+    def address(self, place: tuple[int, int]) -> int:
+        """The host address of the output at ``place`` (view's answer)."""
+        return self.blocks[place[0]][1] + place[1]
 
 
 class _GroupedUploads:
