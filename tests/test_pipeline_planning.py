@@ -574,3 +574,27 @@ def test_an_input_too_small_to_probe_is_split_into_chunks_of_at_least_4_mib():
     assert per(64 * MiB // 4096, 4096, 3) == -(-(64 * MiB // 4096) // 6)  # at most two per stream
     assert per(64 * MiB // 4096, 4096, 1) == 64 * MiB // 4096 // 2
     assert per(7, 1, 3) == 7 and per(1, 10 * MiB, 3) == 1  # tiny; one row larger than the floor
+
+
+def test_host_address_is_the_first_byte_of_any_host_array():
+    """plan.host_address: through the buffer protocol where it can (a writable C-contiguous
+    array of at least a byte), else ctypes.data; the same address either way, for views at
+    an offset, read-only arrays, empty arrays, strided views, structured dtypes and arrays
+    over foreign memory, and the array is not held (it can still be resized)."""
+    import ctypes
+
+    from fullpipe.pipeline.plan import host_address
+
+    base = np.arange(1000, dtype=np.float32)
+    ro = np.frombuffer(bytes(64), np.uint8)
+    foreign_buf = (ctypes.c_uint8 * 256)()
+    foreign = np.ctypeslib.as_array(foreign_buf)
+    cases = [base, base[7:300], base.reshape(10, 100)[3:], ro, base[:0], base[::3], base.reshape(10, 100)[:, 5],
+             np.zeros(4, dtype=[("a", "<i4"), ("b", "<f8")]), foreign[16:]]
+    assert not ro.flags.writeable and not base[::3].flags.c_contiguous
+    for a in cases:
+        assert host_address(a) == a.ctypes.data, a
+    assert host_address(foreign[16:]) == ctypes.addressof(foreign_buf) + 16
+    grow = np.zeros(16, np.uint8)
+    host_address(grow)
+    grow.resize(32, refcheck=False)  # (no buffer export left behind)

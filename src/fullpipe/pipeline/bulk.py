@@ -38,7 +38,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Sequence
 
-from .plan import align_up
+from .plan import align_up, host_address
 
 BULK_MAX_BYTES = 64 << 20  # per side and run
 ALIGN = 256  # each batch's place in a block
@@ -166,7 +166,7 @@ class BulkStaging:
         places = self._places([d.nbytes for d in dsts])
         self._moved_from(batches)
         if addresses is None:
-            addresses = [d.ctypes.data for d in dsts]
+            addresses = [host_address(d) for d in dsts]
         for b, d, a, at in zip(batches, dsts, addresses, places):
             self.outputs.append((a, at, d.nbytes))
             b.dst_addr, b.drain_bytes = at, 0

@@ -1411,7 +1411,7 @@ class StreamPipeline:
         run's context is current.) The driver is asked about its first and last byte,
         through the ctypes hot path where it can (run_batches asks for every batch and
         output); a range that the pin-down cache pinned only in parts is not (PinCache.overlap)."""
-        start = arr.ctypes.data if address is None else address  # (ctypes.data: 1-2 us)
+        start = P.host_address(arr) if address is None else address
         got = self._hot.host_pinned(start)
         if got is None:
             try:
@@ -3081,7 +3081,7 @@ class _Outputs:
         if self.bulk is not None:  # the D2H goes to the batch's place in the run's pinned block
             b.dst_addr, b.drain_bytes = self.bulk[b.index], 0
             return False
-        b.dst_addr = addr or dst.ctypes.data  # (~1.4 us: not for the bulk case above)
+        b.dst_addr = addr or P.host_address(dst)  # (not for the bulk case above)
         if self.lazy_bulk is not None:  # ... given now (0: no room, straight into dst)
             estimate = max(self.row_bytes, self.row_bytes_hint) * self._rows_total
             b.dst_addr = self.lazy_bulk.place_output(dst, estimate, b.dst_addr) or b.dst_addr
@@ -3288,9 +3288,9 @@ def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray
     written before that batch's H2D read it); a batch's output over its own input is an
     in-place batch (its input is read before its output is written, in stream order).
     Returns whether any batch is in place. Address ranges, sorted: O(n log n); the
-    addresses, where read already (_host_addresses: ``ctypes.data`` costs 1-2 us)."""
-    in_at = [a.ctypes.data for a in inputs] if in_addresses is None else in_addresses
-    out_at = [o.ctypes.data for o in outs] if out_addresses is None else out_addresses
+    addresses, where read already (_host_addresses)."""
+    in_at = [P.host_address(a) for a in inputs] if in_addresses is None else in_addresses
+    out_at = [P.host_address(o) for o in outs] if out_addresses is None else out_addresses
     spans = sorted((lo, lo + a.nbytes, j) for j, (a, lo) in enumerate(zip(inputs, in_at)) if a.nbytes)
     if not spans or not outs:
         return False
@@ -3390,8 +3390,8 @@ def _host_s_per_batch(stats: PipelineStats) -> float:
 
 def _host_addresses(objs: Sequence[Any], views: Sequence[tuple[np.ndarray, HostKind]]) -> list[int]:
     """The host address of each of the caller's arrays (``views``: host_view's answers):
-    a torch tensor's ``data_ptr()`` (0.1 us) rather than its view's ``ctypes.data`` (1-2 us)."""
-    return [o.data_ptr() if k.library == "torch" else a.ctypes.data for o, (a, k) in zip(objs, views)]
+    a torch tensor's ``data_ptr()`` (0.1 us), an array's through the buffer protocol (plan.host_address)."""
+    return [o.data_ptr() if k.library == "torch" else P.host_address(a) for o, (a, k) in zip(objs, views)]
 
 
 def _refuse_one_array(batches: Any, what: str) -> None:

@@ -36,6 +36,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
+from .plan import host_address
 from .staging import GpuSignal, SlotRing, Stopped
 
 # Each staging thread gets at least this much of a copy. Measured on the H200 machine
@@ -178,10 +179,6 @@ class _Worker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
-
-
-def host_address(array: Any) -> int:
-    return int(array.ctypes.data)
 
 
 def stage_copy(copier: HostCopier, dst: int, src: Any) -> None:

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..cuda.interop import HostKind, like_input
 from .pageable import split_ranges
+from .plan import host_address
 from .stats import PipelineStats
 from .tensors import TensorCompute, check_rows
 from .tuning import MIN_SPLIT_CHUNK_BYTES
@@ -263,7 +264,7 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
     for j, (stage, shape, host_dtype, give_back, place) in enumerate(staged):
         if outs is not None:
             if stage is not None and stage is not outs[j]:  # (same shape and dtype, both C-contiguous)
-                to = outs[j].ctypes.data if out_addresses is None else out_addresses[j]
+                to = host_address(outs[j]) if out_addresses is None else out_addresses[j]
                 copies.append((to, staging.address(place), stage.nbytes))  # type: ignore[arg-type]
             made.append(None)
         elif all_pinned or place is None:  # (pinned views, or already its own array)

@@ -7,6 +7,7 @@ empty input, output of the wrong size, chunk <= 0, streams < 1) is a clear
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
 from typing import Any, Sequence
@@ -15,6 +16,20 @@ import numpy as np
 
 OUTPUT_SAME = "same"
 
+
+
+_char_over = ctypes.c_char.from_buffer
+
+
+def host_address(a: np.ndarray) -> int:
+    """The address of a host array's first byte. Through the buffer protocol (0.7 us) for a
+    writable C-contiguous array of at least one byte, else ``ctypes.data``: NumPy builds that
+    one in Python, 1.5-3 us here and 5-6 us on an H200 host, where reading it twice an output
+    was a third of fullpipe's own time a batch over 4000 tiny batches (session 54)."""
+    try:
+        return ctypes.addressof(_char_over(a))
+    except (TypeError, ValueError, BufferError):  # read-only, not contiguous, no bytes
+        return a.ctypes.data
 
 @dataclasses.dataclass(frozen=True)
 class OutputSpec:
@@ -132,8 +147,8 @@ class Batch:
         # Read once here, not per enqueue: the executor's loop counts microseconds.
         self.in_bytes = self.src.nbytes
         self.out_bytes = 0 if self.dst is None else self.dst.nbytes
-        self.src_addr = self.src.ctypes.data if src_address is None else src_address  # (ctypes.data: 1-2 us)
-        self.dst_addr = 0 if self.dst is None else self.dst.ctypes.data
+        self.src_addr = host_address(self.src) if src_address is None else src_address
+        self.dst_addr = 0 if self.dst is None else host_address(self.dst)
         self.drain_bytes = self.out_bytes  # what the drain thread copies out of the ring slot
 
 
