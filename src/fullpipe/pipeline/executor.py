@@ -2553,8 +2553,8 @@ class StreamPipeline:
             run.inputs = DeviceInputs(run.bulk_in, ptr, self._hot, self._hs[:self.n_streams], self._hs[-1],
                                       self._upload_h)
         # One start event that every stream waits for: a common time origin. (Through the hot
-        # path, which keeps the GIL: a binding's call lets it go, and with the copy threads
-        # draining the last run's outputs, taking it back cost 20-40 us a call; session 54.)
+        # path, which keeps the GIL, as the loop's records and waits do: a binding's call lets
+        # it go, and py-spy put 20-40 us on each such call at a run's end, session 54.)
         hot, hs, start_h = self._hot, self._hs, self._start_h
         hot.event_record(start_h, hs[0])
         for h in hs[1:]:

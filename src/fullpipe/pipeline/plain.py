@@ -171,8 +171,9 @@ def run_small_list(tc: TensorCompute, arrays: list[np.ndarray], kinds: list[Host
     laid out as the pinned blocks they were staged in (one copy per block, no address read
     per output: ``ndarray.ctypes`` took 5-6 us an output on an H200 host, two of them a
     third of fullpipe's own time a batch over 4000 tiny batches, session 54). As with
-    ``np.split``, an output kept keeps that array alive. ``take_pinned(nbytes)``: a uint8 array of the pinned pool, or None when it is
-    full (then a batch's copy waits, into its pageable output). None, having done nothing,
+    ``np.split``, an output kept keeps that array alive. ``take_pinned(nbytes)``: a uint8
+    array of the pinned pool, or None when it is full (then a batch's copy waits, into its
+    pageable output). None, having done nothing,
     for a mix of pinned and pageable inputs, or pinned inputs or outputs the pin cache's
     ranges meet (``cache_met``). Returns (the outputs: new ones, or None for each of
     ``outs``; the seconds in the calls; the run's seconds; the seconds of its one wait).
