@@ -225,6 +225,14 @@ class HotPath:
             return None
         return self._fn["cuMemHostGetFlags"](self._flags_ref, ptr) == 0
 
+    def range_pinned(self, at: int, nbytes: int) -> bool | None:
+        """host_pinned of the first and the last byte of ``nbytes`` at ``at`` (run_batches asks
+        for every batch and output); None without libcuda."""
+        got = self.host_pinned(at)
+        if got and nbytes > 1:
+            got = self.host_pinned(at + nbytes - 1)
+        return got
+
     def stream_wait_event(self, stream: int, event: int) -> None:
         if self.native:
             err = self._fn["cuStreamWaitEvent"](stream, event, 0)

@@ -140,7 +140,8 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64) and, above 128 rows and for
     N over 256, 128 x 256 tiles in clusters of 2 along N, with the rule's stream-K; where
     the whole tiles leave clusters idle, with every tile dealt out as K runs; where the
-    rule deals tiles out, with whole tiles only (the rule's stream-K regimes were each fitted on a few dozen products)."""
+    rule deals tiles out, with whole tiles only (the rule's stream-K regimes were each
+    fitted on a few dozen products)."""
     hg.check_shapes(m, n, k, b_transposed)
     plans = [rule_plan(m, n, k, sms, b_transposed)]
     if m <= skinny_gemm.MAX_ROWS:

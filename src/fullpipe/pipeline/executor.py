@@ -1412,14 +1412,12 @@ class StreamPipeline:
         through the ctypes hot path where it can (run_batches asks for every batch and
         output); a range that the pin-down cache pinned only in parts is not (PinCache.overlap)."""
         start = P.host_address(arr) if address is None else address
-        got = self._hot.host_pinned(start)
+        got = self._hot.range_pinned(start, arr.nbytes)
         if got is None:
             try:
                 got = bool(is_pinned(arr))
             except Exception:
                 return False
-        elif got and arr.nbytes > 1:
-            got = self._hot.host_pinned(start + arr.nbytes - 1)
         return bool(got) and default_pin_cache().overlap(start, arr.nbytes) != "partial"
 
     def _bulk(self, batches: list[P.Batch], stage_in: str, stage_out: str | None, outputs: "_Outputs | None",

@@ -208,10 +208,10 @@ def protocol_halves(*, hot: HotPath, routes: Sequence[Route], compute: Any, has_
     writes_output = has_out and compute is not None and compute_out is None
     views: list[Any] = [None] * len(routes)  # per lane: the last batch's (key, x, y) device views
     record, wait, htod, dtoh = hot.event_record, hot.stream_wait_event, hot.memcpy_htod, hot.memcpy_dtoh
-    host_pinned = hot.host_pinned  # (None without libcuda: the copy lets the GIL go)
+    range_pinned = hot.range_pinned  # (None without libcuda: the copy lets the GIL go)
 
     def page_locked(at: int, nbytes: int) -> bool:  # (its first and last byte, as the executor asks)
-        return bool(host_pinned(at)) and (nbytes <= 1 or bool(host_pinned(at + nbytes - 1)))
+        return bool(range_pinned(at, nbytes))
 
     def front(b: Any, lane: int, slot: int, src: int) -> Pending:
         s_in, _, _, h_in, h, _, h2d_done, _ = routes[lane]
