@@ -29,6 +29,7 @@ import pytest
 import fullpipe.cuda.device as fdevice
 import fullpipe.cuda.driver as fdriver
 import fullpipe.cuda.events as fevents
+import fullpipe.cuda.hostfn as fhostfn
 import fullpipe.cuda.pinned_pool as fpinned
 import fullpipe.cuda.pool as fpool
 import fullpipe.cuda.streams as fstreams
@@ -248,6 +249,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(fstreams, "long_lived_streams",
                         lambda dev, n, **kw: [FakeStream(jitter["value"]) for _ in range(n)])
     monkeypatch.setattr(fevents, "create_event", lambda dev, **kw: FakeEvent())
+    # on a machine with a GPU, native host functions would go to the real libcuda, not this driver
+    monkeypatch.setattr(fhostfn, "_libcuda_entry", lambda: False)
     pinned: set[int] = set()
     monkeypatch.setattr(fexec, "is_pinned", lambda a: a.__array_interface__["data"][0] in pinned)
     # A process-wide pinned pool of this test's own: its buffers come from this fake driver

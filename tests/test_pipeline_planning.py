@@ -137,12 +137,17 @@ def test_run_batches_checks():
     assert not pipe._started
 
 
-def test_outputs_apart_from_other_batches_inputs_agrees_with_every_pair():
-    """run_batches' overlap check (a sorted sweep with a NumPy first pass) against the rule
-    itself, pair by pair, on random lists cut from one buffer: outputs over another batch's
-    input are refused (naming the first such output), over their own input are in place,
-    and addresses read once give the same answers as the arrays'."""
+@pytest.mark.parametrize("numpy_from", [256, 0], ids=["python", "numpy"])
+def test_outputs_apart_from_other_batches_inputs_agrees_with_every_pair(monkeypatch, numpy_from):
+    """run_batches' overlap check (a sorted sweep with a first pass in plain Python for short
+    lists, in NumPy for long ones) against the rule itself, pair by pair, on random lists cut
+    from one buffer: outputs over another batch's input are refused (naming the first such
+    output), over their own input are in place, and addresses read once give the same
+    answers as the arrays'."""
+    from fullpipe.pipeline import executor
     from fullpipe.pipeline.executor import _check_outputs_apart
+
+    monkeypatch.setattr(executor, "_APART_NUMPY_FROM", numpy_from)
 
     rng = np.random.default_rng(48)
     buf = np.zeros(4096, np.uint8)

@@ -36,6 +36,7 @@ on the caller's stream, no input block; session 22).
 from __future__ import annotations
 
 import collections
+import ctypes
 from typing import Any, Sequence
 
 from .plan import align_up, host_address
@@ -208,6 +209,19 @@ class BulkStaging:
         if self._pending_bytes >= (DRAIN_GROUP_BYTES if group_bytes is None else group_bytes):
             self._copying += copier.submit_many(group)
             self._drained, self._pending_bytes = done, 0
+
+    def drain_here(self, done: int) -> None:
+        """Every batch is enqueued and the first ``done`` batches' D2Hs have finished: copy
+        their outputs not yet copied into the caller's arrays on this thread, now (it has
+        nothing else to do but wait for the GPU). Handed to a copier thread one batch at a
+        time instead, the caller still waited 170 us a run for the last one (29 encoder
+        batches, an H200 host, session 55)."""
+        if done <= self._drained:
+            return
+        for dst, src, n in self.outputs[self._drained:done]:
+            ctypes.memmove(dst, src, n)
+        self._drained = self._counted = done
+        self._pending_bytes = 0
 
     @property
     def drained_early(self) -> int:

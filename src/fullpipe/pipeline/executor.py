@@ -32,6 +32,7 @@ pageable.py (CPU threads for pageable arrays), tuning.py (chunk="auto"), stats.p
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import dataclasses
@@ -49,7 +50,7 @@ import numpy as np
 from ..cuda import driver as drv
 from ..cuda.device import ensure_current
 from ..cuda.hotpath import HotPath, handle_int
-from ..cuda.interop import HostKind, host_view, like_input
+from ..cuda.interop import HostKind, host_view, host_views, like_input
 from ..cuda.memory import DeviceArray, free_collected, is_pinned
 from ..cuda.pin_cache import WHOLE_MAX_RATIO, default_pin_cache
 from ..cuda.timing import median
@@ -818,14 +819,14 @@ class StreamPipeline:
         max_bytes = LONG_LIST_MAX_BYTES if long else PLAIN_MAX_BYTES
         arrays = [v[0] for v in views]
         kinds = [v[1] for v in views]
-        first = arrays[0]
+        dtype, library = arrays[0].dtype, kinds[0].library
         total = 0
-        if not _from_numpy_takes(first.dtype):
+        if not _from_numpy_takes(dtype):
             return _NOT_SMALL
-        for a, k in zip(arrays, kinds):
+        for a, k in zip(arrays, kinds):  # (a.flags is made anew at each read: read once)
             total += a.nbytes
-            if (total > max_bytes or not a.ndim or not a.size or a.dtype != first.dtype
-                    or not a.flags.writeable or not a.flags.c_contiguous or k.library != kinds[0].library):
+            if (total > max_bytes or not a.ndim or not a.size or (a.dtype is not dtype and a.dtype != dtype)
+                    or not (flags := a.flags).writeable or not flags.c_contiguous or k.library != library):
                 return _NOT_SMALL
         outs_np, in_place, outs_read = None, False, None
         if outs is not None:
@@ -833,10 +834,15 @@ class StreamPipeline:
                 return _NOT_SMALL
             outs_read = _OutsRead.of(given, views, outs)  # (as the long way: the same calls refused)
             outs_np, in_place = [v[0] for v in outs_read.views], outs_read.in_place
+            taken = None  # (the last output dtype found one that torch.from_numpy takes)
             for o, a in zip(outs_np, arrays):  # (_check_out_layout's conditions: else the long way says which)
-                if (not o.ndim or o.shape[0] != a.shape[0] or not o.flags.c_contiguous or not o.flags.writeable
-                        or not _from_numpy_takes(o.dtype)):
+                if (not o.ndim or o.shape[0] != a.shape[0] or not (flags := o.flags).c_contiguous
+                        or not flags.writeable):
                     return _NOT_SMALL
+                if o.dtype is not taken:
+                    if not _from_numpy_takes(o.dtype):
+                        return _NOT_SMALL
+                    taken = o.dtype
         cache = default_pin_cache()
         if self.pin_in_place and total >= cache.min_bytes:
             return _NOT_SMALL  # (the cache would remember the list, and pin it in place if it comes again)
@@ -1022,7 +1028,7 @@ class StreamPipeline:
         started = time.perf_counter()
         if self._tc is None:
             return self._run_list_pipelined(given, outs, warn_few, pin_new)
-        views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]  # (once, for every way below)
+        views = host_views(given, "batch {}")  # (once, for every way below)
         got = self._run_small_list(given, views, outs, started)
         if got is _NOT_SMALL and pin_new:  # (not imap's windows: each seen once, of varying sizes)
             got = self._long_list_for_threads(given, views, outs) or _NOT_SMALL
@@ -1168,12 +1174,12 @@ class StreamPipeline:
         host views, when _run_small_list has made them, and ``outs_read`` the outputs' as it
         read them; ``depth``: frames between this and _run_list, for the warnings' stacklevel)."""
         if views is None:
-            views = [host_view(b, f"batch {i}") for i, b in enumerate(given)]
+            views = host_views(given, "batch {}")
         arrays = [v[0] for v in views]
         out_given = out_addresses = None
         if outs is not None:
             outs = list(outs)
-            out_views = ([host_view(o, f"outs[{i}]") for i, o in enumerate(outs)] if outs_read is None
+            out_views = (host_views(outs, "outs[{}]") if outs_read is None
                          else outs_read.views)
             out_given = [v[0] for v in out_views]
             out_addresses = _host_addresses(outs, out_views) if outs_read is None else outs_read.addresses
@@ -2638,13 +2644,14 @@ class StreamPipeline:
     def _drain_while_finishing(self, run: "_Run") -> None:
         """Every batch is enqueued, and the last ones are timed (timed_positions): copy
         each bulk-staged output to the caller's array as soon as its batch is done,
-        while the GPU finishes the rest, rather than all of them after the last batch."""
-        bulk_out, copier, d = run.bulk_out, self._copier("out"), self._drv
+        while the GPU finishes the rest, rather than all of them after the last batch
+        (on this thread, which only waits for the GPU here: BulkStaging.drain_here)."""
+        bulk_out, d = run.bulk_out, self._drv
         tw = time.perf_counter()
         while run.inflight:
             self._check("cuEventSynchronize", d.cuEventSynchronize(run.inflight[0][1][3][1]))
             self._harvest(run.inflight, run.timings, block=False)
-            bulk_out.drain_some(run.finished.prefix(run.timings), copier, group_bytes=0)  # type: ignore[union-attr]
+            bulk_out.drain_here(run.finished.prefix(run.timings))  # type: ignore[union-attr]
         run.wait_s += time.perf_counter() - tw
 
     def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], block: bool) -> None:
@@ -3178,7 +3185,7 @@ class _OutsRead:
 
     @staticmethod
     def of(given: list[Any], views: list[tuple[np.ndarray, HostKind]], outs: list[Any]) -> "_OutsRead":
-        out_views = [host_view(o, f"outs[{i}]") for i, o in enumerate(outs)]
+        out_views = host_views(outs, "outs[{}]")
         addresses, in_addresses = _host_addresses(outs, out_views), _host_addresses(given, views)
         in_place = _check_outputs_apart([v[0] for v in out_views], [v[0] for v in views], addresses, in_addresses)
         return _OutsRead(out_views, addresses, in_addresses, in_place)
@@ -3279,6 +3286,11 @@ def _cannot_run_again(exc: BaseException, in_place: bool) -> None:
                      "It happened again in the run done again, whose calls were serial: please report it.")
 
 
+# Below this many outputs, run_batches' overlap check sorts and bisects in plain Python: NumPy's
+# per-call costs made it 95 us a run of 29 encoder batches on an H200 host (session 55, call 1)
+_APART_NUMPY_FROM = 256
+
+
 def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray],
                          out_addresses: Sequence[int] | None = None,
                          in_addresses: Sequence[int] | None = None) -> bool:
@@ -3292,18 +3304,25 @@ def _check_outputs_apart(outs: Sequence[np.ndarray], inputs: Sequence[np.ndarray
     spans = sorted((lo, lo + a.nbytes, j) for j, (a, lo) in enumerate(zip(inputs, in_at)) if a.nbytes)
     if not spans or not outs:
         return False
-    starts = np.array([lo for lo, _, _ in spans], dtype=np.int64)
-    reach = np.maximum.accumulate(np.array([hi for _, hi, _ in spans], dtype=np.int64))
-    out_lo = np.array(out_at, dtype=np.int64)
-    out_hi = out_lo + np.array([o.nbytes for o in outs], dtype=np.int64)
-    # (reach: the furthest end among spans[0..k]; an output whose last span starting before its
-    # end reaches no further than its start meets no input: outputs apart from the inputs, the
-    # usual case, are found so in one pass of NumPy)
-    last = np.searchsorted(starts, out_hi, side="left") - 1
-    met = (last >= 0) & (reach[np.maximum(last, 0)] > out_lo)
+    starts = [lo for lo, _, _ in spans]
+    # reach[k]: the furthest end among spans[0..k]; an output whose last span starting before its
+    # end (last) reaches no further than its start meets no input: outputs apart from the inputs,
+    # the usual case, are found so in one pass
+    reach, furthest = [], 0
+    for _, hi, _ in spans:
+        furthest = hi if hi > furthest else furthest
+        reach.append(furthest)
+    out_hi = [lo + o.nbytes for lo, o in zip(out_at, outs)]
+    if len(outs) < _APART_NUMPY_FROM:
+        met = [(i, k) for i, (lo, hi) in enumerate(zip(out_at, out_hi))
+               if (k := bisect.bisect_left(starts, hi) - 1) >= 0 and reach[k] > lo]
+    else:
+        last = np.searchsorted(np.array(starts, dtype=np.int64), np.array(out_hi, dtype=np.int64), side="left") - 1
+        hit = (last >= 0) & (np.array(reach, dtype=np.int64)[np.maximum(last, 0)] > np.array(out_at, dtype=np.int64))
+        met = [(i, int(last[i])) for i in np.flatnonzero(hit).tolist()]
     in_place = False
-    for i in np.flatnonzero(met).tolist():
-        lo, hi, k = int(out_lo[i]), int(out_hi[i]), int(last[i])
+    for i, k in met:
+        lo, hi = out_at[i], out_hi[i]
         while k >= 0 and reach[k] > lo:
             a, z, j = spans[k]
             if a < hi and lo < z:

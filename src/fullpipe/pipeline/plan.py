@@ -186,11 +186,15 @@ def batches_from_list(
         raise TypeError(f"batches must be a sequence of arrays, got {type(batches).__name__}") from exc
     if not items:
         raise ValueError("no batches given; pass at least one array")
-    arrays = [as_host_array(b, f"batch {i}") for i, b in enumerate(items)]
+    arrays = [as_host_array(items[0], "batch 0")]
     dtype = arrays[0].dtype
-    for i, a in enumerate(arrays):
+    for i, b in enumerate(items[1:], 1):
+        # (the usual batch, one C-contiguous array of batch 0's dtype, without as_host_array's call)
+        a = b if type(b) is np.ndarray and b.dtype is dtype and b.ndim and b.size and b.flags.c_contiguous else \
+            as_host_array(b, f"batch {i}")
         if a.dtype != dtype:
             raise ValueError(f"batch {i} has dtype {a.dtype}, batch 0 has {dtype}: all batches must share one dtype")
+        arrays.append(a)
     outs_given = outs is not None
     out_arrays: list[np.ndarray] | None = None
     if spec.none:
