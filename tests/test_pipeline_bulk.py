@@ -183,7 +183,8 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
     While batches are still being enqueued they go a group of at least DRAIN_GROUP_BYTES
     at a time, not one copier job per batch (each job wakes a thread that takes the GIL
     between the compute calls); once every batch is enqueued, each goes as its batch is
-    done, copied by the enqueueing thread (which only waits for the GPU then). Sampled
+    done, copied by the enqueueing thread (which only waits for the GPU then) with the
+    copier's threads. Sampled
     timing (the default) knows a batch is done from a later timed batch of its stream."""
     fake.jitter["value"] = 0.0
     xs = batches(200)  # ~1.2 MB of outputs
@@ -200,10 +201,10 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
 
     real_here, here = bulk.BulkStaging.drain_here, []
 
-    def spy_here(self, done):
+    def spy_here(self, done, copier):
         assert finishing and threading.current_thread() is threading.main_thread()
         here.append(sum(n for _, _, n in self.outputs[self._drained:done]))
-        real_here(self, done)
+        real_here(self, done, copier)
 
     def spy_finishing(self, run):
         nonlocal finishing

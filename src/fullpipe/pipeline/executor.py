@@ -2646,12 +2646,12 @@ class StreamPipeline:
         each bulk-staged output to the caller's array as soon as its batch is done,
         while the GPU finishes the rest, rather than all of them after the last batch
         (on this thread, which only waits for the GPU here: BulkStaging.drain_here)."""
-        bulk_out, d = run.bulk_out, self._drv
+        bulk_out, copier, d = run.bulk_out, self._copier("out"), self._drv
         tw = time.perf_counter()
         while run.inflight:
             self._check("cuEventSynchronize", d.cuEventSynchronize(run.inflight[0][1][3][1]))
             self._harvest(run.inflight, run.timings, block=False)
-            bulk_out.drain_here(run.finished.prefix(run.timings))  # type: ignore[union-attr]
+            bulk_out.drain_here(run.finished.prefix(run.timings), copier)  # type: ignore[union-attr]
         run.wait_s += time.perf_counter() - tw
 
     def _harvest(self, inflight: collections.deque, timings: list[BatchTiming], block: bool) -> None:
