@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fullpipe.pipeline.list_paths import (HOST_BOUND_SHARE, MAX_KINDS, PIPELINED, PLAIN, PLAIN_MARGIN, RECHECK_EVERY,
-                                          RECHECK_MOST, THREADS, THREADS_MARGIN, TRIALS, WARMUP, ListPaths, list_key)
+from fullpipe.pipeline.list_paths import (ABANDON_SLOWER, HOST_BOUND_SHARE, MAX_KINDS, PIPELINED, PLAIN, PLAIN_MARGIN,
+                                          RECHECK_EVERY, RECHECK_MOST, THREADS, THREADS_MARGIN, TRIALS, WARMUP, ListPaths,
+                                          list_key)
 
 
 def trial(paths: ListPaths, key: tuple, us: dict[str, list[float]], batches: int = 100,
@@ -172,6 +173,42 @@ def test_a_list_whose_calls_set_the_pace_measures_threads_too_and_keeps_them_whe
     assert paths.next_path("enc", may_thread=False) == PIPELINED
     # plain against the best other way: 580 is not 0.85x of 515
     assert paths.next_path("enc", may_thread=True) == THREADS
+
+
+def test_a_way_far_slower_in_its_first_measured_run_leaves_the_trial_and_comes_back_rarely():
+    """imap over 120 requests through a 2-layer fp16 encoder (session 55, an H200 host, µs a
+    batch): threads' first windows ran 29-39 ms a batch against pipelined's 0.6-1.0; each of
+    the trial's threads runs cost seconds. One measured run that slow ends the threads' trial."""
+    paths = ListPaths()
+    slow = {PIPELINED: [1200.0, 967.0, 877.0, 967.0], PLAIN: [1300.0, 1167.0, 925.0, 955.0],
+            THREADS: [41000.0, 38654.0]}  # (no more threads' runs may be asked for)
+    asked = trial(paths, "req", slow, call_share=0.9)
+    assert asked == [PIPELINED, PLAIN, PIPELINED, THREADS, PLAIN, THREADS, PIPELINED, PLAIN, PIPELINED, PLAIN]
+    assert paths.describe("req", PLAIN, trial=False)["threads_us_per_batch"] == 38654.0
+    # its runs counted as they were: the trial said it would take 12, then 10
+    later = [paths.next_path("req", may_thread=True) for _ in range(RECHECK_MOST + 1)]
+    assert later.index(THREADS) == RECHECK_MOST - 1 and later.count(THREADS) == 1
+    # plain and threads each leave so only beyond the margin: 2.9x stays in the trial
+    paths = ListPaths()
+    near = {PIPELINED: [0.0, 100.0, 100.0, 100.0], PLAIN: [0.0, 99.0, 99.0, 99.0],
+            THREADS: [0.0, 0.99 * ABANDON_SLOWER * 99.0, 98.0, 97.0]}
+    asked = trial(paths, "near", near, call_share=0.9)
+    assert asked.count(THREADS) == WARMUP + TRIALS and paths.next_path("near", may_thread=True) == THREADS
+    paths = ListPaths()
+    asked = trial(paths, "plain", {PIPELINED: [0.0, 100.0, 100.0, 100.0], PLAIN: [0.0, 301.0]})
+    assert asked == [PIPELINED, PLAIN, PIPELINED, PLAIN, PIPELINED, PIPELINED]
+    assert paths.next_path("plain") == PIPELINED
+
+
+def test_the_trials_count_says_a_way_measured_no_more_ran_fewer_runs():
+    paths = ListPaths()
+    key, batches = "k", 100
+    for path, us in ((PIPELINED, 500.0), (PLAIN, 500.0), (PIPELINED, 500.0), (THREADS, 9000.0), (PLAIN, 500.0),
+                     (THREADS, 9000.0)):
+        assert paths.next_path(key, may_thread=True) == path
+        seconds = us * batches / 1e6
+        paths.record(key, path, seconds, batches, 0.9 * seconds if path == PIPELINED else None)
+    assert paths.describe(key, THREADS, trial=True)["source"] == "trial run 6 of 10"
 
 
 def test_threads_are_not_measured_where_the_calls_do_not_set_the_pace_or_may_not_go():

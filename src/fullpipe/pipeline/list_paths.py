@@ -55,6 +55,12 @@ every run, and now and then one run of another way renews that one's (``RECHECK_
 after the choice, doubling up to ``RECHECK_MOST`` while that way stays slower by
 ``RECHECK_SLOWER``): the choice follows the latest medians by the same margins.
 
+A way far slower than the best other in its first measured run of the trial (``ABANDON_SLOWER``)
+is measured no more there, and rechecked only every ``RECHECK_MOST`` runs after the choice: the
+trial runs a user's own work, and on a list of requests through a 2-layer encoder the threads'
+windows ran 30-60x slower than pipelined ones (session 55), so that each of the four threads runs
+the trial took cost seconds.
+
 A long list of larger batches (more than 16, beyond the small batches' limits) never runs
 plainly, but its calls may set the pace too: a resnet18 over 150 lists of 1-16 images
 (1.2 MB a batch) ran 2702 µs a batch pipelined and 1821 on three threads (an H200 host,
@@ -87,6 +93,12 @@ MAX_KINDS = 256  # kinds of list remembered (the oldest forgotten first)
 RECHECK_EVERY = 16  # after the choice, another way runs once every this many runs of the kind ...
 RECHECK_MOST = 256  # ... its interval doubling, up to this, while it stays this much slower:
 RECHECK_SLOWER = 1.15
+# A way (plain or threads) whose measured run in the trial took this many times the best other
+# way's typical run is measured no more there: that run stands for its trial, and it runs again
+# only RECHECK_MOST runs after the choice. Threads' first windows of 120 requests through a
+# 2-layer fp16 encoder ran 29-39 ms a batch against pipelined's 0.6-1.0 (imap, an H200 host,
+# session 55, u3/u4): each of the trial's four threads runs cost a user 1.5-4.6 s.
+ABANDON_SLOWER = 3.0
 
 
 def list_key(arrays: list[np.ndarray], library: str) -> tuple:
@@ -164,7 +176,8 @@ class ListPaths:
             t.threads = False  # (its trial goes on without it)
         done = t.chosen(threads_now=may_thread)
         if done is None:
-            return min(t.ways(), key=lambda w: t.seen[w])  # (the fewest runs; ties to the first in WAYS)
+            # (of the ways still measured, the fewest runs; ties to the first in WAYS)
+            return min((w for w in t.ways() if len(t.us[w]) < TRIALS), key=lambda w: t.seen[w])
         t.after += 1
         for w in t.ways():  # (now and then one run of another way: its median renewed, _Trial.recheck)
             if w == done or (w == THREADS and not may_thread):
@@ -194,9 +207,14 @@ class ListPaths:
             return
         t.seen[path] += 1
         if t.seen[path] > WARMUP and len(t.us[path]) < TRIALS:
-            t.us[path].append(seconds * 1e6 / max(batches, 1))
+            us = seconds * 1e6 / max(batches, 1)
+            t.us[path].append(us)
             if path == PIPELINED and t.threads is None:
                 t.threads = call_s is not None and call_s >= HOST_BOUND_SHARE * seconds
+            best_other = min((t.typical(w) for w in t.ways() if w != path and t.us[w]), default=None)
+            if path != PIPELINED and best_other is not None and us > ABANDON_SLOWER * best_other:
+                t.us[path] += [us] * (TRIALS - len(t.us[path]))  # (its trial over: ABANDON_SLOWER)
+                t.check_at[path] = t.interval[path] = RECHECK_MOST
 
     def in_trial(self, key: tuple) -> bool:
         t = self._trials.get(key)
@@ -208,8 +226,9 @@ class ListPaths:
         the trial's typical (median) µs per batch of each way."""
         t = self._trials.get(key, _Trial())
         out: dict[str, Any] = {"path": path}
-        if trial:  # (the threads' runs counted also where they left the trial)
-            runs = (WARMUP + TRIALS) * len(t.ways()) + (0 if t.threads else t.seen[THREADS])
+        if trial:  # (the threads' runs counted also where they left the trial; a way measured no more: its runs)
+            runs = sum(t.seen[w] if len(t.us[w]) >= TRIALS else WARMUP + TRIALS for w in t.ways()) + (
+                0 if t.threads else t.seen[THREADS])
             out["source"] = f"trial run {sum(t.seen.values())} of {runs}"
             chosen = t.chosen()
             if chosen is not None:
