@@ -2,6 +2,7 @@
 samples, and the top innermost frames (file:line) and innermost fullpipe frames."""
 import collections, re, sys
 path, top = sys.argv[1], int(sys.argv[2])
+only = sys.argv[3] if len(sys.argv) > 3 else None  # the main thread's samples only inside this function
 kinds = collections.Counter()
 leaf = collections.defaultdict(collections.Counter)
 fpf = collections.defaultdict(collections.Counter)
@@ -15,6 +16,8 @@ for ln in open(path):
     elif any("imap" in f and "fullpipe" in f for f in frames) and "<module>" not in names:
         kind = "imap reader"
     elif "<module>" in names:
+        if only is not None and only not in names:
+            continue
         kind = "main"
     else:
         kind = "other: " + (names[1] if len(names) > 1 else names[0])[:40]
