@@ -55,11 +55,11 @@ every run, and now and then one run of another way renews that one's (``RECHECK_
 after the choice, doubling up to ``RECHECK_MOST`` while that way stays slower by
 ``RECHECK_SLOWER``): the choice follows the latest medians by the same margins.
 
-A way far slower than the best other in its first measured run of the trial (``ABANDON_SLOWER``)
-is measured no more there, and rechecked only every ``RECHECK_MOST`` runs after the choice: the
-trial runs a user's own work, and on a list of requests through a 2-layer encoder the threads'
-windows ran 30-60x slower than pipelined ones (session 55), so that each of the four threads runs
-the trial took cost seconds.
+A way far slower than the best other in a measured run of the trial (``ABANDON_SLOWER``; not
+pipelined, the baseline) is measured no more there, and rechecked only every ``RECHECK_MOST`` runs
+after the choice: the trial runs a user's own work, and on a list of requests through a 2-layer
+encoder the threads' windows ran 30-60x slower than pipelined ones (session 55), so that each of
+the four threads runs the trial took cost seconds.
 
 A long list of larger batches (more than 16, beyond the small batches' limits) never runs
 plainly, but its calls may set the pace too: a resnet18 over 150 lists of 1-16 images
