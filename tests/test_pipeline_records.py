@@ -413,3 +413,43 @@ def test_what_a_user_gets_wrong(fake, recfw):
         pipe.run_batches([(ids, ids > 0)] * 4)
     assert "the compute was given a tuple of 2 tensors" in " ".join(info.value.__notes__)
     _assert_clean(pipe)
+
+
+def test_torch_fields_are_views_of_the_packed_records_at_any_place_in_their_buffer():
+    """TorchFramework.record_field over records packed on the host by the real layout (the
+    device side's view arithmetic, on CPU tensors): each field a contiguous view of its
+    rows, equal to the batch's own array, for fields of 1, 2 and no row dimensions, bool,
+    int32, float16, bfloat16 and int64, records placed at an aligned offset in a larger
+    buffer (a lane buffer's cut has a storage offset), and a batch of one field."""
+    torch = pytest.importorskip("torch")
+    from fullpipe.pipeline.records import pack
+    from fullpipe.pipeline.tensors import TorchFramework
+
+    fw = TorchFramework(0)  # (record_field reads no device)
+    g = torch.Generator().manual_seed(55)
+    for rows in (1, 3, 7, 32):
+        L = 5 + rows
+        batches = [
+            {"ids": torch.randint(0, 1000, (rows, L), dtype=torch.int32, generator=g),
+             "mask": torch.rand(rows, L, generator=g) < 0.5},
+            (torch.randn(rows, 3, 4, generator=g).half(), torch.randint(0, 9, (rows,), generator=g)),
+            [torch.randn(rows, L, generator=g).bfloat16(), torch.randint(0, 255, (rows, 2), dtype=torch.uint8,
+                                                                         generator=g)],
+            (torch.rand(rows, 6, generator=g) < 0.3,),
+        ]
+        for batch in batches:
+            packed = pack(batch)
+            rb = packed.layout.record_bytes
+            records = torch.from_numpy(np.ascontiguousarray(packed.host)).view(torch.uint8).reshape(rows, rb)
+            for at in (0, 64, 4096):  # (aligned as a lane buffer's cuts are: 256 B in practice)
+                buffer = torch.zeros(at + rows * rb + 64, dtype=torch.uint8)
+                t = buffer.narrow(0, at, rows * rb).view(rows, rb)
+                t.copy_(records)
+                got = packed.layout.unpack(fw, t)
+                want = list(batch.values()) if isinstance(batch, dict) else list(batch)
+                got = list(got.values()) if isinstance(got, dict) else list(got)
+                assert type(packed.layout.unpack(fw, t)) is type(batch)
+                for g_, w in zip(got, want):
+                    assert g_.dtype == w.dtype and g_.shape == w.shape and g_.is_contiguous()
+                    assert torch.equal(g_, w)
+                    assert buffer.data_ptr() <= g_.data_ptr() < buffer.data_ptr() + buffer.numel()  # (a view)

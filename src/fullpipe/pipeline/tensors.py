@@ -296,9 +296,11 @@ class TorchFramework:
     def record_field(self, t: Any, f: Any, record_bytes: int) -> Any:
         """Field ``f`` (records.Field) of the records ``t`` (a rows x record_bytes uint8
         tensor, contiguous, field after field) as a contiguous tensor of its own: a view of
-        the field's rows, which are together."""
+        the field's rows, which are together. One ``as_strided`` over the field's bytes, then
+        its dtype (and its row shape where that is not one dimension): 8 against 16 us a
+        field for ``narrow`` and three views (a 2-core host; compute threads calling a model
+        on dict batches spent 6.5 % of their samples here, an H200 host, session 55)."""
         rows = t.shape[0]
-        cols = t if f.row_bytes == record_bytes else t.view(-1).narrow(0, rows * f.offset, rows * f.row_bytes)
         dtype = f.torch_dtype
         if dtype is None:
             dtype = self._torch_dtypes.get(f.dtype)
@@ -307,7 +309,8 @@ class TorchFramework:
 
                 dtype = _torch_dtype_for(f.dtype, None) or self.torch.from_numpy(np.empty(0, f.dtype)).dtype
                 self._torch_dtypes[f.dtype] = dtype
-        return cols.view(dtype).view((rows,) + f.row_shape)
+        cols = t.as_strided((rows, f.row_bytes), (f.row_bytes, 1), t.storage_offset() + rows * f.offset).view(dtype)
+        return cols if len(f.row_shape) == 1 else cols.view((rows,) + f.row_shape)
 
     repeat_rows = staticmethod(_repeat_rows)
 
