@@ -184,8 +184,8 @@ def test_bulk_outputs_of_finished_batches_are_copied_out_during_the_run_in_group
     at a time, not one copier job per batch (each job wakes a thread that takes the GIL
     between the compute calls); once every batch is enqueued, each goes as its batch is
     done, copied by the enqueueing thread (which only waits for the GPU then) with the
-    copier's threads. Sampled
-    timing (the default) knows a batch is done from a later timed batch of its stream."""
+    copier's threads. Sampled timing (the default) knows a batch is done from a later timed
+    batch of its stream."""
     fake.jitter["value"] = 0.0
     xs = batches(200)  # ~1.2 MB of outputs
     outs = [np.zeros_like(x) for x in xs]
