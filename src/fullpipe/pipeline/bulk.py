@@ -196,16 +196,16 @@ class BulkStaging:
         self.outputs.append((dst_addr, at, dst.nbytes))
         return at
 
-    def drain_some(self, done: int, copier: Any, group_bytes: int | None = None) -> None:
+    def drain_some(self, done: int, copier: Any) -> None:
         """The first ``done`` batches' D2Hs have finished: once their outputs not yet
-        copied reach ``group_bytes`` (default ``DRAIN_GROUP_BYTES``), start copying them
-        into the caller's arrays on one of the copier's threads, while the run goes on."""
+        copied reach ``DRAIN_GROUP_BYTES``, start copying them into the caller's arrays on
+        one of the copier's threads, while the run goes on."""
         if done <= self._drained:
             return
         group = self.outputs[self._drained:done]
         self._pending_bytes += sum(n for _, _, n in group[self._counted - self._drained:])
         self._counted = done
-        if self._pending_bytes >= (DRAIN_GROUP_BYTES if group_bytes is None else group_bytes):
+        if self._pending_bytes >= DRAIN_GROUP_BYTES:
             self._copying += copier.submit_many(group)
             self._drained, self._pending_bytes = done, 0
 
@@ -231,8 +231,7 @@ class BulkStaging:
     def drain_outputs(self, copier: Any) -> None:
         """After the run's last D2H: the rest of the outputs into the caller's arrays."""
         self.wait_copies()
-        copier.copy_many(self.outputs[self._drained:])
-        self._drained = len(self.outputs)
+        self.drain_here(len(self.outputs), copier)
 
     def wait_copies(self) -> None:
         """Wait for the copies started by :meth:`drain_some` (before the blocks go back,

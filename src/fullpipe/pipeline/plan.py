@@ -16,8 +16,6 @@ import numpy as np
 
 OUTPUT_SAME = "same"
 
-
-
 _char_over = ctypes.c_char.from_buffer
 
 
@@ -30,6 +28,7 @@ def host_address(a: np.ndarray) -> int:
         return ctypes.addressof(_char_over(a))
     except (TypeError, ValueError, BufferError):  # read-only, not contiguous, no bytes
         return a.ctypes.data
+
 
 @dataclasses.dataclass(frozen=True)
 class OutputSpec:
