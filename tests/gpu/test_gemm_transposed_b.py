@@ -12,8 +12,9 @@ import pytest
 
 from fullpipe.kernels import gemm
 from fullpipe.kernels import skinny_gemm as sk
+from fullpipe.kernels import hopper_gemm as hg
 from fullpipe.kernels.hopper_gemm import (PERSISTENT, PERSISTENT_NARROW, PERSISTENT_ONE_ROW, PERSISTENT_SMALL,
-                                          SWEEP_BUILDS, gemm_hopper)
+                                          SWEEP_BUILDS, gemm_hopper, swap_build)
 
 from .test_hopper_gemm import _rel
 
@@ -84,6 +85,64 @@ def test_each_build_reads_w_as_it_lies_and_gives_the_bits_of_a_copy(build, multi
         torch.cuda.synchronize()
         assert _rel(got, x.double() @ w.double().T) < 1e-2, (build.label, m, n, k)
         assert torch.equal(got, copy), (build.label, m, n, k)
+
+
+# The transposed product (swap_ab): (M, N, K, tile_m, cluster_m)
+SWAP_CASES = [
+    (200, 4096, 4096, 128, 2),   # 200 rows in one 208-wide tile; clusters of 2 share x's slice
+    (65, 1000, 520, 128, 1),     # the narrowest width (80), W's last rows and K's last slice cut
+    (256, 2056, 1032, 64, 1),    # the widest (256), 64-row blocks of W, an edge of 8 rows
+    (129, 6144, 4096, 128, 2),   # 129 rows in 144: 15 rows of the tile past M
+    (200, 50257, 768, 128, 2),   # N not a multiple of 8: C's rows padded
+    (177, 512, 8192, 128, 1),    # 4 tiles of W's rows: each cut into K runs (stream-K)
+    (96, 768, 4096, 64, 1),      # 12 tiles split
+]
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", SWAP_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_name, case):
+    """x @ w.T computed as (w x^T)^T: W's rows in blocks, the product's rows one tile of
+    the build's width, the result stored transposed; with stream-K's partial sums (the
+    plan's own, and every tile dealt out) and without (whole tiles)."""
+    import torch
+
+    m, n, k, tile_m, cluster_m = case
+    dtype = getattr(torch, dtype_name)
+    x, w = _weights(m, n, k, dtype, seed=m + n + k)
+    ref = x.double() @ w.double().T
+    cublas = _rel(torch.nn.functional.linear(x, w), ref)
+    build = swap_build(m, tile_m, cluster_m)
+    tiles = hg.cluster_tiles(m, n, build)
+    results = []
+    for sk_tiles in (None, 0, tiles):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        try:
+            got = gemm_hopper(x, w.T, out=out, _build=build, _sk_tiles=sk_tiles)
+        except ValueError as exc:  # (too few K slices to give every cluster a run: refused, not wrong)
+            assert sk_tiles == tiles and "without a run" in str(exc), exc
+            continue
+        torch.cuda.synchronize()
+        assert not torch.isnan(got).any(), f"{case} sk_tiles={sk_tiles}: outputs never written"
+        err = _rel(got, ref)
+        assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{case} sk_tiles={sk_tiles}: {err:.2e} (cuBLAS {cublas:.2e})"
+        results.append(got.clone())
+    # whole tiles add the same products in the same order, whatever the launch
+    again = gemm_hopper(x, w.T, _build=build, _sk_tiles=0)
+    torch.cuda.synchronize()
+    assert torch.equal(again, results[1])
+
+
+def test_the_transposed_product_refuses_more_rows_than_its_tile_and_a_row_major_b():
+    import torch
+
+    x, w = _weights(210, 512, 256, torch.bfloat16, seed=2)
+    with pytest.raises(ValueError, match="at most tile_n=208 rows, got M=210"):
+        gemm_hopper(x, w.T, _build=swap_build(200))
+    # a row-major b cannot be the kernel's K-major A: the default build runs instead
+    got = gemm_hopper(x[:200], w.T.contiguous(), _build=swap_build(200))
+    torch.cuda.synchronize()
+    assert _rel(got, x[:200].double() @ w.double().T) < 1e-2
 
 
 def test_skinny_split_k_every_way():

@@ -48,7 +48,7 @@ def test_every_candidate_plan_gives_the_product(shape, transposed):
         b = b.T.contiguous().T
     ref = a.double() @ b.double()
     A, B = operand(a, "a"), operand(b, "b", transposed_ok=True)
-    plans = gemm_tuning.candidates(m, n, k, _sms())
+    plans = gemm_tuning.candidates(m, n, k, _sms(), transposed)
     assert any(p.stream_k == "all" for p in plans) or m > 900  # (the partial waves measure stream-K over all SMs)
     for p in plans:
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -69,7 +69,7 @@ def test_tune_gemm_remembers_a_plan_that_gemm_then_runs(own_tuning_file):
     assert saved["sources"] == gemm_tuning.sources_digest()
     (key,) = saved["plans"]
     assert key.endswith("|float16|w.T|94x2056x8200")
-    assert len(saved["plans"][key]["us"]) == len(gemm_tuning.candidates(m, n, k, _sms()))
+    assert len(saved["plans"][key]["us"]) == len(gemm_tuning.candidates(m, n, k, _sms(), True))
 
     gemm_tuning.forget()  # (a new process: the plan comes from the file)
     g = torch.Generator(device="cuda").manual_seed(3)

@@ -61,6 +61,17 @@
 // ring) and B_K_MAJOR (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear
 // weight; the tile header).
 //
+// SWAP_AB (the transposed product, C^T = W X^T): the host passes the weight W (N x K, the
+// b = w.T of an nn.Linear) as the kernel's A and the activations X (M x K) as its B, with
+// M and N swapped. The tile's TILE_M rows then walk W's rows and its TILE_N columns are the
+// product's rows, 80 ... 256 in steps of 16: a product of 200 rows is one tile of 208, where
+// 128-row tiles compute 256 (cuBLAS runs the same shape: its column-major M is our N). A
+// TILE_N that 64-row chunks do not split over the cluster arrives as CLUSTER_M boxes of
+// TILE_N / CLUSTER_M rows of X (B_CHUNK_COLS).
+// The epilogue stores the result transposed (stmatrix .trans into the piece's buffer, then
+// the TMA store of C's 64 columns x 64 rows); the host takes it for M <= TILE_N only (one
+// tile along C's rows: a piece past TILE_N rows is clipped at M, not at the tile).
+//
 // Edges (load_item<true>): a tile that reaches past M, or past N, has its boxes cut at the
 // edge: a TMA box that hangs past the last row of its matrix is slow (EdgeMaps below).
 //
@@ -110,6 +121,9 @@
 #ifndef STMATRIX
 #define STMATRIX 0
 #endif
+#ifndef SWAP_AB
+#define SWAP_AB 0
+#endif
 
 namespace {
 
@@ -118,7 +132,16 @@ using fp_tma::TensorMap;
 
 constexpr int CLUSTER = CLUSTER_M * CLUSTER_N;
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M splits B's chunks: 1, 2 or 4");
-static_assert(BN / CHUNK_N % CLUSTER_M == 0, "each block of a cluster loads a whole number of B chunks");
+// B's slice arrives in chunks of B_CHUNK_COLS columns (64, or TILE_N / CLUSTER_M rows of W
+// where 64-wide chunks do not split evenly over the cluster), each one TMA box; a block of
+// a cluster sharing B loads a whole number of them.
+constexpr int B_CHUNK_COLS = BN % CHUNK_N == 0 && BN / CHUNK_N % CLUSTER_M == 0 ? CHUNK_N : BN / CLUSTER_M;
+constexpr int B_CHUNK_LOAD_BYTES = B_CHUNK_COLS * BK * ELEM;
+static_assert(B_CHUNK_COLS == CHUNK_N || (B_K_MAJOR && B_CHUNK_COLS % 8 == 0 && BN % CLUSTER_M == 0),
+              "a chunk of W's rows holds whole 1 KiB swizzle atoms");
+static_assert(BN / B_CHUNK_COLS % CLUSTER_M == 0, "each block of a cluster loads a whole number of B chunks");
+static_assert(!SWAP_AB || (B_K_MAJOR && STMATRIX == 0), "the transposed product: both operands K-major");
+static_assert(SWAP_AB || BN % CHUNK_N == 0, "C's pieces are 64 columns: a TILE_N of 80 ... 240 is for SWAP_AB");
 static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N splits A's 128 rows: 1 or 2");
 static_assert(CLUSTER >= 1 && CLUSTER <= 8, "a portable cluster has at most 8 blocks");
 constexpr int THREADS = (1 + CONSUMERS) * 128;
@@ -139,7 +162,7 @@ constexpr int OUT_BYTES = WG_M * OUT_N * ELEM;        // 8 KiB
 // map of A has boxes of A_ROWS rows (hopper_gemm.py plans them).
 constexpr bool SHARE_B = MULTICAST && CLUSTER_M > 1;
 constexpr bool SHARE_A = MULTICAST && CLUSTER_N > 1;
-constexpr int B_CHUNKS_PER_BLOCK = SHARE_B ? BN / CHUNK_N / CLUSTER_M : BN / CHUNK_N;
+constexpr int B_CHUNKS_PER_BLOCK = SHARE_B ? BN / B_CHUNK_COLS / CLUSTER_M : BN / B_CHUNK_COLS;
 constexpr int A_ROWS = SHARE_A ? BM / CLUSTER_N : BM;
 // Blocks that write into this block's ring (own, B peers, A peers): each one's
 // consumers release a slot here, and this block's consumers release it in each of them.
@@ -161,10 +184,11 @@ constexpr int WRITERS = (SHARE_B ? CLUSTER_M : 1) + (SHARE_A ? CLUSTER_N : 1) - 
 constexpr int EDGE_HANG = 16;   // a box hanging fewer rows past the edge is loaded whole
 using fp_tma::EDGE_BOXES;
 using fp_tma::EdgeMaps;         // the same matrix in boxes of 64 >> i rows
-constexpr int B_BOX_ROWS = 64;   // a B chunk's box: 64 K-rows of B, or 64 rows of W (B_K_MAJOR)
-static_assert(B_BOX_ROWS == BK && B_BOX_ROWS == CHUNK_N, "a B chunk is 64 x 64 either way");
+// a B chunk's box: 64 K-rows of B, or B_CHUNK_COLS rows of W (B_K_MAJOR)
+constexpr int B_BOX_ROWS = B_K_MAJOR ? B_CHUNK_COLS : BK;
+static_assert(B_K_MAJOR || (B_BOX_ROWS == BK && B_CHUNK_COLS == CHUNK_N), "a chunk of a row-major B is 64 x 64");
 constexpr int A_PARTS = SHARE_A ? CLUSTER_N : 1;   // A boxes that land in a block's slot per slice
-constexpr int B_CHUNKS = BN / CHUNK_N;            // B chunks that land in a block's slot per slice
+constexpr int B_CHUNKS = BN / B_CHUNK_COLS;       // B chunks that land in a block's slot per slice
 
 // The box a tile loads in place of a `box_rows`-row box (`whole`) that holds `inside` rows
 // of its matrix: `whole` itself where it hangs past the end by fewer than EDGE_HANG rows, or
@@ -338,7 +362,7 @@ __device__ __forceinline__ EdgeCut edge_cut(const TensorMap* map_a, const Tensor
     }
 #pragma unroll
     for (int c = 0; c < B_CHUNKS; ++c) {
-        const int inside = N - (w.n0 + c * CHUNK_N);
+        const int inside = N - (w.n0 + c * B_CHUNK_COLS);
         const TensorMap* box;
         if constexpr (B_K_MAJOR) {
             box = edge_box(map_b, b_edges, B_BOX_ROWS, inside, rows);
@@ -376,9 +400,9 @@ __device__ __forceinline__ void load_item(SharedStorage& smem, const TensorMap* 
 #pragma unroll
         for (int i = 0; i < B_CHUNKS_PER_BLOCK; ++i) {
             const int c = SHARE_B ? sched.rm * B_CHUNKS_PER_BLOCK + i : i;
-            const BoxAt at = b_chunk_at(w.n0 + c * CHUNK_N, kt * BK);
+            const BoxAt at = b_chunk_at(w.n0 + c * B_CHUNK_COLS, kt * BK);
             const TensorMap* box = !EDGE || c < cut.b_whole ? map_b : c == cut.b_whole ? cut.b_box : nullptr;
-            if (box) load_box<SHARE_B>(s.b + c * B_CHUNK_BYTES, box, full, at.x, at.y, mask_b);
+            if (box) load_box<SHARE_B>(s.b + c * B_CHUNK_LOAD_BYTES, box, full, at.x, at.y, mask_b);
         }
     }
 }
@@ -461,7 +485,8 @@ struct PartialSums {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int j = piece * 8 + i;
-            v[i] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+            v[i] = j < ACC / 4 ? make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+                               : make_float4(0.f, 0.f, 0.f, 0.f);   // (a last piece past TILE_N: SWAP_AB)
         }
 #pragma unroll 1
         for (int c0 = 0; c0 < count; c0 += AT_ONCE) {
@@ -471,7 +496,8 @@ struct PartialSums {
                 const float4* src = last - (c0 + g) * STRIDE + piece * 8 * 128;
 #pragma unroll
                 for (int i = 0; i < 8; ++i)
-                    p[g][i] = c0 + g < count ? __ldcg(src + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    p[g][i] = c0 + g < count && piece * 8 + i < ACC / 4 ? __ldcg(src + i * 128)
+                                                                          : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int g = 0; g < AT_ONCE; ++g)
@@ -555,6 +581,48 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
     }
 }
 
+// SWAP_AB: the warpgroup's 64 x BN result is C^T's, 64 of C's columns (W's rows from
+// row0) by BN of its rows (from n0): ceil(BN / 64) pieces of 64 rows x 64 columns of C,
+// each 8 x 8 block of the accumulators stored transposed (stmatrix .trans) into the
+// piece's buffer, as C lies, then one TMA store; rows past M are clipped (the host runs this
+// build with M <= BN: one tile along C's rows, so the rows past BN are past M too).
+template <bool BF16>
+__device__ __forceinline__ void epilogue_transposed(SharedStorage& smem, const TensorMap* map_c, const float (&acc)[ACC],
+                                                    const PartialSums& partials, int wg, int row0, int n0,
+                                                    unsigned& stored) {
+    const int t = threadIdx.x % 128;
+    const int warp = t / 32, lane = t % 32;
+    const bool leader = t == 0;
+    const unsigned barrier_id = 1 + wg;
+    // Lane l addresses row l % 8 of matrix l / 8 of each x4: matrices (h = 0, j), (h = 1, j),
+    // (h = 0, j + 1), (h = 1, j + 1), h the accumulators' upper 8 rows (W's), j their 8
+    // columns (C's rows). Transposed, a matrix row is one of C's rows, 8 of its columns:
+    // the 16-byte chunk 2 warp + h of the buffer's 128-byte row.
+    const int chunk = 2 * warp + ((lane / 8) & 1);
+#pragma unroll
+    for (int piece = 0; piece < (BN + OUT_N - 1) / OUT_N; ++piece, ++stored) {
+        unsigned char* buf = smem.out[wg][stored & 1].bytes;
+        float4 v[8];   // this piece's values: 8 places per thread
+        partials.piece(acc, piece, v);
+        if (leader) fp_tma::store_wait_read<1>();
+        fp_tma::named_barrier_sync(barrier_id, 128);
+#pragma unroll
+        for (int j8 = 0; j8 < OUT_N / 8; j8 += 2) {
+            if (piece * 8 + j8 >= ACC / 4) break;   // (BN a multiple of 16: j8 and j8 + 1 both or neither)
+            const int row = 8 * (j8 + lane / 16) + lane % 8;
+            const float4 v0 = v[j8], v1 = v[j8 + 1];
+            store_matrix_x4_trans(buf + swizzled_offset(row, chunk), pack2<BF16>(v0.x, v0.y), pack2<BF16>(v0.z, v0.w),
+                                  pack2<BF16>(v1.x, v1.y), pack2<BF16>(v1.z, v1.w));
+        }
+        fp_mbar::fence_proxy_async_shared();
+        fp_tma::named_barrier_sync(barrier_id, 128);
+        if (leader) {
+            fp_tma::store_2d(map_c, buf, row0, n0 + piece * OUT_N);
+            fp_tma::store_commit();
+        }
+    }
+}
+
 template <bool BF16>
 __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* map_c, TileScheduler sched,
                                          const Workspace ws, int wg, int M) {
@@ -598,7 +666,8 @@ __device__ __forceinline__ void consumer(SharedStorage& smem, const TensorMap* m
         }
         const PartialSums partials =
             w.k_end < sched.slices ? wait_partials(ws, sched, w, wg, has_rows) : PartialSums{nullptr, 0};
-        epilogue<BF16>(smem, map_c, acc, partials, wg, row0, w.n0, stored);
+        if constexpr (SWAP_AB) epilogue_transposed<BF16>(smem, map_c, acc, partials, wg, row0, w.n0, stored);
+        else epilogue<BF16>(smem, map_c, acc, partials, wg, row0, w.n0, stored);
     }
     if (threadIdx.x % 128 == 0) fp_tma::store_wait<0>();
 }

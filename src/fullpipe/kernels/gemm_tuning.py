@@ -95,7 +95,10 @@ class GemmPlan:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GemmPlan":
-        build = hg.PersistentBuild(**d["build"]) if d.get("build") else None
+        fields = dict(d["build"]) if d.get("build") else None
+        if fields and fields.get("swap_ab"):  # (the transposed product reads b = w.T only)
+            fields["b_k_major"] = True
+        build = hg.PersistentBuild(**fields) if fields else None
         return cls(d["kernel"], build, d.get("stream_k", "rule"))
 
 
@@ -137,8 +140,9 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     """The plans measured for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs, the rule's
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
     chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128, also in
-    clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64) and, above 128 rows and for
-    N over 256, 128 x 256 tiles in clusters of 2 along N, with the rule's stream-K; where
+    clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64), above 128 rows and for
+    N over 256, 128 x 256 tiles in clusters of 2 along N, and for b = w.T of 65-256 rows the
+    transposed product (in clusters of 2, and in 64-row blocks), with the rule's stream-K; where
     the whole tiles leave clusters idle, with every tile dealt out as K runs; where the
     rule deals tiles out, with whole tiles only (the rule's stream-K regimes were each
     fitted on a few dozen products)."""
@@ -152,7 +156,11 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         wide = [hg.PERSISTENT, hg.PERSISTENT_ALONG_N] if n > hg.BN else [hg.PERSISTENT]
         if m <= hg.PERSISTENT.cluster_m * hg.BM:  # (one row of clusters: 128 x 128 tiles in pairs sharing B)
             wide.append(hg.PERSISTENT_NARROW_PAIR)
-    for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64):
+    swapped = []  # (the transposed product, for b = w.T of 65-256 rows: in clusters of 2, and 64-row blocks)
+    if b_transposed and 64 < m <= hg.SWAP_WIDTHS[-1]:
+        swapped = [hg.swap_build(m), hg.swap_build(m, 64, 1)]
+    for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64,
+                  *swapped):
         plans.append(GemmPlan("persistent", build))
         split = _rule_split(m, n, k, build, sms)
         if _all_stream_k_pays(split):

@@ -24,7 +24,11 @@ K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
 (``tile_n=128``, ``64``), and 64 x 128 and 64 x 64 with one consumer warpgroup
 (``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs, and clusters
 of two along N sharing A (:data:`PERSISTENT_ALONG_N`, a candidate of the measured plans).
-For a few rows (a decode step)
+For b = ``w.T`` of 65-256 rows (a prefill of a few hundred tokens) it also computes the
+transposed product (``swap_ab``, :func:`swap_build`): W's rows in 128-row blocks on wgmma's
+M, the product's rows one tile of 80-256 columns on its N (200 rows compute 208, not the
+256 of two 128-row tiles), the activations multicast in clusters of 2, the result stored
+transposed. For a few rows (a decode step)
 :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
 
@@ -150,7 +154,11 @@ class PersistentBuild:
     KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B
     given as the transpose of a row-major (N, K) matrix (``w.T`` of an nn.Linear weight),
     read as it lies; ``tile_m`` the block tile's rows (128: two consumer warpgroups, or 64:
-    one, in a block of 256 threads, one block a cluster).
+    one, in a block of 256 threads, one block a cluster); ``swap_ab``: the transposed
+    product C^T = W X^T for b = ``w.T``: W's rows walked in ``tile_m`` blocks, the
+    product's rows (M <= ``tile_n``, one tile of them) the tile's ``tile_n`` columns, any
+    of 80 ... 256 in steps of 16 (:data:`SWAP_WIDTHS`), so that M = 200 computes 208 rows,
+    not the 256 of two 128-row tiles (the .cu header says how).
     """
 
     group_m: int = 8
@@ -163,17 +171,26 @@ class PersistentBuild:
     stages: int = STAGES
     b_k_major: bool = False
     tile_m: int = BM
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
-        if self.tile_n not in (256, 128, 64):
-            raise ValueError(f"tile_n must be 256, 128 or 64, got {self.tile_n}")
+        if self.swap_ab:
+            if self.tile_n not in SWAP_WIDTHS or not self.b_k_major or self.stmatrix:
+                raise ValueError(f"swap_ab (the transposed product) takes b = w.T (b_k_major), no stmatrix, and a "
+                                 f"tile_n of {SWAP_WIDTHS[0]} ... {SWAP_WIDTHS[-1]} in steps of 16, got "
+                                 f"tile_n={self.tile_n}, b_k_major={self.b_k_major}, stmatrix={self.stmatrix}")
+            if self.cluster_m > 1 and self.tile_n in SWAP_WIDTHS_ONE_BLOCK:
+                raise ValueError(f"the transposed product's {self.tile_n}-wide tile runs one block a cluster: ptxas of "
+                                 f"CUDA 13.0 crashes compiling it in clusters (SWAP_WIDTHS_ONE_BLOCK)")
+        elif self.tile_n not in (256, 128, 64):
+            raise ValueError(f"tile_n must be 256, 128 or 64 (or, with swap_ab, one of {SWAP_WIDTHS}), got {self.tile_n}")
         if self.tile_m not in (128, 64):
             raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
         if self.tile_m == 64 and self.cluster_m * self.cluster_n != 1:
             raise ValueError(f"64-row tiles run one block a cluster, got {self.cluster_m} x {self.cluster_n}")
-        if (self.tile_n // CHUNK_N) % self.cluster_m:
-            raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice's "
-                             f"{self.tile_n // CHUNK_N} chunks evenly")
+        if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and (not self.b_k_major or self.b_box_rows % 8)):
+            raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice evenly (in 64-wide "
+                             "chunks, or, for b = w.T, in boxes of whole 8-row swizzle atoms)")
         if self.stages < 2 or shared_mem_bytes("persistent", self.stages, self.tile_n, self.tile_m) > MAX_BLOCK_SHARED:
             raise ValueError(f"stages={self.stages}: the ring needs 2 or more slices and must fit in "
                              f"{MAX_BLOCK_SHARED} bytes of shared memory")
@@ -211,6 +228,14 @@ class PersistentBuild:
         return 64 * self.tile_n * 4
 
     @property
+    def b_box_rows(self) -> int:
+        """Rows of each box of B's slice: 64 (K-rows of a row-major B, or rows of W = B^T),
+        or a block's share of a tile_n that is not a multiple of 64 (swap_ab)."""
+        if self.tile_n % CHUNK_N == 0 and (self.tile_n // CHUNK_N) % self.cluster_m == 0:
+            return CHUNK_N
+        return self.tile_n // self.cluster_m
+
+    @property
     def a_box_rows(self) -> int:
         """Rows of A one block loads per slice: its share of the tile's rows when A is multicast."""
         return self.tile_m // self.cluster_n if self.multicast else self.tile_m
@@ -219,7 +244,7 @@ class PersistentBuild:
         return {"GROUP_M": self.group_m, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
                 "MULTICAST": int(self.multicast), "TILE_ORDER": int(self.tile_order == "hilbert"),
                 "STMATRIX": int(self.stmatrix), "TILE_N": self.tile_n, "STAGES": self.stages,
-                "B_K_MAJOR": int(self.b_k_major), "TILE_M": self.tile_m}
+                "B_K_MAJOR": int(self.b_k_major), "TILE_M": self.tile_m, "SWAP_AB": int(self.swap_ab)}
 
     @property
     def label(self) -> str:
@@ -236,7 +261,18 @@ class PersistentBuild:
             parts.append(f"s{self.stages}")
         if self.b_k_major:
             parts.append("bT")
+        if self.swap_ab:
+            parts.append("swap")
         return "-".join(parts)
+
+
+# The transposed product's tile widths (swap_ab): the product's rows rounded up to these.
+SWAP_WIDTHS = tuple(range(80, 257, 16))
+# ... of which these run one block a cluster only: ptxas of CUDA 13.0 (NVRTC and nvcc alike)
+# segfaults compiling them in clusters of 2 (each block loading 40, 48 or 72 rows of the
+# activations' slice; 56-120 compile), where CUDA 13.5's compiles all (an H200 host, session 56)
+SWAP_WIDTHS_ONE_BLOCK = (80, 96, 144)
+SWAP_PAIR_WIDTHS = tuple(w for w in SWAP_WIDTHS if w not in SWAP_WIDTHS_ONE_BLOCK)
 
 
 # The build gemm_hopper(variant="persistent") runs. To adopt a sweep winner, change this line.
@@ -292,6 +328,20 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 # products of 129-256 rows, N 2048-16384, K 1024-16384): 0.614 -> 0.706x cuBLAS, 1.15x in
 # geometric mean (0.94-1.49x; 4 slower by more than 3 %: about 20 cluster tiles at 190-250 slices).
 PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
+
+def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2) -> PersistentBuild:
+    """The transposed product's build (``swap_ab``) for M rows (at most 256) of b = ``w.T``:
+    one tile of the product's rows, M rounded up to SWAP_WIDTHS (SWAP_PAIR_WIDTHS in
+    clusters), blocks of ``tile_m`` of W's rows in clusters of ``cluster_m`` along them
+    (multicasting the activations' slice), and as many ring slices as fit in shared memory
+    (at most 8)."""
+    if not 1 <= m <= SWAP_WIDTHS[-1]:
+        raise ValueError(f"the transposed product takes 1 to {SWAP_WIDTHS[-1]} rows, got M={m}")
+    width = next(w for w in (SWAP_WIDTHS if cluster_m == 1 else SWAP_PAIR_WIDTHS) if w >= m)
+    stages = max(s for s in range(2, 9) if shared_mem_bytes("persistent", s, width, tile_m) <= MAX_BLOCK_SHARED)
+    return PersistentBuild(group_m=8, cluster_m=cluster_m, cluster_n=1, tile_n=width, tile_m=tile_m, stages=stages,
+                           b_k_major=True, swap_ab=True)
+
 
 # The persistent rung launches as a programmatic dependent launch: its blocks start on the
 # SMs the kernel before it leaves free and set up (barriers, tensor maps) while that kernel
@@ -363,6 +413,23 @@ ONE_CLUSTER_ROW_OFF_SECTOR_SHARE = 0.12
 NARROW_RATE = 0.85
 
 
+# The transposed product (swap_build) for b = w.T where its tile of the product's rows is at
+# most SWAP_PAD_GAIN of the rows of 128-row tiles (M = 200: 208 of 256), or where the rule's own
+# choice is not 128 x 256 tiles in clusters of 2 along M (at 113-128 rows its 128 x 256 tiles run
+# one block a cluster, and its smaller tiles leave SMs idle: 117 x 4696 x 14256 in 128 x 64
+# tiles, 1.57x slower), and where its cluster tiles hold SWAP_MIN_SLICES_PER_CLUSTER K slices a
+# cluster or more (below, the rule's smaller tiles and stream-K won: 200 x 4096 x 4096, 16 cluster
+# tiles of 64 slices, 0.68 against 0.85x cuBLAS). On an H200 (session 56, CUDA-graph replay,
+# x @ w.T against the rule before it; p380-p384): over 298 random products of 65-256 rows, N
+# 1024-32768, K 768-16384, with padding saved 1.15x in geometric mean from 24 slices a cluster
+# on (189 products, 2 slower by more than 3 %), 0.95x at 20-24 (4 products) and 0.92-1.16x below;
+# without padding saved and the rule's choice not 128 x 256 pairs, 1.10x on the sectors (35, 3
+# slower) and 1.21x off them (23); where it is such pairs (241-256 rows) 0.99x, so not there.
+# 7-8B models' and GPT-2's layers at 100-224 rows: 0.83-0.89 -> 0.89-0.97x cuBLAS (p384).
+SWAP_PAD_GAIN = 0.95
+SWAP_MIN_SLICES_PER_CLUSTER = 24
+
+
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
     """Whether every row of A (K elements) and of B as it lies (N elements; K for b = w.T)
     starts on a 32-byte sector."""
@@ -407,10 +474,35 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     Where all of the above gives 128 x 128 tiles one block a cluster to one row of clusters
     (129-256 rows): the same tiles in clusters of 2 sharing B (PERSISTENT_NARROW_PAIR; p335:
     1.15x on 40 held-out products)."""
+    unswapped = unswapped_build(m, n, k, sms, b_transposed)
+    if b_transposed and _swap_pays(m, n, k, sms, unswapped):
+        return swap_build(m)
+    return unswapped
+
+
+def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
+    """default_build's choice but for the transposed product (the experiments' comparison
+    point for it)."""
     chosen = _build_by_fill(m, n, k, sms, b_transposed)
     if chosen == PERSISTENT_NARROW and BM < m <= PERSISTENT.cluster_m * BM:
         return PERSISTENT_NARROW_PAIR
     return chosen
+
+
+def _swap_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild) -> bool:
+    """For b = w.T: whether the transposed product (:func:`swap_build`, in clusters of 2)
+    takes the place of the ``unswapped`` build: above 64 rows (the skinny kernel's below),
+    where its tile of the product's rows is at most SWAP_PAD_GAIN of the rows 128-row tiles
+    compute or the unswapped build is not 128 x 256 tiles in clusters of 2 along M (which
+    share B as the transposed product's pairs share the activations), and where its cluster
+    tiles hold SWAP_MIN_SLICES_PER_CLUSTER slices a cluster or more."""
+    if not 64 < m <= SWAP_WIDTHS[-1]:
+        return False
+    b = swap_build(m)
+    wide_pairs = dataclasses.replace(unswapped, b_k_major=False) == PERSISTENT
+    if wide_pairs and b.tile_n > SWAP_PAD_GAIN * _round_up(m, BM):
+        return False
+    return cluster_tiles(m, n, b) * -(-k // BK) >= SWAP_MIN_SLICES_PER_CLUSTER * (sms // b.cluster)
 
 
 def _build_by_fill(m: int, n: int, k: int, sms: int, b_transposed: bool) -> PersistentBuild:
@@ -623,6 +715,8 @@ def tiles(m: int, n: int) -> int:
 
 def cluster_tiles(m: int, n: int, build: PersistentBuild | None = None) -> int:
     b = build or PERSISTENT
+    if b.swap_ab:  # (tiles of W's rows by the product's rows)
+        m, n = n, m
     return -(-m // (b.cluster_m * b.tile_m)) * -(-n // (b.cluster_n * b.tile_n))
 
 
@@ -762,16 +856,23 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
     if variant not in ("wgmma", "persistent"):
         maps = (tensor_map_args("a", a_ptr, m, k, dtype, BM, BK), tensor_map_args("b", b_ptr, k, n, dtype, BK, CHUNK_N))
     if b is not None:
-        if b.b_k_major:  # (W = B^T: N x K)
-            b_rows, b_cols, b_box_rows, b_box_cols = n, k, CHUNK_N, BK
+        # The kernel's (M, N) and operands: a @ b, or for swap_ab W X^T, W = b's (N, K) rows as
+        # its A and the activations a as its B (W = B^T form); C is (M, N) either way.
+        if b.swap_ab and m > b.tile_n:
+            raise ValueError(f"the transposed product's build takes at most tile_n={b.tile_n} rows, got M={m}")
+        km, kn = (n, m) if b.swap_ab else (m, n)
+        (a_name, a_src), (b_name, b_src) = (("b", b_ptr), ("a", a_ptr)) if b.swap_ab else (("a", a_ptr), ("b", b_ptr))
+        if b.b_k_major:  # (the kernel's B given as W = B^T: kn x K)
+            b_rows, b_cols, b_box_rows, b_box_cols = kn, k, b.b_box_rows, BK
         else:
-            b_rows, b_cols, b_box_rows, b_box_cols = k, n, BK, CHUNK_N
-        map_b = tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, b_box_rows, b_box_cols)
-        maps = (tensor_map_args("a", a_ptr, m, k, dtype, b.a_box_rows, BK), map_b,
+            b_rows, b_cols, b_box_rows, b_box_cols = k, kn, BK, CHUNK_N
+        map_b = tensor_map_args(b_name, b_src, b_rows, b_cols, dtype, b_box_rows, b_box_cols)
+        maps = (tensor_map_args(a_name, a_src, km, k, dtype, b.a_box_rows, BK), map_b,
                 tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N, pitch_cols=c_pitch))
-        edge_maps = (tuple(tensor_map_args("a", a_ptr, m, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS),
-                     tuple(tensor_map_args("b", b_ptr, b_rows, b_cols, dtype, rows, b_box_cols) for rows in EDGE_BOX_ROWS))
-        n_tiles = cluster_tiles(m, n, b)
+        edge_maps = (tuple(tensor_map_args(a_name, a_src, km, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS),
+                     tuple(tensor_map_args(b_name, b_src, b_rows, b_cols, dtype, rows, b_box_cols)
+                           for rows in EDGE_BOX_ROWS))
+        n_tiles = cluster_tiles(m, n, b)  # (the product's shape: cluster_tiles swaps it for swap_ab)
         slices = -(-k // BK)
         if sk_tiles is None:
             sk_tiles, clusters = stream_k(n_tiles, max_clusters, slices, b.cluster)
@@ -924,6 +1025,8 @@ def _prepare(p: HopperPlan, a_ptr: int, b_ptr: int, c_ptr: int, m: int, n: int, 
         raw = [_encoded(t) for t in p.maps] + [b"".join(_encoded(t) for t in maps) for maps in p.edge_maps]
     if p.variant != "persistent":
         raw.append(struct.pack("<Q", c_ptr))
+    if p.build is not None and p.build.swap_ab:  # (the kernel's M and N: W's rows, then the product's)
+        m, n = n, m
     raw += [struct.pack("<i", m), struct.pack("<i", n), struct.pack("<i", k)]
     if p.variant == "persistent":
         raw += [struct.pack("<i", p.sk_tiles), struct.pack("<Q", 0)]  # (the workspace: set at each launch)
@@ -1105,6 +1208,8 @@ def _enqueue(A: Operand, B: Operand, variant: str, c_ptr: int, c_pitch: int, han
         arch, sms = arch_and_sm_count(device_index)
         chosen = (persistent_build(multicast, build or default_build(m, n, k, sms, B.transposed))
                   if variant == "persistent" else None)
+        if chosen and chosen.swap_ab and not B.transposed:  # (the transposed product reads b = w.T only)
+            chosen = persistent_build(multicast, default_build(m, n, k, sms, False))
         if chosen and chosen.b_k_major != B.transposed:  # (b's layout decides, not the build asked for)
             chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0

@@ -23,7 +23,9 @@
 // B_K_MAJOR (-D, the persistent rung only; default 0): 1 takes B as the transpose of a
 // row-major N x K matrix W (an nn.Linear weight: C = A @ W^T) with no copy. B's chunk is
 // then 64 rows of W by 64 of K, one TMA box as for A, and the slice's B is K-major like A
-// (imm-trans-b 0): BN rows of 128 bytes, 8-row atoms 1 KiB apart.
+// (imm-trans-b 0): BN rows of 128 bytes, 8-row atoms 1 KiB apart. With B K-major, TILE_N
+// may also be any of 80 ... 240 in steps of 16 (m64n80k16 ... m64n240k16; one box of W's
+// rows a block, gemm_hopper_persistent.cu): tiles sized to a product's rows or to the wave.
 #pragma once
 
 #include <fullpipe/wgmma.cuh>
@@ -38,10 +40,12 @@ constexpr int BM = TILE_M;      // C tile rows per block
 #ifndef TILE_N
 #define TILE_N 256
 #endif
-static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64, "C tiles of TILE_M x 256, x 128 or x 64");
 #ifndef B_K_MAJOR
 #define B_K_MAJOR 0
 #endif
+static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64 ||
+                  (B_K_MAJOR && TILE_N % 16 == 0 && TILE_N >= 80 && TILE_N <= 256),
+              "C tiles of TILE_M x 256, x 128 or x 64; with B K-major also x 80 ... x 240 in steps of 16");
 constexpr int BN = TILE_N;      // C tile columns per block
 constexpr int BK = 64;          // K per slice: 64 elements = one 128-byte swizzled row
 constexpr int WG_M = 64;        // rows of C per consumer warpgroup
@@ -153,6 +157,17 @@ __device__ __forceinline__ TileCoord hilbert_tile(int d, int side) {
 __device__ __forceinline__ void store_matrix_x4(void* row_addr, unsigned r0, unsigned r1, unsigned r2,
                                                 unsigned r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(row_addr))), "r"(r0), "r"(r1), "r"(r2),
+                 "r"(r3)
+                 : "memory");
+}
+
+// The same, each matrix stored transposed (.trans): lane l's registers hold (row l / 4,
+// columns 2 (l % 4) + {0, 1}) as above, and the address lane l gives is that of row
+// l % 8 of the transposed matrix l / 8, i.e. column l % 8 of the one in the registers.
+__device__ __forceinline__ void store_matrix_x4_trans(void* row_addr, unsigned r0, unsigned r1, unsigned r2,
+                                                      unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
                  ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(row_addr))), "r"(r0), "r"(r1), "r"(r2),
                  "r"(r3)
                  : "memory");

@@ -284,11 +284,64 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
     }
 }
 
-// D = A * B^T, both K-major, with N = 64, 128, 176 or 256 by the accumulator count.
+// SS, both K-major, any N from 80 to 256 in steps of 16 (the persistent GEMM's tiles sized
+// to M or to the wave, gemm_hopper_tile.cuh): N / 2 accumulators. FP_WGMMA_R<n> and
+// FP_WGMMA_O<n> are the register list and the "+f" operands of n accumulators, built up
+// eight at a time; the descriptors and scale_d follow them as operands n, n + 1, n + 2.
+#define FP_WGMMA_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define FP_WGMMA_O8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define FP_WGMMA_R16 FP_WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define FP_WGMMA_O16 FP_WGMMA_O8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FP_WGMMA_R24 FP_WGMMA_R16 ", %16, %17, %18, %19, %20, %21, %22, %23"
+#define FP_WGMMA_O24 FP_WGMMA_O16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+#define FP_WGMMA_R32 FP_WGMMA_R24 ", %24, %25, %26, %27, %28, %29, %30, %31"
+#define FP_WGMMA_O32 FP_WGMMA_O24, "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FP_WGMMA_R40 FP_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define FP_WGMMA_O40 FP_WGMMA_O32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define FP_WGMMA_R48 FP_WGMMA_R40 ", %40, %41, %42, %43, %44, %45, %46, %47"
+#define FP_WGMMA_O48 FP_WGMMA_O40, "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define FP_WGMMA_R56 FP_WGMMA_R48 ", %48, %49, %50, %51, %52, %53, %54, %55"
+#define FP_WGMMA_O56 FP_WGMMA_O48, "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+#define FP_WGMMA_R64 FP_WGMMA_R56 ", %56, %57, %58, %59, %60, %61, %62, %63"
+#define FP_WGMMA_O64 FP_WGMMA_O56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define FP_WGMMA_R72 FP_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71"
+#define FP_WGMMA_O72 FP_WGMMA_O64, "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+#define FP_WGMMA_R80 FP_WGMMA_R72 ", %72, %73, %74, %75, %76, %77, %78, %79"
+#define FP_WGMMA_O80 FP_WGMMA_O72, "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+#define FP_WGMMA_R88 FP_WGMMA_R80 ", %80, %81, %82, %83, %84, %85, %86, %87"
+#define FP_WGMMA_O88 FP_WGMMA_O80, "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+#define FP_WGMMA_R96 FP_WGMMA_R88 ", %88, %89, %90, %91, %92, %93, %94, %95"
+#define FP_WGMMA_O96 FP_WGMMA_O88, "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define FP_WGMMA_R104 FP_WGMMA_R96 ", %96, %97, %98, %99, %100, %101, %102, %103"
+#define FP_WGMMA_O104 FP_WGMMA_O96, "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+#define FP_WGMMA_R112 FP_WGMMA_R104 ", %104, %105, %106, %107, %108, %109, %110, %111"
+#define FP_WGMMA_O112 FP_WGMMA_O104, "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+#define FP_WGMMA_R120 FP_WGMMA_R112 ", %112, %113, %114, %115, %116, %117, %118, %119"
+#define FP_WGMMA_O120 FP_WGMMA_O112, "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+#define FP_WGMMA_R128 FP_WGMMA_R120 ", %120, %121, %122, %123, %124, %125, %126, %127"
+#define FP_WGMMA_O128 FP_WGMMA_O120, "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+#define FP_WGMMA_SS_KK_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE)                     \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
+        "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE "." TYPE "\n"        \
+        "{" REGS "},\n"                                                            \
+        " %" DA ", %" DB ", p, 1, 1, 0, 0;\n"                                      \
+        "}\n"                                                                      \
+        : OPERANDS                                                                  \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define FP_WGMMA_SS_KK_CASE(NR, N, DA, DB, SCALE)                                                    \
+    else if constexpr (N_REGS == NR) {                                                              \
+        if constexpr (BF16) FP_WGMMA_SS_KK_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE); \
+        else FP_WGMMA_SS_KK_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE);                 \
+    }
+
+// D = A * B^T, both K-major, with N = 64, 128, 176, 256 or another of 80-256 in steps of 16
+// by the accumulator count (N / 2).
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_kk(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
                                           int scale_d) {
-    static_assert(N_REGS == 32 || N_REGS == 64 || N_REGS == 88 || N_REGS == 128, "m64n64, m64n128, m64n176 or m64n256");
+    static_assert(N_REGS == 32 || (N_REGS >= 40 && N_REGS <= 128 && N_REGS % 8 == 0), "m64n64 or m64n80 ... m64n256 in steps of 16");
     if constexpr (N_REGS == 32) {
         if constexpr (BF16) {
             FP_WGMMA_SS_M64N64K16("bf16", "0");
@@ -303,9 +356,18 @@ __device__ __forceinline__ void mma_ss_kk(float (&d)[N_REGS], unsigned long long
         } else {
             FP_WGMMA_M64N256K16_KK("f16");
         }
-    } else {
+    } else if constexpr (N_REGS == 88) {
         mma_m64n176k16_ss_kk<BF16>(d, desc_a, desc_b, scale_d);
     }
+    FP_WGMMA_SS_KK_CASE(40, "80", "40", "41", "42")
+    FP_WGMMA_SS_KK_CASE(48, "96", "48", "49", "50")
+    FP_WGMMA_SS_KK_CASE(56, "112", "56", "57", "58")
+    FP_WGMMA_SS_KK_CASE(72, "144", "72", "73", "74")
+    FP_WGMMA_SS_KK_CASE(80, "160", "80", "81", "82")
+    FP_WGMMA_SS_KK_CASE(96, "192", "96", "97", "98")
+    FP_WGMMA_SS_KK_CASE(104, "208", "104", "105", "106")
+    FP_WGMMA_SS_KK_CASE(112, "224", "112", "113", "114")
+    FP_WGMMA_SS_KK_CASE(120, "240", "120", "121", "122")
 }
 
 // RS: A (64 x 16) from registers in the fragment layout above, B MN-major from shared

@@ -1,0 +1,119 @@
+"""CPU tests of the persistent rung's transposed product (``swap_ab``): ``x @ w.T`` computed as
+``(w x^T)^T`` with W's rows on wgmma's M and the product's rows one tile of 80-256 columns on
+its N. The builds compile to sm_90a without spills, with MMAs as wide as the tile, both
+operands K-major, the activations' slice multicast in clusters of 2 and the result stored
+transposed (stmatrix .trans); the plan hands the kernel W as A and x as B; the rule takes the
+transposed product where it was measured faster (hopper_gemm's SWAP_* constants)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fullpipe.cuda import sass
+from fullpipe.kernels import gemm_tuning
+from fullpipe.kernels import hopper_gemm as hg
+
+ARCH = "sm_90a"
+
+
+def _sass(build) -> str:
+    return sass.disassemble(hg.module("persistent", ARCH, build=build).cubin)
+
+
+@pytest.mark.parametrize("build", [hg.swap_build(200), hg.swap_build(129, 128, 1), hg.swap_build(100, 64, 1),
+                                   hg.swap_build(256)], ids=lambda b: b.label)
+def test_the_transposed_product_compiles_to_its_technique(build):
+    mod = hg.module("persistent", ARCH, build=build)
+    assert "C7508" not in mod.log and "C7515" not in mod.log, mod.log
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0, f"{build.label} {r.name}: {r}"
+        assert r.registers * build.threads <= 65536, r
+    text = _sass(build)
+    # the MMAs are as wide as the tile of the product's rows, both operands K-major (no .tnspB)
+    mmas = re.findall(r"HGMMA\.(\d+x\d+x\d+)\S*\s+R\d+,\s*(gdesc\[UR\d+\]\S*)", text)
+    assert {shape for shape, _ in mmas} == {f"64x{build.tile_n}x16"}, sorted(set(mmas))
+    assert all(not desc.endswith(".tnspB") for _, desc in mmas)
+    # the result goes through shared memory transposed (stmatrix .trans: STSM ... MT88) to TMA stores
+    assert re.search(r"STSM\.16\.MT88\.4", text) and not re.search(r"STSM\.16\.M88", text)
+    assert "UTMASTG" in text and "UTMALDG" in text
+    # in clusters of 2 along W's rows the activations' slice is multicast, W's boxes are not
+    multicast = len(re.findall(r"UTMALDG\.2D\.MULTICAST", text))
+    plain = len(re.findall(r"UTMALDG\.2D(?!\.MULTICAST)", text))
+    assert plain > 0 and (multicast > 0) == (build.cluster == 2), (plain, multicast)
+
+
+def test_widths_follow_the_rows_and_clusters_avoid_what_ptxas_13_0_cannot_compile():
+    for m in range(1, 257):
+        one, pair = hg.swap_build(m, 128, 1), hg.swap_build(m)
+        assert m <= one.tile_n < m + 16 or one.tile_n == hg.SWAP_WIDTHS[0]
+        assert m <= pair.tile_n < m + 32 or pair.tile_n == hg.SWAP_PAIR_WIDTHS[0]
+        assert pair.cluster == 2 and pair.tile_n not in hg.SWAP_WIDTHS_ONE_BLOCK
+        for b in (one, pair, hg.swap_build(m, 64, 1)):
+            assert b.swap_ab and b.b_k_major and b.shared_mem <= hg.MAX_BLOCK_SHARED and 2 <= b.stages <= 8
+            assert b.tile_n % b.b_box_rows == 0 and b.b_box_rows % 8 == 0
+    assert hg.swap_build(200).label == "2x1-g8-n208-bT-swap" and hg.swap_build(200).b_box_rows == 104
+    with pytest.raises(ValueError, match="1 to 256 rows"):
+        hg.swap_build(257)
+    with pytest.raises(ValueError, match="ptxas"):
+        hg.PersistentBuild(tile_n=144, b_k_major=True, swap_ab=True)
+    with pytest.raises(ValueError, match="b_k_major"):
+        hg.PersistentBuild(tile_n=208, swap_ab=True)
+    with pytest.raises(ValueError, match="tile_n must be 256, 128 or 64"):
+        hg.PersistentBuild(tile_n=208, b_k_major=True)
+
+
+def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
+    m, n, k = 200, 6144, 4096
+    x_at, w_at, c_at = 1 << 20, 2 << 20, 3 << 20
+    b = hg.swap_build(m)
+    p = hg.plan("persistent", m, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=b)
+    a_map, b_map, c_map = p.maps
+    assert (a_map.global_address, a_map.global_dims, a_map.box_dims) == (w_at, (k, n), (hg.BK, 128))
+    assert (b_map.global_address, b_map.global_dims, b_map.box_dims) == (x_at, (k, m), (hg.BK, 104))
+    assert (c_map.global_address, c_map.global_dims, c_map.box_dims) == (c_at, (n, m), (hg.OUT_N, hg.OUT_ROWS))
+    assert [e.global_address for e in p.edge_maps[0]] == [w_at] * 4
+    assert [e.global_address for e in p.edge_maps[1]] == [x_at] * 4
+    # 24 cluster tiles of 256 of W's rows (one tile of the product's 200 rows): below one
+    # wave of 66 clusters, each cut into 2 K runs of 32 slices
+    assert hg.cluster_tiles(m, n, b) == 24
+    assert (p.sk_tiles, p.grid) == (24, 2 * 48)
+    # its full barrier expects W's 128 rows and the two halves of x's 208 (one from the peer)
+    assert a_map.box_bytes + 2 * b_map.box_bytes == (128 + 208) * hg.BK * hg.ELEM
+    with pytest.raises(ValueError, match="at most tile_n=208 rows, got M=209"):
+        hg.plan("persistent", 209, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=b)
+
+
+@pytest.mark.parametrize("m, n, k, swapped", [
+    (200, 28672, 4096, True),     # Llama-3-8B's gate and up at 200 tokens: 0.78 -> 0.96x cuBLAS (p380)
+    (200, 128256, 4096, True),    # its head
+    (200, 4096, 14336, True),     # its down projection: 16 cluster tiles of 224 slices
+    (160, 9216, 3072, True),      # 36 cluster tiles of 48 slices: 26 a cluster
+    (200, 6144, 4096, False),     # 24 of 64: 23 a cluster (p384: 0.95x)
+    (200, 4096, 4096, False),     # 16 of 64 (0.68 against 0.85x cuBLAS)
+    (250, 30000, 4096, False),    # 256 rows either way, and the rule's 128 x 256 pairs
+    (243, 4656, 5448, True),      # 256 rows either way, but the rule's 128 x 128 pairs
+    (122, 17384, 12808, True),    # 128 rows either way, the rule's 128 x 256 tiles one block a cluster
+    (64, 28672, 4096, False),     # the skinny kernel's rows
+    (257, 28672, 4096, False),    # two tiles of rows: not this build
+])
+def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n, k, swapped):
+    chosen = hg.default_build(m, n, k, 132, b_transposed=True)
+    assert chosen.swap_ab == swapped, chosen.label
+    if swapped:
+        assert chosen == hg.swap_build(m)
+    assert not hg.default_build(m, n, k, 132).swap_ab  # (a row-major b never: the kernel's A must be K-major)
+    assert not hg.unswapped_build(m, n, k, 132, True).swap_ab
+    if not swapped:
+        assert chosen == hg.unswapped_build(m, n, k, 132, True)
+
+
+def test_the_tuner_measures_the_transposed_product_and_remembers_it():
+    plans = gemm_tuning.candidates(200, 4096, 4096, 132, b_transposed=True)
+    builds = {p.build for p in plans if p.build is not None}
+    assert hg.swap_build(200) in builds and hg.swap_build(200, 64, 1) in builds
+    assert not any(b.swap_ab for p in gemm_tuning.candidates(200, 4096, 4096, 132) if (b := p.build))
+    assert not any(b.swap_ab for p in gemm_tuning.candidates(300, 4096, 4096, 132, True) if (b := p.build))
+    plan = gemm_tuning.GemmPlan("persistent", hg.swap_build(200), "none")
+    assert gemm_tuning.GemmPlan.from_json(plan.to_json()) == plan
