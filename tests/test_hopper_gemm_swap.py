@@ -86,27 +86,30 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
 
 
 @pytest.mark.parametrize("m, n, k, swapped", [
-    (200, 28672, 4096, True),     # Llama-3-8B's gate and up at 200 tokens: 0.78 -> 0.96x cuBLAS (p380)
-    (200, 128256, 4096, True),    # its head
-    (200, 4096, 14336, True),     # its down projection: 16 cluster tiles of 224 slices
-    (160, 9216, 3072, True),      # 36 cluster tiles of 48 slices: 26 a cluster
-    (200, 6144, 4096, False),     # 24 of 64: 23 a cluster (p384: 0.95x)
-    (200, 4096, 4096, False),     # 16 of 64 (0.68 against 0.85x cuBLAS)
-    (250, 30000, 4096, False),    # 256 rows either way, and the rule's 128 x 256 pairs
-    (243, 4656, 5448, True),      # 256 rows either way, but the rule's 128 x 128 pairs
-    (122, 17384, 12808, True),    # 128 rows either way, the rule's 128 x 256 tiles one block a cluster
-    (64, 28672, 4096, False),     # the skinny kernel's rows
-    (257, 28672, 4096, False),    # two tiles of rows: not this build
+    (200, 28672, 4096, "pairs"),    # Llama-3-8B's gate and up at 200 tokens: 0.78 -> 0.96x cuBLAS (p380)
+    (200, 128256, 4096, "pairs"),   # its head
+    (200, 4096, 14336, "pairs"),    # its down projection: 16 cluster tiles of 224 slices
+    (160, 9216, 3072, "pairs"),     # 36 cluster tiles of 48 slices: 26 a cluster
+    (200, 6144, 4096, None),        # 24 of 64: 23 a cluster (p384: 0.95x), and 96 blocks of 64 rows
+    (200, 4096, 4096, "rows64"),    # 16 of 64 in pairs (0.68 against 0.85x); in 64 blocks of 64 rows 0.90x
+    (100, 3072, 8192, "rows64"),    # Phi-3's down projection at 100 tokens: 0.69 -> 0.92x
+    (200, 3584, 3584, None),        # 56 slices: too short for 64-row blocks (p385)
+    (120, 4096, 4096, None),        # 128 rows either way: no 64-row blocks (p384: 0.90x)
+    (200, 896, 8192, None),         # 14 blocks of 64 rows: too few (p385, seed 391)
+    (200, 4096, 4104, None),        # K off the 32-byte sectors: x's slice read by every block costs more
+    (250, 30000, 4096, None),       # 256 rows either way, and the rule's 128 x 256 pairs
+    (243, 4656, 5448, "pairs"),     # 256 rows either way, but the rule's 128 x 128 pairs
+    (122, 17384, 12808, "pairs"),   # 128 rows either way, the rule's 128 x 256 tiles one block a cluster
+    (64, 28672, 4096, None),        # the skinny kernel's rows
+    (257, 28672, 4096, None),       # two tiles of rows: not this build
 ])
 def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n, k, swapped):
     chosen = hg.default_build(m, n, k, 132, b_transposed=True)
-    assert chosen.swap_ab == swapped, chosen.label
-    if swapped:
-        assert chosen == hg.swap_build(m)
+    expected = {"pairs": lambda: hg.swap_build(m), "rows64": lambda: hg.swap_build(m, 64, 1),
+                None: lambda: hg.unswapped_build(m, n, k, 132, True)}[swapped]()
+    assert chosen == expected, (chosen.label, expected.label)
     assert not hg.default_build(m, n, k, 132).swap_ab  # (a row-major b never: the kernel's A must be K-major)
     assert not hg.unswapped_build(m, n, k, 132, True).swap_ab
-    if not swapped:
-        assert chosen == hg.unswapped_build(m, n, k, 132, True)
 
 
 def test_the_tuner_measures_the_transposed_product_and_remembers_it():

@@ -183,7 +183,8 @@ class PersistentBuild:
                 raise ValueError(f"the transposed product's {self.tile_n}-wide tile runs one block a cluster: ptxas of "
                                  f"CUDA 13.0 crashes compiling it in clusters (SWAP_WIDTHS_ONE_BLOCK)")
         elif self.tile_n not in (256, 128, 64):
-            raise ValueError(f"tile_n must be 256, 128 or 64 (or, with swap_ab, one of {SWAP_WIDTHS}), got {self.tile_n}")
+            raise ValueError(f"tile_n must be 256, 128 or 64 (or, with swap_ab, one of {SWAP_WIDTHS}), "
+                             f"got {self.tile_n}")
         if self.tile_m not in (128, 64):
             raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
         if self.tile_m == 64 and self.cluster_m * self.cluster_n != 1:
@@ -425,9 +426,30 @@ NARROW_RATE = 0.85
 # on (189 products, 2 slower by more than 3 %), 0.95x at 20-24 (4 products) and 0.92-1.16x below;
 # without padding saved and the rule's choice not 128 x 256 pairs, 1.10x on the sectors (35, 3
 # slower) and 1.21x off them (23); where it is such pairs (241-256 rows) 0.99x, so not there.
-# 7-8B models' and GPT-2's layers at 100-224 rows: 0.83-0.89 -> 0.89-0.97x cuBLAS (p384).
+# Held out (p383, seed 389, 60 fresh random products): 0.910 -> 1.020x cuBLAS, 1.17x on the 44
+# changed, 2 slower by more than 3 % (192 x 7232 x 3888 0.88x). 7-8B models' and GPT-2's layers
+# (p384, with the 64-row blocks below) at 100-224 rows 0.77-0.88 -> 0.88-0.95x; at 120 rows (no
+# padding saved) 0.932 -> 0.933x (its LM head 0.93x the rule before, Qwen2's gate-up 1.24x).
 SWAP_PAD_GAIN = 0.95
 SWAP_MIN_SLICES_PER_CLUSTER = 24
+# Where neither pays and the rule chose one of its smaller tiles (few of them): the transposed
+# product in 64-row blocks of W, one block a cluster (x's whole slice read by every block: it
+# lost on large products and with rows off the sectors, 0.53-0.74x the rule's choice over
+# p382-p383's), for rows on the sectors, at most this many rows, padding saved (SWAP_PAD_GAIN),
+# this many K slices, at most half as many blocks as SMs and this many K slices an SM. Fitted
+# on 28 products (p380's layers and p382-p383's random ones, H200, session 56): 1.18x in
+# geometric mean, one slower by more than 3 % (225 x 3792 x 3360, 0.94x); 200 x 4096 x 4096
+# 1.06x, 100 x 3072 x 8192 1.35x. Held out on 40 products it took (p385, seed 390) 1.07x, 9
+# slower by more than 3 %, all but two below 64 slices (0.71-0.97x) or at 113-128 rows, where
+# it saves no padding (as 120 x 4096 x 4096, 0.90x, p384): hence those two conditions, under
+# which the same 40 keep 23 at 1.16x. Held out again (p385, seed 391, 40 products): 1.15x, 5
+# slower by more than 3 % (0.85-0.94x), all of N 600-920 (10-15 blocks of W's rows): hence the
+# floor of 16 blocks (set on those, not held out again), above which the 33 others ran 1.19x,
+# none slower by more than 3 %.
+SWAP_SMALL_MAX_ROWS = 240
+SWAP_SMALL_MIN_SLICES = 64
+SWAP_SMALL_MIN_BLOCKS = 16
+SWAP_SMALL_MIN_SLICES_PER_SM = 8
 
 
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
@@ -477,7 +499,29 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
     if b_transposed and _swap_pays(m, n, k, sms, unswapped):
         return swap_build(m)
+    if b_transposed and _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
+        return swap_build(m, 64, 1)
     return unswapped
+
+
+def _swap_in_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild) -> bool:
+    """For b = w.T where the transposed product in pairs does not pay and the unswapped build
+    is one of the smaller tiles: whether the transposed product in 64-row blocks of W, one
+    block a cluster, takes its place: rows of x and w on the 32-byte sectors, 65 to
+    SWAP_SMALL_MAX_ROWS rows, its width at most SWAP_PAD_GAIN of the rows 128-row tiles
+    compute, SWAP_SMALL_MIN_SLICES K slices or more, SWAP_SMALL_MIN_BLOCKS 64-row blocks of W
+    or more but at most half as many as SMs (stream-K then cuts each into K runs), and
+    SWAP_SMALL_MIN_SLICES_PER_SM K slices an SM or more."""
+    slices = -(-k // BK)
+    if not (64 < m <= SWAP_SMALL_MAX_ROWS and rows_on_sectors(n, k, True) and slices >= SWAP_SMALL_MIN_SLICES):
+        return False
+    if dataclasses.replace(unswapped, b_k_major=False) not in SMALLER_BUILDS:
+        return False
+    if swap_build(m, 64, 1).tile_n > SWAP_PAD_GAIN * _round_up(m, BM):
+        return False
+    blocks = -(-n // 64)
+    return (SWAP_SMALL_MIN_BLOCKS <= blocks and 2 * blocks <= sms
+            and blocks * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
 def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
@@ -548,6 +592,9 @@ def _narrow_ends_sooner(m: int, n: int, sms: int, wide_tiles: int, clusters: int
     narrow_waves = -(-cluster_tiles(m, n, PERSISTENT_NARROW) // max(1, sms))
     return narrow_waves / NARROW_RATE < wide_waves
 
+
+# The rule's smaller tiles (default_build below 128 x 256)
+SMALLER_BUILDS = (PERSISTENT_NARROW, PERSISTENT_NARROW_PAIR, PERSISTENT_SMALL, PERSISTENT_M64_N128, PERSISTENT_M64_N64)
 
 # The builds scripts/hopper-gemm-sweep measures (the CPU tests compile each one).
 SWEEP_BUILDS = (
