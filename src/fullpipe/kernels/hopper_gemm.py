@@ -330,6 +330,7 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 # geometric mean (0.94-1.49x; 4 slower by more than 3 %: about 20 cluster tiles at 190-250 slices).
 PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
 
+
 def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2) -> PersistentBuild:
     """The transposed product's build (``swap_ab``) for M rows (at most 256) of b = ``w.T``:
     one tile of the product's rows, M rounded up to SWAP_WIDTHS (SWAP_PAIR_WIDTHS in

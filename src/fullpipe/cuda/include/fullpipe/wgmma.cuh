@@ -284,10 +284,11 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
     }
 }
 
-// SS, both K-major, any N from 80 to 256 in steps of 16 (the persistent GEMM's tiles sized
-// to M or to the wave, gemm_hopper_tile.cuh): N / 2 accumulators. FP_WGMMA_R<n> and
-// FP_WGMMA_O<n> are the register list and the "+f" operands of n accumulators, built up
-// eight at a time; the descriptors and scale_d follow them as operands n, n + 1, n + 2.
+// SS, both K-major, any N from 80 to 256 in steps of 16 (the persistent GEMM's transposed
+// product, its tile as wide as the product's rows: gemm_hopper_persistent.cu): N / 2
+// accumulators. FP_WGMMA_R<n> and FP_WGMMA_O<n> are the register list and the "+f" operands
+// of n accumulators, built up eight at a time; the descriptors and scale_d follow them as
+// operands n, n + 1, n + 2.
 #define FP_WGMMA_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define FP_WGMMA_O8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define FP_WGMMA_R16 FP_WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
