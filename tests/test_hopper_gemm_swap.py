@@ -62,6 +62,8 @@ def test_widths_follow_the_rows_and_clusters_avoid_what_ptxas_13_0_cannot_compil
         hg.PersistentBuild(tile_n=208, swap_ab=True)
     with pytest.raises(ValueError, match="tile_n must be 256, 128 or 64"):
         hg.PersistentBuild(tile_n=208, b_k_major=True)
+    with pytest.raises(ValueError, match="cannot share"):  # (32-row boxes of w: for the transposed product only)
+        hg.PersistentBuild(tile_n=64, cluster_m=2, b_k_major=True)
 
 
 def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():

@@ -92,7 +92,8 @@ SWAP_CASES = [
     (200, 4096, 4096, 128, 2),   # 200 rows in one 208-wide tile; clusters of 2 share x's slice
     (65, 1000, 520, 128, 1),     # the narrowest width (80), W's last rows and K's last slice cut
     (256, 2056, 1032, 64, 1),    # the widest (256), 64-row blocks of W, an edge of 8 rows
-    (129, 6144, 4096, 128, 2),   # 129 rows in 144: 15 rows of the tile past M
+    (129, 6144, 4096, 128, 2),   # 129 rows in pairs of 160 (144 runs one block): 31 rows of the tile past M
+    (129, 6144, 4096, 128, 1),   # ... in one block's 144: 15 past
     (200, 50257, 768, 128, 2),   # N not a multiple of 8: C's rows padded
     (177, 512, 8192, 128, 1),    # 4 tiles of W's rows: each cut into K runs (stream-K)
     (96, 768, 4096, 64, 1),      # 12 tiles split

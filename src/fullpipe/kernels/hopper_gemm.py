@@ -189,9 +189,9 @@ class PersistentBuild:
             raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
         if self.tile_m == 64 and self.cluster_m * self.cluster_n != 1:
             raise ValueError(f"64-row tiles run one block a cluster, got {self.cluster_m} x {self.cluster_n}")
-        if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and (not self.b_k_major or self.b_box_rows % 8)):
+        if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and (not self.swap_ab or self.b_box_rows % 8)):
             raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice evenly (in 64-wide "
-                             "chunks, or, for b = w.T, in boxes of whole 8-row swizzle atoms)")
+                             "chunks, or, for the transposed product, in boxes of whole 8-row swizzle atoms)")
         if self.stages < 2 or shared_mem_bytes("persistent", self.stages, self.tile_n, self.tile_m) > MAX_BLOCK_SHARED:
             raise ValueError(f"stages={self.stages}: the ring needs 2 or more slices and must fit in "
                              f"{MAX_BLOCK_SHARED} bytes of shared memory")
