@@ -516,9 +516,7 @@ def _swap_in_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: Per
     slices = -(-k // BK)
     if not (64 < m <= SWAP_SMALL_MAX_ROWS and rows_on_sectors(n, k, True) and slices >= SWAP_SMALL_MIN_SLICES):
         return False
-    if dataclasses.replace(unswapped, b_k_major=False) not in SMALLER_BUILDS:
-        return False
-    if swap_build(m, 64, 1).tile_n > SWAP_PAD_GAIN * _round_up(m, BM):
+    if unswapped not in SMALLER_BUILDS or not _saves_padding(swap_build(m, 64, 1), m):
         return False
     blocks = -(-n // 64)
     return (SWAP_SMALL_MIN_BLOCKS <= blocks and 2 * blocks <= sms
@@ -544,10 +542,15 @@ def _swap_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild) -> 
     if not 64 < m <= SWAP_WIDTHS[-1]:
         return False
     b = swap_build(m)
-    wide_pairs = dataclasses.replace(unswapped, b_k_major=False) == PERSISTENT
-    if wide_pairs and b.tile_n > SWAP_PAD_GAIN * _round_up(m, BM):
+    if unswapped == PERSISTENT and not _saves_padding(b, m):  # (128 x 256 tiles in pairs along M)
         return False
     return cluster_tiles(m, n, b) * -(-k // BK) >= SWAP_MIN_SLICES_PER_CLUSTER * (sms // b.cluster)
+
+
+def _saves_padding(swapped: PersistentBuild, m: int) -> bool:
+    """Whether the transposed product's tile of the product's rows is at most SWAP_PAD_GAIN
+    of the rows 128-row tiles compute for M = ``m``."""
+    return swapped.tile_n <= SWAP_PAD_GAIN * _round_up(m, BM)
 
 
 def _build_by_fill(m: int, n: int, k: int, sms: int, b_transposed: bool) -> PersistentBuild:

@@ -24,8 +24,8 @@
 // row-major N x K matrix W (an nn.Linear weight: C = A @ W^T) with no copy. B's chunk is
 // then 64 rows of W by 64 of K, one TMA box as for A, and the slice's B is K-major like A
 // (imm-trans-b 0): BN rows of 128 bytes, 8-row atoms 1 KiB apart. With B K-major, TILE_N
-// may also be any of 80 ... 240 in steps of 16 (m64n80k16 ... m64n240k16; one box of W's
-// rows a block, gemm_hopper_persistent.cu): tiles sized to a product's rows or to the wave.
+// may also be any of 80 ... 240 in steps of 16 (m64n80k16 ... m64n240k16): the persistent
+// rung's transposed product (SWAP_AB), its tile as wide as the product's rows.
 #pragma once
 
 #include <fullpipe/wgmma.cuh>

@@ -83,212 +83,9 @@ __device__ __forceinline__ void claim_registers() {
 // Accumulator layout (thread t of the warpgroup, warp w = t / 32, lane l = t % 32):
 //   d[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2(l%4) + e   (j < 32, h, e < 2).
 //
-// The 128 accumulator operands of an m64n256 wgmma: the register list in the PTX text and
-// the matching "+f" constraints (one definition for both input types).
-#define FP_WGMMA_D128_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define FP_WGMMA_D128_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-
-#define FP_WGMMA_M64N256K16(TYPE)                                                   \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                              \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"           \
-        "{" FP_WGMMA_D128_REGS "},\n"                                              \
-        " %128, %129, p, 1, 1, 0, 1;\n"                                            \
-        "}\n"                                                                      \
-        : FP_WGMMA_D128_OPERANDS                                                    \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
-// The same with B K-major (imm-trans-b 0): B given as the rows of an N x K matrix (B^T
-// row-major, e.g. an nn.Linear weight), stored like A.
-#define FP_WGMMA_M64N256K16_KK(TYPE)                                                \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                              \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"           \
-        "{" FP_WGMMA_D128_REGS "},\n"                                              \
-        " %128, %129, p, 1, 1, 0, 0;\n"                                            \
-        "}\n"                                                                      \
-        : FP_WGMMA_D128_OPERANDS                                                    \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
-__device__ __forceinline__ void mma_m64n256k16_bf16(float (&d)[128], unsigned long long desc_a,
-                                                    unsigned long long desc_b, int scale_d) {
-    FP_WGMMA_M64N256K16("bf16");
-}
-
-__device__ __forceinline__ void mma_m64n256k16_f16(float (&d)[128], unsigned long long desc_a,
-                                                   unsigned long long desc_b, int scale_d) {
-    FP_WGMMA_M64N256K16("f16");
-}
-
-template <bool BF16>
-__device__ __forceinline__ void mma_m64n256k16(float (&d)[128], unsigned long long desc_a,
-                                               unsigned long long desc_b, int scale_d) {
-    if constexpr (BF16) {
-        mma_m64n256k16_bf16(d, desc_a, desc_b, scale_d);
-    } else {
-        mma_m64n256k16_f16(d, desc_a, desc_b, scale_d);
-    }
-}
-
-
-// ------------------------------------------------------------------ narrower MMAs (flash attention)
-// The same accumulator layout for N = 64 and 128 (d has N / 2 floats): d[4j + 2h + e] is
-// row 16w + l/4 + 8h, column 8j + 2(l%4) + e, j < N / 8. For 16-bit inputs the
-// accumulators of two adjacent 8-column blocks j = 2s, 2s + 1 are, packed in pairs, the
-// A fragment of one 16-wide K step s of a register-A (RS) wgmma:
-//   a[0] = (d[8s], d[8s+1])   a[1] = (d[8s+2], d[8s+3])   rows l/4 and l/4 + 8,
-//   a[2] = (d[8s+4], d[8s+5]) a[3] = (d[8s+6], d[8s+7])   columns 2(l%4) and 8 + 2(l%4)
-// (the mma.m16n8k16 A layout, per warp on its 16 rows).
-#define FP_WGMMA_D32_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define FP_WGMMA_D32_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define FP_WGMMA_D64_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define FP_WGMMA_D64_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
-// SS, both operands K-major (imm-trans-a 0, imm-trans-b 0): D[64 x 128] += A[64 x 16] * B[128 x 16]^T.
-#define FP_WGMMA_SS_M64N128K16(TYPE)                                                \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                               \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n"           \
-        "{" FP_WGMMA_D64_REGS "},\n"                                               \
-        " %64, %65, p, 1, 1, 0, 0;\n"                                              \
-        "}\n"                                                                      \
-        : FP_WGMMA_D64_OPERANDS                                                     \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
-template <bool BF16>
-__device__ __forceinline__ void mma_m64n128k16_ss_kk(float (&d)[64], unsigned long long desc_a,
-                                                     unsigned long long desc_b, int scale_d) {
-    if constexpr (BF16) {
-        FP_WGMMA_SS_M64N128K16("bf16");
-    } else {
-        FP_WGMMA_SS_M64N128K16("f16");
-    }
-}
-
-// SS, K-major, N = 176 (FlashAttention-3's key tile at head dim 128): 88 accumulators.
-#define FP_WGMMA_D88_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"\
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"\
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"\
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"\
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"\
-        "%80, %81, %82, %83, %84, %85, %86, %87"
-#define FP_WGMMA_D88_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
-#define FP_WGMMA_SS_M64N176K16(TYPE)                                                \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                               \
-        "wgmma.mma_async.sync.aligned.m64n176k16.f32." TYPE "." TYPE "\n"           \
-        "{" FP_WGMMA_D88_REGS "},\n"                                               \
-        " %88, %89, p, 1, 1, 0, 0;\n"                                              \
-        "}\n"                                                                      \
-        : FP_WGMMA_D88_OPERANDS                                                     \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
-template <bool BF16>
-__device__ __forceinline__ void mma_m64n176k16_ss_kk(float (&d)[88], unsigned long long desc_a,
-                                                     unsigned long long desc_b, int scale_d) {
-    if constexpr (BF16) {
-        FP_WGMMA_SS_M64N176K16("bf16");
-    } else {
-        FP_WGMMA_SS_M64N176K16("f16");
-    }
-}
-
-// SS, A K-major, B MN-major (imm-trans-b 1), N = 128: the GEMM's narrow tile (a 64 x 128
-// quarter of the persistent rung's TILE_N = 128 build; B a row-major K x N slice).
-#define FP_WGMMA_SS_M64N128K16_MN(TYPE)                                             \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                               \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n"           \
-        "{" FP_WGMMA_D64_REGS "},\n"                                               \
-        " %64, %65, p, 1, 1, 0, 1;\n"                                              \
-        "}\n"                                                                      \
-        : FP_WGMMA_D64_OPERANDS                                                     \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
-// SS, A K-major, N = 64 (the persistent rung's TILE_N = 64 build for small products): B
-// N-major (TRANS_B "1", one 64-wide chunk) or K-major ("0").
-#define FP_WGMMA_SS_M64N64K16(TYPE, TRANS_B)                                        \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                               \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE "\n"            \
-        "{" FP_WGMMA_D32_REGS "},\n"                                               \
-        " %32, %33, p, 1, 1, 0, " TRANS_B ";\n"                                    \
-        "}\n"                                                                      \
-        : FP_WGMMA_D32_OPERANDS                                                     \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
-// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256, 128 or 64 by the
-// accumulator count (128, 64 or 32 floats).
-template <bool BF16, int N_REGS>
-__device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
-                                            int scale_d) {
-    static_assert(N_REGS == 128 || N_REGS == 64 || N_REGS == 32, "m64n256, m64n128 or m64n64");
-    if constexpr (N_REGS == 128) {
-        mma_m64n256k16<BF16>(d, desc_a, desc_b, scale_d);
-    } else if constexpr (N_REGS == 32) {
-        if constexpr (BF16) {
-            FP_WGMMA_SS_M64N64K16("bf16", "1");
-        } else {
-            FP_WGMMA_SS_M64N64K16("f16", "1");
-        }
-    } else if constexpr (BF16) {
-        FP_WGMMA_SS_M64N128K16_MN("bf16");
-    } else {
-        FP_WGMMA_SS_M64N128K16_MN("f16");
-    }
-}
-
-// SS, both K-major, any N from 80 to 256 in steps of 16 (the persistent GEMM's transposed
-// product, its tile as wide as the product's rows: gemm_hopper_persistent.cu): N / 2
-// accumulators. FP_WGMMA_R<n> and FP_WGMMA_O<n> are the register list and the "+f" operands
-// of n accumulators, built up eight at a time; the descriptors and scale_d follow them as
-// operands n, n + 1, n + 2.
+// The accumulator operands of an m64nNk16 wgmma, N / 2 of them: FP_WGMMA_R<n> is the register
+// list in the PTX text and FP_WGMMA_O<n> the matching "+f" constraints of n accumulators, built
+// up eight at a time (one definition for every MMA and both input types; inputs follow them).
 #define FP_WGMMA_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define FP_WGMMA_O8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define FP_WGMMA_R16 FP_WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
@@ -322,6 +119,144 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
 #define FP_WGMMA_R128 FP_WGMMA_R120 ", %120, %121, %122, %123, %124, %125, %126, %127"
 #define FP_WGMMA_O128 FP_WGMMA_O120, "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
+
+#define FP_WGMMA_M64N256K16(TYPE)                                                   \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                              \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_R128 "},\n"                                              \
+        " %128, %129, p, 1, 1, 0, 1;\n"                                            \
+        "}\n"                                                                      \
+        : FP_WGMMA_O128 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+// The same with B K-major (imm-trans-b 0): B given as the rows of an N x K matrix (B^T
+// row-major, e.g. an nn.Linear weight), stored like A.
+#define FP_WGMMA_M64N256K16_KK(TYPE)                                                \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                              \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_R128 "},\n"                                              \
+        " %128, %129, p, 1, 1, 0, 0;\n"                                            \
+        "}\n"                                                                      \
+        : FP_WGMMA_O128 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+__device__ __forceinline__ void mma_m64n256k16_bf16(float (&d)[128], unsigned long long desc_a,
+                                                    unsigned long long desc_b, int scale_d) {
+    FP_WGMMA_M64N256K16("bf16");
+}
+
+__device__ __forceinline__ void mma_m64n256k16_f16(float (&d)[128], unsigned long long desc_a,
+                                                   unsigned long long desc_b, int scale_d) {
+    FP_WGMMA_M64N256K16("f16");
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n256k16(float (&d)[128], unsigned long long desc_a,
+                                               unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        mma_m64n256k16_bf16(d, desc_a, desc_b, scale_d);
+    } else {
+        mma_m64n256k16_f16(d, desc_a, desc_b, scale_d);
+    }
+}
+
+
+// ------------------------------------------------------------------ narrower MMAs (flash attention)
+// The same accumulator layout for N = 64 and 128 (d has N / 2 floats): d[4j + 2h + e] is
+// row 16w + l/4 + 8h, column 8j + 2(l%4) + e, j < N / 8. For 16-bit inputs the
+// accumulators of two adjacent 8-column blocks j = 2s, 2s + 1 are, packed in pairs, the
+// SS, both operands K-major (imm-trans-a 0, imm-trans-b 0): D[64 x 128] += A[64 x 16] * B[128 x 16]^T.
+#define FP_WGMMA_SS_M64N128K16(TYPE)                                                \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_R64 "},\n"                                               \
+        " %64, %65, p, 1, 1, 0, 0;\n"                                              \
+        "}\n"                                                                      \
+        : FP_WGMMA_O64 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n128k16_ss_kk(float (&d)[64], unsigned long long desc_a,
+                                                     unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        FP_WGMMA_SS_M64N128K16("bf16");
+    } else {
+        FP_WGMMA_SS_M64N128K16("f16");
+    }
+}
+
+// SS, K-major, N = 176 (FlashAttention-3's key tile at head dim 128): 88 accumulators.
+#define FP_WGMMA_SS_M64N176K16(TYPE)                                                \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_R88 "},\n"                                               \
+        " %88, %89, p, 1, 1, 0, 0;\n"                                              \
+        "}\n"                                                                      \
+        : FP_WGMMA_O88 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m64n176k16_ss_kk(float (&d)[88], unsigned long long desc_a,
+                                                     unsigned long long desc_b, int scale_d) {
+    if constexpr (BF16) {
+        FP_WGMMA_SS_M64N176K16("bf16");
+    } else {
+        FP_WGMMA_SS_M64N176K16("f16");
+    }
+}
+
+// SS, A K-major, B MN-major (imm-trans-b 1), N = 128: the GEMM's narrow tile (a 64 x 128
+// quarter of the persistent rung's TILE_N = 128 build; B a row-major K x N slice).
+#define FP_WGMMA_SS_M64N128K16_MN(TYPE)                                             \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE "\n"           \
+        "{" FP_WGMMA_R64 "},\n"                                               \
+        " %64, %65, p, 1, 1, 0, 1;\n"                                              \
+        "}\n"                                                                      \
+        : FP_WGMMA_O64 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+// SS, A K-major, N = 64 (the persistent rung's TILE_N = 64 build for small products): B
+// N-major (TRANS_B "1", one 64-wide chunk) or K-major ("0").
+#define FP_WGMMA_SS_M64N64K16(TYPE, TRANS_B)                                        \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                               \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE "\n"            \
+        "{" FP_WGMMA_R32 "},\n"                                               \
+        " %32, %33, p, 1, 1, 0, " TRANS_B ";\n"                                    \
+        "}\n"                                                                      \
+        : FP_WGMMA_O32 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256, 128 or 64 by the
+// accumulator count (128, 64 or 32 floats).
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
+                                            int scale_d) {
+    static_assert(N_REGS == 128 || N_REGS == 64 || N_REGS == 32, "m64n256, m64n128 or m64n64");
+    if constexpr (N_REGS == 128) {
+        mma_m64n256k16<BF16>(d, desc_a, desc_b, scale_d);
+    } else if constexpr (N_REGS == 32) {
+        if constexpr (BF16) {
+            FP_WGMMA_SS_M64N64K16("bf16", "1");
+        } else {
+            FP_WGMMA_SS_M64N64K16("f16", "1");
+        }
+    } else if constexpr (BF16) {
+        FP_WGMMA_SS_M64N128K16_MN("bf16");
+    } else {
+        FP_WGMMA_SS_M64N128K16_MN("f16");
+    }
+}
+
+// SS, both K-major, any N from 80 to 256 in steps of 16 (the persistent GEMM's transposed
+// product, its tile as wide as the product's rows: gemm_hopper_persistent.cu): N / 2
+// accumulators, the descriptors and scale_d operands N / 2, N / 2 + 1, N / 2 + 2.
 #define FP_WGMMA_SS_KK_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE)                     \
     asm volatile(                                                                   \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
@@ -371,8 +306,12 @@ __device__ __forceinline__ void mma_ss_kk(float (&d)[N_REGS], unsigned long long
     FP_WGMMA_SS_KK_CASE(120, "240", "120", "121", "122")
 }
 
-// RS: A (64 x 16) from registers in the fragment layout above, B MN-major from shared
+// RS: A (64 x 16) from registers in the fragment layout below, B MN-major from shared
 // memory (imm-trans-b 1: a K x N tile stored with N contiguous, e.g. V [keys, dims]).
+// A fragment of one 16-wide K step s of a register-A (RS) wgmma:
+//   a[0] = (d[8s], d[8s+1])   a[1] = (d[8s+2], d[8s+3])   rows l/4 and l/4 + 8,
+//   a[2] = (d[8s+4], d[8s+5]) a[3] = (d[8s+6], d[8s+7])   columns 2(l%4) and 8 + 2(l%4)
+// (the mma.m16n8k16 A layout, per warp on its 16 rows).
 #define FP_WGMMA_RS(SHAPE, TYPE, REGS, OPERANDS, A_REGS, DESC, SCALE)                 \
     asm volatile(                                                                   \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
@@ -387,9 +326,9 @@ template <bool BF16>
 __device__ __forceinline__ void mma_m64n64k16_rs_mn(float (&d)[32], const unsigned (&a)[4],
                                                     unsigned long long desc_b, int scale_d) {
     if constexpr (BF16) {
-        FP_WGMMA_RS("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "%32, %33, %34, %35", "36", "37");
+        FP_WGMMA_RS("m64n64k16", "bf16", FP_WGMMA_R32, FP_WGMMA_O32, "%32, %33, %34, %35", "36", "37");
     } else {
-        FP_WGMMA_RS("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "%32, %33, %34, %35", "36", "37");
+        FP_WGMMA_RS("m64n64k16", "f16", FP_WGMMA_R32, FP_WGMMA_O32, "%32, %33, %34, %35", "36", "37");
     }
 }
 
@@ -397,9 +336,9 @@ template <bool BF16>
 __device__ __forceinline__ void mma_m64n128k16_rs_mn(float (&d)[64], const unsigned (&a)[4],
                                                      unsigned long long desc_b, int scale_d) {
     if constexpr (BF16) {
-        FP_WGMMA_RS("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "%64, %65, %66, %67", "68", "69");
+        FP_WGMMA_RS("m64n128k16", "bf16", FP_WGMMA_R64, FP_WGMMA_O64, "%64, %65, %66, %67", "68", "69");
     } else {
-        FP_WGMMA_RS("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "%64, %65, %66, %67", "68", "69");
+        FP_WGMMA_RS("m64n128k16", "f16", FP_WGMMA_R64, FP_WGMMA_O64, "%64, %65, %66, %67", "68", "69");
     }
 }
 
@@ -421,13 +360,8 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a
 // matrix's 64-column chunk, read as the transposed operand) and B an N x 16 K-major tile
 // (N rows of a row-major activation matrix). N = 8, 16, 32, 64 or 128 by the accumulator
 // count (4, 8, 16, 32, 64 floats); the accumulator layout is the one above.
-#define FP_WGMMA_D4_REGS "%0, %1, %2, %3"
-#define FP_WGMMA_D4_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-#define FP_WGMMA_D8_REGS "%0, %1, %2, %3, %4, %5, %6, %7"
-#define FP_WGMMA_D8_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-#define FP_WGMMA_D16_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define FP_WGMMA_D16_OPERANDS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FP_WGMMA_R4 "%0, %1, %2, %3"
+#define FP_WGMMA_O4 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define FP_WGMMA_SS_TA(SHAPE, TYPE, REGS, OPERANDS, DA, DB, SCALE)                   \
     asm volatile(                                                                   \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
@@ -445,20 +379,20 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a
     static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,                                 \
                   "m64n8, n16, n32, n64 or n128");                                                                            \
     if constexpr (N_REGS == 4) {                                                                                              \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");        \
-        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_D4_REGS, FP_WGMMA_D4_OPERANDS, "4", "5", "6");                        \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_R4, FP_WGMMA_O4, "4", "5", "6");        \
+        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_R4, FP_WGMMA_O4, "4", "5", "6");                        \
     } else if constexpr (N_REGS == 8) {                                                                                       \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");      \
-        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_D8_REGS, FP_WGMMA_D8_OPERANDS, "8", "9", "10");                      \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_R8, FP_WGMMA_O8, "8", "9", "10");      \
+        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_R8, FP_WGMMA_O8, "8", "9", "10");                      \
     } else if constexpr (N_REGS == 16) {                                                                                      \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");  \
-        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_D16_REGS, FP_WGMMA_D16_OPERANDS, "16", "17", "18");                  \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_R16, FP_WGMMA_O16, "16", "17", "18");  \
+        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_R16, FP_WGMMA_O16, "16", "17", "18");                  \
     } else if constexpr (N_REGS == 32) {                                                                                      \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");  \
-        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_D32_REGS, FP_WGMMA_D32_OPERANDS, "32", "33", "34");                  \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_R32, FP_WGMMA_O32, "32", "33", "34");  \
+        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_R32, FP_WGMMA_O32, "32", "33", "34");                  \
     } else {                                                                                                                  \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66"); \
-        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_D64_REGS, FP_WGMMA_D64_OPERANDS, "64", "65", "66");                 \
+        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_R64, FP_WGMMA_O64, "64", "65", "66"); \
+        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_R64, FP_WGMMA_O64, "64", "65", "66");                 \
     }
 
 template <bool BF16, int N_REGS>
