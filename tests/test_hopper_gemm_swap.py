@@ -23,7 +23,8 @@ def _sass(build) -> str:
 
 
 @pytest.mark.parametrize("build", [hg.swap_build(200), hg.swap_build(129, 128, 1), hg.swap_build(100, 64, 1),
-                                   hg.swap_build(256)], ids=lambda b: b.label)
+                                   hg.swap_build(256), hg.swap_build(300, row_tiles=2),
+                                   hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2)], ids=lambda b: b.label)
 def test_the_transposed_product_compiles_to_its_technique(build):
     mod = hg.module("persistent", ARCH, build=build)
     assert "C7508" not in mod.log and "C7515" not in mod.log, mod.log
@@ -38,7 +39,7 @@ def test_the_transposed_product_compiles_to_its_technique(build):
     # the result goes through shared memory transposed (stmatrix .trans: STSM ... MT88) to TMA stores
     assert re.search(r"STSM\.16\.MT88\.4", text) and not re.search(r"STSM\.16\.M88", text)
     assert "UTMASTG" in text and "UTMALDG" in text
-    # in clusters of 2 along W's rows the activations' slice is multicast, W's boxes are not
+    # in clusters of 2 one operand's slice is multicast (x's along W's rows, W's along the product's), the other not
     multicast = len(re.findall(r"UTMALDG\.2D\.MULTICAST", text))
     plain = len(re.findall(r"UTMALDG\.2D(?!\.MULTICAST)", text))
     assert plain > 0 and (multicast > 0) == (build.cluster == 2), (plain, multicast)
@@ -54,8 +55,14 @@ def test_widths_follow_the_rows_and_clusters_avoid_what_ptxas_13_0_cannot_compil
             assert b.swap_ab and b.b_k_major and b.shared_mem <= hg.MAX_BLOCK_SHARED and 2 <= b.stages <= 8
             assert b.tile_n % b.b_box_rows == 0 and b.b_box_rows % 8 == 0
     assert hg.swap_build(200).label == "2x1-g8-n208-bT-swap" and hg.swap_build(200).b_box_rows == 104
-    with pytest.raises(ValueError, match="1 to 256 rows"):
+    with pytest.raises(ValueError, match="1 to 256 rows a tile"):
         hg.swap_build(257)
+    # more rows in several tiles: each as narrow as holds its share
+    for m in range(257, 2049, 7):
+        t = -(-m // 256)
+        b = hg.swap_build(m, row_tiles=t)
+        assert m <= t * b.tile_n < m + 32 * t or b.tile_n == hg.SWAP_PAIR_WIDTHS[0], (m, b.tile_n)
+    assert hg.swap_build(300, row_tiles=2).tile_n == 160 and hg.swap_build(1000, row_tiles=4).tile_n == 256
     with pytest.raises(ValueError, match="ptxas"):
         hg.PersistentBuild(tile_n=144, b_k_major=True, swap_ab=True)
     with pytest.raises(ValueError, match="b_k_major"):
@@ -83,8 +90,13 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     assert (p.sk_tiles, p.grid) == (24, 2 * 48)
     # its full barrier expects W's 128 rows and the two halves of x's 208 (one from the peer)
     assert a_map.box_bytes + 2 * b_map.box_bytes == (128 + 208) * hg.BK * hg.ELEM
-    with pytest.raises(ValueError, match="at most tile_n=208 rows, got M=209"):
-        hg.plan("persistent", 209, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=b)
+    # more rows than the tile's: two tiles of them, the second from row 208
+    assert hg.cluster_tiles(209, n, b) == 48
+    # 200 rows in two tiles of 112: 48 cluster tiles of 64 slices, whole (96 of 132 SMs)
+    two = hg.swap_build(m, row_tiles=2)
+    p = hg.plan("persistent", m, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=two)
+    assert (two.tile_n, hg.cluster_tiles(m, n, two), p.sk_tiles, p.grid) == (112, 48, 0, 96)
+    assert p.maps[1].box_dims == (hg.BK, 56)
 
 
 @pytest.mark.parametrize("m, n, k, swapped", [
@@ -92,7 +104,6 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (200, 128256, 4096, "pairs"),   # its head
     (200, 4096, 14336, "pairs"),    # its down projection: 16 cluster tiles of 224 slices
     (160, 9216, 3072, "pairs"),     # 36 cluster tiles of 48 slices: 26 a cluster
-    (200, 6144, 4096, None),        # 24 of 64: 23 a cluster (p384: 0.95x), and 96 blocks of 64 rows
     (200, 4096, 4096, "rows64"),    # 16 of 64 in pairs (0.68 against 0.85x); in 64 blocks of 64 rows 0.90x
     (100, 3072, 8192, "rows64"),    # Phi-3's down projection at 100 tokens: 0.69 -> 0.92x
     (200, 3584, 3584, None),        # 56 slices: too short for 64-row blocks (p385)
@@ -103,11 +114,20 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (243, 4656, 5448, "pairs"),     # 256 rows either way, but the rule's 128 x 128 pairs
     (122, 17384, 12808, "pairs"),   # 128 rows either way, the rule's 128 x 256 tiles one block a cluster
     (64, 28672, 4096, None),        # the skinny kernel's rows
-    (257, 28672, 4096, None),       # two tiles of rows: not this build
+    (257, 28672, 4096, "pairs"),    # two tiles of 160 (144 compiles one block only): 320 rows where pairs compute 512
+    (300, 28672, 4096, "pairs"),    # two tiles of 160: 320 rows, not 512 (p387: 0.59 -> 0.84x cuBLAS)
+    (384, 6144, 4096, "pairs"),     # two of 192: 384, not 512 (p389: 1.26x)
+    (777, 4096, 14336, "pairs"),    # four of 208: 832, not 1024
+    (500, 28672, 4096, None),       # two of 256: no padding saved
+    (300, 4096, 14336, None),       # the rule's 128 x 128 tiles: not in their place (p389: 0.78-1.36x)
+    (200, 6144, 4096, "one wave"),  # 96 blocks of 64 rows, K on 128-byte lines: 0.72 -> 0.94x cuBLAS (p387)
+    (200, 6144, 4104, None),        # K off the lines (p389: 0.78-0.88x the pairs)
+    (151, 5352, 13952, "pairs"),    # the pairs' runs 69 slices a cluster: their stream-K pays (p388: 0.89x)
 ])
 def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n, k, swapped):
     chosen = hg.default_build(m, n, k, 132, b_transposed=True)
-    expected = {"pairs": lambda: hg.swap_build(m), "rows64": lambda: hg.swap_build(m, 64, 1),
+    expected = {"pairs": lambda: hg.swap_build(m, row_tiles=-(-m // 256)), "rows64": lambda: hg.swap_build(m, 64, 1),
+                "one wave": lambda: hg.swap_build(m, 64, 1),
                 None: lambda: hg.unswapped_build(m, n, k, 132, True)}[swapped]()
     assert chosen == expected, (chosen.label, expected.label)
     assert not hg.default_build(m, n, k, 132).swap_ab  # (a row-major b never: the kernel's A must be K-major)
@@ -119,6 +139,7 @@ def test_the_tuner_measures_the_transposed_product_and_remembers_it():
     builds = {p.build for p in plans if p.build is not None}
     assert hg.swap_build(200) in builds and hg.swap_build(200, 64, 1) in builds
     assert not any(b.swap_ab for p in gemm_tuning.candidates(200, 4096, 4096, 132) if (b := p.build))
-    assert not any(b.swap_ab for p in gemm_tuning.candidates(300, 4096, 4096, 132, True) if (b := p.build))
+    more = {p.build for p in gemm_tuning.candidates(300, 4096, 4096, 132, True) if p.build is not None}
+    assert {hg.swap_build(300, row_tiles=2), hg.swap_build(300, 64, 1, 2), hg.swap_build(300, 64, 1, 3)} <= more
     plan = gemm_tuning.GemmPlan("persistent", hg.swap_build(200), "none")
     assert gemm_tuning.GemmPlan.from_json(plan.to_json()) == plan

@@ -87,7 +87,7 @@ def test_each_build_reads_w_as_it_lies_and_gives_the_bits_of_a_copy(build, multi
         assert torch.equal(got, copy), (build.label, m, n, k)
 
 
-# The transposed product (swap_ab): (M, N, K, tile_m, cluster_m)
+# The transposed product (swap_ab): (M, N, K, tile_m, cluster_m[, row_tiles, cluster_n])
 SWAP_CASES = [
     (200, 4096, 4096, 128, 2),   # 200 rows in one 208-wide tile; clusters of 2 share x's slice
     (65, 1000, 520, 128, 1),     # the narrowest width (80), W's last rows and K's last slice cut
@@ -97,23 +97,29 @@ SWAP_CASES = [
     (200, 50257, 768, 128, 2),   # N not a multiple of 8: C's rows padded
     (177, 512, 8192, 128, 1),    # 4 tiles of W's rows: each cut into K runs (stream-K)
     (96, 768, 4096, 64, 1),      # 12 tiles split
+    # several tiles along the product's rows: each tile's last piece ends at its last row
+    (200, 6144, 4096, 128, 2, 2, 1),   # two tiles of 112 rows, pairs along W's rows share x's slice
+    (200, 6144, 4096, 128, 1, 2, 2),   # ... pairs along the product's rows share W's slice
+    (300, 3000, 1032, 128, 1, 3, 1),   # three tiles of 112: the last holds 76 rows; W's edge
+    (129, 4096, 4096, 64, 1, 2, 1),    # two tiles of 80 (65 and 64 rows), 64-row blocks of W
+    (161, 2056, 3000, 128, 1, 2, 2),   # two tiles of 96, pairs sharing W: K and W's rows cut
 ]
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", SWAP_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_name, case):
-    """x @ w.T computed as (w x^T)^T: W's rows in blocks, the product's rows one tile of
+    """x @ w.T computed as (w x^T)^T: W's rows in blocks, the product's rows in tiles of
     the build's width, the result stored transposed; with stream-K's partial sums (the
     plan's own, and every tile dealt out) and without (whole tiles)."""
     import torch
 
-    m, n, k, tile_m, cluster_m = case
+    m, n, k, tile_m, cluster_m, *more = case
     dtype = getattr(torch, dtype_name)
     x, w = _weights(m, n, k, dtype, seed=m + n + k)
     ref = x.double() @ w.double().T
     cublas = _rel(torch.nn.functional.linear(x, w), ref)
-    build = swap_build(m, tile_m, cluster_m)
+    build = swap_build(m, tile_m, cluster_m, *more)
     tiles = hg.cluster_tiles(m, n, build)
     results = []
     for sk_tiles in (None, 0, tiles):
@@ -154,12 +160,14 @@ def test_gemm_hopper_runs_the_transposed_product_for_a_prefill_of_a_few_hundred_
         assert _rel(out.view(200, n), x.double() @ w.double().T) < 1e-2, kind
 
 
-def test_the_transposed_product_refuses_more_rows_than_its_tile_and_a_row_major_b():
+def test_the_transposed_product_takes_more_rows_than_its_tile_but_not_a_row_major_b():
     import torch
 
     x, w = _weights(210, 512, 256, torch.bfloat16, seed=2)
-    with pytest.raises(ValueError, match="at most tile_n=208 rows, got M=210"):
-        gemm_hopper(x, w.T, _build=swap_build(200))
+    out = torch.full((210, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    got = gemm_hopper(x, w.T, out=out, _build=swap_build(200))   # (two tiles of 208 rows: the second holds 2)
+    torch.cuda.synchronize()
+    assert not torch.isnan(got).any() and _rel(got, x.double() @ w.double().T) < 1e-2
     # a row-major b cannot be the kernel's K-major A: the default build runs instead
     got = gemm_hopper(x[:200], w.T.contiguous(), _build=swap_build(200))
     torch.cuda.synchronize()

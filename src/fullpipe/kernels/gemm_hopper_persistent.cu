@@ -68,9 +68,11 @@
 // 128-row tiles compute 256 (cuBLAS runs the same shape: its column-major M is our N). A
 // TILE_N that 64-row chunks do not split over the cluster arrives as CLUSTER_M boxes of
 // TILE_N / CLUSTER_M rows of X (B_CHUNK_COLS).
-// The epilogue stores the result transposed (stmatrix .trans into the piece's buffer, then
-// the TMA store of C's 64 columns x 64 rows); the host takes it for M <= TILE_N only (one
-// tile along C's rows: a piece past TILE_N rows is clipped at M, not at the tile).
+// More rows than TILE_N take ceil(M / TILE_N) tiles along them (200 rows in two of 112,
+// beside 128 of W's rows, where 6144 of W's rows in one 208-wide tile each are 48 tiles for
+// 132 SMs). The epilogue stores the result transposed (stmatrix .trans into the piece's
+// buffer, then the TMA store of C's 64 columns x 64 rows), the tile's last piece ending at
+// the tile's last row (epilogue_transposed).
 //
 // Edges (load_item<true>): a tile that reaches past M, or past N, has its boxes cut at the
 // edge: a TMA box that hangs past the last row of its matrix is slow (EdgeMaps below).
@@ -475,29 +477,27 @@ struct PartialSums {
     // float4 from one ticket's slot to the one before's
     static constexpr int STRIDE = CLUSTER * CONSUMERS * (ACC / 4) * 128;
 
-    // The places of epilogue piece `piece` (accumulators 32 piece .. 32 piece + 31, as 8
-    // float4) plus the partial sums of the same places, in ticket order. AT_ONCE partials
-    // are loaded together, 8 x AT_ONCE loads in flight: loaded a place at a time, each
-    // load waited a whole trip to L2 (~16 us a partial, more than a run of 16 slices
-    // takes), and a tile cut into 8 runs adds 7 partials per piece.
+    // The places of an epilogue piece, the 8 column groups from `group` on (accumulators
+    // 4 group .. 4 group + 31, as 8 float4), plus the partial sums of the same places, in
+    // ticket order. AT_ONCE partials are loaded together, 8 x AT_ONCE loads in flight:
+    // loaded a place at a time, each load waited a whole trip to L2 (~16 us a partial, more
+    // than a run of 16 slices takes), and a tile cut into 8 runs adds 7 partials per piece.
     static constexpr int AT_ONCE = ACC == 128 ? 2 : 4;
-    __device__ __forceinline__ void piece(const float (&acc)[ACC], int piece, float4 (&v)[8]) const {
+    __device__ __forceinline__ void piece(const float (&acc)[ACC], int group, float4 (&v)[8]) const {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int j = piece * 8 + i;
-            v[i] = j < ACC / 4 ? make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
-                               : make_float4(0.f, 0.f, 0.f, 0.f);   // (a last piece past TILE_N: SWAP_AB)
+            const int j = group + i;
+            v[i] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
         }
 #pragma unroll 1
         for (int c0 = 0; c0 < count; c0 += AT_ONCE) {
             float4 p[AT_ONCE][8];
 #pragma unroll
             for (int g = 0; g < AT_ONCE; ++g) {
-                const float4* src = last - (c0 + g) * STRIDE + piece * 8 * 128;
+                const float4* src = last - (c0 + g) * STRIDE + group * 128;
 #pragma unroll
                 for (int i = 0; i < 8; ++i)
-                    p[g][i] = c0 + g < count && piece * 8 + i < ACC / 4 ? __ldcg(src + i * 128)
-                                                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+                    p[g][i] = c0 + g < count ? __ldcg(src + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int g = 0; g < AT_ONCE; ++g)
@@ -549,7 +549,7 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
     for (int piece = 0; piece < BN / OUT_N; ++piece, ++stored) {
         unsigned char* buf = smem.out[wg][stored & 1].bytes;
         float4 v[8];   // this piece's 64 x 64 values: 8 places per thread
-        partials.piece(acc, piece, v);
+        partials.piece(acc, piece * (OUT_N / 8), v);
         if (leader) fp_tma::store_wait_read<1>();
         fp_tma::named_barrier_sync(barrier_id, 128);
         if constexpr (STMATRIX) {
@@ -584,8 +584,9 @@ __device__ __forceinline__ void epilogue(SharedStorage& smem, const TensorMap* m
 // SWAP_AB: the warpgroup's 64 x BN result is C^T's, 64 of C's columns (W's rows from
 // row0) by BN of its rows (from n0): ceil(BN / 64) pieces of 64 rows x 64 columns of C,
 // each 8 x 8 block of the accumulators stored transposed (stmatrix .trans) into the
-// piece's buffer, as C lies, then one TMA store; rows past M are clipped (the host runs this
-// build with M <= BN: one tile along C's rows, so the rows past BN are past M too).
+// piece's buffer, as C lies, then one TMA store; rows past M are clipped. Where BN is not
+// a multiple of 64 the last piece holds the tile's last 64 rows, from BN - 64: it stores
+// again rows the piece before stored (the same values), and none of the next tile's.
 template <bool BF16>
 __device__ __forceinline__ void epilogue_transposed(SharedStorage& smem, const TensorMap* map_c, const float (&acc)[ACC],
                                                     const PartialSums& partials, int wg, int row0, int n0,
@@ -599,16 +600,18 @@ __device__ __forceinline__ void epilogue_transposed(SharedStorage& smem, const T
     // columns (C's rows). Transposed, a matrix row is one of C's rows, 8 of its columns:
     // the 16-byte chunk 2 warp + h of the buffer's 128-byte row.
     const int chunk = 2 * warp + ((lane / 8) & 1);
+    constexpr int PIECES = (BN + OUT_N - 1) / OUT_N;
+    static_assert(BN >= OUT_N && BN % 8 == 0, "a piece is 64 of the tile's rows, in 8-row blocks");
 #pragma unroll
-    for (int piece = 0; piece < (BN + OUT_N - 1) / OUT_N; ++piece, ++stored) {
+    for (int piece = 0; piece < PIECES; ++piece, ++stored) {
+        const int first = piece == PIECES - 1 ? BN - OUT_N : piece * OUT_N;   // (the piece's first row of the tile)
         unsigned char* buf = smem.out[wg][stored & 1].bytes;
         float4 v[8];   // this piece's values: 8 places per thread
-        partials.piece(acc, piece, v);
+        partials.piece(acc, first / 8, v);
         if (leader) fp_tma::store_wait_read<1>();
         fp_tma::named_barrier_sync(barrier_id, 128);
 #pragma unroll
         for (int j8 = 0; j8 < OUT_N / 8; j8 += 2) {
-            if (piece * 8 + j8 >= ACC / 4) break;   // (BN a multiple of 16: j8 and j8 + 1 both or neither)
             const int row = 8 * (j8 + lane / 16) + lane % 8;
             const float4 v0 = v[j8], v1 = v[j8 + 1];
             store_matrix_x4_trans(buf + swizzled_offset(row, chunk), pack2<BF16>(v0.x, v0.y), pack2<BF16>(v0.z, v0.w),
@@ -617,7 +620,7 @@ __device__ __forceinline__ void epilogue_transposed(SharedStorage& smem, const T
         fp_mbar::fence_proxy_async_shared();
         fp_tma::named_barrier_sync(barrier_id, 128);
         if (leader) {
-            fp_tma::store_2d(map_c, buf, row0, n0 + piece * OUT_N);
+            fp_tma::store_2d(map_c, buf, row0, n0 + first);
             fp_tma::store_commit();
         }
     }

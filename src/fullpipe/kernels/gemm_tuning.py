@@ -141,7 +141,7 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
     chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128, also in
     clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64), above 128 rows and for
-    N over 256, 128 x 256 tiles in clusters of 2 along N, and for b = w.T of 65-256 rows the
+    N over 256, 128 x 256 tiles in clusters of 2 along N, and for b = w.T above 64 rows the
     transposed product (in clusters of 2, and in 64-row blocks), with the rule's stream-K; where
     the whole tiles leave clusters idle, with every tile dealt out as K runs; where the
     rule deals tiles out, with whole tiles only (the rule's stream-K regimes were each
@@ -156,9 +156,13 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         wide = [hg.PERSISTENT, hg.PERSISTENT_ALONG_N] if n > hg.BN else [hg.PERSISTENT]
         if m <= hg.PERSISTENT.cluster_m * hg.BM:  # (one row of clusters: 128 x 128 tiles in pairs sharing B)
             wide.append(hg.PERSISTENT_NARROW_PAIR)
-    swapped = []  # (the transposed product, for b = w.T of 65-256 rows: in clusters of 2, and 64-row blocks)
-    if b_transposed and 64 < m <= hg.SWAP_WIDTHS[-1]:
-        swapped = [hg.swap_build(m), hg.swap_build(m, 64, 1)]
+    swapped = []  # (the transposed product for b = w.T above 64 rows: in clusters of 2, and 64-row blocks, in
+    # the fewest tiles of the product's rows and, for the 64-row blocks, in one more where each holds over 64 rows)
+    if b_transposed and m > 64:
+        t = -(-m // hg.SWAP_WIDTHS[-1])
+        swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t)]
+        if m > 64 * (t + 1):
+            swapped.append(hg.swap_build(m, 64, 1, t + 1))
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64,
                   *swapped):
         plans.append(GemmPlan("persistent", build))

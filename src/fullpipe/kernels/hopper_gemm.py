@@ -24,11 +24,11 @@ K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
 (``tile_n=128``, ``64``), and 64 x 128 and 64 x 64 with one consumer warpgroup
 (``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs, and clusters
 of two along N sharing A (:data:`PERSISTENT_ALONG_N`, a candidate of the measured plans).
-For b = ``w.T`` of 65-256 rows (a prefill of a few hundred tokens) it also computes the
+For b = ``w.T`` above 64 rows (a prefill of a few hundred tokens) it also computes the
 transposed product (``swap_ab``, :func:`swap_build`): W's rows in 128-row blocks on wgmma's
-M, the product's rows one tile of 80-256 columns on its N (200 rows compute 208, not the
-256 of two 128-row tiles), the activations multicast in clusters of 2, the result stored
-transposed. For a few rows (a decode step)
+M, the product's rows in tiles of 80-256 columns on its N (200 rows compute 208, not the
+256 of two 128-row tiles, or 224 in two tiles of 112 where W's rows are few), the
+activations multicast in clusters of 2, the result stored transposed. For a few rows (a decode step)
 :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
 
@@ -156,10 +156,9 @@ class PersistentBuild:
     read as it lies; ``tile_m`` the block tile's rows (128: two consumer warpgroups, or 64:
     one, in a block of 256 threads, one block a cluster); ``swap_ab``: the transposed
     product C^T = W X^T for b = ``w.T``: W's rows walked in ``tile_m`` blocks, the
-    product's rows (M <= ``tile_n``, one tile of them) the tile's ``tile_n`` columns, any
-    of 80 ... 256 in steps of 16 (:data:`SWAP_WIDTHS`), so that M = 200 computes 208 rows,
-    not the 256 of two 128-row tiles (the .cu header says how).
-    """
+    product's rows the tile's ``tile_n`` columns, any of 80 ... 256 in steps of 16
+    (:data:`SWAP_WIDTHS`), so that M = 200 computes 208 rows in one tile, not the 256 of two
+    128-row tiles, or 224 in two tiles of 112 (the .cu header says how)."""
 
     group_m: int = 8
     cluster_m: int = 2
@@ -331,18 +330,20 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
 
 
-def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2) -> PersistentBuild:
-    """The transposed product's build (``swap_ab``) for M rows (at most 256) of b = ``w.T``:
-    one tile of the product's rows, M rounded up to SWAP_WIDTHS (SWAP_PAIR_WIDTHS in
-    clusters), blocks of ``tile_m`` of W's rows in clusters of ``cluster_m`` along them
-    (multicasting the activations' slice), and as many ring slices as fit in shared memory
-    (at most 8)."""
-    if not 1 <= m <= SWAP_WIDTHS[-1]:
-        raise ValueError(f"the transposed product takes 1 to {SWAP_WIDTHS[-1]} rows, got M={m}")
-    width = next(w for w in (SWAP_WIDTHS if cluster_m == 1 else SWAP_PAIR_WIDTHS) if w >= m)
+def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2, row_tiles: int = 1, cluster_n: int = 1) -> PersistentBuild:
+    """The transposed product's build (``swap_ab``) for M rows of b = ``w.T`` in ``row_tiles``
+    tiles of the product's rows (at most 256 rows each): M / row_tiles rounded up to
+    SWAP_WIDTHS (SWAP_PAIR_WIDTHS in clusters sharing the activations' slice), blocks of
+    ``tile_m`` of W's rows in clusters of ``cluster_m`` along them (multicasting the
+    activations' slice) or of ``cluster_n`` along the product's rows (multicasting W's), and
+    as many ring slices as fit in shared memory (at most 8)."""
+    if row_tiles < 1 or not 1 <= m <= row_tiles * SWAP_WIDTHS[-1]:
+        raise ValueError(f"the transposed product takes 1 to {SWAP_WIDTHS[-1]} rows a tile, got M={m} in "
+                         f"{row_tiles} tiles")
+    width = next(w for w in (SWAP_WIDTHS if cluster_m == 1 else SWAP_PAIR_WIDTHS) if w * row_tiles >= m)
     stages = max(s for s in range(2, 9) if shared_mem_bytes("persistent", s, width, tile_m) <= MAX_BLOCK_SHARED)
-    return PersistentBuild(group_m=8, cluster_m=cluster_m, cluster_n=1, tile_n=width, tile_m=tile_m, stages=stages,
-                           b_k_major=True, swap_ab=True)
+    return PersistentBuild(group_m=8, cluster_m=cluster_m, cluster_n=cluster_n, tile_n=width, tile_m=tile_m,
+                           stages=stages, b_k_major=True, swap_ab=True)
 
 
 # The persistent rung launches as a programmatic dependent launch: its blocks start on the
@@ -431,6 +432,18 @@ NARROW_RATE = 0.85
 # changed, 2 slower by more than 3 % (192 x 7232 x 3888 0.88x). 7-8B models' and GPT-2's layers
 # (p384, with the 64-row blocks below) at 100-224 rows 0.77-0.88 -> 0.88-0.95x; at 120 rows (no
 # padding saved) 0.932 -> 0.933x (its LM head 0.93x the rule before, Qwen2's gate-up 1.24x).
+# Above 256 rows, in the fewest tiles of the product's rows (at most 256 each), where the rule's
+# choice is 128 x 256 pairs, whose 256-row cluster tiles compute 512 rows for M = 300 (the
+# transposed product 320 in two tiles of 160), and the tiles save SWAP_PAD_GAIN of those rows. On
+# an H200 (session 57, p387-p389, CUDA-graph replay, the same process): by the share of rows
+# computed, over 127 products of 257-1200 rows the rule gave 128 x 256 pairs, against them,
+# 1.22x in geometric mean at up to 0.7 of the rows, 1.17x at 0.7-0.8, 1.07x at 0.8-0.9, 1.01x at
+# 0.93-0.95, 1.00x above; the layers at 300 rows 0.59-0.73 -> 0.77-0.98x cuBLAS. Held out: 80
+# random products of 257-1200 rows (seed 395) 0.765 -> 0.781x cuBLAS, 41 changed 1.04x, 5 slower
+# by more than 3 % (0.94-0.96x, at 0.81-0.94 of the rows); the layers at 384-1024 rows 0.816 ->
+# 0.846x, 30 changed 1.135x, one slower by 3 % (640 x 3072 x 8192). Where the rule's choice
+# there is a smaller tile (few tiles) it won at long K and lost at short (300-448 x 4096 x
+# 11008-18944 1.10-1.36x, 384-512 x 4096 x 4096 0.78-0.88x): not taken there.
 SWAP_PAD_GAIN = 0.95
 SWAP_MIN_SLICES_PER_CLUSTER = 24
 # Where neither pays and the rule chose one of its smaller tiles (few of them): the transposed
@@ -451,6 +464,19 @@ SWAP_SMALL_MAX_ROWS = 240
 SWAP_SMALL_MIN_SLICES = 64
 SWAP_SMALL_MIN_BLOCKS = 16
 SWAP_SMALL_MIN_SLICES_PER_SM = 8
+# More 64-row blocks than half the SMs and at most as many (one wave of whole tiles) win over
+# every other build, the pairs above included, where K is a multiple of 64 (each row of x and
+# w starts a 128-byte line; the 64-row blocks read x's whole slice each, ~3x the L2 bytes of the
+# pairs a FLOP) and the pairs' runs are shorter than SWAP_ONE_WAVE_MAX_PAIR_RUN slices a cluster.
+# On an H200 (session 57, CUDA-graph replay): 200 x 6144 x 4096 0.72 -> 0.94x cuBLAS (Llama-3-8B's
+# qkv; 129-250 rows 1.03-1.29x, p387); against the pairs on 60 random products of 129-240 x
+# 4224-8448 (p389, seeds 396-397), 1.02-1.29x on each of the 10 whose K is a multiple of 64 and
+# 0.68-0.99x on each of the 50 others; 151 x 5352 x 13952, runs of 69 slices, 0.89x (p388). Held out (seed 398, 40
+# random products of 65-256 x 4224-8448 x 4096-16384, K multiples of 64): 0.826 -> 0.886x cuBLAS,
+# 24 changed 1.12x, one slower by more than 3 % (116 x 4392 x 9984, 0.95x); seed 399 (N
+# 1024-8448): 0.782 -> 0.799x, 6 changed 1.14x.
+LINE_ELEMENTS = 64   # a 128-byte line of bf16 / fp16
+SWAP_ONE_WAVE_MAX_PAIR_RUN = 60
 
 
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
@@ -496,10 +522,17 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     5008 x 7408: 0.96x), 157 x 4296 x 10312 1.84x.
     Where all of the above gives 128 x 128 tiles one block a cluster to one row of clusters
     (129-256 rows): the same tiles in clusters of 2 sharing B (PERSISTENT_NARROW_PAIR; p335:
-    1.15x on 40 held-out products)."""
+    1.15x on 40 held-out products).
+    For b = w.T above 64 rows, the transposed product (:func:`swap_build`) in its place: in
+    one wave of 64-row blocks of W (:func:`_one_wave_of_64_row_blocks_pays`), else in pairs
+    where they save padding or fill the GPU better (:func:`_swap_pays`), else in fewer 64-row
+    blocks (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was
+    measured."""
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
+    if b_transposed and _one_wave_of_64_row_blocks_pays(m, n, k, sms):
+        return swap_build(m, 64, 1)
     if b_transposed and _swap_pays(m, n, k, sms, unswapped):
-        return swap_build(m)
+        return swap_build(m, row_tiles=_swap_row_tiles(m))
     if b_transposed and _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
         return swap_build(m, 64, 1)
     return unswapped
@@ -523,6 +556,22 @@ def _swap_in_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: Per
             and blocks * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
+def _one_wave_of_64_row_blocks_pays(m: int, n: int, k: int, sms: int) -> bool:
+    """For b = w.T: whether the transposed product in 64-row blocks of W, one block a cluster,
+    takes the place of every other build: 65-256 rows (one tile of them), rows of x and w on
+    128-byte lines (K a multiple of 64), more blocks than half the SMs and at most as many
+    (one wave of whole tiles: stream-K leaves them whole), SWAP_SMALL_MIN_SLICES K slices or
+    more, and fewer than SWAP_ONE_WAVE_MAX_PAIR_RUN K slices a cluster for the transposed
+    product in pairs (its cluster tiles' slices over the clusters: longer runs, and the
+    pairs' stream-K, over every SM, pays)."""
+    blocks, slices = -(-n // 64), k // BK
+    if not (64 < m <= SWAP_WIDTHS[-1] and k % LINE_ELEMENTS == 0 and sms < 2 * blocks <= 2 * sms
+            and slices >= SWAP_SMALL_MIN_SLICES):
+        return False
+    pairs = swap_build(m)
+    return cluster_tiles(m, n, pairs) * slices < SWAP_ONE_WAVE_MAX_PAIR_RUN * (sms // pairs.cluster)
+
+
 def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
     """default_build's choice but for the transposed product (the experiments' comparison
     point for it)."""
@@ -532,25 +581,34 @@ def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False
     return chosen
 
 
+def _swap_row_tiles(m: int) -> int:
+    """The transposed product's tiles along the product's rows: the fewest that hold them."""
+    return -(-m // SWAP_WIDTHS[-1])
+
+
 def _swap_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild) -> bool:
-    """For b = w.T: whether the transposed product (:func:`swap_build`, in clusters of 2)
-    takes the place of the ``unswapped`` build: above 64 rows (the skinny kernel's below),
-    where its tile of the product's rows is at most SWAP_PAD_GAIN of the rows 128-row tiles
-    compute or the unswapped build is not 128 x 256 tiles in clusters of 2 along M (which
-    share B as the transposed product's pairs share the activations), and where its cluster
-    tiles hold SWAP_MIN_SLICES_PER_CLUSTER slices a cluster or more."""
-    if not 64 < m <= SWAP_WIDTHS[-1]:
+    """For b = w.T: whether the transposed product (:func:`swap_build`, in clusters of 2, in
+    :func:`_swap_row_tiles` tiles along the product's rows) takes the place of the
+    ``unswapped`` build: above 64 rows (the skinny kernel's below), where its tiles of the
+    product's rows compute at most SWAP_PAD_GAIN of the rows the unswapped build does
+    (:func:`_saves_padding`) or, at most 256 rows, the unswapped build is not 128 x 256
+    tiles in clusters of 2 along M (which share B as the transposed product's pairs share the
+    activations), and where its cluster tiles hold SWAP_MIN_SLICES_PER_CLUSTER slices a
+    cluster or more. Above 256 rows only in the place of those 128 x 256 pairs."""
+    if m <= 64 or (m > SWAP_WIDTHS[-1] and unswapped != PERSISTENT):
         return False
-    b = swap_build(m)
+    b = swap_build(m, row_tiles=_swap_row_tiles(m))
     if unswapped == PERSISTENT and not _saves_padding(b, m):  # (128 x 256 tiles in pairs along M)
         return False
     return cluster_tiles(m, n, b) * -(-k // BK) >= SWAP_MIN_SLICES_PER_CLUSTER * (sms // b.cluster)
 
 
 def _saves_padding(swapped: PersistentBuild, m: int) -> bool:
-    """Whether the transposed product's tile of the product's rows is at most SWAP_PAD_GAIN
-    of the rows 128-row tiles compute for M = ``m``."""
-    return swapped.tile_n <= SWAP_PAD_GAIN * _round_up(m, BM)
+    """Whether the transposed product's tiles of the product's rows compute at most
+    SWAP_PAD_GAIN of the rows that 128-row tiles compute for M = ``m`` (up to 256 rows), or
+    of those the 256-row cluster tiles of 128 x 256 pairs compute (above)."""
+    computed = -(-m // swapped.tile_n) * swapped.tile_n
+    return computed <= SWAP_PAD_GAIN * _round_up(m, BM if m <= 2 * BM else 2 * BM)
 
 
 def _build_by_fill(m: int, n: int, k: int, sms: int, b_transposed: bool) -> PersistentBuild:
@@ -909,8 +967,6 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
     if b is not None:
         # The kernel's (M, N) and operands: a @ b, or for swap_ab W X^T, W = b's (N, K) rows as
         # its A and the activations a as its B (W = B^T form); C is (M, N) either way.
-        if b.swap_ab and m > b.tile_n:
-            raise ValueError(f"the transposed product's build takes at most tile_n={b.tile_n} rows, got M={m}")
         km, kn = (n, m) if b.swap_ab else (m, n)
         (a_name, a_src), (b_name, b_src) = (("b", b_ptr), ("a", a_ptr)) if b.swap_ab else (("a", a_ptr), ("b", b_ptr))
         if b.b_k_major:  # (the kernel's B given as W = B^T: kn x K)
