@@ -119,7 +119,10 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (384, 6144, 4096, "pairs"),     # two of 192: 384, not 512 (p389: 1.26x)
     (777, 4096, 14336, "pairs"),    # four of 208: 832, not 1024
     (500, 28672, 4096, None),       # two of 256: no padding saved
-    (300, 4096, 14336, None),       # the rule's 128 x 128 tiles: not in their place (p389: 0.78-1.36x)
+    (300, 4096, 14336, "one wave"),  # 2 x 64 tiles of 64 x 160 in place of 128 x 128 ones (p387: 1.17x)
+    (384, 4096, 4096, "one wave"),  # ... 2 x 64 of 64 x 192 (p389: 1.23x)
+    (300, 3072, 8192, None),        # the rule's own 64-row tiles compute as many rows (p387: 0.84x)
+    (384, 1536, 8192, None),        # 2 x 24 tiles of 64 rows: not more than half the SMs
     (200, 6144, 4096, "one wave"),  # 96 blocks of 64 rows, K on 128-byte lines: 0.72 -> 0.94x cuBLAS (p387)
     (200, 6144, 4104, None),        # K off the lines (p389: 0.78-0.88x the pairs)
     (151, 5352, 13952, "pairs"),    # the pairs' runs 69 slices a cluster: their stream-K pays (p388: 0.89x)
@@ -127,7 +130,7 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
 def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n, k, swapped):
     chosen = hg.default_build(m, n, k, 132, b_transposed=True)
     expected = {"pairs": lambda: hg.swap_build(m, row_tiles=-(-m // 256)), "rows64": lambda: hg.swap_build(m, 64, 1),
-                "one wave": lambda: hg.swap_build(m, 64, 1),
+                "one wave": lambda: hg.swap_build(m, 64, 1, -(-m // 256)),
                 None: lambda: hg.unswapped_build(m, n, k, 132, True)}[swapped]()
     assert chosen == expected, (chosen.label, expected.label)
     assert not hg.default_build(m, n, k, 132).swap_ab  # (a row-major b never: the kernel's A must be K-major)

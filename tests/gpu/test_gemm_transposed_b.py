@@ -141,23 +141,27 @@ def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_na
 
 
 def test_gemm_hopper_runs_the_transposed_product_for_a_prefill_of_a_few_hundred_tokens():
-    """The public call a user makes for an nn.Linear at 200 tokens, x of shape (batch, tokens,
-    K): the rule's transposed product (pairs for Llama-3-8B's gate and up, 64-row blocks for
-    its o projection), with leading dimensions and an ``out`` of them, against float64."""
+    """The public call a user makes for an nn.Linear at 200 and 300 tokens, x of shape (batch,
+    tokens, K): the rule's transposed product (pairs for Llama-3-8B's gate and up, 64-row
+    blocks for its o and qkv projections), with leading dimensions and an ``out`` of them,
+    against float64."""
     import torch
 
     s = torch.cuda.current_stream()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for n, k, kind in ((28672, 4096, "pairs"), (4096, 4096, "rows64")):
-        x, w = _weights(200, n, k, torch.bfloat16, seed=n)
-        chosen = hg.default_build(200, n, k, sms, True)
+    # (tokens, N, K, what the rule takes): pairs; 64-row blocks; one wave of them (Llama-3-8B's qkv);
+    # pairs in two tiles of 160 of the product's rows (300 tokens)
+    for tokens, n, k, kind in ((200, 28672, 4096, "pairs"), (200, 4096, 4096, "rows64"), (200, 6144, 4096, "rows64"),
+                               (300, 28672, 4096, "pairs")):
+        x, w = _weights(tokens, n, k, torch.bfloat16, seed=n)
+        chosen = hg.default_build(tokens, n, k, sms, True)
         assert chosen.swap_ab and (chosen.tile_m == 64) == (kind == "rows64"), chosen.label
-        x3 = x.view(2, 100, k)
-        out = torch.full((2, 100, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        x3 = x.view(2, tokens // 2, k)
+        out = torch.full((2, tokens // 2, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         got = gemm(x3, w.T, variant="hopper", stream=s, out=out)
         torch.cuda.synchronize()
         assert got is out and not torch.isnan(out).any()
-        assert _rel(out.view(200, n), x.double() @ w.double().T) < 1e-2, kind
+        assert _rel(out.view(tokens, n), x.double() @ w.double().T) < 1e-2, (tokens, n, k, kind)
 
 
 def test_the_transposed_product_takes_more_rows_than_its_tile_but_not_a_row_major_b():

@@ -474,7 +474,15 @@ SWAP_SMALL_MIN_SLICES_PER_SM = 8
 # 0.68-0.99x on each of the 50 others; 151 x 5352 x 13952, runs of 69 slices, 0.89x (p388). Held out (seed 398, 40
 # random products of 65-256 x 4224-8448 x 4096-16384, K multiples of 64): 0.826 -> 0.886x cuBLAS,
 # 24 changed 1.12x, one slower by more than 3 % (116 x 4392 x 9984, 0.95x); seed 399 (N
-# 1024-8448): 0.782 -> 0.799x, 6 changed 1.14x.
+# 1024-8448): 0.782 -> 0.799x, 6 changed 1.14x. Above 256 rows the same in the fewest tiles of
+# the product's rows (tiles: blocks x tiles of rows), in place of the rule's 128-row tiles only
+# (its 64-row ones compute as many rows: 300 x 3072 x 8192 0.84x): the layers at 300-512 rows
+# 1.04-1.33x (4096 x 4096, 4096 x 11008, 4096 x 14336, 3072 x 8192, 3584 x 18944; p387, p389).
+# Held out (seeds 400-401, K multiples of 64, with the pairs above): 30 products of 257-512 rows
+# 0.712 -> 0.792x cuBLAS (24 changed, 1.14x, one slower by more than 3 %: 374 x 2416 x 10944,
+# 0.79x), 30 of 513-768 rows 0.772 -> 0.848x (28 changed, 1.11x, 3 slower: 608 x 1432 x 14848
+# 0.80x, 726 x 1776 x 14976 0.90x, 729 x 2232 x 16128 0.96x; long K with the tiles just over half
+# the SMs, where as many such won, 407 x 2392 x 11008 1.34x).
 LINE_ELEMENTS = 64   # a 128-byte line of bf16 / fp16
 SWAP_ONE_WAVE_MAX_PAIR_RUN = 60
 
@@ -529,9 +537,10 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     blocks (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was
     measured."""
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
-    if b_transposed and _one_wave_of_64_row_blocks_pays(m, n, k, sms):
-        return swap_build(m, 64, 1)
-    if b_transposed and _swap_pays(m, n, k, sms, unswapped):
+    pairs_pay = b_transposed and _swap_pays(m, n, k, sms, unswapped)
+    if b_transposed and _one_wave_of_64_row_blocks_pays(m, n, k, sms, unswapped, pairs_pay):
+        return swap_build(m, 64, 1, _swap_row_tiles(m))
+    if pairs_pay:
         return swap_build(m, row_tiles=_swap_row_tiles(m))
     if b_transposed and _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
         return swap_build(m, 64, 1)
@@ -556,20 +565,27 @@ def _swap_in_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: Per
             and blocks * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
-def _one_wave_of_64_row_blocks_pays(m: int, n: int, k: int, sms: int) -> bool:
+def _one_wave_of_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild,
+                                    pairs_pay: bool) -> bool:
     """For b = w.T: whether the transposed product in 64-row blocks of W, one block a cluster,
-    takes the place of every other build: 65-256 rows (one tile of them), rows of x and w on
-    128-byte lines (K a multiple of 64), more blocks than half the SMs and at most as many
-    (one wave of whole tiles: stream-K leaves them whole), SWAP_SMALL_MIN_SLICES K slices or
-    more, and fewer than SWAP_ONE_WAVE_MAX_PAIR_RUN K slices a cluster for the transposed
-    product in pairs (its cluster tiles' slices over the clusters: longer runs, and the
-    pairs' stream-K, over every SM, pays)."""
-    blocks, slices = -(-n // 64), k // BK
-    if not (64 < m <= SWAP_WIDTHS[-1] and k % LINE_ELEMENTS == 0 and sms < 2 * blocks <= 2 * sms
-            and slices >= SWAP_SMALL_MIN_SLICES):
+    in :func:`_swap_row_tiles` tiles of the product's rows, takes the place of every other
+    build: above 64 rows (above 256 only where the ``unswapped`` build's tiles are 128 rows:
+    in place of 64-row ones it computes as many rows), rows of x and w on 128-byte lines (K a
+    multiple of 64), more tiles than half the SMs and at most as many (one wave of whole
+    tiles: stream-K leaves them whole), SWAP_SMALL_MIN_SLICES K slices or more, and where the
+    transposed product in pairs would run (``pairs_pay``), fewer than
+    SWAP_ONE_WAVE_MAX_PAIR_RUN K slices a cluster for it (its cluster tiles' slices over the
+    clusters: longer runs, and the pairs' stream-K, over every SM, pay)."""
+    slices = k // BK
+    if not (m > 64 and k % LINE_ELEMENTS == 0 and slices >= SWAP_SMALL_MIN_SLICES):
         return False
-    pairs = swap_build(m)
-    return cluster_tiles(m, n, pairs) * slices < SWAP_ONE_WAVE_MAX_PAIR_RUN * (sms // pairs.cluster)
+    if m > SWAP_WIDTHS[-1] and unswapped.tile_m != BM:
+        return False
+    tiles = -(-n // 64) * _swap_row_tiles(m)
+    if not sms < 2 * tiles <= 2 * sms:
+        return False
+    pairs = swap_build(m, row_tiles=_swap_row_tiles(m))
+    return not pairs_pay or cluster_tiles(m, n, pairs) * slices < SWAP_ONE_WAVE_MAX_PAIR_RUN * (sms // pairs.cluster)
 
 
 def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
