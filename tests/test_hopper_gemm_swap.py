@@ -102,7 +102,7 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
 @pytest.mark.parametrize("m, n, k, swapped", [
     (200, 28672, 4096, "pairs"),    # Llama-3-8B's gate and up at 200 tokens: 0.78 -> 0.96x cuBLAS (p380)
     (200, 128256, 4096, "pairs"),   # its head
-    (200, 4096, 14336, "pairs"),    # its down projection: 16 cluster tiles of 224 slices
+    (200, 4096, 14336, "rows64"),   # its down projection: the pairs run 54 slices a cluster, K on lines (p387: 1.10x)
     (160, 9216, 3072, "pairs"),     # 36 cluster tiles of 48 slices: 26 a cluster
     (200, 4096, 4096, "rows64"),    # 16 of 64 in pairs (0.68 against 0.85x); in 64 blocks of 64 rows 0.90x
     (100, 3072, 8192, "rows64"),    # Phi-3's down projection at 100 tokens: 0.69 -> 0.92x
@@ -123,6 +123,7 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (384, 4096, 4096, "one wave"),  # ... 2 x 64 of 64 x 192 (p389: 1.23x)
     (300, 3072, 8192, None),        # the rule's own 64-row tiles compute as many rows (p387: 0.84x)
     (384, 1536, 8192, None),        # 2 x 24 tiles of 64 rows: not more than half the SMs
+    (1024, 2040, 16384, None),      # 4 x 32 tiles of 64 rows, but past the rows measured (768)
     (200, 6144, 4096, "one wave"),  # 96 blocks of 64 rows, K on 128-byte lines: 0.72 -> 0.94x cuBLAS (p387)
     (200, 6144, 4104, None),        # K off the lines (p389: 0.78-0.88x the pairs)
     (151, 5352, 13952, "pairs"),    # the pairs' runs 69 slices a cluster: their stream-K pays (p388: 0.89x)

@@ -464,27 +464,31 @@ SWAP_SMALL_MAX_ROWS = 240
 SWAP_SMALL_MIN_SLICES = 64
 SWAP_SMALL_MIN_BLOCKS = 16
 SWAP_SMALL_MIN_SLICES_PER_SM = 8
-# More 64-row blocks than half the SMs and at most as many (one wave of whole tiles) win over
-# every other build, the pairs above included, where K is a multiple of 64 (each row of x and
-# w starts a 128-byte line; the 64-row blocks read x's whole slice each, ~3x the L2 bytes of the
-# pairs a FLOP) and the pairs' runs are shorter than SWAP_ONE_WAVE_MAX_PAIR_RUN slices a cluster.
-# On an H200 (session 57, CUDA-graph replay): 200 x 6144 x 4096 0.72 -> 0.94x cuBLAS (Llama-3-8B's
-# qkv; 129-250 rows 1.03-1.29x, p387); against the pairs on 60 random products of 129-240 x
-# 4224-8448 (p389, seeds 396-397), 1.02-1.29x on each of the 10 whose K is a multiple of 64 and
-# 0.68-0.99x on each of the 50 others; 151 x 5352 x 13952, runs of 69 slices, 0.89x (p388). Held out (seed 398, 40
-# random products of 65-256 x 4224-8448 x 4096-16384, K multiples of 64): 0.826 -> 0.886x cuBLAS,
-# 24 changed 1.12x, one slower by more than 3 % (116 x 4392 x 9984, 0.95x); seed 399 (N
-# 1024-8448): 0.782 -> 0.799x, 6 changed 1.14x. Above 256 rows the same in the fewest tiles of
-# the product's rows (tiles: blocks x tiles of rows), in place of the rule's 128-row tiles only
-# (its 64-row ones compute as many rows: 300 x 3072 x 8192 0.84x): the layers at 300-512 rows
-# 1.04-1.33x (4096 x 4096, 4096 x 11008, 4096 x 14336, 3072 x 8192, 3584 x 18944; p387, p389).
-# Held out (seeds 400-401, K multiples of 64, with the pairs above): 30 products of 257-512 rows
-# 0.712 -> 0.792x cuBLAS (24 changed, 1.14x, one slower by more than 3 %: 374 x 2416 x 10944,
-# 0.79x), 30 of 513-768 rows 0.772 -> 0.848x (28 changed, 1.11x, 3 slower: 608 x 1432 x 14848
-# 0.80x, 726 x 1776 x 14976 0.90x, 729 x 2232 x 16128 0.96x; long K with the tiles just over half
-# the SMs, where as many such won, 407 x 2392 x 11008 1.34x).
+# Where K is a multiple of 64 (each row of x and w starts a 128-byte line), the transposed
+# product in 64-row blocks of W (one tile of at most 256 of the product's rows each, or the
+# fewest such tiles) beats the pairs above wherever their runs are shorter than
+# SWAP_64_ROWS_MAX_PAIR_RUN slices a cluster, and the rule's other builds, in one wave (more
+# tiles than half the SMs, at most as many, SWAP_ONE_WAVE_MIN_SLICES slices or more) and, in
+# the pairs' place, below half a wave (the floors of SWAP_SMALL_*). Where K is not, each block's
+# read of x's whole slice (over twice the L2 bytes a FLOP of the pairs) straddles two lines a
+# row and they lose. On an H200 (session 57, CUDA-graph replay; p387-p389): 200 x 6144 x 4096
+# (Llama-3-8B's qkv) 0.72 -> 0.94x cuBLAS, at 129-250 rows 1.03-1.29x the rule; against the pairs
+# on 60 random products of 129-240 x 4224-8448, 1.02-1.29x on each of the 10 whose K is a multiple
+# of 64 and 0.68-0.99x on each of the 50 others; the pairs' runs of 69 slices 0.89x (151 x 5352 x
+# 13952); above 256 rows in place of the rule's 64-row tiles 0.84x (300 x 3072 x 8192: as many
+# rows computed), of its 128-row ones 1.04-1.33x (the layers at 300-512 rows). Held out (K
+# multiples of 64, the rule before the session in the same process): seed 398 (40 products of
+# 65-256 x 4224-8448) 0.826 -> 0.886x cuBLAS with the one wave alone; seeds 400-401 (60 of 257-768
+# rows, with the pairs above) 0.712 -> 0.792x and 0.772 -> 0.848x, four slower by more than 3 %
+# (374 x 2416 x 10944 0.79x, 608 x 1432 x 14848 0.80x: long K, tiles just over half the SMs, where
+# as many such won, 407 x 2392 x 11008 1.34x); the final rule (below half a wave and from 32
+# slices added): seeds 402-404 (100 products of 65-768 rows) 0.824 -> 0.862x, 0.795 -> 0.831x,
+# 0.762 -> 0.832x, 57 changed, 3 slower by 3-4 %; the layers at 129-300 rows 0.803 -> 0.841x, 31
+# changed 1.17x, none slower.
 LINE_ELEMENTS = 64   # a 128-byte line of bf16 / fp16
-SWAP_ONE_WAVE_MAX_PAIR_RUN = 60
+SWAP_64_ROWS_MAX_PAIR_RUN = 60
+SWAP_ONE_WAVE_MIN_SLICES = 32
+SWAP_64_ROWS_MAX_ROWS = 768   # (measured up to here)
 
 
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
@@ -532,13 +536,13 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     (129-256 rows): the same tiles in clusters of 2 sharing B (PERSISTENT_NARROW_PAIR; p335:
     1.15x on 40 held-out products).
     For b = w.T above 64 rows, the transposed product (:func:`swap_build`) in its place: in
-    one wave of 64-row blocks of W (:func:`_one_wave_of_64_row_blocks_pays`), else in pairs
+    64-row blocks of W where K is a multiple of 64 (:func:`_64_row_blocks_on_lines_pay`), else in pairs
     where they save padding or fill the GPU better (:func:`_swap_pays`), else in fewer 64-row
     blocks (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was
     measured."""
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
     pairs_pay = b_transposed and _swap_pays(m, n, k, sms, unswapped)
-    if b_transposed and _one_wave_of_64_row_blocks_pays(m, n, k, sms, unswapped, pairs_pay):
+    if b_transposed and _64_row_blocks_on_lines_pay(m, n, k, sms, unswapped, pairs_pay):
         return swap_build(m, 64, 1, _swap_row_tiles(m))
     if pairs_pay:
         return swap_build(m, row_tiles=_swap_row_tiles(m))
@@ -565,27 +569,33 @@ def _swap_in_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: Per
             and blocks * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
-def _one_wave_of_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild,
-                                    pairs_pay: bool) -> bool:
-    """For b = w.T: whether the transposed product in 64-row blocks of W, one block a cluster,
-    in :func:`_swap_row_tiles` tiles of the product's rows, takes the place of every other
-    build: above 64 rows (above 256 only where the ``unswapped`` build's tiles are 128 rows:
-    in place of 64-row ones it computes as many rows), rows of x and w on 128-byte lines (K a
-    multiple of 64), more tiles than half the SMs and at most as many (one wave of whole
-    tiles: stream-K leaves them whole), SWAP_SMALL_MIN_SLICES K slices or more, and where the
-    transposed product in pairs would run (``pairs_pay``), fewer than
-    SWAP_ONE_WAVE_MAX_PAIR_RUN K slices a cluster for it (its cluster tiles' slices over the
-    clusters: longer runs, and the pairs' stream-K, over every SM, pay)."""
-    slices = k // BK
-    if not (m > 64 and k % LINE_ELEMENTS == 0 and slices >= SWAP_SMALL_MIN_SLICES):
+def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild,
+                                pairs_pay: bool) -> bool:
+    """For b = w.T with rows of x and w on 128-byte lines (K a multiple of 64): whether the
+    transposed product in 64-row blocks of W, one block a cluster, in :func:`_swap_row_tiles`
+    tiles of the product's rows, takes the place of every other build, at 65 to
+    SWAP_64_ROWS_MAX_ROWS rows (above 256 only where the ``unswapped`` build's tiles are 128
+    rows: in place of 64-row ones it computes as many rows), where the transposed product in pairs does not run (not
+    ``pairs_pay``) or would run fewer than SWAP_64_ROWS_MAX_PAIR_RUN K slices a cluster (its
+    cluster tiles' slices over the clusters: longer runs, and the pairs' stream-K over every
+    SM, pay), and
+      - in one wave: more tiles than half the SMs and at most as many (stream-K leaves them
+        whole), SWAP_ONE_WAVE_MIN_SLICES K slices or more;
+      - or, in the pairs' place, at most half a wave (stream-K then cuts each tile into K
+        runs): at most 256 rows, the SWAP_SMALL_* floors of blocks, slices and slices an SM."""
+    if not (64 < m <= SWAP_64_ROWS_MAX_ROWS and k % LINE_ELEMENTS == 0):
         return False
     if m > SWAP_WIDTHS[-1] and unswapped.tile_m != BM:
         return False
-    tiles = -(-n // 64) * _swap_row_tiles(m)
-    if not sms < 2 * tiles <= 2 * sms:
+    slices, row_tiles = k // BK, _swap_row_tiles(m)
+    tiles = -(-n // 64) * row_tiles
+    pairs = swap_build(m, row_tiles=row_tiles)
+    if pairs_pay and cluster_tiles(m, n, pairs) * slices >= SWAP_64_ROWS_MAX_PAIR_RUN * (sms // pairs.cluster):
         return False
-    pairs = swap_build(m, row_tiles=_swap_row_tiles(m))
-    return not pairs_pay or cluster_tiles(m, n, pairs) * slices < SWAP_ONE_WAVE_MAX_PAIR_RUN * (sms // pairs.cluster)
+    if sms < 2 * tiles <= 2 * sms:
+        return slices >= SWAP_ONE_WAVE_MIN_SLICES
+    return (pairs_pay and m <= SWAP_WIDTHS[-1] and SWAP_SMALL_MIN_BLOCKS <= tiles and 2 * tiles <= sms
+            and slices >= SWAP_SMALL_MIN_SLICES and tiles * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
 def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
