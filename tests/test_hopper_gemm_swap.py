@@ -1,5 +1,5 @@
 """CPU tests of the persistent rung's transposed product (``swap_ab``): ``x @ w.T`` computed as
-``(w x^T)^T`` with W's rows on wgmma's M and the product's rows one tile of 80-256 columns on
+``(w x^T)^T`` with W's rows on wgmma's M and the product's rows in tiles of 80-256 columns on
 its N. The builds compile to sm_90a without spills, with MMAs as wide as the tile, both
 operands K-major, the activations' slice multicast in clusters of 2 and the result stored
 transposed (stmatrix .trans); the plan hands the kernel W as A and x as B; the rule takes the
@@ -91,7 +91,8 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     # its full barrier expects W's 128 rows and the two halves of x's 208 (one from the peer)
     assert a_map.box_bytes + 2 * b_map.box_bytes == (128 + 208) * hg.BK * hg.ELEM
     # more rows than the tile's: two tiles of them, the second from row 208
-    assert hg.cluster_tiles(209, n, b) == 48
+    p = hg.plan("persistent", 209, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=b)
+    assert hg.cluster_tiles(209, n, b) == 48 and p.maps[1].global_dims == (k, 209)
     # 200 rows in two tiles of 112: 48 cluster tiles of 64 slices, whole (96 of 132 SMs)
     two = hg.swap_build(m, row_tiles=2)
     p = hg.plan("persistent", m, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=two)

@@ -101,7 +101,7 @@ SWAP_CASES = [
     (200, 6144, 4096, 128, 2, 2, 1),   # two tiles of 112 rows, pairs along W's rows share x's slice
     (200, 6144, 4096, 128, 1, 2, 2),   # ... pairs along the product's rows share W's slice
     (300, 3000, 1032, 128, 1, 3, 1),   # three tiles of 112: the last holds 76 rows; W's edge
-    (129, 4096, 4096, 64, 1, 2, 1),    # two tiles of 80 (65 and 64 rows), 64-row blocks of W
+    (129, 4096, 4096, 64, 1, 2, 1),    # two tiles of 80 (80 and 49 rows), 64-row blocks of W
     (161, 2056, 3000, 128, 1, 2, 2),   # two tiles of 96, pairs sharing W: K and W's rows cut
 ]
 

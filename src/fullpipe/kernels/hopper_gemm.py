@@ -469,7 +469,7 @@ SWAP_SMALL_MIN_SLICES_PER_SM = 8
 # fewest such tiles) beats the pairs above wherever their runs are shorter than
 # SWAP_64_ROWS_MAX_PAIR_RUN slices a cluster, and the rule's other builds, in one wave (more
 # tiles than half the SMs, at most as many, SWAP_ONE_WAVE_MIN_SLICES slices or more) and, in
-# the pairs' place, below half a wave (the floors of SWAP_SMALL_*). Where K is not, each block's
+# the pairs' place, at most half a wave (the floors of SWAP_SMALL_*). Where K is not, each block's
 # read of x's whole slice (over twice the L2 bytes a FLOP of the pairs) straddles two lines a
 # row and they lose. On an H200 (session 57, CUDA-graph replay; p387-p389): 200 x 6144 x 4096
 # (Llama-3-8B's qkv) 0.72 -> 0.94x cuBLAS, at 129-250 rows 1.03-1.29x the rule; against the pairs
@@ -575,7 +575,7 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
     transposed product in 64-row blocks of W, one block a cluster, in :func:`_swap_row_tiles`
     tiles of the product's rows, takes the place of every other build, at 65 to
     SWAP_64_ROWS_MAX_ROWS rows (above 256 only where the ``unswapped`` build's tiles are 128
-    rows: in place of 64-row ones it computes as many rows), where the transposed product in pairs does not run (not
+    rows: in place of 64-row ones it computes about as many rows), where the transposed product in pairs does not run (not
     ``pairs_pay``) or would run fewer than SWAP_64_ROWS_MAX_PAIR_RUN K slices a cluster (its
     cluster tiles' slices over the clusters: longer runs, and the pairs' stream-K over every
     SM, pay), and
