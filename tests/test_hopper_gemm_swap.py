@@ -125,6 +125,7 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (300, 3072, 8192, None),        # the rule's own 64-row tiles compute as many rows (p387: 0.84x)
     (384, 1536, 8192, None),        # 2 x 24 tiles of 64 rows: not more than half the SMs
     (1024, 2040, 16384, None),      # 4 x 32 tiles of 64 rows, but past the rows measured (768)
+    (200, 3072, 8192, "rows64"),    # Phi-3's down projection: in place of 128 x 256 pairs (p387: 1.30x)
     (200, 6144, 4096, "one wave"),  # 96 blocks of 64 rows, K on 128-byte lines: 0.72 -> 0.94x cuBLAS (p387)
     (200, 6144, 4104, None),        # K off the lines (p389: 0.78-0.88x the pairs)
     (151, 5352, 13952, "pairs"),    # the pairs' runs 69 slices a cluster: their stream-K pays (p388: 0.89x)

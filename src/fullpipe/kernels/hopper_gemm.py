@@ -469,7 +469,7 @@ SWAP_SMALL_MIN_SLICES_PER_SM = 8
 # fewest such tiles) beats the pairs above wherever their runs are shorter than
 # SWAP_64_ROWS_MAX_PAIR_RUN slices a cluster, and the rule's other builds, in one wave (more
 # tiles than half the SMs, at most as many, SWAP_ONE_WAVE_MIN_SLICES slices or more) and, in
-# the pairs' place, at most half a wave (the floors of SWAP_SMALL_*). Where K is not, each block's
+# the place of the pairs or of 128 x 256 pairs, at most half a wave (the floors of SWAP_SMALL_*). Where K is not, each block's
 # read of x's whole slice (over twice the L2 bytes a FLOP of the pairs) straddles two lines a
 # row and they lose. On an H200 (session 57, CUDA-graph replay; p387-p389): 200 x 6144 x 4096
 # (Llama-3-8B's qkv) 0.72 -> 0.94x cuBLAS, at 129-250 rows 1.03-1.29x the rule; against the pairs
@@ -484,7 +484,10 @@ SWAP_SMALL_MIN_SLICES_PER_SM = 8
 # as many such won, 407 x 2392 x 11008 1.34x); the final rule (below half a wave and from 32
 # slices added): seeds 402-404 (100 products of 65-768 rows) 0.824 -> 0.862x, 0.795 -> 0.831x,
 # 0.762 -> 0.832x, 57 changed, 3 slower by 3-4 %; the layers at 129-300 rows 0.803 -> 0.841x, 31
-# changed 1.17x, none slower.
+# changed 1.17x, none slower. In place of 128 x 256 pairs at most half a wave (the rule's
+# one-cluster-row choice at long K; added last, fitted on p387's 3072 x 8192 layers at 129-250
+# rows, 1.12-1.51x): held out on seed 405 (30 products of 129-256 x 3072-4224 x 6144-16384) 0.850
+# -> 0.915x cuBLAS against the rule without it, 10 changed, 1.03-1.50x, none slower.
 LINE_ELEMENTS = 64   # a 128-byte line of bf16 / fp16
 SWAP_64_ROWS_MAX_PAIR_RUN = 60
 SWAP_ONE_WAVE_MIN_SLICES = 32
@@ -581,8 +584,9 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
     SM, pay), and
       - in one wave: more tiles than half the SMs and at most as many (stream-K leaves them
         whole), SWAP_ONE_WAVE_MIN_SLICES K slices or more;
-      - or, in the pairs' place, at most half a wave (stream-K then cuts each tile into K
-        runs): at most 256 rows, the SWAP_SMALL_* floors of blocks, slices and slices an SM."""
+      - or, in the place of the pairs or of the rule's 128 x 256 pairs (:data:`PERSISTENT`),
+        at most half a wave (stream-K then cuts each tile into K runs): at most 256 rows, the
+        SWAP_SMALL_* floors of blocks, slices and slices an SM."""
     if not (64 < m <= SWAP_64_ROWS_MAX_ROWS and k % LINE_ELEMENTS == 0):
         return False
     if m > SWAP_WIDTHS[-1] and unswapped.tile_m != BM:
@@ -594,7 +598,8 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
         return False
     if sms < 2 * tiles <= 2 * sms:
         return slices >= SWAP_ONE_WAVE_MIN_SLICES
-    return (pairs_pay and m <= SWAP_WIDTHS[-1] and SWAP_SMALL_MIN_BLOCKS <= tiles and 2 * tiles <= sms
+    return ((pairs_pay or unswapped == PERSISTENT) and m <= SWAP_WIDTHS[-1] and SWAP_SMALL_MIN_BLOCKS <= tiles
+            and 2 * tiles <= sms
             and slices >= SWAP_SMALL_MIN_SLICES and tiles * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
