@@ -126,6 +126,9 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (384, 1536, 8192, None),        # 2 x 24 tiles of 64 rows: not more than half the SMs
     (1024, 2040, 16384, None),      # 4 x 32 tiles of 64 rows, but past the rows measured (768)
     (200, 3072, 8192, "rows64"),    # Phi-3's down projection: in place of 128 x 256 pairs (p387: 1.30x)
+    (768, 4096, 11008, "more"),     # 128 tiles of 128 x 192 (four of rows) where pairs fill 0.73 (p389: 1.33x)
+    (752, 9576, 15872, None),       # ... but those would be dealt out as K runs (seed 406: 0.85x)
+    (768, 4096, 4104, None),        # ... K off the 128-byte lines
     (200, 6144, 4096, "one wave"),  # 96 blocks of 64 rows, K on 128-byte lines: 0.72 -> 0.94x cuBLAS (p387)
     (200, 6144, 4104, None),        # K off the lines (p389: 0.78-0.88x the pairs)
     (151, 5352, 13952, "pairs"),    # the pairs' runs 69 slices a cluster: their stream-K pays (p388: 0.89x)
@@ -134,6 +137,7 @@ def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n
     chosen = hg.default_build(m, n, k, 132, b_transposed=True)
     expected = {"pairs": lambda: hg.swap_build(m, row_tiles=-(-m // 256)), "rows64": lambda: hg.swap_build(m, 64, 1),
                 "one wave": lambda: hg.swap_build(m, 64, 1, -(-m // 256)),
+                "more": lambda: hg.swap_build(m, 128, 1, -(-m // 256) + 1),
                 None: lambda: hg.unswapped_build(m, n, k, 132, True)}[swapped]()
     assert chosen == expected, (chosen.label, expected.label)
     assert not hg.default_build(m, n, k, 132).swap_ab  # (a row-major b never: the kernel's A must be K-major)
@@ -146,6 +150,7 @@ def test_the_tuner_measures_the_transposed_product_and_remembers_it():
     assert hg.swap_build(200) in builds and hg.swap_build(200, 64, 1) in builds
     assert not any(b.swap_ab for p in gemm_tuning.candidates(200, 4096, 4096, 132) if (b := p.build))
     more = {p.build for p in gemm_tuning.candidates(300, 4096, 4096, 132, True) if p.build is not None}
-    assert {hg.swap_build(300, row_tiles=2), hg.swap_build(300, 64, 1, 2), hg.swap_build(300, 64, 1, 3)} <= more
+    assert {hg.swap_build(300, row_tiles=2), hg.swap_build(300, 64, 1, 2), hg.swap_build(300, 64, 1, 3),
+            hg.swap_build(300, 128, 1, 3)} <= more
     plan = gemm_tuning.GemmPlan("persistent", hg.swap_build(200), "none")
     assert gemm_tuning.GemmPlan.from_json(plan.to_json()) == plan

@@ -33,6 +33,10 @@ while len(PRODUCTS) < COUNT:
         n, k = rng.randint(nlo // 8, nhi // 8) * 8, rng.randint(klo // kstep, khi // kstep) * kstep
     if m * n * k * 2 / 1e12 > 0.4:  # (keep each product under ~1 ms)
         continue
+    if os.environ.get("P389_KEEP") == "fill":  # (only products the fill branch takes: 128-row blocks, one a cluster)
+        b = hg.default_build(m, n, k, sms, True)
+        if not (b.swap_ab and b.cluster == 1 and b.tile_m == 128):
+            continue
     PRODUCTS.append((m, n, k))
 
 

@@ -157,12 +157,13 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         if m <= hg.PERSISTENT.cluster_m * hg.BM:  # (one row of clusters: 128 x 128 tiles in pairs sharing B)
             wide.append(hg.PERSISTENT_NARROW_PAIR)
     swapped = []  # (the transposed product for b = w.T above 64 rows: in clusters of 2, and 64-row blocks, in
-    # the fewest tiles of the product's rows and, for the 64-row blocks, in one more where each holds over 64 rows)
+    # the fewest tiles of the product's rows and, for the 64-row and 128-row blocks one a cluster, in one more
+    # where each holds over 64 rows)
     if b_transposed and m > 64:
         t = -(-m // hg.SWAP_WIDTHS[-1])
         swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t)]
         if m > 64 * (t + 1):
-            swapped.append(hg.swap_build(m, 64, 1, t + 1))
+            swapped += [hg.swap_build(m, 64, 1, t + 1), hg.swap_build(m, hg.BM, 1, t + 1)]
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64,
                   *swapped):
         plans.append(GemmPlan("persistent", build))

@@ -492,6 +492,18 @@ LINE_ELEMENTS = 64   # a 128-byte line of bf16 / fp16
 SWAP_64_ROWS_MAX_PAIR_RUN = 60
 SWAP_ONE_WAVE_MIN_SLICES = 32
 SWAP_64_ROWS_MAX_ROWS = 768   # (measured up to here)
+# Where 128 x 256 pairs' cluster tiles fill the GPU poorly (48 of them on 66 clusters at 768 x 4096,
+# whole: 0.73 of the clusters busy), the transposed product in 128-row blocks, one block a cluster,
+# in one more tile of the product's rows than the fewest (768 rows: four of 192, 128 tiles on 132
+# SMs) keeps more of it busy; taken with K a multiple of 64, where it keeps SWAP_FILL_GAIN more of
+# the GPU busy (_filled_share: stream-K counts as full) with whole tiles (dealt out as K runs it
+# lost: 6 of 30 products of seed 406 0.85-0.96x, all so), at 257-SWAP_FILL_MAX_ROWS rows. On an
+# H200 (session 57, CUDA-graph replay): the layers at 512-1024 rows 1.15-1.33x the pairs (768 x
+# 4096 x 11008 1.33x; p389); seed 406's other 24 products, 1.19-1.47x where whole. Held out (seed
+# 408, 40 random products of 257-1024 rows it takes): 0.706 -> 0.907x cuBLAS, 1.28x in geometric
+# mean, 1.14x the least.
+SWAP_FILL_GAIN = 0.1
+SWAP_FILL_MAX_ROWS = 1024
 
 
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
@@ -540,15 +552,18 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     1.15x on 40 held-out products).
     For b = w.T above 64 rows, the transposed product (:func:`swap_build`) in its place: in
     64-row blocks of W where K is a multiple of 64 (:func:`_64_row_blocks_on_lines_pay`), else in pairs
-    where they save padding or fill the GPU better (:func:`_swap_pays`), else in fewer 64-row
-    blocks (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was
-    measured."""
+    where they save padding or fill the GPU better (:func:`_swap_pays`), else in 128-row blocks
+    in one more tile of rows where 128 x 256 pairs fill the GPU poorly
+    (:func:`_more_row_tiles_fill_better`), else in fewer 64-row blocks
+    (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was measured."""
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
     pairs_pay = b_transposed and _swap_pays(m, n, k, sms, unswapped)
     if b_transposed and _64_row_blocks_on_lines_pay(m, n, k, sms, unswapped, pairs_pay):
         return swap_build(m, 64, 1, _swap_row_tiles(m))
     if pairs_pay:
         return swap_build(m, row_tiles=_swap_row_tiles(m))
+    if b_transposed and unswapped == PERSISTENT and _more_row_tiles_fill_better(m, n, k, sms):
+        return swap_build(m, BM, 1, _swap_row_tiles(m) + 1)
     if b_transposed and _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
         return swap_build(m, 64, 1)
     return unswapped
@@ -601,6 +616,27 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
     return ((pairs_pay or unswapped == PERSISTENT) and m <= SWAP_WIDTHS[-1] and SWAP_SMALL_MIN_BLOCKS <= tiles
             and 2 * tiles <= sms
             and slices >= SWAP_SMALL_MIN_SLICES and tiles * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
+
+
+def _filled_share(m: int, n: int, k: int, sms: int, build: PersistentBuild) -> float:
+    """The share of the GPU's clusters that ``build``'s tiles keep busy over their waves (1
+    where stream-K deals tiles out)."""
+    tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
+    sk_tiles, _ = stream_k(tiles, clusters, -(-k // BK), build.cluster)
+    return 1.0 if sk_tiles else tiles / (-(-tiles // clusters) * clusters)
+
+
+def _more_row_tiles_fill_better(m: int, n: int, k: int, sms: int) -> bool:
+    """For b = w.T in place of 128 x 256 pairs: whether the transposed product in 128-row
+    blocks, one block a cluster, in one more tile of the product's rows than the fewest, keeps
+    SWAP_FILL_GAIN more of the GPU busy (:func:`_filled_share`) with whole tiles, at 257 to
+    SWAP_FILL_MAX_ROWS rows, K a multiple of 64."""
+    if not (SWAP_WIDTHS[-1] < m <= SWAP_FILL_MAX_ROWS and k % LINE_ELEMENTS == 0):
+        return False
+    more = swap_build(m, BM, 1, _swap_row_tiles(m) + 1)
+    if stream_k(cluster_tiles(m, n, more), sms, -(-k // BK))[0]:  # (whole tiles only: SWAP_FILL_GAIN's comment)
+        return False
+    return _filled_share(m, n, k, sms, more) >= _filled_share(m, n, k, sms, PERSISTENT) + SWAP_FILL_GAIN
 
 
 def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
