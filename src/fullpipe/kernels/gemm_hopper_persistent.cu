@@ -68,11 +68,11 @@
 // 128-row tiles compute 256 (cuBLAS runs the same shape: its column-major M is our N). A
 // TILE_N that 64-row chunks do not split over the cluster arrives as CLUSTER_M boxes of
 // TILE_N / CLUSTER_M rows of X (B_CHUNK_COLS).
-// More rows than TILE_N take ceil(M / TILE_N) tiles along them (200 rows in two of 112,
-// beside 128 of W's rows, where 6144 of W's rows in one 208-wide tile each are 48 tiles for
-// 132 SMs). The epilogue stores the result transposed (stmatrix .trans into the piece's
-// buffer, then the TMA store of C's 64 columns x 64 rows), the tile's last piece ending at
-// the tile's last row (epilogue_transposed).
+// More rows than TILE_N take ceil(M / TILE_N) tiles along them (300 rows in two of 160,
+// where 128 x 256 tiles in clusters of 2 along M compute 512). The epilogue stores the
+// result transposed (stmatrix .trans into the piece's buffer, then the TMA store of C's 64
+// columns x 64 rows), the tile's last piece ending at the tile's last row
+// (epilogue_transposed).
 //
 // Edges (load_item<true>): a tile that reaches past M, or past N, has its boxes cut at the
 // edge: a TMA box that hangs past the last row of its matrix is slow (EdgeMaps below).

@@ -28,8 +28,8 @@ For b = ``w.T`` above 64 rows (a prefill of a few hundred tokens) it also comput
 transposed product (``swap_ab``, :func:`swap_build`): W's rows in 128-row blocks on wgmma's
 M, the product's rows in tiles of 80-256 columns on its N (200 rows compute 208, not the
 256 of two 128-row tiles, or 224 in two tiles of 112 where W's rows are few), the
-activations multicast in clusters of 2, the result stored transposed. For a few rows (a decode step)
-:mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
+activations multicast in clusters of 2, the result stored transposed. For a few rows (a
+decode step) :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
 
 Constraints (checked, ``ValueError`` naming them): M, N, K >= 1;
@@ -330,7 +330,8 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
 
 
-def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2, row_tiles: int = 1, cluster_n: int = 1) -> PersistentBuild:
+def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2, row_tiles: int = 1,
+               cluster_n: int = 1) -> PersistentBuild:
     """The transposed product's build (``swap_ab``) for M rows of b = ``w.T`` in ``row_tiles``
     tiles of the product's rows (at most 256 rows each): M / row_tiles rounded up to
     SWAP_WIDTHS (SWAP_PAIR_WIDTHS in clusters sharing the activations' slice), blocks of
@@ -469,9 +470,9 @@ SWAP_SMALL_MIN_SLICES_PER_SM = 8
 # fewest such tiles) beats the pairs above wherever their runs are shorter than
 # SWAP_64_ROWS_MAX_PAIR_RUN slices a cluster, and the rule's other builds, in one wave (more
 # tiles than half the SMs, at most as many, SWAP_ONE_WAVE_MIN_SLICES slices or more) and, in
-# the place of the pairs or of 128 x 256 pairs, at most half a wave (the floors of SWAP_SMALL_*). Where K is not, each block's
-# read of x's whole slice (over twice the L2 bytes a FLOP of the pairs) straddles two lines a
-# row and they lose. On an H200 (session 57, CUDA-graph replay; p387-p389): 200 x 6144 x 4096
+# the place of the pairs or of 128 x 256 pairs, at most half a wave (the floors of SWAP_SMALL_*).
+# Where K is not, each block's read of x's whole slice (over twice the L2 bytes a FLOP of the
+# pairs) straddles two lines a row and they lose. On an H200 (session 57, CUDA-graph replay; p387-p389): 200 x 6144 x 4096
 # (Llama-3-8B's qkv) 0.72 -> 0.94x cuBLAS, at 129-250 rows 1.03-1.29x the rule; against the pairs
 # on 60 random products of 129-240 x 4224-8448, 1.02-1.29x on each of the 10 whose K is a multiple
 # of 64 and 0.68-0.99x on each of the 50 others; the pairs' runs of 69 slices 0.89x (151 x 5352 x
@@ -551,8 +552,8 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     (129-256 rows): the same tiles in clusters of 2 sharing B (PERSISTENT_NARROW_PAIR; p335:
     1.15x on 40 held-out products).
     For b = w.T above 64 rows, the transposed product (:func:`swap_build`) in its place: in
-    64-row blocks of W where K is a multiple of 64 (:func:`_64_row_blocks_on_lines_pay`), else in pairs
-    where they save padding or fill the GPU better (:func:`_swap_pays`), else in 128-row blocks
+    64-row blocks of W where K is a multiple of 64 (:func:`_64_row_blocks_on_lines_pay`), else
+    in pairs where they save padding or fill the GPU better (:func:`_swap_pays`), else in 128-row blocks
     in one more tile of rows where 128 x 256 pairs fill the GPU poorly
     (:func:`_more_row_tiles_fill_better`), else in fewer 64-row blocks
     (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was measured."""
@@ -593,10 +594,10 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
     transposed product in 64-row blocks of W, one block a cluster, in :func:`_swap_row_tiles`
     tiles of the product's rows, takes the place of every other build, at 65 to
     SWAP_64_ROWS_MAX_ROWS rows (above 256 only where the ``unswapped`` build's tiles are 128
-    rows: in place of 64-row ones it computes about as many rows), where the transposed product in pairs does not run (not
-    ``pairs_pay``) or would run fewer than SWAP_64_ROWS_MAX_PAIR_RUN K slices a cluster (its
-    cluster tiles' slices over the clusters: longer runs, and the pairs' stream-K over every
-    SM, pay), and
+    rows: in place of 64-row ones it computes about as many rows), where the transposed
+    product in pairs does not run (not ``pairs_pay``) or would run fewer than
+    SWAP_64_ROWS_MAX_PAIR_RUN K slices a cluster (its cluster tiles' slices over the
+    clusters: longer runs, and the pairs' stream-K over every SM, pay), and
       - in one wave: more tiles than half the SMs and at most as many (stream-K leaves them
         whole), SWAP_ONE_WAVE_MIN_SLICES K slices or more;
       - or, in the place of the pairs or of the rule's 128 x 256 pairs (:data:`PERSISTENT`),
