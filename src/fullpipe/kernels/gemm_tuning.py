@@ -160,7 +160,7 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     # the fewest tiles of the product's rows and, for the 64-row and 128-row blocks one a cluster, in one more
     # where each holds over 64 rows)
     if b_transposed and m > 64:
-        t = -(-m // hg.SWAP_WIDTHS[-1])
+        t = hg.swap_row_tiles(m)
         swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t)]
         if m > 64 * (t + 1):
             swapped += [hg.swap_build(m, 64, 1, t + 1), hg.swap_build(m, hg.BM, 1, t + 1)]

@@ -560,11 +560,11 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
     pairs_pay = b_transposed and _swap_pays(m, n, k, sms, unswapped)
     if b_transposed and _64_row_blocks_on_lines_pay(m, n, k, sms, unswapped, pairs_pay):
-        return swap_build(m, 64, 1, _swap_row_tiles(m))
+        return swap_build(m, 64, 1, swap_row_tiles(m))
     if pairs_pay:
-        return swap_build(m, row_tiles=_swap_row_tiles(m))
+        return swap_build(m, row_tiles=swap_row_tiles(m))
     if b_transposed and unswapped == PERSISTENT and _more_row_tiles_fill_better(m, n, k, sms):
-        return swap_build(m, BM, 1, _swap_row_tiles(m) + 1)
+        return swap_build(m, BM, 1, swap_row_tiles(m) + 1)
     if b_transposed and _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
         return swap_build(m, 64, 1)
     return unswapped
@@ -591,7 +591,7 @@ def _swap_in_64_row_blocks_pays(m: int, n: int, k: int, sms: int, unswapped: Per
 def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild,
                                 pairs_pay: bool) -> bool:
     """For b = w.T with rows of x and w on 128-byte lines (K a multiple of 64): whether the
-    transposed product in 64-row blocks of W, one block a cluster, in :func:`_swap_row_tiles`
+    transposed product in 64-row blocks of W, one block a cluster, in :func:`swap_row_tiles`
     tiles of the product's rows, takes the place of every other build, at 65 to
     SWAP_64_ROWS_MAX_ROWS rows (above 256 only where the ``unswapped`` build's tiles are 128
     rows: in place of 64-row ones it computes about as many rows), where the transposed
@@ -607,10 +607,9 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
         return False
     if m > SWAP_WIDTHS[-1] and unswapped.tile_m != BM:
         return False
-    slices, row_tiles = k // BK, _swap_row_tiles(m)
-    tiles = -(-n // 64) * row_tiles
-    pairs = swap_build(m, row_tiles=row_tiles)
-    if pairs_pay and cluster_tiles(m, n, pairs) * slices >= SWAP_64_ROWS_MAX_PAIR_RUN * (sms // pairs.cluster):
+    slices = k // BK
+    tiles = -(-n // 64) * swap_row_tiles(m)
+    if pairs_pay and _pairs_slices_a_cluster(m, n, k, sms) >= SWAP_64_ROWS_MAX_PAIR_RUN:
         return False
     if sms < 2 * tiles <= 2 * sms:
         return slices >= SWAP_ONE_WAVE_MIN_SLICES
@@ -619,12 +618,12 @@ def _64_row_blocks_on_lines_pay(m: int, n: int, k: int, sms: int, unswapped: Per
             and slices >= SWAP_SMALL_MIN_SLICES and tiles * slices >= SWAP_SMALL_MIN_SLICES_PER_SM * sms)
 
 
-def _filled_share(m: int, n: int, k: int, sms: int, build: PersistentBuild) -> float:
+def _filled_share(m: int, n: int, k: int, sms: int, build: PersistentBuild) -> tuple[float, bool]:
     """The share of the GPU's clusters that ``build``'s tiles keep busy over their waves (1
-    where stream-K deals tiles out)."""
+    where stream-K deals tiles out), and whether it deals them out."""
     tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
     sk_tiles, _ = stream_k(tiles, clusters, -(-k // BK), build.cluster)
-    return 1.0 if sk_tiles else tiles / (-(-tiles // clusters) * clusters)
+    return (1.0 if sk_tiles else tiles / (-(-tiles // clusters) * clusters)), sk_tiles > 0
 
 
 def _more_row_tiles_fill_better(m: int, n: int, k: int, sms: int) -> bool:
@@ -634,10 +633,10 @@ def _more_row_tiles_fill_better(m: int, n: int, k: int, sms: int) -> bool:
     SWAP_FILL_MAX_ROWS rows, K a multiple of 64."""
     if not (SWAP_WIDTHS[-1] < m <= SWAP_FILL_MAX_ROWS and k % LINE_ELEMENTS == 0):
         return False
-    more = swap_build(m, BM, 1, _swap_row_tiles(m) + 1)
-    if stream_k(cluster_tiles(m, n, more), sms, -(-k // BK))[0]:  # (whole tiles only: SWAP_FILL_GAIN's comment)
+    more_share, dealt_out = _filled_share(m, n, k, sms, swap_build(m, BM, 1, swap_row_tiles(m) + 1))
+    if dealt_out:  # (whole tiles only: SWAP_FILL_GAIN's comment)
         return False
-    return _filled_share(m, n, k, sms, more) >= _filled_share(m, n, k, sms, PERSISTENT) + SWAP_FILL_GAIN
+    return more_share >= _filled_share(m, n, k, sms, PERSISTENT)[0] + SWAP_FILL_GAIN
 
 
 def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> PersistentBuild:
@@ -649,14 +648,21 @@ def unswapped_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False
     return chosen
 
 
-def _swap_row_tiles(m: int) -> int:
+def swap_row_tiles(m: int) -> int:
     """The transposed product's tiles along the product's rows: the fewest that hold them."""
     return -(-m // SWAP_WIDTHS[-1])
 
 
+def _pairs_slices_a_cluster(m: int, n: int, k: int, sms: int) -> float:
+    """K slices a cluster of the transposed product in pairs (:func:`swap_build` in
+    :func:`swap_row_tiles` tiles of rows): its cluster tiles' slices over the GPU's clusters."""
+    pairs = swap_build(m, row_tiles=swap_row_tiles(m))
+    return cluster_tiles(m, n, pairs) * -(-k // BK) / (sms // pairs.cluster)
+
+
 def _swap_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild) -> bool:
     """For b = w.T: whether the transposed product (:func:`swap_build`, in clusters of 2, in
-    :func:`_swap_row_tiles` tiles along the product's rows) takes the place of the
+    :func:`swap_row_tiles` tiles along the product's rows) takes the place of the
     ``unswapped`` build: above 64 rows (the skinny kernel's below), where its tiles of the
     product's rows compute at most SWAP_PAD_GAIN of the rows the unswapped build does
     (:func:`_saves_padding`) or, at most 256 rows, the unswapped build is not 128 x 256
@@ -665,10 +671,9 @@ def _swap_pays(m: int, n: int, k: int, sms: int, unswapped: PersistentBuild) -> 
     cluster or more. Above 256 rows only in the place of those 128 x 256 pairs."""
     if m <= 64 or (m > SWAP_WIDTHS[-1] and unswapped != PERSISTENT):
         return False
-    b = swap_build(m, row_tiles=_swap_row_tiles(m))
-    if unswapped == PERSISTENT and not _saves_padding(b, m):  # (128 x 256 tiles in pairs along M)
-        return False
-    return cluster_tiles(m, n, b) * -(-k // BK) >= SWAP_MIN_SLICES_PER_CLUSTER * (sms // b.cluster)
+    if unswapped == PERSISTENT and not _saves_padding(swap_build(m, row_tiles=swap_row_tiles(m)), m):
+        return False  # (128 x 256 tiles in pairs along M)
+    return _pairs_slices_a_cluster(m, n, k, sms) >= SWAP_MIN_SLICES_PER_CLUSTER
 
 
 def _saves_padding(swapped: PersistentBuild, m: int) -> bool:
