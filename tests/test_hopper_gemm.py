@@ -485,8 +485,9 @@ def test_products_of_one_tile_row_run_one_block_a_cluster():
     """At most 128 rows (a decode step's requests): one block a cluster, so no block runs
     a main loop on rows past the end; the build compiles to the same technique, each
     block loading its own B (nothing to share), with stream-K's stores, no spills."""
-    assert hg.default_build(8, 32000, 2048, 132) == hg.default_build(128, 32000, 2048, 132) == hg.PERSISTENT_ONE_ROW
-    assert hg.default_build(129, 32000, 2048, 132) == hg.PERSISTENT
+    assert hg.default_build(8, 32000, 2048, 132) == hg.unswapped_build(128, 32000, 2048, 132) == hg.PERSISTENT_ONE_ROW
+    assert hg.unswapped_build(129, 32000, 2048, 132) == hg.PERSISTENT
+    assert hg.default_build(128, 32000, 2048, 132).swap_ab  # (65 rows on: the transposed product, test_hopper_gemm_swap)
     b = hg.PERSISTENT_ONE_ROW
     assert b.cluster == 1
     p = hg.plan("persistent", 8, 32000, 2048, "bfloat16", max_clusters=132, build=b)
@@ -584,7 +585,7 @@ def test_the_default_build_by_how_much_of_the_gpu_its_tiles_fill(m, n, k, sms, b
     of 64-row blocks, if one wave), 64 x 128 (128 x 64 at 65-128 rows) and 64 x 64 whose
     tiles fill more than half of the SMs, the larger ones at long K; the smaller tiles one
     block a cluster."""
-    chosen = hg.default_build(m, n, k, sms)
+    chosen = hg.unswapped_build(m, n, k, sms)  # (default_build's, where the transposed product does not take it)
     assert chosen == getattr(hg, build), (m, n, k, sms, chosen.label)
     p = hg.plan("persistent", m, n, k, "bfloat16", max_clusters=sms // chosen.cluster, build=chosen)
     assert p.grid <= sms and p.shared_mem <= hg.MAX_BLOCK_SHARED

@@ -1,12 +1,14 @@
 """CPU tests of the persistent rung's transposed product (``swap_ab``): ``x @ w.T`` computed as
 ``(w x^T)^T`` with W's rows on wgmma's M and the product's rows in tiles of 80-256 columns on
 its N. The builds compile to sm_90a without spills, with MMAs as wide as the tile, both
-operands K-major, the activations' slice multicast in clusters of 2 and the result stored
-transposed (stmatrix .trans); the plan hands the kernel W as A and x as B; the rule takes the
+operands K-major (or, for a row-major b, b read MN-major: ``a_mn_major``), the activations'
+slice multicast in clusters of 2 and the result stored transposed (stmatrix .trans); the plan
+hands the kernel W (or b's K x N rows in 64 x 64 boxes) as A and x as B; the rule takes the
 transposed product where it was measured faster (hopper_gemm's SWAP_* constants)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -22,9 +24,15 @@ def _sass(build) -> str:
     return sass.disassemble(hg.module("persistent", ARCH, build=build).cubin)
 
 
+def _row_major(build):
+    return dataclasses.replace(build, a_mn_major=True)
+
+
 @pytest.mark.parametrize("build", [hg.swap_build(200), hg.swap_build(129, 128, 1), hg.swap_build(100, 64, 1),
                                    hg.swap_build(256), hg.swap_build(300, row_tiles=2),
-                                   hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2)], ids=lambda b: b.label)
+                                   hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2),
+                                   _row_major(hg.swap_build(200)), _row_major(hg.swap_build(100, 64, 1)),
+                                   _row_major(hg.swap_build(768, 128, 1, 4))], ids=lambda b: b.label)
 def test_the_transposed_product_compiles_to_its_technique(build):
     mod = hg.module("persistent", ARCH, build=build)
     assert "C7508" not in mod.log and "C7515" not in mod.log, mod.log
@@ -32,10 +40,12 @@ def test_the_transposed_product_compiles_to_its_technique(build):
         assert not r.spills and r.stack_frame_bytes == 0, f"{build.label} {r.name}: {r}"
         assert r.registers * build.threads <= 65536, r
     text = _sass(build)
-    # the MMAs are as wide as the tile of the product's rows, both operands K-major (no .tnspB)
+    # the MMAs are as wide as the tile of the product's rows, both operands K-major (no .tnspB), or A
+    # (a row-major b's columns) MN-major: .tnspA
     mmas = re.findall(r"HGMMA\.(\d+x\d+x\d+)\S*\s+R\d+,\s*(gdesc\[UR\d+\]\S*)", text)
     assert {shape for shape, _ in mmas} == {f"64x{build.tile_n}x16"}, sorted(set(mmas))
-    assert all(not desc.endswith(".tnspB") for _, desc in mmas)
+    assert all(not desc.rstrip(",").endswith(".tnspB") for _, desc in mmas)
+    assert {desc.rstrip(",").endswith(".tnspA") for _, desc in mmas} == {build.a_mn_major}, sorted(set(mmas))
     # the result goes through shared memory transposed (stmatrix .trans: STSM ... MT88) to TMA stores
     assert re.search(r"STSM\.16\.MT88\.4", text) and not re.search(r"STSM\.16\.M88", text)
     assert "UTMASTG" in text and "UTMALDG" in text
@@ -71,6 +81,11 @@ def test_widths_follow_the_rows_and_clusters_avoid_what_ptxas_13_0_cannot_compil
         hg.PersistentBuild(tile_n=208, b_k_major=True)
     with pytest.raises(ValueError, match="cannot share"):  # (32-row boxes of w: for the transposed product only)
         hg.PersistentBuild(tile_n=64, cluster_m=2, b_k_major=True)
+    with pytest.raises(ValueError, match="a_mn_major"):  # (a row-major b: the transposed product, no shared slice)
+        hg.PersistentBuild(a_mn_major=True)
+    with pytest.raises(ValueError, match="a_mn_major"):
+        _row_major(hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2))
+    assert _row_major(hg.swap_build(200)).label == "2x1-g8-n208-bT-swap-bkn"
 
 
 def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
@@ -98,6 +113,18 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     p = hg.plan("persistent", m, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=two)
     assert (two.tile_n, hg.cluster_tiles(m, n, two), p.sk_tiles, p.grid) == (112, 48, 0, 96)
     assert p.maps[1].box_dims == (hg.BK, 56)
+    # a row-major (K, N) b: the kernel's A is b as it lies, in boxes of 64 K-rows by 64 of its columns (two a
+    # slice of 128 of W's rows: the same bytes), its edges cut by whole chunks (no edge boxes: the same map)
+    rm = _row_major(b)
+    p = hg.plan("persistent", m, n, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=rm)
+    a_map, b_map, _ = p.maps
+    assert (a_map.global_address, a_map.global_dims, a_map.box_dims) == (w_at, (n, k), (hg.CHUNK_N, hg.BK))
+    assert a_map.global_strides == (n * hg.ELEM,) and 2 * a_map.box_bytes == 128 * hg.BK * hg.ELEM
+    assert (b_map.global_address, b_map.global_dims, b_map.box_dims) == (x_at, (k, m), (hg.BK, 104))
+    assert p.edge_maps[0] == (a_map,) * 4 and (p.sk_tiles, p.grid) == (24, 2 * 48)
+    assert rm.defines()["A_MN_MAJOR"] == 1 and b.defines()["A_MN_MAJOR"] == 0
+    with pytest.raises(ValueError, match="multiple of 8"):  # (b's rows are N long: TMA's 16-byte strides)
+        hg.plan("persistent", m, 6140, k, "bfloat16", x_at, w_at, c_at, max_clusters=66, build=rm)
 
 
 @pytest.mark.parametrize("m, n, k, swapped", [
@@ -140,7 +167,10 @@ def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n
                 "more": lambda: hg.swap_build(m, 128, 1, -(-m // 256) + 1),
                 None: lambda: hg.unswapped_build(m, n, k, 132, True)}[swapped]()
     assert chosen == expected, (chosen.label, expected.label)
-    assert not hg.default_build(m, n, k, 132).swap_ab  # (a row-major b never: the kernel's A must be K-major)
+    # a row-major b: the same transposed product, b read MN-major (p396: 1.15x where w.T's rule swaps), else
+    # the unswapped rule for its layout
+    row_major = hg.default_build(m, n, k, 132)
+    assert row_major == (_row_major(chosen) if chosen.swap_ab else hg.unswapped_build(m, n, k, 132)), row_major.label
     assert not hg.unswapped_build(m, n, k, 132, True).swap_ab
 
 
@@ -148,9 +178,12 @@ def test_the_tuner_measures_the_transposed_product_and_remembers_it():
     plans = gemm_tuning.candidates(200, 4096, 4096, 132, b_transposed=True)
     builds = {p.build for p in plans if p.build is not None}
     assert hg.swap_build(200) in builds and hg.swap_build(200, 64, 1) in builds
-    assert not any(b.swap_ab for p in gemm_tuning.candidates(200, 4096, 4096, 132) if (b := p.build))
+    # a row-major b: the same builds, reading b MN-major
+    row_major = {p.build for p in gemm_tuning.candidates(200, 4096, 4096, 132) if p.build is not None}
+    assert {b for b in row_major if b.swap_ab} == {_row_major(b) for b in builds if b.swap_ab}
     more = {p.build for p in gemm_tuning.candidates(300, 4096, 4096, 132, True) if p.build is not None}
     assert {hg.swap_build(300, row_tiles=2), hg.swap_build(300, 64, 1, 2), hg.swap_build(300, 64, 1, 3),
             hg.swap_build(300, 128, 1, 3)} <= more
-    plan = gemm_tuning.GemmPlan("persistent", hg.swap_build(200), "none")
-    assert gemm_tuning.GemmPlan.from_json(plan.to_json()) == plan
+    for plan in (gemm_tuning.GemmPlan("persistent", hg.swap_build(200), "none"),
+                 gemm_tuning.GemmPlan("persistent", _row_major(hg.swap_build(200)), "rule")):
+        assert gemm_tuning.GemmPlan.from_json(plan.to_json()) == plan

@@ -107,16 +107,22 @@ SWAP_CASES = [
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", ["w.T", "row-major"])
 @pytest.mark.parametrize("case", SWAP_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_name, case):
+def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_name, layout, case):
     """x @ w.T computed as (w x^T)^T: W's rows in blocks, the product's rows in tiles of
     the build's width, the result stored transposed; with stream-K's partial sums (the
-    plan's own, and every tile dealt out) and without (whole tiles)."""
+    plan's own, and every tile dealt out) and without (whole tiles). ``row-major``: the
+    same product of a row-major (K, N) b (``w.T.contiguous()``), read MN-major
+    (a_mn_major: b's edge columns inside a chunk zero-filled, chunks past N not loaded)."""
     import torch
 
     m, n, k, tile_m, cluster_m, *more = case
+    if layout == "row-major" and (n % 8 or more[1:] == [2]):
+        pytest.skip("a row-major b needs N % 8 == 0, and no block shares its slice (cluster_n=1)")
     dtype = getattr(torch, dtype_name)
     x, w = _weights(m, n, k, dtype, seed=m + n + k)
+    b = w.T if layout == "w.T" else w.T.contiguous()
     ref = x.double() @ w.double().T
     cublas = _rel(torch.nn.functional.linear(x, w), ref)
     build = swap_build(m, tile_m, cluster_m, *more)
@@ -125,7 +131,7 @@ def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_na
     for sk_tiles in (None, 0, tiles):
         out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
         try:
-            got = gemm_hopper(x, w.T, out=out, _build=build, _sk_tiles=sk_tiles)
+            got = gemm_hopper(x, b, out=out, _build=build, _sk_tiles=sk_tiles)
         except ValueError as exc:  # (too few K slices to give every cluster a run: refused, not wrong)
             assert sk_tiles == tiles and "without a run" in str(exc), exc
             continue
@@ -135,7 +141,7 @@ def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_na
         assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{case} sk_tiles={sk_tiles}: {err:.2e} (cuBLAS {cublas:.2e})"
         results.append(got.clone())
     # whole tiles add the same products in the same order, whatever the launch
-    again = gemm_hopper(x, w.T, _build=build, _sk_tiles=0)
+    again = gemm_hopper(x, b, _build=build, _sk_tiles=0)
     torch.cuda.synchronize()
     assert torch.equal(again, results[1])
 
@@ -164,7 +170,7 @@ def test_gemm_hopper_runs_the_transposed_product_for_a_prefill_of_a_few_hundred_
         assert _rel(out.view(tokens, n), x.double() @ w.double().T) < 1e-2, (tokens, n, k, kind)
 
 
-def test_the_transposed_product_takes_more_rows_than_its_tile_but_not_a_row_major_b():
+def test_the_transposed_product_takes_more_rows_than_its_tile_and_a_row_major_b():
     import torch
 
     x, w = _weights(210, 512, 256, torch.bfloat16, seed=2)
@@ -172,8 +178,13 @@ def test_the_transposed_product_takes_more_rows_than_its_tile_but_not_a_row_majo
     got = gemm_hopper(x, w.T, out=out, _build=swap_build(200))   # (two tiles of 208 rows: the second holds 2)
     torch.cuda.synchronize()
     assert not torch.isnan(got).any() and _rel(got, x.double() @ w.double().T) < 1e-2
-    # a row-major b cannot be the kernel's K-major A: the default build runs instead
+    # a row-major b: the same build reads it MN-major (a_mn_major), and gives the same sums
     got = gemm_hopper(x[:200], w.T.contiguous(), _build=swap_build(200))
+    torch.cuda.synchronize()
+    assert _rel(got, x[:200].double() @ w.double().T) < 1e-2
+    assert torch.equal(got, gemm_hopper(x[:200], w.T, _build=swap_build(200)))
+    # a build sharing W's slice along the product's rows reads w.T only: the default build runs instead
+    got = gemm_hopper(x[:200], w.T.contiguous(), _build=swap_build(200, 128, 1, 2, 2))
     torch.cuda.synchronize()
     assert _rel(got, x[:200].double() @ w.double().T) < 1e-2
 

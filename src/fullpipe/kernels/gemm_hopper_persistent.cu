@@ -73,6 +73,9 @@
 // result transposed (stmatrix .trans into the piece's buffer, then the TMA store of C's 64
 // columns x 64 rows), the tile's last piece ending at the tile's last row
 // (epilogue_transposed).
+// A_MN_MAJOR (with SWAP_AB): the same for a row-major K x N b (x @ b, the layout of a
+// decoder's weights kept as K x N): the kernel's A is b read as its transpose, its slice
+// BM / 64 boxes of 64 K-rows by 64 of b's columns, read by wgmma MN-major (imm-trans-a 1).
 //
 // Edges (load_item<true>): a tile that reaches past M, or past N, has its boxes cut at the
 // edge: a TMA box that hangs past the last row of its matrix is slow (EdgeMaps below).
@@ -145,6 +148,7 @@ static_assert(BN / B_CHUNK_COLS % CLUSTER_M == 0, "each block of a cluster loads
 static_assert(!SWAP_AB || (B_K_MAJOR && STMATRIX == 0), "the transposed product: both operands K-major");
 static_assert(SWAP_AB || BN % CHUNK_N == 0, "C's pieces are 64 columns: a TILE_N of 80 ... 240 is for SWAP_AB");
 static_assert(CLUSTER_N == 1 || CLUSTER_N == 2, "CLUSTER_N splits A's 128 rows: 1 or 2");
+static_assert(!A_MN_MAJOR || (SWAP_AB && CLUSTER_N == 1), "a row-major b's transposed product shares no A");
 static_assert(CLUSTER >= 1 && CLUSTER <= 8, "a portable cluster has at most 8 blocks");
 constexpr int THREADS = (1 + CONSUMERS) * 128;
 // setmaxnreg: the producer's warpgroup keeps 40 registers a thread, the consumers take the rest
@@ -190,6 +194,7 @@ using fp_tma::EdgeMaps;         // the same matrix in boxes of 64 >> i rows
 constexpr int B_BOX_ROWS = B_K_MAJOR ? B_CHUNK_COLS : BK;
 static_assert(B_K_MAJOR || (B_BOX_ROWS == BK && B_CHUNK_COLS == CHUNK_N), "a chunk of a row-major B is 64 x 64");
 constexpr int A_PARTS = SHARE_A ? CLUSTER_N : 1;   // A boxes that land in a block's slot per slice
+constexpr int A_CHUNKS = BM / WG_M;               // A_MN_MAJOR: A's chunks of 64 of b's columns per slice
 constexpr int B_CHUNKS = BN / B_CHUNK_COLS;       // B chunks that land in a block's slot per slice
 
 // The box a tile loads in place of a `box_rows`-row box (`whole`) that holds `inside` rows
@@ -346,21 +351,30 @@ __device__ __forceinline__ unsigned short a_peers(int rm) {   // same rows: shar
 // What a tile at an edge loads per slice: this block's A box (edge_box; nullptr: none); of
 // B's chunks, in order, the first `b_whole` whole, then chunk b_whole in `b_box` (an EdgeMaps
 // box of W's rows past N; nullptr: none), the rest none (past N); `bytes`: all that lands in
-// the slot, the A parts and B chunks a peer multicasts included.
+// the slot, the A parts and B chunks a peer multicasts included. A_MN_MAJOR: A's first
+// `a_chunks` chunks, whole (a chunk wholly past b's last column is not loaded; one that
+// hangs past it is, TMA filling the columns past it with zeros).
 struct EdgeCut {
     const TensorMap* a_box;
     const TensorMap* b_box;
-    int b_whole, bytes;
+    int b_whole, bytes, a_chunks;
 };
 __device__ __forceinline__ EdgeCut edge_cut(const TensorMap* map_a, const TensorMap* map_b, const EdgeMaps* a_edges,
                                             const EdgeMaps* b_edges, const WorkItem& w, int rn, int M, int N) {
-    EdgeCut e{nullptr, nullptr, 0, 0};
+    EdgeCut e{nullptr, nullptr, 0, 0, 0};
     int rows;
+    if constexpr (A_MN_MAJOR) {
 #pragma unroll
-    for (int j = 0; j < A_PARTS; ++j) {
-        const TensorMap* box = edge_box(map_a, a_edges, A_ROWS, M - (w.m0 + j * A_ROWS), rows);
-        if (j == (SHARE_A ? rn : 0)) e.a_box = box;
-        e.bytes += rows * 128;
+        for (int c = 0; c < A_CHUNKS; ++c) e.a_chunks += w.m0 + c * WG_M < M;
+        e.a_box = e.a_chunks ? map_a : nullptr;
+        e.bytes += e.a_chunks * A_CHUNK_BYTES;
+    } else {
+#pragma unroll
+        for (int j = 0; j < A_PARTS; ++j) {
+            const TensorMap* box = edge_box(map_a, a_edges, A_ROWS, M - (w.m0 + j * A_ROWS), rows);
+            if (j == (SHARE_A ? rn : 0)) e.a_box = box;
+            e.bytes += rows * 128;
+        }
     }
 #pragma unroll
     for (int c = 0; c < B_CHUNKS; ++c) {
@@ -398,7 +412,14 @@ __device__ __forceinline__ void load_item(SharedStorage& smem, const TensorMap* 
         Slice& s = smem.ring[slot];
         unsigned long long* full = &smem.full[slot];
         fp_mbar::mbar_arrive_expect_tx(full, bytes);
-        if (!EDGE || cut.a_box) load_box<SHARE_A>(s.a + a_offset, EDGE ? cut.a_box : map_a, full, kt * BK, m0, mask_a);
+        if constexpr (A_MN_MAJOR) {   // (b's columns m0 ... in 64-wide chunks at K-row kt * BK)
+#pragma unroll
+            for (int c = 0; c < A_CHUNKS; ++c)
+                if (!EDGE || c < cut.a_chunks)
+                    load_box<false>(s.a + c * A_CHUNK_BYTES, map_a, full, m0 + c * WG_M, kt * BK, 0);
+        } else if (!EDGE || cut.a_box) {
+            load_box<SHARE_A>(s.a + a_offset, EDGE ? cut.a_box : map_a, full, kt * BK, m0, mask_a);
+        }
 #pragma unroll
         for (int i = 0; i < B_CHUNKS_PER_BLOCK; ++i) {
             const int c = SHARE_B ? sched.rm * B_CHUNKS_PER_BLOCK + i : i;

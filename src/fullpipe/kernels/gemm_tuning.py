@@ -96,7 +96,7 @@ class GemmPlan:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GemmPlan":
         fields = dict(d["build"]) if d.get("build") else None
-        if fields and fields.get("swap_ab"):  # (the transposed product reads b = w.T only)
+        if fields and fields.get("swap_ab"):  # (the transposed product's activations are its K-major B)
             fields["b_k_major"] = True
         build = hg.PersistentBuild(**fields) if fields else None
         return cls(d["kernel"], build, d.get("stream_k", "rule"))
@@ -141,8 +141,9 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
     chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128, also in
     clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64), above 128 rows and for
-    N over 256, 128 x 256 tiles in clusters of 2 along N, and for b = w.T above 64 rows the
-    transposed product (in clusters of 2, and in 64-row blocks), with the rule's stream-K; where
+    N over 256, 128 x 256 tiles in clusters of 2 along N, and above 64 rows the transposed
+    product (in clusters of 2, and in 64-row blocks; of a row-major b read MN-major), with the
+    rule's stream-K; where
     the whole tiles leave clusters idle, with every tile dealt out as K runs; where the
     rule deals tiles out, with whole tiles only (the rule's stream-K regimes were each
     fitted on a few dozen products)."""
@@ -156,14 +157,15 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         wide = [hg.PERSISTENT, hg.PERSISTENT_ALONG_N] if n > hg.BN else [hg.PERSISTENT]
         if m <= hg.PERSISTENT.cluster_m * hg.BM:  # (one row of clusters: 128 x 128 tiles in pairs sharing B)
             wide.append(hg.PERSISTENT_NARROW_PAIR)
-    swapped = []  # (the transposed product for b = w.T above 64 rows: in clusters of 2, and 64-row blocks, in
-    # the fewest tiles of the product's rows and, for the 64-row and 128-row blocks one a cluster, in one more
-    # where each holds over 64 rows)
-    if b_transposed and m > 64:
+    swapped = []  # (the transposed product above 64 rows: in clusters of 2, and 64-row blocks, in the fewest
+    # tiles of the product's rows and, for the 64-row and 128-row blocks one a cluster, in one more where each
+    # holds over 64 rows)
+    if m > 64:
         t = hg.swap_row_tiles(m)
         swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t)]
         if m > 64 * (t + 1):
             swapped += [hg.swap_build(m, 64, 1, t + 1), hg.swap_build(m, hg.BM, 1, t + 1)]
+        swapped = [dataclasses.replace(b, a_mn_major=not b_transposed) for b in swapped]
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64,
                   *swapped):
         plans.append(GemmPlan("persistent", build))

@@ -158,7 +158,9 @@ class PersistentBuild:
     product C^T = W X^T for b = ``w.T``: W's rows walked in ``tile_m`` blocks, the
     product's rows the tile's ``tile_n`` columns, any of 80 ... 256 in steps of 16
     (:data:`SWAP_WIDTHS`), so that M = 200 computes 208 rows in one tile, not the 256 of two
-    128-row tiles, or 224 in two tiles of 112 (the .cu header says how)."""
+    128-row tiles, or 224 in two tiles of 112 (the .cu header says how); ``a_mn_major``: the
+    same transposed product for a row-major (K, N) b, read as it lies (its columns on
+    wgmma's M, MN-major), not as ``w.T``."""
 
     group_m: int = 8
     cluster_m: int = 2
@@ -171,8 +173,12 @@ class PersistentBuild:
     b_k_major: bool = False
     tile_m: int = BM
     swap_ab: bool = False
+    a_mn_major: bool = False
 
     def __post_init__(self) -> None:
+        if self.a_mn_major and (not self.swap_ab or self.cluster_n != 1):
+            raise ValueError("a_mn_major (a row-major b's transposed product) needs swap_ab and cluster_n=1 (no "
+                             f"block shares b's slice), got swap_ab={self.swap_ab}, cluster_n={self.cluster_n}")
         if self.swap_ab:
             if self.tile_n not in SWAP_WIDTHS or not self.b_k_major or self.stmatrix:
                 raise ValueError(f"swap_ab (the transposed product) takes b = w.T (b_k_major), no stmatrix, and a "
@@ -244,7 +250,8 @@ class PersistentBuild:
         return {"GROUP_M": self.group_m, "CLUSTER_M": self.cluster_m, "CLUSTER_N": self.cluster_n,
                 "MULTICAST": int(self.multicast), "TILE_ORDER": int(self.tile_order == "hilbert"),
                 "STMATRIX": int(self.stmatrix), "TILE_N": self.tile_n, "STAGES": self.stages,
-                "B_K_MAJOR": int(self.b_k_major), "TILE_M": self.tile_m, "SWAP_AB": int(self.swap_ab)}
+                "B_K_MAJOR": int(self.b_k_major), "TILE_M": self.tile_m, "SWAP_AB": int(self.swap_ab),
+                "A_MN_MAJOR": int(self.a_mn_major)}
 
     @property
     def label(self) -> str:
@@ -263,6 +270,8 @@ class PersistentBuild:
             parts.append("bT")
         if self.swap_ab:
             parts.append("swap")
+        if self.a_mn_major:
+            parts.append("bkn")
         return "-".join(parts)
 
 
@@ -556,7 +565,20 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     in pairs where they save padding or fill the GPU better (:func:`_swap_pays`), else in 128-row blocks
     in one more tile of rows where 128 x 256 pairs fill the GPU poorly
     (:func:`_more_row_tiles_fill_better`), else in fewer 64-row blocks
-    (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was measured."""
+    (:func:`_swap_in_64_row_blocks_pays`); the SWAP_* constants say where each was measured.
+    For a row-major b, the same transposed product where b = w.T takes it, reading b MN-major
+    (``a_mn_major``; session 58, p396, an H200: where the w.T rule swaps, 59 products of
+    Llama-class layers and random shapes at 65-1024 rows ran 1.15x the unswapped rule in
+    geometric mean, 0.94x the least, one slower by more than 3 %)."""
+    if not b_transposed:
+        as_w_t = _rule(m, n, k, sms, True)
+        return dataclasses.replace(as_w_t, a_mn_major=True) if as_w_t.swap_ab else _rule(m, n, k, sms, False)
+    return _rule(m, n, k, sms, True)
+
+
+def _rule(m: int, n: int, k: int, sms: int, b_transposed: bool) -> PersistentBuild:
+    """:func:`default_build` for one layout of b as the rule reads it (the transposed product
+    for b = w.T only)."""
     unswapped = unswapped_build(m, n, k, sms, b_transposed)
     pairs_pay = b_transposed and _swap_pays(m, n, k, sms, unswapped)
     if b_transposed and _64_row_blocks_on_lines_pay(m, n, k, sms, unswapped, pairs_pay):
@@ -1028,7 +1050,7 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
     if dtype not in DTYPES:
         raise ValueError(f"the Hopper GEMM takes bfloat16 or float16 inputs, got {dtype}")
     b = persistent_build(multicast, build) if variant == "persistent" else None
-    check_shapes(m, n, k, b_transposed=b is not None and b.b_k_major)
+    check_shapes(m, n, k, b_transposed=b is not None and b.b_k_major and not b.a_mn_major)
     for name, p in (("a", a_ptr), ("b", b_ptr), ("out", c_ptr)):
         if p % 16:
             raise ValueError(f"{name} must be 16-byte aligned (a sliced view may not be): copy it")
@@ -1047,11 +1069,15 @@ def plan(variant: str, m: int, n: int, k: int, dtype: str, a_ptr: int = 0, b_ptr
         else:
             b_rows, b_cols, b_box_rows, b_box_cols = k, kn, BK, CHUNK_N
         map_b = tensor_map_args(b_name, b_src, b_rows, b_cols, dtype, b_box_rows, b_box_cols)
-        maps = (tensor_map_args(a_name, a_src, km, k, dtype, b.a_box_rows, BK), map_b,
-                tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N, pitch_cols=c_pitch))
-        edge_maps = (tuple(tensor_map_args(a_name, a_src, km, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS),
-                     tuple(tensor_map_args(b_name, b_src, b_rows, b_cols, dtype, rows, b_box_cols)
-                           for rows in EDGE_BOX_ROWS))
+        if b.a_mn_major:  # (a row-major K x N b, read in 64 x 64 chunks as a row-major B is; no edge boxes)
+            map_a = tensor_map_args(a_name, a_src, k, km, dtype, BK, CHUNK_N)
+            a_edges = (map_a,) * len(EDGE_BOX_ROWS)
+        else:
+            map_a = tensor_map_args(a_name, a_src, km, k, dtype, b.a_box_rows, BK)
+            a_edges = tuple(tensor_map_args(a_name, a_src, km, k, dtype, rows, BK) for rows in EDGE_BOX_ROWS)
+        maps = (map_a, map_b, tensor_map_args("out", c_ptr, m, n, dtype, OUT_ROWS, OUT_N, pitch_cols=c_pitch))
+        edge_maps = (a_edges, tuple(tensor_map_args(b_name, b_src, b_rows, b_cols, dtype, rows, b_box_cols)
+                                    for rows in EDGE_BOX_ROWS))
         n_tiles = cluster_tiles(m, n, b)  # (the product's shape: cluster_tiles swaps it for swap_ab)
         slices = -(-k // BK)
         if sk_tiles is None:
@@ -1388,9 +1414,12 @@ def _enqueue(A: Operand, B: Operand, variant: str, c_ptr: int, c_pitch: int, han
         arch, sms = arch_and_sm_count(device_index)
         chosen = (persistent_build(multicast, build or default_build(m, n, k, sms, B.transposed))
                   if variant == "persistent" else None)
-        if chosen and chosen.swap_ab and not B.transposed:  # (the transposed product reads b = w.T only)
+        # (b's layout decides how the build reads it, not the build asked for)
+        if chosen and chosen.swap_ab and chosen.cluster_n > 1 and not B.transposed:  # (W's slice shared: w.T only)
             chosen = persistent_build(multicast, default_build(m, n, k, sms, False))
-        if chosen and chosen.b_k_major != B.transposed:  # (b's layout decides, not the build asked for)
+        if chosen and chosen.swap_ab:
+            chosen = dataclasses.replace(chosen, a_mn_major=not B.transposed)
+        elif chosen and chosen.b_k_major != B.transposed:
             chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
         p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, c_ptr, max_clusters=clusters or 1, build=chosen,

@@ -43,6 +43,14 @@ constexpr int BM = TILE_M;      // C tile rows per block
 #ifndef B_K_MAJOR
 #define B_K_MAJOR 0
 #endif
+// A_MN_MAJOR (-D, the persistent rung's transposed product only; default 0): the kernel's A
+// is a row-major K x N matrix b read as its transpose (the product x @ b of a row-major b,
+// b's columns on wgmma's M): A's slice then arrives as BM / 64 chunks of 64 K-rows by 64 of
+// b's columns, laid out as a row-major B's chunks, and is read MN-major (imm-trans-a 1).
+#ifndef A_MN_MAJOR
+#define A_MN_MAJOR 0
+#endif
+static_assert(!A_MN_MAJOR || B_K_MAJOR, "a row-major b's transposed product: the activations are K-major");
 static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64 ||
                   (B_K_MAJOR && TILE_N % 16 == 0 && TILE_N >= 80 && TILE_N <= 256),
               "C tiles of TILE_M x 256, x 128 or x 64; with B K-major also x 80 ... x 240 in steps of 16");
@@ -54,6 +62,7 @@ constexpr int CHUNK_N = 64;     // B columns per swizzled chunk (128 bytes)
 constexpr int ELEM = 2;         // bytes per bf16 / fp16 element
 constexpr int A_SLICE_BYTES = BM * BK * ELEM;        // 16 KiB (8 at TILE_M 64)
 constexpr int B_CHUNK_BYTES = BK * CHUNK_N * ELEM;   //  8 KiB
+constexpr int A_CHUNK_BYTES = BK * WG_M * ELEM;      //  8 KiB: a consumer warpgroup's A, MN-major (A_MN_MAJOR)
 constexpr int B_SLICE_BYTES = BN * BK * ELEM;        // 32 KiB (16 at TILE_N 128, 8 at 64)
 constexpr int SLICE_BYTES = A_SLICE_BYTES + B_SLICE_BYTES;
 constexpr int MMA_K = 16;       // K per wgmma
@@ -61,7 +70,7 @@ constexpr int ACC = WG_M * BN / 128;   // fp32 accumulators per consumer thread 
 
 // One K slice of the ring: A then B, each 1024-byte aligned (swizzle atoms).
 struct alignas(1024) Slice {
-    unsigned char a[A_SLICE_BYTES];   // BM rows x 128 bytes
+    unsigned char a[A_SLICE_BYTES];   // BM rows x 128 bytes (A_MN_MAJOR: BM / 64 chunks of 64 K-rows x 128 bytes)
     unsigned char b[B_SLICE_BYTES];   // BN / 64 chunks x (64 K-rows x 128 bytes)
 };
 static_assert(sizeof(Slice) == SLICE_BYTES, "Slice must be exactly A + B");
@@ -85,13 +94,20 @@ template <bool BF16>
 __device__ __forceinline__ void mma_slice(float (&acc)[ACC], const Slice& s, int wg) {
 #pragma unroll
     for (int kk = 0; kk < BK / MMA_K; ++kk) {
-        const unsigned long long da = fp_wgmma::desc_k_major(s.a + wg * WG_M * 128 + kk * MMA_K * ELEM);
-        if constexpr (B_K_MAJOR) {
+        if constexpr (A_MN_MAJOR) {   // (the warpgroup's 64 rows of A: one chunk, 16 of its K-rows a step)
+            const unsigned long long da = fp_wgmma::desc_mn_major(s.a + wg * A_CHUNK_BYTES + kk * MMA_K * 128,
+                                                                  A_CHUNK_BYTES);
             const unsigned long long db = fp_wgmma::desc_k_major(s.b + kk * MMA_K * ELEM);
-            fp_wgmma::mma_ss_kk<BF16>(acc, da, db, 1);
+            fp_wgmma::mma_ss_mn_k_wide<BF16>(acc, da, db, 1);
         } else {
-            const unsigned long long db = fp_wgmma::desc_mn_major(s.b + kk * MMA_K * 128, B_CHUNK_BYTES);
-            fp_wgmma::mma_ss_k_mn<BF16>(acc, da, db, 1);
+            const unsigned long long da = fp_wgmma::desc_k_major(s.a + wg * WG_M * 128 + kk * MMA_K * ELEM);
+            if constexpr (B_K_MAJOR) {
+                const unsigned long long db = fp_wgmma::desc_k_major(s.b + kk * MMA_K * ELEM);
+                fp_wgmma::mma_ss_kk<BF16>(acc, da, db, 1);
+            } else {
+                const unsigned long long db = fp_wgmma::desc_mn_major(s.b + kk * MMA_K * 128, B_CHUNK_BYTES);
+                fp_wgmma::mma_ss_k_mn<BF16>(acc, da, db, 1);
+            }
         }
     }
 }

@@ -411,6 +411,44 @@ __device__ __forceinline__ void mma_ss_k_k_narrow(float (&d)[N_REGS], unsigned l
 #undef FP_WGMMA_TRANS_A
 }
 
+// SS with A MN-major (imm-trans-a 1) and B K-major, N = 64 ... 256 in steps of 16 by the
+// accumulator count (N / 2): the persistent GEMM's transposed product of a row-major b (A_MN_MAJOR,
+// gemm_hopper_persistent.cu): A a K x 64 tile of b with its 64 columns contiguous, read as the
+// transposed operand, B the product's rows (K-major). The accumulator layout is the one above.
+#define FP_WGMMA_SS_TK_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE)                     \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
+        "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE "." TYPE "\n"        \
+        "{" REGS "},\n"                                                            \
+        " %" DA ", %" DB ", p, 1, 1, 1, 0;\n"                                      \
+        "}\n"                                                                      \
+        : OPERANDS                                                                  \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define FP_WGMMA_SS_TK_CASE(NR, N, DA, DB, SCALE)                                                    \
+    if constexpr (N_REGS == NR) {                                                                   \
+        if constexpr (BF16) FP_WGMMA_SS_TK_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE); \
+        else FP_WGMMA_SS_TK_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE);                 \
+    }
+
+template <bool BF16, int N_REGS>
+__device__ __forceinline__ void mma_ss_mn_k_wide(float (&d)[N_REGS], unsigned long long desc_a,
+                                                 unsigned long long desc_b, int scale_d) {
+    static_assert(N_REGS >= 32 && N_REGS <= 128 && N_REGS % 8 == 0, "m64n64 ... m64n256 in steps of 16");
+    FP_WGMMA_SS_TK_CASE(32, "64", "32", "33", "34")
+    FP_WGMMA_SS_TK_CASE(40, "80", "40", "41", "42")
+    FP_WGMMA_SS_TK_CASE(48, "96", "48", "49", "50")
+    FP_WGMMA_SS_TK_CASE(56, "112", "56", "57", "58")
+    FP_WGMMA_SS_TK_CASE(64, "128", "64", "65", "66")
+    FP_WGMMA_SS_TK_CASE(72, "144", "72", "73", "74")
+    FP_WGMMA_SS_TK_CASE(80, "160", "80", "81", "82")
+    FP_WGMMA_SS_TK_CASE(88, "176", "88", "89", "90")
+    FP_WGMMA_SS_TK_CASE(96, "192", "96", "97", "98")
+    FP_WGMMA_SS_TK_CASE(104, "208", "104", "105", "106")
+    FP_WGMMA_SS_TK_CASE(112, "224", "112", "113", "114")
+    FP_WGMMA_SS_TK_CASE(120, "240", "120", "121", "122")
+    FP_WGMMA_SS_TK_CASE(128, "256", "128", "129", "130")
+}
+
 // Keeps registers an asynchronous MMA reads or writes (accumulators, register A
 // operands) live and unmoved across it: call after wait<> on everything it used.
 template <int N>
