@@ -28,7 +28,8 @@ For b = ``w.T`` above 64 rows (a prefill of a few hundred tokens) it also comput
 transposed product (``swap_ab``, :func:`swap_build`): W's rows in 128-row blocks on wgmma's
 M, the product's rows in tiles of 80-256 columns on its N (200 rows compute 208, not the
 256 of two 128-row tiles, or 224 in two tiles of 112 where W's rows are few), the
-activations multicast in clusters of 2, the result stored transposed. For a few rows (a
+activations multicast in clusters of 2, the result stored transposed; for a row-major b
+the same, b's columns read MN-major (``a_mn_major``). For a few rows (a
 decode step) :mod:`.skinny_gemm` has its own kernel; ``fullpipe.kernels.gemm(variant="hopper")``
 picks it or the persistent rung.
 
