@@ -254,23 +254,25 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
     }
 }
 
-// SS, both K-major, any N from 80 to 256 in steps of 16 (the persistent GEMM's transposed
-// product, its tile as wide as the product's rows: gemm_hopper_persistent.cu): N / 2
-// accumulators, the descriptors and scale_d operands N / 2, N / 2 + 1, N / 2 + 2.
-#define FP_WGMMA_SS_KK_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE)                     \
+// SS, B K-major, A K-major (TRANS_A "0") or MN-major ("1"), any N from 64 to 256 in steps of 16
+// (the persistent GEMM's transposed product, its tile as wide as the product's rows:
+// gemm_hopper_persistent.cu): N / 2 accumulators, the descriptors and scale_d operands N / 2,
+// N / 2 + 1, N / 2 + 2.
+#define FP_WGMMA_SS_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE, TRANS_A)             \
     asm volatile(                                                                   \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
         "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE "." TYPE "\n"        \
         "{" REGS "},\n"                                                            \
-        " %" DA ", %" DB ", p, 1, 1, 0, 0;\n"                                      \
+        " %" DA ", %" DB ", p, 1, 1, " TRANS_A ", 0;\n"                            \
         "}\n"                                                                      \
         : OPERANDS                                                                  \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-#define FP_WGMMA_SS_KK_CASE(NR, N, DA, DB, SCALE)                                                    \
-    else if constexpr (N_REGS == NR) {                                                              \
-        if constexpr (BF16) FP_WGMMA_SS_KK_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE); \
-        else FP_WGMMA_SS_KK_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE);                 \
+#define FP_WGMMA_SS_N_CASE(NR, N, DA, DB, SCALE, TRANS_A)                                                    \
+    if constexpr (N_REGS == NR) {                                                                           \
+        if constexpr (BF16) FP_WGMMA_SS_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE, TRANS_A); \
+        else FP_WGMMA_SS_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE, TRANS_A);                 \
     }
+#define FP_WGMMA_SS_KK_CASE(NR, N, DA, DB, SCALE) else FP_WGMMA_SS_N_CASE(NR, N, DA, DB, SCALE, "0")
 
 // D = A * B^T, both K-major, with N = 64, 128, 176, 256 or another of 80-256 in steps of 16
 // by the accumulator count (N / 2).
@@ -415,38 +417,23 @@ __device__ __forceinline__ void mma_ss_k_k_narrow(float (&d)[N_REGS], unsigned l
 // accumulator count (N / 2): the persistent GEMM's transposed product of a row-major b (A_MN_MAJOR,
 // gemm_hopper_persistent.cu): A a K x 64 tile of b with its 64 columns contiguous, read as the
 // transposed operand, B the product's rows (K-major). The accumulator layout is the one above.
-#define FP_WGMMA_SS_TK_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE)                     \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
-        "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE "." TYPE "\n"        \
-        "{" REGS "},\n"                                                            \
-        " %" DA ", %" DB ", p, 1, 1, 1, 0;\n"                                      \
-        "}\n"                                                                      \
-        : OPERANDS                                                                  \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-#define FP_WGMMA_SS_TK_CASE(NR, N, DA, DB, SCALE)                                                    \
-    if constexpr (N_REGS == NR) {                                                                   \
-        if constexpr (BF16) FP_WGMMA_SS_TK_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE); \
-        else FP_WGMMA_SS_TK_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE);                 \
-    }
-
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_mn_k_wide(float (&d)[N_REGS], unsigned long long desc_a,
                                                  unsigned long long desc_b, int scale_d) {
     static_assert(N_REGS >= 32 && N_REGS <= 128 && N_REGS % 8 == 0, "m64n64 ... m64n256 in steps of 16");
-    FP_WGMMA_SS_TK_CASE(32, "64", "32", "33", "34")
-    FP_WGMMA_SS_TK_CASE(40, "80", "40", "41", "42")
-    FP_WGMMA_SS_TK_CASE(48, "96", "48", "49", "50")
-    FP_WGMMA_SS_TK_CASE(56, "112", "56", "57", "58")
-    FP_WGMMA_SS_TK_CASE(64, "128", "64", "65", "66")
-    FP_WGMMA_SS_TK_CASE(72, "144", "72", "73", "74")
-    FP_WGMMA_SS_TK_CASE(80, "160", "80", "81", "82")
-    FP_WGMMA_SS_TK_CASE(88, "176", "88", "89", "90")
-    FP_WGMMA_SS_TK_CASE(96, "192", "96", "97", "98")
-    FP_WGMMA_SS_TK_CASE(104, "208", "104", "105", "106")
-    FP_WGMMA_SS_TK_CASE(112, "224", "112", "113", "114")
-    FP_WGMMA_SS_TK_CASE(120, "240", "120", "121", "122")
-    FP_WGMMA_SS_TK_CASE(128, "256", "128", "129", "130")
+    FP_WGMMA_SS_N_CASE(32, "64", "32", "33", "34", "1")
+    FP_WGMMA_SS_N_CASE(40, "80", "40", "41", "42", "1")
+    FP_WGMMA_SS_N_CASE(48, "96", "48", "49", "50", "1")
+    FP_WGMMA_SS_N_CASE(56, "112", "56", "57", "58", "1")
+    FP_WGMMA_SS_N_CASE(64, "128", "64", "65", "66", "1")
+    FP_WGMMA_SS_N_CASE(72, "144", "72", "73", "74", "1")
+    FP_WGMMA_SS_N_CASE(80, "160", "80", "81", "82", "1")
+    FP_WGMMA_SS_N_CASE(88, "176", "88", "89", "90", "1")
+    FP_WGMMA_SS_N_CASE(96, "192", "96", "97", "98", "1")
+    FP_WGMMA_SS_N_CASE(104, "208", "104", "105", "106", "1")
+    FP_WGMMA_SS_N_CASE(112, "224", "112", "113", "114", "1")
+    FP_WGMMA_SS_N_CASE(120, "240", "120", "121", "122", "1")
+    FP_WGMMA_SS_N_CASE(128, "256", "128", "129", "130", "1")
 }
 
 // Keeps registers an asynchronous MMA reads or writes (accumulators, register A
