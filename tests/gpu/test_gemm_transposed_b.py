@@ -150,7 +150,7 @@ def test_gemm_hopper_runs_the_transposed_product_for_a_prefill_of_a_few_hundred_
     """The public call a user makes for an nn.Linear at 200 and 300 tokens, x of shape (batch,
     tokens, K): the rule's transposed product (pairs for Llama-3-8B's gate and up, 64-row
     blocks for its o and qkv projections), with leading dimensions and an ``out`` of them,
-    against float64."""
+    against float64; the same for the weight stored row-major (K, N)."""
     import torch
 
     s = torch.cuda.current_stream()
@@ -162,12 +162,14 @@ def test_gemm_hopper_runs_the_transposed_product_for_a_prefill_of_a_few_hundred_
         x, w = _weights(tokens, n, k, torch.bfloat16, seed=n)
         chosen = hg.default_build(tokens, n, k, sms, True)
         assert chosen.swap_ab and (chosen.tile_m == 64) == (kind == "rows64"), chosen.label
+        assert hg.default_build(tokens, n, k, sms) == dataclasses.replace(chosen, a_mn_major=True)
         x3 = x.view(2, tokens // 2, k)
-        out = torch.full((2, tokens // 2, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        got = gemm(x3, w.T, variant="hopper", stream=s, out=out)
-        torch.cuda.synchronize()
-        assert got is out and not torch.isnan(out).any()
-        assert _rel(out.view(tokens, n), x.double() @ w.double().T) < 1e-2, (tokens, n, k, kind)
+        for b in (w.T, w.T.contiguous()):   # (nn.Linear's layout, and a row-major (K, N) weight: read MN-major)
+            out = torch.full((2, tokens // 2, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            got = gemm(x3, b, variant="hopper", stream=s, out=out)
+            torch.cuda.synchronize()
+            assert got is out and not torch.isnan(out).any()
+            assert _rel(out.view(tokens, n), x.double() @ w.double().T) < 1e-2, (tokens, n, k, kind, b.stride())
 
 
 def test_the_transposed_product_takes_more_rows_than_its_tile_and_a_row_major_b():
