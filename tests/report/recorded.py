@@ -11,7 +11,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "report"
 # Later runs of experiments that results.json does not hold, in the order they are added.
 LATER = ("results-2026-11-23.json", "results-2026-11-26-workloads.json", "results-2026-11-24-attention.json",
          "results-2026-11-26-multi-gpu.json", "results-2026-11-23-two-level.json",
-         "results-2026-11-23-two-level-decode.json")
+         "results-2026-11-23-two-level-decode.json", "results-2026-11-30-gemm-prefill.json")
 # Experiments registered before their first recorded run (their rules and figure are tested
 # on hand-made results in tests/test_<name>_experiment.py). The tests that need every
 # experiment's recorded numbers leave these out; when a run's results file joins LATER, the

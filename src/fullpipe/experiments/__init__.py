@@ -40,6 +40,8 @@ _MODULES: dict[str, str] = {
     "persistent": "persistent",
     # level 2 on Hopper: TMA, wgmma, warp specialization, multicast (issue 15)
     "gemm-hopper": "gemm_hopper",
+    # ... and at a prefill's few hundred rows: the transposed product (issue 15)
+    "gemm-prefill": "gemm_prefill",
     # level 2: attention (issue 16)
     "attention": "attention",
     # level 2 on Hopper: warp-specialized flash attention with TMA and wgmma (issue 17)

@@ -1013,6 +1013,15 @@ def stream_k(tiles: int, clusters: int, slices: int = 1, cluster: int = 1) -> tu
     return whole
 
 
+def as_laid_out(build: PersistentBuild, b_transposed: bool) -> PersistentBuild:
+    """``build`` reading b as it lies (b's layout decides, not the build asked for): for the
+    transposed product, b's (K, N) rows MN-major (a row-major b) or W's K-major (b = w.T);
+    else B K-major for b = w.T. The build a launch compiles and runs."""
+    if build.swap_ab:
+        return build if build.a_mn_major != b_transposed else dataclasses.replace(build, a_mn_major=not b_transposed)
+    return build if build.b_k_major == b_transposed else dataclasses.replace(build, b_k_major=b_transposed)
+
+
 def persistent_build(multicast: bool = True, build: PersistentBuild | None = None) -> PersistentBuild:
     """``build`` (default :data:`PERSISTENT`), without multicast if ``multicast`` is False."""
     b = build or PERSISTENT
@@ -1415,13 +1424,10 @@ def _enqueue(A: Operand, B: Operand, variant: str, c_ptr: int, c_pitch: int, han
         arch, sms = arch_and_sm_count(device_index)
         chosen = (persistent_build(multicast, build or default_build(m, n, k, sms, B.transposed))
                   if variant == "persistent" else None)
-        # (b's layout decides how the build reads it, not the build asked for)
         if chosen and chosen.swap_ab and chosen.cluster_n > 1 and not B.transposed:  # (W's slice shared: w.T only)
             chosen = persistent_build(multicast, default_build(m, n, k, sms, False))
-        if chosen and chosen.swap_ab:
-            chosen = dataclasses.replace(chosen, a_mn_major=not B.transposed)
-        elif chosen and chosen.b_k_major != B.transposed:
-            chosen = dataclasses.replace(chosen, b_k_major=B.transposed)
+        if chosen:
+            chosen = as_laid_out(chosen, B.transposed)
         clusters = max_active_clusters(device_index, arch, chosen) if chosen else 0
         p = plan(variant, m, n, k, A.dtype, A.ptr, B.ptr, c_ptr, max_clusters=clusters or 1, build=chosen,
                  sk_tiles=sk_tiles, c_pitch=c_pitch if c_pitch != n else None)
