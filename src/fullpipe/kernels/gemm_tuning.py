@@ -165,7 +165,7 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t)]
         if m > 64 * (t + 1):
             swapped += [hg.swap_build(m, 64, 1, t + 1), hg.swap_build(m, hg.BM, 1, t + 1)]
-        swapped = [dataclasses.replace(b, a_mn_major=not b_transposed) for b in swapped]
+        swapped = [hg.as_laid_out(b, b_transposed) for b in swapped]
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64,
                   *swapped):
         plans.append(GemmPlan("persistent", build))

@@ -571,24 +571,24 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     (``a_mn_major``; session 58, p396, an H200: where the w.T rule swaps, 59 products of
     Llama-class layers and random shapes at 65-1024 rows ran 1.15x the unswapped rule in
     geometric mean, 0.94x the least, one slower by more than 3 %)."""
-    if not b_transposed:
-        as_w_t = _rule(m, n, k, sms, True)
-        return dataclasses.replace(as_w_t, a_mn_major=True) if as_w_t.swap_ab else _rule(m, n, k, sms, False)
-    return _rule(m, n, k, sms, True)
+    as_w_t = _w_t_rule(m, n, k, sms)
+    if b_transposed:
+        return as_w_t
+    return dataclasses.replace(as_w_t, a_mn_major=True) if as_w_t.swap_ab else unswapped_build(m, n, k, sms)
 
 
-def _rule(m: int, n: int, k: int, sms: int, b_transposed: bool) -> PersistentBuild:
-    """:func:`default_build` for one layout of b as the rule reads it (the transposed product
-    for b = w.T only)."""
-    unswapped = unswapped_build(m, n, k, sms, b_transposed)
-    pairs_pay = b_transposed and _swap_pays(m, n, k, sms, unswapped)
-    if b_transposed and _64_row_blocks_on_lines_pay(m, n, k, sms, unswapped, pairs_pay):
+def _w_t_rule(m: int, n: int, k: int, sms: int) -> PersistentBuild:
+    """:func:`default_build` for b = w.T: the transposed product where one of its regimes
+    pays, else the unswapped build."""
+    unswapped = unswapped_build(m, n, k, sms, True)
+    pairs_pay = _swap_pays(m, n, k, sms, unswapped)
+    if _64_row_blocks_on_lines_pay(m, n, k, sms, unswapped, pairs_pay):
         return swap_build(m, 64, 1, swap_row_tiles(m))
     if pairs_pay:
         return swap_build(m, row_tiles=swap_row_tiles(m))
-    if b_transposed and unswapped == PERSISTENT and _more_row_tiles_fill_better(m, n, k, sms):
+    if unswapped == PERSISTENT and _more_row_tiles_fill_better(m, n, k, sms):
         return swap_build(m, BM, 1, swap_row_tiles(m) + 1)
-    if b_transposed and _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
+    if _swap_in_64_row_blocks_pays(m, n, k, sms, unswapped):
         return swap_build(m, 64, 1)
     return unswapped
 
