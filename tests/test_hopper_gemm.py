@@ -10,6 +10,7 @@ import re
 import pytest
 
 from fullpipe.cuda import sass
+from fullpipe.kernels import gemm_tuning
 from fullpipe.kernels import hopper_gemm as hg
 from fullpipe.kernels import skinny_gemm as sk
 
@@ -59,7 +60,7 @@ def _stream_k_only_global_stores(counts: dict[str, int], where: str, tile_n: int
     coalesced 128-bit stores at L2, the flag raised after them, and the flag lowered by
     the warpgroup that waited for it); they are read back at L2 as 8 128-bit loads per
     epilogue piece (tile_n / 64 of them) for each of the partials loaded at once (2 at
-    tile_n 256, 4 at 128 and 64: 16, 32 and 32 loads in flight); the ticket is an atomic
+    tile_n 256, 4 at 192, 128 and 64: 16, 32, 32 and 32 loads in flight); the ticket is an atomic
     increment that wraps to 0 at the last cluster's (the workspace left as found)."""
     vectors = tile_n // 8
     stores = {k: v for k, v in counts.items() if k.startswith("STG.")}
@@ -640,3 +641,59 @@ def test_build_options_are_checked_and_the_default_is_in_the_sweep():
         hg.PersistentBuild(tile_order="zigzag")
     assert hg.PERSISTENT in hg.SWEEP_BUILDS
     assert len({b.label for b in hg.SWEEP_BUILDS}) == len(hg.SWEEP_BUILDS)
+
+
+# --------------------------------------------------------------------------- 128 x 192 tiles (session 59)
+@pytest.mark.parametrize("build", [hg.PERSISTENT_192, hg.as_laid_out(hg.PERSISTENT_192, True), hg.PERSISTENT_192_PAIR],
+                         ids=lambda b: b.label)
+def test_192_wide_tiles_compile_to_m64n192_mmas_with_b_read_as_it_lies(build):
+    """128 x 192 tiles: m64n192k16 MMAs, no spills, registers moved to the consumers; a row-major
+    b's slice read MN-major (.tnspB), w's K-major; the pair multicasts W's slice (two boxes of 96
+    of its rows, one a block) and loads A plain; C written by TMA stores, stream-K's partial sums
+    the only global stores."""
+    mod = hg.module("persistent", ARCH, build=build)
+    assert "C7508" not in mod.log and "C7515" not in mod.log, mod.log
+    for r in mod.resources.values():
+        assert not r.spills and r.stack_frame_bytes == 0 and r.registers <= 168, r
+    assert _hgmma_operands(build) == ({"gdesc[UR]"} if build.b_k_major else {"gdesc[UR].tnspB"})
+    present, _ = TECHNIQUE["persistent"]
+    for kernel, counts in _opcodes("persistent", build=build).items():
+        for op in present:
+            assert _has(counts, op), f"{build.label} {kernel}: no {op} in SASS"
+        assert any(k.startswith("HGMMA.64x192x16.F32") for k in counts), f"{kernel}: {sorted(counts)}"
+        assert not any(k.startswith("HGMMA.64x256") for k in counts), kernel
+        _stream_k_only_global_stores(counts, f"{build.label} {kernel}", 192)
+        plain, multi = _multicast_loads(counts)
+        assert plain > 0 and (multi > 0) == (build.cluster == 2), f"{build.label} {kernel}: {plain}, {multi}"
+    if build.cluster == 2:  # (W's 192 rows a slice, 96 a block: boxes of 96 rows, cut at N's edge in 64 ... 8)
+        p = hg.plan("persistent", 4096, 6144, 4096, "bfloat16", 1 << 20, 2 << 20, 3 << 20, max_clusters=66, build=build)
+        assert p.maps[1].box_dims == (hg.BK, 96) and build.b_box_rows == 96
+        assert [e.box_dims for e in p.edge_maps[1]] == [(hg.BK, rows) for rows in (64, 32, 16, 8)]
+    with pytest.raises(ValueError, match="cannot share"):  # (a row-major b's 64-column chunks: 3 a slice)
+        hg.PersistentBuild(tile_n=192)
+
+
+@pytest.mark.parametrize("m, n, k, expected", [
+    (512, 6144, 4096, "192"),        # 128 blocks of 128 x 192, one wave; 48 pairs of 128 x 256 fill 0.73 (p400: 1.19x)
+    (640, 4096, 14336, "192"),       # 110 blocks in place of the transposed product's 1.09 waves (p400: 1.16x)
+    (3362, 4016, 7296, "pair"),      # one block a cluster would be dealt out as K runs; pairs not (p400: 1.06x)
+    (1024, 4096, 4096, None),        # 64 pairs of 128 x 256 fill a wave already
+    (1024, 6144, 4096, None),        # the pairs' last wave is dealt out: the model's ideal runs are not beaten
+    (195, 11968, 10176, None),       # below 256 rows (p401: 0.90x)
+    (4096, 4096, 4096, None),        # 256 pair tiles, 3.9 waves
+])
+def test_the_rule_takes_192_wide_tiles_where_their_whole_waves_end_sooner(m, n, k, expected):
+    for b_transposed in (True, False):
+        chosen = hg.default_build(m, n, k, 132, b_transposed)
+        want = {"192": hg.as_laid_out(hg.PERSISTENT_192, b_transposed),
+                "pair": hg.PERSISTENT_192_PAIR if b_transposed else None}.get(expected)
+        if want is None:  # (no 192-wide tiles: the rule as it was)
+            assert chosen.tile_n != 192 or chosen.swap_ab, (b_transposed, chosen.label)
+        else:
+            assert chosen == want, (b_transposed, chosen.label)
+            # the whole tiles it takes: no stream-K, and the wave model's gain over what it replaced
+            assert hg.stream_k(hg.cluster_tiles(m, n, chosen), 132 // chosen.cluster, k // 64, chosen.cluster)[0] == 0
+    # the tuner measures them: one block a cluster for either layout, pairs for w.T
+    for b_transposed, builds in ((True, {hg.PERSISTENT_192, hg.PERSISTENT_192_PAIR}), (False, {hg.PERSISTENT_192})):
+        measured = {p.build for p in gemm_tuning.candidates(m, n, k, 132, b_transposed) if p.build is not None}
+        assert builds <= measured

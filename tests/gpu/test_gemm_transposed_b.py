@@ -146,6 +146,67 @@ def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_na
     assert torch.equal(again, results[1])
 
 
+# 128 x 192 tiles (session 59): (build, layout of b). W's slice in pairs arrives as two boxes of 96 of
+# its rows (b = w.T only); a row-major b's slice as three 64-column chunks, read MN-major (m64n192k16 .tnspB)
+WIDE_192 = [(hg.PERSISTENT_192, "w.T"), (hg.PERSISTENT_192, "row-major"), (hg.PERSISTENT_192_PAIR, "w.T"),
+            (dataclasses.replace(hg.PERSISTENT_192, cluster_n=2), "row-major")]
+WIDE_192_SHAPES = [
+    (777, 1000, 4104),   # edges in M and N (5 tiles of 192 and 40 columns), K's last slice cut
+    (512, 6144, 4096),   # the rule's: 128 tiles, one wave
+    (129, 392, 72),      # one row past 128; two K slices, the second 8 deep
+    (1536, 3080, 1032),  # several waves, N's last tile 8 columns
+]
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("build, layout", WIDE_192, ids=lambda v: v.label if hasattr(v, "label") else v)
+@pytest.mark.parametrize("shape", WIDE_192_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_192_wide_tiles_match_float64_with_edges_and_stream_k(dtype_name, build, layout, shape):
+    """128 x 192 tiles: whole (the rule takes them only so), with the plan's stream-K and with every
+    tile dealt out as K runs, against float64 and cuBLAS; whole tiles give the same bits again."""
+    import torch
+
+    m, n, k = shape
+    dtype = getattr(torch, dtype_name)
+    x, w = _weights(m, n, k, dtype, seed=m + 2 * n + k)
+    b = w.T if layout == "w.T" else w.T.contiguous()
+    ref = x.double() @ w.double().T
+    cublas = _rel(torch.nn.functional.linear(x, w), ref)
+    tiles = hg.cluster_tiles(m, n, build)
+    whole = None
+    for sk_tiles in (None, 0, tiles):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        try:
+            got = gemm_hopper(x, b, out=out, _build=build, _sk_tiles=sk_tiles)
+        except ValueError as exc:  # (too few K slices to give every cluster a run: refused, not wrong)
+            assert sk_tiles == tiles and "without a run" in str(exc), exc
+            continue
+        torch.cuda.synchronize()
+        assert not torch.isnan(got).any(), f"{shape} sk_tiles={sk_tiles}: outputs never written"
+        err = _rel(got, ref)
+        assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{shape} sk_tiles={sk_tiles}: {err:.2e} (cuBLAS {cublas:.2e})"
+        if sk_tiles == 0:
+            whole = got.clone()
+    again = gemm_hopper(x, b, _build=build, _sk_tiles=0)
+    torch.cuda.synchronize()
+    assert torch.equal(again, whole)
+
+
+def test_the_public_call_runs_192_wide_tiles_where_the_rule_takes_them():
+    """gemm(variant="hopper") at 512 x 6144 x 4096 (Llama-3-8B's q, k and v at 512 tokens): the rule's
+    128 x 192 tiles, for w.T and a row-major b, match cuBLAS."""
+    import torch
+
+    m, n, k = 512, 6144, 4096
+    assert hg.default_build(m, n, k, 132, True).tile_n == hg.default_build(m, n, k, 132).tile_n == 192
+    x, w = _weights(m, n, k, torch.bfloat16, seed=59)
+    ref = x.double() @ w.double().T
+    for b in (w.T, w.T.contiguous()):
+        got = gemm(x, b, variant="hopper", stream=torch.cuda.current_stream())
+        torch.cuda.synchronize()
+        assert _rel(got, ref) < 1e-2
+
+
 def test_gemm_hopper_runs_the_transposed_product_for_a_prefill_of_a_few_hundred_tokens():
     """The public call a user makes for an nn.Linear at 200 and 300 tokens, x of shape (batch,
     tokens, K): the rule's transposed product (pairs for Llama-3-8B's gate and up, 64-row

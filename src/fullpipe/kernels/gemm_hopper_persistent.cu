@@ -56,7 +56,9 @@
 // or Hilbert), STMATRIX (epilogue pieces written with stmatrix), TILE_N (fp_hopper's
 // tile header; 128: 128 x 128 block tiles, m64n128k16, for products with too few
 // 128 x 256 tiles to fill the GPU; 64: 128 x 64 tiles, m64n64k16, for products that even
-// 128 x 128 tiles leave half the SMs without), TILE_M (64: 64-row tiles, one consumer
+// 128 x 128 tiles leave half the SMs without; 192: 128 x 192 tiles, m64n192k16, for products
+// whose waves 192-wide tiles fill where 256-wide ones leave a quarter or a third empty; in a
+// cluster of 2 along M only for B = W^T, each block loading 96 of W's rows), TILE_M (64: 64-row tiles, one consumer
 // warpgroup, 256 threads, one block a cluster, no register moves), STAGES (slices in the
 // ring) and B_K_MAJOR (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear
 // weight; the tile header).
@@ -138,8 +140,8 @@ using fp_tma::TensorMap;
 constexpr int CLUSTER = CLUSTER_M * CLUSTER_N;
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "CLUSTER_M splits B's chunks: 1, 2 or 4");
 // B's slice arrives in chunks of B_CHUNK_COLS columns (64, or TILE_N / CLUSTER_M rows of W
-// where 64-wide chunks do not split evenly over the cluster), each one TMA box; a block of
-// a cluster sharing B loads a whole number of them.
+// where 64-wide chunks do not split evenly over the cluster: the transposed product's widths,
+// and 192 in pairs), each one TMA box; a block of a cluster sharing B loads a whole number of them.
 constexpr int B_CHUNK_COLS = BN % CHUNK_N == 0 && BN / CHUNK_N % CLUSTER_M == 0 ? CHUNK_N : BN / CLUSTER_M;
 constexpr int B_CHUNK_LOAD_BYTES = B_CHUNK_COLS * BK * ELEM;
 static_assert(B_CHUNK_COLS == CHUNK_N || (B_K_MAJOR && B_CHUNK_COLS % 8 == 0 && BN % CLUSTER_M == 0),

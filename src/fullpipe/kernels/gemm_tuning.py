@@ -139,7 +139,8 @@ def _all_stream_k_pays(s: _RuleSplit) -> bool:
 def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> list[GemmPlan]:
     """The plans measured for an (m, k) @ (k, n) product on a GPU of ``sms`` SMs, the rule's
     first: the skinny kernel (at most its MAX_ROWS rows); each persistent build the rule
-    chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 128, also in
+    chooses among (128 x 256 tiles, in clusters of 2 above 128 rows; 128 x 192 above 128 rows,
+    one block a cluster and, for b = w.T, in pairs; 128 x 128, also in
     clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64), above 128 rows and for
     N over 256, 128 x 256 tiles in clusters of 2 along N, and above 64 rows the transposed
     product (in clusters of 2, and in 64-row blocks; of a row-major b read MN-major), with the
@@ -157,6 +158,8 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
         wide = [hg.PERSISTENT, hg.PERSISTENT_ALONG_N] if n > hg.BN else [hg.PERSISTENT]
         if m <= hg.PERSISTENT.cluster_m * hg.BM:  # (one row of clusters: 128 x 128 tiles in pairs sharing B)
             wide.append(hg.PERSISTENT_NARROW_PAIR)
+        # (128 x 192 tiles, one block a cluster, and for b = w.T in pairs sharing W's slice)
+        wide += [hg.PERSISTENT_192, hg.PERSISTENT_192_PAIR] if b_transposed else [hg.PERSISTENT_192]
     swapped = []  # (the transposed product above 64 rows: in clusters of 2, and 64-row blocks, in the fewest
     # tiles of the product's rows and, for the 64-row and 128-row blocks one a cluster, in one more where each
     # holds over 64 rows)

@@ -22,7 +22,8 @@ persistent   gemm_hopper_persistent.cu      ws + persistent tile scheduler, clus
 Every rung computes 128 x 256 C tiles (two consumer warpgroups of m64n256k16) from
 K slices of 64; the persistent rung also builds 128 x 128 and 128 x 64 tiles
 (``tile_n=128``, ``64``), and 64 x 128 and 64 x 64 with one consumer warpgroup
-(``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs, and clusters
+(``tile_m=64``), for products that 128 x 256 tiles spread over too few SMs, 128 x 192
+tiles (``tile_n=192``) where those fill the last wave that 128 x 256 ones leave part empty, and clusters
 of two along N sharing A (:data:`PERSISTENT_ALONG_N`, a candidate of the measured plans).
 For b = ``w.T`` above 64 rows (a prefill of a few hundred tokens) it also computes the
 transposed product (``swap_ab``, :func:`swap_build`): W's rows in 128-row blocks on wgmma's
@@ -151,7 +152,8 @@ class PersistentBuild:
     multicast when ``multicast``); ``tile_order`` "grouped" walks ``group_m`` cluster-tile
     rows at a time, "hilbert" follows a Hilbert curve; ``stmatrix`` writes the epilogue's
     shared-memory pieces with stmatrix; ``tile_n`` the block tile's columns (256, or 128
-    or 64 for small products); ``stages`` the slices in the ring (a 128-wide slice is 32
+    or 64 for small products, or 192, whose waves fill where 256-wide ones leave part of the
+    last empty); ``stages`` the slices in the ring (a 128-wide slice is 32
     KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B
     given as the transpose of a row-major (N, K) matrix (``w.T`` of an nn.Linear weight),
     read as it lies; ``tile_m`` the block tile's rows (128: two consumer warpgroups, or 64:
@@ -188,16 +190,18 @@ class PersistentBuild:
             if self.cluster_m > 1 and self.tile_n in SWAP_WIDTHS_ONE_BLOCK:
                 raise ValueError(f"the transposed product's {self.tile_n}-wide tile runs one block a cluster: ptxas of "
                                  f"CUDA 13.0 crashes compiling it in clusters (SWAP_WIDTHS_ONE_BLOCK)")
-        elif self.tile_n not in (256, 128, 64):
-            raise ValueError(f"tile_n must be 256, 128 or 64 (or, with swap_ab, one of {SWAP_WIDTHS}), "
+        elif self.tile_n not in (256, 192, 128, 64):
+            raise ValueError(f"tile_n must be 256, 192, 128 or 64 (or, with swap_ab, one of {SWAP_WIDTHS}), "
                              f"got {self.tile_n}")
         if self.tile_m not in (128, 64):
             raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
         if self.tile_m == 64 and self.cluster_m * self.cluster_n != 1:
             raise ValueError(f"64-row tiles run one block a cluster, got {self.cluster_m} x {self.cluster_n}")
-        if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and (not self.swap_ab or self.b_box_rows % 8)):
+        # (boxes of W's rows other than 64: the transposed product's, and the 96 of a 192-wide pair's)
+        w_boxes = self.b_k_major and self.b_box_rows % 8 == 0 and (self.swap_ab or self.tile_n == 192)
+        if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and not w_boxes):
             raise ValueError(f"cluster_m={self.cluster_m} cannot share a {self.tile_n}-wide B slice evenly (in 64-wide "
-                             "chunks, or, for the transposed product, in boxes of whole 8-row swizzle atoms)")
+                             "chunks, or, for b = w.T, in boxes of whole 8-row swizzle atoms of W's rows)")
         if self.stages < 2 or shared_mem_bytes("persistent", self.stages, self.tile_n, self.tile_m) > MAX_BLOCK_SHARED:
             raise ValueError(f"stages={self.stages}: the ring needs 2 or more slices and must fit in "
                              f"{MAX_BLOCK_SHARED} bytes of shared memory")
@@ -338,6 +342,13 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 # products of 129-256 rows, N 2048-16384, K 1024-16384): 0.614 -> 0.706x cuBLAS, 1.15x in
 # geometric mean (0.94-1.49x; 4 slower by more than 3 %: about 20 cluster tiles at 190-250 slices).
 PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
+# 128 x 192 tiles (m64n192k16, a 4-slice ring of 40 KiB slices), where 128 x 256 tiles, or the
+# build the rule chose, leave a wave a quarter or a third empty and 192-wide ones fill it
+# (:func:`_wider_192`): one block a cluster (either layout of b), or, for b = w.T only, in pairs
+# along M sharing W's slice as two boxes of 96 of its rows (a row-major b's 64-column chunks do
+# not split in two).
+PERSISTENT_192 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=192)
+PERSISTENT_192_PAIR = dataclasses.replace(PERSISTENT, tile_n=192, b_k_major=True)
 
 
 def swap_build(m: int, tile_m: int = BM, cluster_m: int = 2, row_tiles: int = 1,
@@ -516,6 +527,22 @@ SWAP_64_ROWS_MAX_ROWS = 768   # (measured up to here)
 SWAP_FILL_GAIN = 0.1
 SWAP_FILL_MAX_ROWS = 1024
 
+# 128 x 192 tiles (PERSISTENT_192, PERSISTENT_192_PAIR) in place of the rule's build where their
+# whole tiles end WIDE_192_GAIN sooner by the wave model (:func:`_wave_time`). On an H200 (session 59,
+# p400: Llama-class layers at 256-4096 rows and 40 random products of 257-4096, both layouts of b):
+# where the 192-wide tiles ran whole, the model's gain and the measured one agreed within 0.07 (512 x
+# 6144 x 4096: 1.33 predicted, 1.19x measured; 640 x 4096 x 14336 1.17 and 1.16x; 2956 x 13248 x 5888
+# 1.03 and 1.02x); where the 192-wide tiles would be dealt out as K runs, the model (ideal runs)
+# promised up to 1.38x and they ran 0.74-1.03x: those are not taken. Pairs where one block a cluster
+# would be dealt out (their waves are coarser: the model prefers single blocks on a tie, which ran
+# as fast or faster, 1024 x 3072 x 768 1.05 against 1.00x). From WIDE_192_MIN_ROWS rows on, the
+# fewest measured there: held out (p401, seed 402: 40 random products of 129-4096 rows where the rule
+# changed, both layouts), 1.095x the rule before in geometric mean, 0.869 -> 0.952x cuBLAS (b = w.T),
+# every one of the 39 from 256 rows on faster (1.035-1.32x); below, 195 x 11968 x 10176 ran 0.90x (in
+# place of the transposed product's one 208-row tile) and 209 x 9024 x 3648 1.15x: not taken there.
+WIDE_192_GAIN = 1.05
+WIDE_192_MIN_ROWS = 256
+
 
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
     """Whether every row of A (K elements) and of B as it lies (N elements; K for b = w.T)
@@ -570,11 +597,45 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     For a row-major b, the same transposed product where b = w.T takes it, reading b MN-major
     (``a_mn_major``; session 58, p396, an H200: where the w.T rule swaps, 59 products of
     Llama-class layers and random shapes at 65-1024 rows ran 1.15x the unswapped rule in
-    geometric mean, 0.94x the least, one slower by more than 3 %)."""
+    geometric mean, 0.94x the least, one slower by more than 3 %).
+    Last, for either layout, 128 x 192 tiles in place of all that where their whole waves end
+    sooner (:func:`_wider_192`; session 59)."""
     as_w_t = _w_t_rule(m, n, k, sms)
     if b_transposed:
-        return as_w_t
-    return dataclasses.replace(as_w_t, a_mn_major=True) if as_w_t.swap_ab else unswapped_build(m, n, k, sms)
+        chosen = as_w_t
+    else:
+        chosen = dataclasses.replace(as_w_t, a_mn_major=True) if as_w_t.swap_ab else unswapped_build(m, n, k, sms)
+    return _wider_192(m, n, k, sms, chosen, b_transposed) or chosen
+
+
+def _wave_time(m: int, n: int, k: int, sms: int, build: PersistentBuild) -> float:
+    """The wave model of ``build``'s time for an (m, k) @ (k, n) product, in block-tile areas
+    (rows x columns) one SM computes: whole tiles take ceil(tiles / clusters) waves of one
+    tile each; tiles that stream_k deals out as K runs, their share of all SMs (ideal runs)."""
+    tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
+    area = build.tile_m * build.tile_n
+    if stream_k(tiles, clusters, -(-k // BK), build.cluster)[0]:
+        return tiles * build.cluster * area / sms
+    return -(-tiles // clusters) * area
+
+
+def _wider_192(m: int, n: int, k: int, sms: int, chosen: PersistentBuild, b_transposed: bool
+               ) -> PersistentBuild | None:
+    """128 x 192 tiles in place of ``chosen`` from WIDE_192_MIN_ROWS rows on, where their tiles
+    run whole (stream_k deals none out) and end WIDE_192_GAIN sooner by :func:`_wave_time`: one
+    block a cluster, else (b = w.T) in pairs; None where neither does."""
+    if m < WIDE_192_MIN_ROWS:
+        return None
+    chosen_time = _wave_time(m, n, k, sms, chosen)
+    for build in (PERSISTENT_192, PERSISTENT_192_PAIR) if b_transposed else (PERSISTENT_192,):
+        build = as_laid_out(build, b_transposed)
+        tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
+        if stream_k(tiles, clusters, -(-k // BK), build.cluster)[0]:
+            continue  # (dealt out as K runs: the model's ideal runs were not what ran)
+        if _wave_time(m, n, k, sms, build) * WIDE_192_GAIN <= chosen_time:
+            return build
+        return None
+    return None
 
 
 def _w_t_rule(m: int, n: int, k: int, sms: int) -> PersistentBuild:

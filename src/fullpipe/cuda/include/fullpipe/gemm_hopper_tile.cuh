@@ -14,7 +14,9 @@
 // (m64n128k16, 64 accumulators, two B chunks a slice), twice as many tiles for products
 // that 128 x 256 tiles spread over too few SMs; 64 builds 128 x 64 tiles (m64n64k16, 32
 // accumulators, one B chunk a slice) for products that even 128 x 128 tiles leave half
-// the SMs without.
+// the SMs without; 192 builds 128 x 192 tiles (m64n192k16, 96 accumulators, three B chunks
+// a slice) for products whose 256-wide tiles leave a wave a quarter or a third empty where
+// 192-wide ones fill it (512 x 6144: 96 tiles of 128 x 256 on 132 SMs, 128 of 128 x 192).
 //
 // TILE_M (-D, the persistent rung only; default 128): 64 builds tiles of 64 rows for one
 // consumer warpgroup, twice as many tiles again for products too small to fill the GPU
@@ -51,9 +53,9 @@ constexpr int BM = TILE_M;      // C tile rows per block
 #define A_MN_MAJOR 0
 #endif
 static_assert(!A_MN_MAJOR || B_K_MAJOR, "a row-major b's transposed product: the activations are K-major");
-static_assert(TILE_N == 256 || TILE_N == 128 || TILE_N == 64 ||
+static_assert(TILE_N == 256 || TILE_N == 192 || TILE_N == 128 || TILE_N == 64 ||
                   (B_K_MAJOR && TILE_N % 16 == 0 && TILE_N >= 80 && TILE_N <= 256),
-              "C tiles of TILE_M x 256, x 128 or x 64; with B K-major also x 80 ... x 240 in steps of 16");
+              "C tiles of TILE_M x 256, x 192, x 128 or x 64; with B K-major also x 80 ... x 240 in steps of 16");
 constexpr int BN = TILE_N;      // C tile columns per block
 constexpr int BK = 64;          // K per slice: 64 elements = one 128-byte swizzled row
 constexpr int WG_M = 64;        // rows of C per consumer warpgroup

@@ -233,13 +233,35 @@ __device__ __forceinline__ void mma_m64n176k16_ss_kk(float (&d)[88], unsigned lo
         : FP_WGMMA_O32 \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256, 128 or 64 by the
-// accumulator count (128, 64 or 32 floats).
+// SS, any N from 64 to 256 in steps of 16 (the persistent GEMM's transposed product, its tile as
+// wide as the product's rows: gemm_hopper_persistent.cu): N / 2 accumulators, the descriptors
+// and scale_d operands N / 2, N / 2 + 1, N / 2 + 2; TRANS the imm-trans-a and imm-trans-b
+// operands: "0, 0" both K-major, "1, 0" A MN-major, "0, 1" B MN-major.
+#define FP_WGMMA_SS_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE, TRANS)               \
+    asm volatile(                                                                   \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
+        "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE "." TYPE "\n"        \
+        "{" REGS "},\n"                                                            \
+        " %" DA ", %" DB ", p, 1, 1, " TRANS ";\n"                                 \
+        "}\n"                                                                      \
+        : OPERANDS                                                                  \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+#define FP_WGMMA_SS_N_CASE(NR, N, DA, DB, SCALE, TRANS)                                                    \
+    if constexpr (N_REGS == NR) {                                                                         \
+        if constexpr (BF16) FP_WGMMA_SS_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE, TRANS); \
+        else FP_WGMMA_SS_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE, TRANS);                 \
+    }
+#define FP_WGMMA_SS_KK_CASE(NR, N, DA, DB, SCALE) else FP_WGMMA_SS_N_CASE(NR, N, DA, DB, SCALE, "0, 0")
+
+// D[64 x N] += A[64 x 16] * B[16 x N], A K-major, B N-major, N = 256, 192, 128 or 64 by the
+// accumulator count (128, 96, 64 or 32 floats).
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
                                             int scale_d) {
-    static_assert(N_REGS == 128 || N_REGS == 64 || N_REGS == 32, "m64n256, m64n128 or m64n64");
-    if constexpr (N_REGS == 128) {
+    static_assert(N_REGS == 128 || N_REGS == 96 || N_REGS == 64 || N_REGS == 32, "m64n256, m64n192, m64n128 or m64n64");
+    if constexpr (N_REGS == 96) {
+        FP_WGMMA_SS_N_CASE(96, "192", "96", "97", "98", "0, 1")
+    } else if constexpr (N_REGS == 128) {
         mma_m64n256k16<BF16>(d, desc_a, desc_b, scale_d);
     } else if constexpr (N_REGS == 32) {
         if constexpr (BF16) {
@@ -253,26 +275,6 @@ __device__ __forceinline__ void mma_ss_k_mn(float (&d)[N_REGS], unsigned long lo
         FP_WGMMA_SS_M64N128K16_MN("f16");
     }
 }
-
-// SS, B K-major, A K-major (TRANS_A "0") or MN-major ("1"), any N from 64 to 256 in steps of 16
-// (the persistent GEMM's transposed product, its tile as wide as the product's rows:
-// gemm_hopper_persistent.cu): N / 2 accumulators, the descriptors and scale_d operands N / 2,
-// N / 2 + 1, N / 2 + 2.
-#define FP_WGMMA_SS_N(N, TYPE, REGS, OPERANDS, DA, DB, SCALE, TRANS_A)             \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
-        "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE "." TYPE "\n"        \
-        "{" REGS "},\n"                                                            \
-        " %" DA ", %" DB ", p, 1, 1, " TRANS_A ", 0;\n"                            \
-        "}\n"                                                                      \
-        : OPERANDS                                                                  \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-#define FP_WGMMA_SS_N_CASE(NR, N, DA, DB, SCALE, TRANS_A)                                                    \
-    if constexpr (N_REGS == NR) {                                                                           \
-        if constexpr (BF16) FP_WGMMA_SS_N(N, "bf16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE, TRANS_A); \
-        else FP_WGMMA_SS_N(N, "f16", FP_WGMMA_R##NR, FP_WGMMA_O##NR, DA, DB, SCALE, TRANS_A);                 \
-    }
-#define FP_WGMMA_SS_KK_CASE(NR, N, DA, DB, SCALE) else FP_WGMMA_SS_N_CASE(NR, N, DA, DB, SCALE, "0")
 
 // D = A * B^T, both K-major, with N = 64, 128, 176, 256 or another of 80-256 in steps of 16
 // by the accumulator count (N / 2).
@@ -421,19 +423,19 @@ template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_mn_k_wide(float (&d)[N_REGS], unsigned long long desc_a,
                                                  unsigned long long desc_b, int scale_d) {
     static_assert(N_REGS >= 32 && N_REGS <= 128 && N_REGS % 8 == 0, "m64n64 ... m64n256 in steps of 16");
-    FP_WGMMA_SS_N_CASE(32, "64", "32", "33", "34", "1")
-    FP_WGMMA_SS_N_CASE(40, "80", "40", "41", "42", "1")
-    FP_WGMMA_SS_N_CASE(48, "96", "48", "49", "50", "1")
-    FP_WGMMA_SS_N_CASE(56, "112", "56", "57", "58", "1")
-    FP_WGMMA_SS_N_CASE(64, "128", "64", "65", "66", "1")
-    FP_WGMMA_SS_N_CASE(72, "144", "72", "73", "74", "1")
-    FP_WGMMA_SS_N_CASE(80, "160", "80", "81", "82", "1")
-    FP_WGMMA_SS_N_CASE(88, "176", "88", "89", "90", "1")
-    FP_WGMMA_SS_N_CASE(96, "192", "96", "97", "98", "1")
-    FP_WGMMA_SS_N_CASE(104, "208", "104", "105", "106", "1")
-    FP_WGMMA_SS_N_CASE(112, "224", "112", "113", "114", "1")
-    FP_WGMMA_SS_N_CASE(120, "240", "120", "121", "122", "1")
-    FP_WGMMA_SS_N_CASE(128, "256", "128", "129", "130", "1")
+    FP_WGMMA_SS_N_CASE(32, "64", "32", "33", "34", "1, 0")
+    FP_WGMMA_SS_N_CASE(40, "80", "40", "41", "42", "1, 0")
+    FP_WGMMA_SS_N_CASE(48, "96", "48", "49", "50", "1, 0")
+    FP_WGMMA_SS_N_CASE(56, "112", "56", "57", "58", "1, 0")
+    FP_WGMMA_SS_N_CASE(64, "128", "64", "65", "66", "1, 0")
+    FP_WGMMA_SS_N_CASE(72, "144", "72", "73", "74", "1, 0")
+    FP_WGMMA_SS_N_CASE(80, "160", "80", "81", "82", "1, 0")
+    FP_WGMMA_SS_N_CASE(88, "176", "88", "89", "90", "1, 0")
+    FP_WGMMA_SS_N_CASE(96, "192", "96", "97", "98", "1, 0")
+    FP_WGMMA_SS_N_CASE(104, "208", "104", "105", "106", "1, 0")
+    FP_WGMMA_SS_N_CASE(112, "224", "112", "113", "114", "1, 0")
+    FP_WGMMA_SS_N_CASE(120, "240", "120", "121", "122", "1, 0")
+    FP_WGMMA_SS_N_CASE(128, "256", "128", "129", "130", "1, 0")
 }
 
 // Keeps registers an asynchronous MMA reads or writes (accumulators, register A
