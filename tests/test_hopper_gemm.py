@@ -678,7 +678,8 @@ def test_192_wide_tiles_compile_to_m64n192_mmas_with_b_read_as_it_lies(build):
     (640, 4096, 14336, "192"),       # 110 blocks in place of the transposed product's 1.09 waves (p400: 1.16x)
     (3362, 4016, 7296, "pair"),      # one block a cluster would be dealt out as K runs; pairs not (p400: 1.06x)
     (1024, 4096, 4096, None),        # 64 pairs of 128 x 256 fill a wave already
-    (1024, 6144, 4096, None),        # the pairs' last wave is dealt out: the model's ideal runs are not beaten
+    (1024, 6144, 4096, "192"),       # 256 blocks, 2 waves, in place of 96 pair tiles dealt out (p400: 1.19x)
+    (4096, 28672, 4096, None),       # 76 of 1792 pair tiles dealt out: 27 waves against 36.4 of 192-wide blocks
     (195, 11968, 10176, None),       # below 256 rows (p401: 0.90x)
     (4096, 4096, 4096, None),        # 256 pair tiles, 3.9 waves
 ])

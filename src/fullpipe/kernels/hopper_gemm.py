@@ -542,6 +542,12 @@ SWAP_FILL_MAX_ROWS = 1024
 # place of the transposed product's one 208-row tile) and 209 x 9024 x 3648 1.15x: not taken there.
 WIDE_192_GAIN = 1.05
 WIDE_192_MIN_ROWS = 256
+# What stream-K's K runs get done against whole tiles, area for area (the wave model's rate for
+# the tiles stream_k deals out). On an H200 (p400, 29 products whose rule dealt tiles out in 128 x
+# 256 pairs or the transposed product, against 128 x 192 whole tiles): 0.69-0.91, median 0.79 (one
+# at 1.4 with 81 of 741 tiles dealt out); with ideal runs (rate 1) the model missed 1.15-1.23x gains
+# at 1024-1536 x 4096-6144 x 4096 and 512 x 12288 x 4096.
+STREAM_K_RATE = 0.8
 
 
 def rows_on_sectors(n: int, k: int, b_transposed: bool = False) -> bool:
@@ -611,11 +617,13 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
 def _wave_time(m: int, n: int, k: int, sms: int, build: PersistentBuild) -> float:
     """The wave model of ``build``'s time for an (m, k) @ (k, n) product, in block-tile areas
     (rows x columns) one SM computes: whole tiles take ceil(tiles / clusters) waves of one
-    tile each; tiles that stream_k deals out as K runs, their share of all SMs (ideal runs)."""
+    tile each; tiles that stream_k deals out as K runs, their share of all SMs at
+    STREAM_K_RATE."""
     tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
     area = build.tile_m * build.tile_n
-    if stream_k(tiles, clusters, -(-k // BK), build.cluster)[0]:
-        return tiles * build.cluster * area / sms
+    sk_tiles = stream_k(tiles, clusters, -(-k // BK), build.cluster)[0]
+    if sk_tiles:
+        return (tiles - sk_tiles) // clusters * area + sk_tiles * build.cluster * area / (sms * STREAM_K_RATE)
     return -(-tiles // clusters) * area
 
 
