@@ -540,6 +540,10 @@ SWAP_FILL_MAX_ROWS = 1024
 # changed, both layouts), 1.095x the rule before in geometric mean, 0.869 -> 0.952x cuBLAS (b = w.T),
 # every one of the 39 from 256 rows on faster (1.035-1.32x); below, 195 x 11968 x 10176 ran 0.90x (in
 # place of the transposed product's one 208-row tile) and 209 x 9024 x 3648 1.15x: not taken there.
+# That form counted stream-K's runs as ideal; with STREAM_K_RATE (fitted on p400 after seed 402 was
+# measured), held out again (p401, seed 403: 40 random products of 129-4096 rows where the rule
+# changed, 16 % of those drawn): 1.109x (w.T) and 1.107x (row-major) the rule before in geometric
+# mean, 0.865 -> 0.960x and 0.863 -> 0.955x cuBLAS, the least 0.977x, none slower by more than 3 %.
 WIDE_192_GAIN = 1.05
 WIDE_192_MIN_ROWS = 256
 # What stream-K's K runs get done against whole tiles, area for area (the wave model's rate for
