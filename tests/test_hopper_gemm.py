@@ -675,26 +675,36 @@ def test_192_wide_tiles_compile_to_m64n192_mmas_with_b_read_as_it_lies(build):
 
 @pytest.mark.parametrize("m, n, k, expected", [
     (512, 6144, 4096, "192"),        # 128 blocks of 128 x 192, one wave; 48 pairs of 128 x 256 fill 0.73 (p400: 1.19x)
-    (640, 4096, 14336, "192"),       # 110 blocks in place of the transposed product's 1.09 waves (p400: 1.16x)
-    (3362, 4016, 7296, "pair"),      # one block a cluster would be dealt out as K runs; pairs not (p400: 1.06x)
-    (1024, 4096, 4096, None),        # 64 pairs of 128 x 256 fill a wave already
     (1024, 6144, 4096, "192"),       # 256 blocks, 2 waves, in place of 96 pair tiles dealt out (p400: 1.19x)
-    (4096, 28672, 4096, None),       # 76 of 1792 pair tiles dealt out: 27 waves against 36.4 of 192-wide blocks
+    (640, 4096, 14336, "swap4"),     # 128 tiles: four of 160 rows by 32 blocks of W, as cuBLAS (p404: 1.04x the 192-wide)
+    (1207, 5248, 6016, "swap6"),     # six tiles of 208 rows by 41 blocks of W: 246 of 264 places (p404: 1.23x)
+    (300, 28672, 4096, None),        # 80-wide tiles end 1.06x sooner at 0.86, but 0.8 is their rate (NARROW_SWAP_RATES)
+    (1024, 4096, 4096, None),        # 64 pairs of 128 x 256 fill a wave already
     (195, 11968, 10176, None),       # below 256 rows (p401: 0.90x)
     (4096, 4096, 4096, None),        # 256 pair tiles, 3.9 waves
+    (4096, 28672, 4096, None),       # 76 of 1792 pair tiles dealt out: 27 waves against 36.4 of 192-wide blocks
 ])
-def test_the_rule_takes_192_wide_tiles_where_their_whole_waves_end_sooner(m, n, k, expected):
+def test_the_rule_takes_the_build_whose_whole_waves_end_sooner(m, n, k, expected):
+    """The rule's last step (_fills_sooner): 128 x 192 tiles or the transposed product in more tiles
+    of the product's rows (128-row blocks of W, one block a cluster), with whole tiles, where the
+    wave model says they end 1.05x sooner than the rule's build; the same for a row-major b."""
     for b_transposed in (True, False):
         chosen = hg.default_build(m, n, k, 132, b_transposed)
-        want = {"192": hg.as_laid_out(hg.PERSISTENT_192, b_transposed),
-                "pair": hg.PERSISTENT_192_PAIR if b_transposed else None}.get(expected)
-        if want is None:  # (no 192-wide tiles: the rule as it was)
-            assert chosen.tile_n != 192 or chosen.swap_ab, (b_transposed, chosen.label)
-        else:
-            assert chosen == want, (b_transposed, chosen.label)
-            # the whole tiles it takes: no stream-K, and the wave model's gain over what it replaced
-            assert hg.stream_k(hg.cluster_tiles(m, n, chosen), 132 // chosen.cluster, k // 64, chosen.cluster)[0] == 0
-    # the tuner measures them: one block a cluster for either layout, pairs for w.T
+        hg_fills, hg._fills_sooner = hg._fills_sooner, lambda *a: None
+        try:
+            before = hg.default_build(m, n, k, 132, b_transposed)
+        finally:
+            hg._fills_sooner = hg_fills
+        if expected is None:
+            assert chosen == before, (b_transposed, chosen.label)
+            continue
+        want = (hg.PERSISTENT_192 if expected == "192"
+                else hg.swap_build(m, hg.BM, 1, int(expected[4:])))
+        assert chosen == hg.as_laid_out(want, b_transposed), (b_transposed, chosen.label)
+        # whole tiles, ending FILL_GAIN sooner by the wave model than what the rule had
+        assert hg.stream_k(hg.cluster_tiles(m, n, chosen), 132 // chosen.cluster, k // 64, chosen.cluster)[0] == 0
+        assert hg._wave_time(m, n, k, 132, chosen) * hg.FILL_GAIN <= hg._wave_time(m, n, k, 132, before)
+    # the tuner measures the 192-wide tiles: one block a cluster for either layout, pairs for w.T
     for b_transposed, builds in ((True, {hg.PERSISTENT_192, hg.PERSISTENT_192_PAIR}), (False, {hg.PERSISTENT_192})):
         measured = {p.build for p in gemm_tuning.candidates(m, n, k, 132, b_transposed) if p.build is not None}
         assert builds <= measured

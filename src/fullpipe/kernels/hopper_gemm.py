@@ -344,9 +344,10 @@ PERSISTENT_M64_N64 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_m=64, tile_n=6
 PERSISTENT_NARROW_PAIR = dataclasses.replace(PERSISTENT, tile_n=128, stages=6)
 # 128 x 192 tiles (m64n192k16, a 4-slice ring of 40 KiB slices), where 128 x 256 tiles, or the
 # build the rule chose, leave a wave a quarter or a third empty and 192-wide ones fill it
-# (:func:`_wider_192`): one block a cluster (either layout of b), or, for b = w.T only, in pairs
+# (:func:`_fills_sooner`): one block a cluster (either layout of b); and, for b = w.T only, in pairs
 # along M sharing W's slice as two boxes of 96 of its rows (a row-major b's 64-column chunks do
-# not split in two).
+# not split in two), a build of the measured plans (gemm_tuning) only: where the rule's first form
+# took it (one block a cluster dealt out), the transposed product in more row tiles now ends sooner.
 PERSISTENT_192 = dataclasses.replace(PERSISTENT_ONE_ROW, tile_n=192)
 PERSISTENT_192_PAIR = dataclasses.replace(PERSISTENT, tile_n=192, b_k_major=True)
 
@@ -527,15 +528,16 @@ SWAP_64_ROWS_MAX_ROWS = 768   # (measured up to here)
 SWAP_FILL_GAIN = 0.1
 SWAP_FILL_MAX_ROWS = 1024
 
-# 128 x 192 tiles (PERSISTENT_192, PERSISTENT_192_PAIR) in place of the rule's build where their
-# whole tiles end WIDE_192_GAIN sooner by the wave model (:func:`_wave_time`). On an H200 (session 59,
+# The rule's last step (:func:`_fills_sooner`): a build whose tiles run whole and end FILL_GAIN sooner
+# by the wave model (:func:`_wave_time`) than the rule's, from FILL_MIN_ROWS rows on. First with 128 x
+# 192 tiles only (PERSISTENT_192, PERSISTENT_192_PAIR). On an H200 (session 59,
 # p400: Llama-class layers at 256-4096 rows and 40 random products of 257-4096, both layouts of b):
 # where the 192-wide tiles ran whole, the model's gain and the measured one agreed within 0.07 (512 x
 # 6144 x 4096: 1.33 predicted, 1.19x measured; 640 x 4096 x 14336 1.17 and 1.16x; 2956 x 13248 x 5888
 # 1.03 and 1.02x); where the 192-wide tiles would be dealt out as K runs, the model (ideal runs)
 # promised up to 1.38x and they ran 0.74-1.03x: those are not taken. Pairs where one block a cluster
 # would be dealt out (their waves are coarser: the model prefers single blocks on a tie, which ran
-# as fast or faster, 1024 x 3072 x 768 1.05 against 1.00x). From WIDE_192_MIN_ROWS rows on, the
+# as fast or faster, 1024 x 3072 x 768 1.05 against 1.00x). From FILL_MIN_ROWS rows on, the
 # fewest measured there: held out (p401, seed 402: 40 random products of 129-4096 rows where the rule
 # changed, both layouts), 1.095x the rule before in geometric mean, 0.869 -> 0.952x cuBLAS (b = w.T),
 # every one of the 39 from 256 rows on faster (1.035-1.32x); below, 195 x 11968 x 10176 ran 0.90x (in
@@ -544,8 +546,26 @@ SWAP_FILL_MAX_ROWS = 1024
 # measured), held out again (p401, seed 403: 40 random products of 129-4096 rows where the rule
 # changed, 16 % of those drawn): 1.109x (w.T) and 1.107x (row-major) the rule before in geometric
 # mean, 0.865 -> 0.960x and 0.863 -> 0.955x cuBLAS, the least 0.977x, none slower by more than 3 %.
-WIDE_192_GAIN = 1.05
-WIDE_192_MIN_ROWS = 256
+# Then the transposed product in 128-row blocks of W, one block a cluster, in t, t + 1 and t + 2 tiles
+# of the product's rows joined the candidates (cuBLAS runs 640 x 4096 x 14336 in 128 x 160 tiles, 128
+# of them, ncu p403: 1.17x the 128 x 192 tiles' 110 blocks), their narrow tiles at NARROW_SWAP_RATES,
+# and the pairs left the rule (a swap candidate ended sooner wherever it would have taken them). On
+# the 112 products of p404 it was fitted on, 12 changed, 1.01-1.23x. Held out (p405, seed 405: 60
+# random products of 256-4096 rows where this step changes the rule of session 58, 36 % of those
+# drawn): 1.101x (w.T) and 1.103x (row-major) in geometric mean, 0.877 -> 0.965x and 0.869 -> 0.959x
+# cuBLAS; the 32 taking 128 x 192 tiles 1.100x (the least 1.014x), the 28 taking the transposed
+# product in more row tiles 1.101x (the least 0.958x: 475 x 10624 x 14400 in 160-wide tiles, the one
+# slower by more than 3 %).
+FILL_GAIN = 1.05
+FILL_MIN_ROWS = 256
+# What the transposed product's tiles of 160-176 and of 80-144 columns get done, area for area,
+# against those of 192 or more (the wave model's rates: :func:`_width_rate`). On an H200 (p404: 64
+# Llama-class layers at 256-2048 rows and 48 random products of 256-2048, b = w.T, each tile width in
+# 128-row blocks of W against the rule): measured over predicted gain, median by width, 192-256
+# 1.00-1.01, 160 0.92, 176 0.94, 144 0.87, 128 0.96, 112 0.84, 96 0.87, 80 0.85; set below the medians
+# (0.93 and 0.86 took 300 x 28672 x 4096 to 80-wide tiles on a predicted 1.06x, and of the 17 they
+# changed there 3 ran 1.00-1.02x).
+NARROW_SWAP_RATES = (0.9, 0.8)
 # What stream-K's K runs get done against whole tiles, area for area (the wave model's rate for
 # the tiles stream_k deals out). On an H200 (p400, 29 products whose rule dealt tiles out in 128 x
 # 256 pairs or the transposed product, against 128 x 192 whole tiles): 0.69-0.91, median 0.79 (one
@@ -609,45 +629,66 @@ def default_build(m: int, n: int, k: int, sms: int, b_transposed: bool = False) 
     Llama-class layers and random shapes at 65-1024 rows ran 1.15x the unswapped rule in
     geometric mean, 0.94x the least, one slower by more than 3 %).
     Last, for either layout, 128 x 192 tiles in place of all that where their whole waves end
-    sooner (:func:`_wider_192`; session 59)."""
+    sooner, or the transposed product in more tiles of the product's rows
+    (:func:`_fills_sooner`; session 59)."""
     as_w_t = _w_t_rule(m, n, k, sms)
     if b_transposed:
         chosen = as_w_t
     else:
         chosen = dataclasses.replace(as_w_t, a_mn_major=True) if as_w_t.swap_ab else unswapped_build(m, n, k, sms)
-    return _wider_192(m, n, k, sms, chosen, b_transposed) or chosen
+    return _fills_sooner(m, n, k, sms, chosen, b_transposed) or chosen
 
 
 def _wave_time(m: int, n: int, k: int, sms: int, build: PersistentBuild) -> float:
     """The wave model of ``build``'s time for an (m, k) @ (k, n) product, in block-tile areas
     (rows x columns) one SM computes: whole tiles take ceil(tiles / clusters) waves of one
     tile each; tiles that stream_k deals out as K runs, their share of all SMs at
-    STREAM_K_RATE."""
+    STREAM_K_RATE; the transposed product's tiles narrower than 192 at their
+    :func:`_width_rate`."""
     tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
-    area = build.tile_m * build.tile_n
+    area = build.tile_m * build.tile_n / _width_rate(build)
     sk_tiles = stream_k(tiles, clusters, -(-k // BK), build.cluster)[0]
     if sk_tiles:
         return (tiles - sk_tiles) // clusters * area + sk_tiles * build.cluster * area / (sms * STREAM_K_RATE)
     return -(-tiles // clusters) * area
 
 
-def _wider_192(m: int, n: int, k: int, sms: int, chosen: PersistentBuild, b_transposed: bool
-               ) -> PersistentBuild | None:
-    """128 x 192 tiles in place of ``chosen`` from WIDE_192_MIN_ROWS rows on, where their tiles
-    run whole (stream_k deals none out) and end WIDE_192_GAIN sooner by :func:`_wave_time`: one
-    block a cluster, else (b = w.T) in pairs; None where neither does."""
-    if m < WIDE_192_MIN_ROWS:
+def _width_rate(build: PersistentBuild) -> float:
+    """What the transposed product's tile gets done, area for area, against one 192 or more
+    wide (NARROW_SWAP_RATES); 1 for every other build."""
+    if not build.swap_ab or build.tile_n >= 192:
+        return 1.0
+    return NARROW_SWAP_RATES[0] if build.tile_n >= 160 else NARROW_SWAP_RATES[1]
+
+
+def _fills_sooner(m: int, n: int, k: int, sms: int, chosen: PersistentBuild, b_transposed: bool
+                  ) -> PersistentBuild | None:
+    """The last step of default_build, from FILL_MIN_ROWS rows on: of 128 x 192 tiles (one block a
+    cluster) and the transposed product in 128-row blocks of W, one block a cluster, in t, t + 1 or t + 2 tiles of
+    the product's rows (t the fewest), those whose tiles run whole (stream_k deals none out),
+    the one that ends soonest by :func:`_wave_time` (the 192-wide tiles on a tie), in place of
+    ``chosen`` where it ends FILL_GAIN sooner; None where none does."""
+    if m < FILL_MIN_ROWS:
         return None
-    chosen_time = _wave_time(m, n, k, sms, chosen)
-    for build in (PERSISTENT_192, PERSISTENT_192_PAIR) if b_transposed else (PERSISTENT_192,):
-        build = as_laid_out(build, b_transposed)
-        tiles, clusters = cluster_tiles(m, n, build), sms // build.cluster
-        if stream_k(tiles, clusters, -(-k // BK), build.cluster)[0]:
-            continue  # (dealt out as K runs: the model's ideal runs were not what ran)
-        if _wave_time(m, n, k, sms, build) * WIDE_192_GAIN <= chosen_time:
-            return build
-        return None
-    return None
+    best, best_time = None, _wave_time(m, n, k, sms, chosen) / FILL_GAIN
+    for build in _whole_wave_candidates(m, n, k, sms, b_transposed):
+        time = _wave_time(m, n, k, sms, build)
+        if time < best_time or (best is None and time == best_time):
+            best, best_time = build, time
+    return best
+
+
+def _whole_wave_candidates(m: int, n: int, k: int, sms: int, b_transposed: bool) -> list[PersistentBuild]:
+    """:func:`_fills_sooner`'s builds for the product, laid out for b, whose tiles run whole."""
+    def whole(build: PersistentBuild) -> bool:
+        tiles = cluster_tiles(m, n, build)
+        return not stream_k(tiles, sms // build.cluster, -(-k // BK), build.cluster)[0]
+
+    wide = as_laid_out(PERSISTENT_192, b_transposed)
+    t = swap_row_tiles(m)
+    swapped = [as_laid_out(swap_build(m, BM, 1, rows), b_transposed)
+               for rows in (t, t + 1, t + 2) if 64 * rows < m <= SWAP_WIDTHS[-1] * rows]
+    return [b for b in (wide, *swapped) if whole(b)]
 
 
 def _w_t_rule(m: int, n: int, k: int, sms: int) -> PersistentBuild:
