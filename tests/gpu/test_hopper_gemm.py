@@ -139,14 +139,15 @@ def test_errors_name_the_constraint():
 # 20 tiles, runs of 32 and 33 slices), above it the last wave and the one before (3072^3:
 # 66 tiles whole, 78 split).
 # (shape, the build: None for the one gemm_hopper picks)
-SK_CASES = [((3072, 3072, 3072), None), ((1024, 1024, 4096), "PERSISTENT_NARROW"),
+SK_CASES = [((3072, 3072, 3072), "PERSISTENT"), ((1024, 1024, 4096), "PERSISTENT_NARROW"),
             ((512, 2048, 4096), "PERSISTENT_NARROW"), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
             ((200, 1032, 4104), "PERSISTENT_SMALL"), ((200, 1032, 4104), "PERSISTENT_M64_N128"),
             ((768, 768, 8192), "PERSISTENT_NARROW"), ((8, 4096, 4096), None),
             ((72, 1024, 8192), None), ((1024, 512, 12288), None),
             ((1000, 1032, 4104), "PERSISTENT_ALONG_N"), ((795, 10160, 2056), "PERSISTENT_ALONG_N"),
             # the rule's since session 49: 36 cluster tiles over all 66 clusters; 90, a second wave 0.36 full
-            ((570, 3048, 7408), None), ((639, 7592, 8192), None)]
+            # (the rule's pick until session 59, whose whole tiles end sooner: 3072^3 too)
+            ((570, 3048, 7408), None), ((639, 7592, 8192), "PERSISTENT")]
 
 
 def _stream_k_plan(m, n, k, dtype_name, build_name=None):
@@ -195,20 +196,21 @@ def test_stream_k_on_two_streams_at_once():
     for the other's SMs; each stream has its own kept workspace."""
     import torch
 
-    shapes = [(3072, 3072, 3072), (512, 512, 4096)]
+    shapes = [((3072, 3072, 3072), "PERSISTENT"), ((512, 512, 4096), None)]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     work = []
-    for (m, n, k), s in zip(shapes, streams):
-        assert _stream_k_plan(m, n, k, "bfloat16")[0].sk_tiles > 0
+    for ((m, n, k), name), s in zip(shapes, streams):
+        p, build, _ = _stream_k_plan(m, n, k, "bfloat16", name)
+        assert p.sk_tiles > 0
         a, b = _inputs(m, n, k, torch.bfloat16, seed=m + k)
-        work.append((a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16), s, a.double() @ b.double()))
+        work.append((a, b, build, torch.empty(m, n, device="cuda", dtype=torch.bfloat16), s, a.double() @ b.double()))
     torch.cuda.synchronize()
     for _ in range(20):
-        for a, b, out, s, _ in work:
+        for a, b, build, out, s, _ in work:
             with torch.cuda.stream(s):
                 out.fill_(float("nan"))
-                gemm_hopper(a, b, out=out)
-        for a, b, out, s, ref in work:
+                gemm_hopper(a, b, out=out, _build=build)
+        for a, b, _, out, s, ref in work:
             s.synchronize()
             assert not torch.isnan(out).any() and _rel(out, ref) < 1e-2
 
@@ -223,7 +225,7 @@ def test_stream_k_launches_on_a_stream_share_one_kept_workspace_and_leave_it_zer
 
     from fullpipe.kernels import hopper_gemm as hg
 
-    cases = [((3072, 3072, 3072), None), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
+    cases = [((3072, 3072, 3072), "PERSISTENT"), ((512, 256, 4096), None), ((1000, 1032, 4104), "PERSISTENT"),
              ((200, 1032, 4104), "PERSISTENT_M64_N128"), ((1000, 1032, 4104), "PERSISTENT_ALONG_N")]
     s = torch.cuda.Stream()
     work, need = [], 0
@@ -267,24 +269,26 @@ def test_stream_k_launches_on_a_stream_share_one_kept_workspace_and_leave_it_zer
     run_round()  # (a new one made)
 
 
-@pytest.mark.parametrize("shape", [(512, 512, 4096), (3072, 3072, 1024)], ids=["one-block", "clusters"])
-def test_stream_k_in_a_cuda_graph(shape):
+@pytest.mark.parametrize("shape, build_name", [((512, 512, 4096), None), ((3072, 3072, 1024), "PERSISTENT")],
+                         ids=["one-block", "clusters"])
+def test_stream_k_in_a_cuda_graph(shape, build_name):
     """Captured in a torch CUDA graph: the workspace's zeroing is a memset node and its
     memory the graph's own, so each replay computes the new inputs; launched as a cluster of
     one block (no cluster attribute) and as clusters of 2."""
     import torch
 
     m, n, k = shape
-    assert _stream_k_plan(m, n, k, "float16")[0].sk_tiles > 0
+    p, build, _ = _stream_k_plan(m, n, k, "float16", build_name)
+    assert p.sk_tiles > 0
     a, b = _inputs(m, n, k, torch.float16, seed=5)
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        gemm_hopper(a, b, out=out)  # (compiled, planned, outside the capture)
+        gemm_hopper(a, b, out=out, _build=build)  # (compiled, planned, outside the capture)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        gemm_hopper(a, b, out=out)
+        gemm_hopper(a, b, out=out, _build=build)
     for seed in (1, 2, 3):
         a2, b2 = _inputs(m, n, k, torch.float16, seed=seed)
         a.copy_(a2)
