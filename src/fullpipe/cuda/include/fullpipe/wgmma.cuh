@@ -366,38 +366,17 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[N_REGS], const unsigned (&a
 // count (4, 8, 16, 32, 64 floats); the accumulator layout is the one above.
 #define FP_WGMMA_R4 "%0, %1, %2, %3"
 #define FP_WGMMA_O4 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-#define FP_WGMMA_SS_TA(SHAPE, TYPE, REGS, OPERANDS, DA, DB, SCALE)                   \
-    asm volatile(                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %" SCALE ", 0;\n"                        \
-        "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE "\n"            \
-        "{" REGS "},\n"                                                            \
-        " %" DA ", %" DB ", p, 1, 1, " FP_WGMMA_TRANS_A ", 0;\n"                   \
-        "}\n"                                                                      \
-        : OPERANDS                                                                  \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
 // mma_ss_mn_k's A is MN-major (imm-trans-a 1); mma_ss_k_k_narrow's is K-major (0): A the
 // rows of an N x K matrix (B^T row-major, e.g. an nn.Linear weight: the skinny GEMM's
 // weight given transposed). The same N and accumulators.
-#define FP_WGMMA_SS_A_BODY                                                                                                    \
-    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,                                 \
-                  "m64n8, n16, n32, n64 or n128");                                                                            \
-    if constexpr (N_REGS == 4) {                                                                                              \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n8k16", "bf16", FP_WGMMA_R4, FP_WGMMA_O4, "4", "5", "6");        \
-        else FP_WGMMA_SS_TA("m64n8k16", "f16", FP_WGMMA_R4, FP_WGMMA_O4, "4", "5", "6");                        \
-    } else if constexpr (N_REGS == 8) {                                                                                       \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n16k16", "bf16", FP_WGMMA_R8, FP_WGMMA_O8, "8", "9", "10");      \
-        else FP_WGMMA_SS_TA("m64n16k16", "f16", FP_WGMMA_R8, FP_WGMMA_O8, "8", "9", "10");                      \
-    } else if constexpr (N_REGS == 16) {                                                                                      \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n32k16", "bf16", FP_WGMMA_R16, FP_WGMMA_O16, "16", "17", "18");  \
-        else FP_WGMMA_SS_TA("m64n32k16", "f16", FP_WGMMA_R16, FP_WGMMA_O16, "16", "17", "18");                  \
-    } else if constexpr (N_REGS == 32) {                                                                                      \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n64k16", "bf16", FP_WGMMA_R32, FP_WGMMA_O32, "32", "33", "34");  \
-        else FP_WGMMA_SS_TA("m64n64k16", "f16", FP_WGMMA_R32, FP_WGMMA_O32, "32", "33", "34");                  \
-    } else {                                                                                                                  \
-        if constexpr (BF16) FP_WGMMA_SS_TA("m64n128k16", "bf16", FP_WGMMA_R64, FP_WGMMA_O64, "64", "65", "66"); \
-        else FP_WGMMA_SS_TA("m64n128k16", "f16", FP_WGMMA_R64, FP_WGMMA_O64, "64", "65", "66");                 \
-    }
+#define FP_WGMMA_SS_A_BODY                                                                      \
+    static_assert(N_REGS == 4 || N_REGS == 8 || N_REGS == 16 || N_REGS == 32 || N_REGS == 64,   \
+                  "m64n8, n16, n32, n64 or n128");                                              \
+    FP_WGMMA_SS_N_CASE(4, "8", "4", "5", "6", FP_WGMMA_TRANS_A ", 0")                             \
+    else FP_WGMMA_SS_N_CASE(8, "16", "8", "9", "10", FP_WGMMA_TRANS_A ", 0")                      \
+    else FP_WGMMA_SS_N_CASE(16, "32", "16", "17", "18", FP_WGMMA_TRANS_A ", 0")                   \
+    else FP_WGMMA_SS_N_CASE(32, "64", "32", "33", "34", FP_WGMMA_TRANS_A ", 0")                   \
+    else FP_WGMMA_SS_N_CASE(64, "128", "64", "65", "66", FP_WGMMA_TRANS_A ", 0")
 
 template <bool BF16, int N_REGS>
 __device__ __forceinline__ void mma_ss_mn_k(float (&d)[N_REGS], unsigned long long desc_a, unsigned long long desc_b,
