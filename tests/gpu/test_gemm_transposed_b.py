@@ -125,25 +125,34 @@ def test_the_transposed_product_matches_float64_with_edges_and_stream_k(dtype_na
     b = w.T if layout == "w.T" else w.T.contiguous()
     ref = x.double() @ w.double().T
     cublas = _rel(torch.nn.functional.linear(x, w), ref)
-    build = swap_build(m, tile_m, cluster_m, *more)
+    _matches_with_and_without_stream_k(x, b, swap_build(m, tile_m, cluster_m, *more), ref, cublas, case)
+
+
+def _matches_with_and_without_stream_k(x, b, build, ref, cublas, what):
+    """``x @ b`` by ``build`` with the plan's stream-K, whole tiles, and every tile dealt out as K
+    runs (where each cluster gets a run), NaN-poisoned outputs, each against float64 (``ref``) and
+    cuBLAS's error; whole tiles again add the same products in the same order: the same bits."""
+    import torch
+
+    m, n = ref.shape
     tiles = hg.cluster_tiles(m, n, build)
-    results = []
+    whole = None
     for sk_tiles in (None, 0, tiles):
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
         try:
             got = gemm_hopper(x, b, out=out, _build=build, _sk_tiles=sk_tiles)
         except ValueError as exc:  # (too few K slices to give every cluster a run: refused, not wrong)
             assert sk_tiles == tiles and "without a run" in str(exc), exc
             continue
         torch.cuda.synchronize()
-        assert not torch.isnan(got).any(), f"{case} sk_tiles={sk_tiles}: outputs never written"
+        assert not torch.isnan(got).any(), f"{what} sk_tiles={sk_tiles}: outputs never written"
         err = _rel(got, ref)
-        assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{case} sk_tiles={sk_tiles}: {err:.2e} (cuBLAS {cublas:.2e})"
-        results.append(got.clone())
-    # whole tiles add the same products in the same order, whatever the launch
+        assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{what} sk_tiles={sk_tiles}: {err:.2e} (cuBLAS {cublas:.2e})"
+        if sk_tiles == 0:
+            whole = got.clone()
     again = gemm_hopper(x, b, _build=build, _sk_tiles=0)
     torch.cuda.synchronize()
-    assert torch.equal(again, results[1])
+    assert torch.equal(again, whole)
 
 
 # 128 x 192 tiles (session 59): (build, layout of b). W's slice in pairs arrives as two boxes of 96 of
@@ -172,24 +181,7 @@ def test_192_wide_tiles_match_float64_with_edges_and_stream_k(dtype_name, build,
     b = w.T if layout == "w.T" else w.T.contiguous()
     ref = x.double() @ w.double().T
     cublas = _rel(torch.nn.functional.linear(x, w), ref)
-    tiles = hg.cluster_tiles(m, n, build)
-    whole = None
-    for sk_tiles in (None, 0, tiles):
-        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        try:
-            got = gemm_hopper(x, b, out=out, _build=build, _sk_tiles=sk_tiles)
-        except ValueError as exc:  # (too few K slices to give every cluster a run: refused, not wrong)
-            assert sk_tiles == tiles and "without a run" in str(exc), exc
-            continue
-        torch.cuda.synchronize()
-        assert not torch.isnan(got).any(), f"{shape} sk_tiles={sk_tiles}: outputs never written"
-        err = _rel(got, ref)
-        assert err < 1e-2 and err < 4 * cublas + 1e-3, f"{shape} sk_tiles={sk_tiles}: {err:.2e} (cuBLAS {cublas:.2e})"
-        if sk_tiles == 0:
-            whole = got.clone()
-    again = gemm_hopper(x, b, _build=build, _sk_tiles=0)
-    torch.cuda.synchronize()
-    assert torch.equal(again, whole)
+    _matches_with_and_without_stream_k(x, b, build, ref, cublas, shape)
 
 
 def test_the_public_call_runs_192_wide_tiles_where_the_rule_takes_them():
