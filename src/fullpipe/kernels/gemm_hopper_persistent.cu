@@ -58,8 +58,9 @@
 // 128 x 256 tiles to fill the GPU; 64: 128 x 64 tiles, m64n64k16, for products that even
 // 128 x 128 tiles leave half the SMs without; 192: 128 x 192 tiles, m64n192k16, for products
 // whose waves 192-wide tiles fill where 256-wide ones leave a quarter or a third empty; in a
-// cluster of 2 along M only for B = W^T, each block loading 96 of W's rows), TILE_M (64: 64-row tiles, one consumer
-// warpgroup, 256 threads, one block a cluster, no register moves), STAGES (slices in the
+// cluster of 2 along M only for B = W^T, each block loading 96 of W's rows), TILE_M (64:
+// 64-row tiles, one consumer warpgroup, 256 threads, one block a cluster, no register
+// moves), STAGES (slices in the
 // ring) and B_K_MAJOR (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear
 // weight; the tile header).
 //

@@ -664,10 +664,10 @@ def _width_rate(build: PersistentBuild) -> float:
 def _fills_sooner(m: int, n: int, k: int, sms: int, chosen: PersistentBuild, b_transposed: bool
                   ) -> PersistentBuild | None:
     """The last step of default_build, from FILL_MIN_ROWS rows on: of 128 x 192 tiles (one block a
-    cluster) and the transposed product in 128-row blocks of W, one block a cluster, in t, t + 1 or t + 2 tiles of
-    the product's rows (t the fewest), those whose tiles run whole (stream_k deals none out),
-    the one that ends soonest by :func:`_wave_time` (the 192-wide tiles on a tie), in place of
-    ``chosen`` where it ends FILL_GAIN sooner; None where none does."""
+    cluster) and the transposed product in 128-row blocks of W, one block a cluster, in t, t + 1
+    or t + 2 tiles of the product's rows (t the fewest), those whose tiles run whole (stream_k
+    deals none out), the one that ends soonest by :func:`_wave_time` (the 192-wide tiles on a
+    tie), in place of ``chosen`` where it ends FILL_GAIN sooner; None where none does."""
     if m < FILL_MIN_ROWS:
         return None
     best, best_time = None, _wave_time(m, n, k, sms, chosen) / FILL_GAIN
