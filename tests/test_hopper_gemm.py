@@ -682,19 +682,17 @@ def test_192_wide_tiles_compile_to_m64n192_mmas_with_b_read_as_it_lies(build):
     (1024, 4096, 4096, None),        # 64 pairs of 128 x 256 fill a wave already
     (195, 11968, 10176, None),       # below 256 rows (p401: 0.90x)
     (4096, 4096, 4096, None),        # 256 pair tiles, 3.9 waves
-    (4096, 28672, 4096, None),       # 76 of 1792 pair tiles dealt out: 27 waves against 36.4 of 192-wide blocks
+    (4096, 28672, 4096, None),       # 76 of 1792 pair tiles dealt out: 27.4 waves of 128 x 256, 37 of 128 x 192
 ])
-def test_the_rule_takes_the_build_whose_whole_waves_end_sooner(m, n, k, expected):
+def test_the_rule_takes_the_build_whose_whole_waves_end_sooner(m, n, k, expected, monkeypatch):
     """The rule's last step (_fills_sooner): 128 x 192 tiles or the transposed product in more tiles
     of the product's rows (128-row blocks of W, one block a cluster), with whole tiles, where the
     wave model says they end 1.05x sooner than the rule's build; the same for a row-major b."""
     for b_transposed in (True, False):
         chosen = hg.default_build(m, n, k, 132, b_transposed)
-        hg_fills, hg._fills_sooner = hg._fills_sooner, lambda *a: None
-        try:
+        with monkeypatch.context() as patch:  # (the rule without its last step)
+            patch.setattr(hg, "_fills_sooner", lambda *a: None)
             before = hg.default_build(m, n, k, 132, b_transposed)
-        finally:
-            hg._fills_sooner = hg_fills
         if expected is None:
             assert chosen == before, (b_transposed, chosen.label)
             continue

@@ -146,7 +146,7 @@ def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
     (300, 28672, 4096, "pairs"),    # two tiles of 160: 320 rows, not 512 (p387: 0.59 -> 0.84x cuBLAS)
     (384, 6144, 4096, "pairs"),     # two of 192: 384, not 512 (p389: 1.26x)
     (777, 4096, 14336, "pairs"),    # four of 208: 832, not 1024
-    (500, 28672, 4096, "192"),      # two of 256: no padding saved; 128 x 192 tiles end 1.07x sooner (p400: 1.07x)
+    (500, 28672, 4096, "192"),      # two of 256: no padding saved; 128 x 192 tiles (p400 at 512 rows: 1.07x)
     (300, 4096, 14336, "one wave"),  # 2 x 64 tiles of 64 x 160 in place of 128 x 128 ones (p387: 1.17x)
     (384, 4096, 4096, "one wave"),  # ... 2 x 64 of 64 x 192 (p389: 1.23x)
     (300, 3072, 8192, None),        # the rule's own 64-row tiles compute as many rows (p387: 0.84x)
@@ -174,7 +174,8 @@ def test_the_rule_takes_the_transposed_product_where_it_was_measured_faster(m, n
     if chosen.swap_ab:
         assert row_major == _row_major(chosen), row_major.label
     else:
-        assert row_major == (hg.PERSISTENT_192 if swapped == "192" else hg.unswapped_build(m, n, k, 132)), row_major.label
+        wanted = hg.PERSISTENT_192 if swapped == "192" else hg.unswapped_build(m, n, k, 132)
+        assert row_major == wanted, row_major.label
     assert not hg.unswapped_build(m, n, k, 132, True).swap_ab
 
 
