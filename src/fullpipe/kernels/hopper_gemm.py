@@ -670,25 +670,15 @@ def _fills_sooner(m: int, n: int, k: int, sms: int, chosen: PersistentBuild, b_t
     tie), in place of ``chosen`` where it ends FILL_GAIN sooner; None where none does."""
     if m < FILL_MIN_ROWS:
         return None
-    best, best_time = None, _wave_time(m, n, k, sms, chosen) / FILL_GAIN
-    for build in _whole_wave_candidates(m, n, k, sms, b_transposed):
-        time = _wave_time(m, n, k, sms, build)
-        if time < best_time or (best is None and time == best_time):
-            best, best_time = build, time
-    return best
-
-
-def _whole_wave_candidates(m: int, n: int, k: int, sms: int, b_transposed: bool) -> list[PersistentBuild]:
-    """:func:`_fills_sooner`'s builds for the product, laid out for b, whose tiles run whole."""
-    def whole(build: PersistentBuild) -> bool:
-        tiles = cluster_tiles(m, n, build)
-        return not stream_k(tiles, sms // build.cluster, -(-k // BK), build.cluster)[0]
-
-    wide = as_laid_out(PERSISTENT_192, b_transposed)
     t = swap_row_tiles(m)
-    swapped = [as_laid_out(swap_build(m, BM, 1, rows), b_transposed)
-               for rows in (t, t + 1, t + 2) if 64 * rows < m <= SWAP_WIDTHS[-1] * rows]
-    return [b for b in (wide, *swapped) if whole(b)]
+    candidates = [as_laid_out(b, b_transposed) for b in (
+        PERSISTENT_192, *(swap_build(m, BM, 1, rows) for rows in (t, t + 1, t + 2)
+                          if 64 * rows < m <= SWAP_WIDTHS[-1] * rows))]
+    times = {b: _wave_time(m, n, k, sms, b) for b in candidates if not _filled_share(m, n, k, sms, b)[1]}
+    if not times:
+        return None
+    best = min(times, key=times.__getitem__)  # (the first of equals: the 192-wide tiles)
+    return best if times[best] <= _wave_time(m, n, k, sms, chosen) / FILL_GAIN else None
 
 
 def _w_t_rule(m: int, n: int, k: int, sms: int) -> PersistentBuild:
