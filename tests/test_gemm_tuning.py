@@ -51,11 +51,34 @@ def test_the_rule_comes_first_and_every_candidate_is_a_valid_launch(shape):
             assert launch.sk_tiles == 0 < rule.sk_tiles
 
 
+def test_every_build_the_rules_last_step_weighs_is_measured(monkeypatch):
+    """The rule's last step (hopper_gemm._fills_sooner) compares builds by a wave model; the
+    tuner measures each of them, so a shape where the model picked wrong has its better build
+    among the measured plans."""
+    import random
+    weighed = []
+    wave_time = hg._wave_time
+    monkeypatch.setattr(hg, "_wave_time", lambda m, n, k, sms, b: weighed.append(b) or wave_time(m, n, k, sms, b))
+    rng = random.Random(60)
+    for _ in range(300):
+        m, n, k = rng.randint(256, 4096), 64 * rng.randint(8, 256), 64 * rng.randint(8, 256)
+        for b_t in (False, True):
+            weighed.clear()
+            hg.default_build(m, n, k, SMS, b_transposed=b_t)
+            plans = gt.candidates(m, n, k, SMS, b_transposed=b_t)
+            measured = {p.build for p in plans if p.kernel == "persistent"}
+            weighed_as_run = {hg.as_laid_out(b, b_t) for b in weighed}
+            assert weighed_as_run <= measured, (m, n, k, b_t, {b.label for b in weighed_as_run - measured})
+            # (and no kernel measured twice: each build named as b's layout runs it)
+            ran = [(hg.as_laid_out(p.build, b_t), p.stream_k) for p in plans if p.kernel == "persistent"]
+            assert len(set(ran)) == len(ran)
+
+
 def test_the_rule_first_reads_bs_layout():
     """An odd N puts a row-major b's rows off the 32-byte sectors, not w.T's (rows of K): the
     rule's plan, first among the candidates, differs by layout (hopper_gemm.rows_on_sectors)."""
     row_major, w_t = gt.candidates(1024, 2040, 16384, SMS), gt.candidates(1024, 2040, 16384, SMS, b_transposed=True)
-    assert row_major[0].build == hg.PERSISTENT and w_t[0].build == hg.PERSISTENT_NARROW
+    assert row_major[0].build == hg.PERSISTENT and w_t[0].build == hg.as_laid_out(hg.PERSISTENT_NARROW, True)
 
 
 def test_stream_k_over_every_cluster_is_measured_only_where_the_rule_leaves_clusters_idle():

@@ -32,7 +32,9 @@ def _row_major(build):
                                    hg.swap_build(256), hg.swap_build(300, row_tiles=2),
                                    hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2),
                                    _row_major(hg.swap_build(200)), _row_major(hg.swap_build(100, 64, 1)),
-                                   _row_major(hg.swap_build(768, 128, 1, 4))], ids=lambda b: b.label)
+                                   _row_major(hg.swap_build(768, 128, 1, 4)),
+                                   hg.swap_build(300, 64, 2, 2), _row_major(hg.swap_build(300, 64, 2, 2))],
+                         ids=lambda b: b.label)
 def test_the_transposed_product_compiles_to_its_technique(build):
     mod = hg.module("persistent", ARCH, build=build)
     assert "C7508" not in mod.log and "C7515" not in mod.log, mod.log
@@ -86,6 +88,8 @@ def test_widths_follow_the_rows_and_clusters_avoid_what_ptxas_13_0_cannot_compil
     with pytest.raises(ValueError, match="a_mn_major"):
         _row_major(hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2))
     assert _row_major(hg.swap_build(200)).label == "2x1-g8-n208-bT-swap-bkn"
+    with pytest.raises(ValueError, match="64-row tiles"):  # (64-row blocks pair along W's rows only)
+        hg.swap_build(200, 64, 1, cluster_n=2)
 
 
 def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():
@@ -183,9 +187,11 @@ def test_the_tuner_measures_the_transposed_product_and_remembers_it():
     plans = gemm_tuning.candidates(200, 4096, 4096, 132, b_transposed=True)
     builds = {p.build for p in plans if p.build is not None}
     assert hg.swap_build(200) in builds and hg.swap_build(200, 64, 1) in builds
-    # a row-major b: the same builds, reading b MN-major
+    # a row-major b: the same builds, reading b MN-major, but for pairs sharing W's slice (w.T only)
     row_major = {p.build for p in gemm_tuning.candidates(200, 4096, 4096, 132) if p.build is not None}
-    assert {b for b in row_major if b.swap_ab} == {_row_major(b) for b in builds if b.swap_ab}
+    assert {b for b in row_major if b.swap_ab} == {_row_major(b) for b in builds if b.swap_ab and b.cluster_n == 1}
+    # 64-row blocks in pairs sharing x's slice, and 128-row blocks in pairs sharing W's (session 60)
+    assert {hg.swap_build(200, 64, 2), hg.swap_build(200, 128, 1, cluster_n=2)} <= builds
     more = {p.build for p in gemm_tuning.candidates(300, 4096, 4096, 132, True) if p.build is not None}
     assert {hg.swap_build(300, row_tiles=2), hg.swap_build(300, 64, 1, 2), hg.swap_build(300, 64, 1, 3),
             hg.swap_build(300, 128, 1, 3)} <= more

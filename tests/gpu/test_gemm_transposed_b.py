@@ -103,6 +103,11 @@ SWAP_CASES = [
     (300, 3000, 1032, 128, 1, 3, 1),   # three tiles of 112: the last holds 76 rows; W's edge
     (129, 4096, 4096, 64, 1, 2, 1),    # two tiles of 80 (80 and 49 rows), 64-row blocks of W
     (161, 2056, 3000, 128, 1, 2, 2),   # two tiles of 96, pairs sharing W: K and W's rows cut
+    # 64-row blocks of W in pairs along W's rows, sharing x's slice (session 60)
+    (300, 4096, 4096, 64, 2, 2, 1),    # two tiles of 160 (cuBLAS: 64 x 152 tiles in pairs at 300 tokens)
+    (129, 1000, 520, 64, 2),           # one tile of 160 (144 runs one block): 31 rows past M; W's and K's edges
+    (700, 2056, 3000, 64, 2, 3, 1),    # three tiles of 240, the last 220 rows; N's last pair 8 rows of W
+    (177, 512, 8192, 64, 2),           # 4 pairs cut into K runs (stream-K)
 ]
 
 

@@ -164,7 +164,7 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 168 * THR
 // One consumer warpgroup (TILE_M 64) holds 64 x BN accumulators, at most 128 a thread, and
 // 256 threads launch with registers to spare: nothing to move.
 constexpr bool MOVE_REGISTERS = CONSUMERS > 1;
-static_assert(CONSUMERS > 1 || (CLUSTER_M == 1 && CLUSTER_N == 1), "64-row tiles run one block a cluster");
+static_assert(CONSUMERS > 1 || (CLUSTER_M <= 2 && CLUSTER_N == 1), "64-row tiles: one block a cluster, or pairs along M");
 constexpr int OUT_N = 64;                             // columns per TMA store (128 bytes)
 constexpr int OUT_BYTES = WG_M * OUT_N * ELEM;        // 8 KiB
 // What one block loads per slice: its share of B (chunks) and of A (rows); the tensor

@@ -107,7 +107,7 @@ def rule_plan(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> G
     is w.T of a row-major (N, K) w)."""
     if skinny_gemm.preferred(m, n, k, sms):
         return GemmPlan("skinny")
-    return GemmPlan("persistent", hg.default_build(m, n, k, sms, b_transposed))
+    return GemmPlan("persistent", hg.as_laid_out(hg.default_build(m, n, k, sms, b_transposed), b_transposed))
 
 
 class _RuleSplit(NamedTuple):
@@ -143,8 +143,9 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
     one block a cluster and, for b = w.T, in pairs; 128 x 128, also in
     clusters of 2 at 129-256 rows; 128 x 64; 64 x 128; 64 x 64), above 128 rows and for
     N over 256, 128 x 256 tiles in clusters of 2 along N, and above 64 rows the transposed
-    product (in clusters of 2, and in 64-row blocks; of a row-major b read MN-major), with the
-    rule's stream-K; where
+    product (128-row and 64-row blocks of W, one a cluster and in pairs, in as many tiles of
+    the product's rows as the rule weighs; of a row-major b read MN-major), each build as b's
+    layout runs it, with the rule's stream-K; where
     the whole tiles leave clusters idle, with every tile dealt out as K runs; where the
     rule deals tiles out, with whole tiles only (the rule's stream-K regimes were each
     fitted on a few dozen products)."""
@@ -160,17 +161,24 @@ def candidates(m: int, n: int, k: int, sms: int, b_transposed: bool = False) -> 
             wide.append(hg.PERSISTENT_NARROW_PAIR)
         # (128 x 192 tiles, one block a cluster, and for b = w.T in pairs sharing W's slice)
         wide += [hg.PERSISTENT_192, hg.PERSISTENT_192_PAIR] if b_transposed else [hg.PERSISTENT_192]
-    swapped = []  # (the transposed product above 64 rows: in clusters of 2, and 64-row blocks, in the fewest
-    # tiles of the product's rows and, for the 64-row and 128-row blocks one a cluster, in one more where each
-    # holds over 64 rows)
+    swapped = []  # (the transposed product above 64 rows: in 128-row and 64-row blocks of W, one a cluster
+    # and in pairs along W's rows sharing x's slice, and for b = w.T in 128-row blocks in pairs along the
+    # product's rows sharing W's, in the fewest tiles of the product's rows; the 64-row blocks one a cluster
+    # in one more, and the 128-row blocks one a cluster in one and two more (the rule's last step weighs
+    # those), where each holds over 64 rows)
     if m > 64:
         t = hg.swap_row_tiles(m)
-        swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t)]
+        swapped = [hg.swap_build(m, row_tiles=t), hg.swap_build(m, 64, 1, t), hg.swap_build(m, hg.BM, 1, t),
+                   hg.swap_build(m, 64, 2, t)]
+        if b_transposed:
+            swapped.append(hg.swap_build(m, hg.BM, 1, t, cluster_n=2))
         if m > 64 * (t + 1):
             swapped += [hg.swap_build(m, 64, 1, t + 1), hg.swap_build(m, hg.BM, 1, t + 1)]
-        swapped = [hg.as_laid_out(b, b_transposed) for b in swapped]
+        if m > 64 * (t + 2):
+            swapped.append(hg.swap_build(m, hg.BM, 1, t + 2))
     for build in (*wide, hg.PERSISTENT_NARROW, hg.PERSISTENT_SMALL, hg.PERSISTENT_M64_N128, hg.PERSISTENT_M64_N64,
                   *swapped):
+        build = hg.as_laid_out(build, b_transposed)  # (as the launch runs it, and the rule's plan: one plan a kernel)
         plans.append(GemmPlan("persistent", build))
         split = _rule_split(m, n, k, build, sms)
         if _all_stream_k_pays(split):

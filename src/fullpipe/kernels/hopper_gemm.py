@@ -195,8 +195,9 @@ class PersistentBuild:
                              f"got {self.tile_n}")
         if self.tile_m not in (128, 64):
             raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
-        if self.tile_m == 64 and self.cluster_m * self.cluster_n != 1:
-            raise ValueError(f"64-row tiles run one block a cluster, got {self.cluster_m} x {self.cluster_n}")
+        if self.tile_m == 64 and (self.cluster_m > 2 or self.cluster_n != 1):
+            raise ValueError(f"64-row tiles run one block a cluster or in pairs along M, got {self.cluster_m} x "
+                             f"{self.cluster_n}")
         # (boxes of W's rows other than 64: the transposed product's, and the 96 of a 192-wide pair's)
         w_boxes = self.b_k_major and self.b_box_rows % 8 == 0 and (self.swap_ab or self.tile_n == 192)
         if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and not w_boxes):
