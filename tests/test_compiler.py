@@ -191,6 +191,7 @@ def test_an_empty_nvrtc_log_leaves_the_process_bytes_alone(monkeypatch):
     here is a real NVRTC program's empty log, written by NVRTC into fullpipe's buffer."""
     from cuda.bindings import nvrtc
 
+    monkeypatch.setenv("FULLPIPE_NVRTC_IN_PROCESS", "1")  # (NVRTC's buffers in this process, patched below)
     err, quiet = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(int* p) { *p = 1; }', b"quiet.cu", 0, [], [])
     assert int(err) == 0
     try:

@@ -10,6 +10,7 @@
 - pool.py      fullpipe's own stream-ordered memory pool (never the default pool)
 - interop.py   PyTorch/CuPy at the edges: host views, streams, device-array views
 - compiler.py  NVRTC -> cubin, cached on disk
+- nvrtc_worker.py  NVRTC in worker processes: a crash inside it is a retry, not the caller's end
 - launch.py    launches with clusters, cooperative groups, >48 KiB shared memory
 - sass.py      disassembly, to check the instructions a technique is about
 - driver.py    checked driver calls raising fullpipe.CudaError

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import CompileError
 from . import driver as drv
+from . import nvrtc_worker
 from .resources import KernelResources, parse_ptxas_log, resource_usage
 
 CACHE_FORMAT = 1
@@ -309,44 +310,15 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _nvrtc_compile(text: str, name: str, arch: str, flags: list[str]) -> tuple[bytes, str]:
-    """Compile with the NVRTC C API directly: it gives the log on success too."""
-    from cuda.bindings import nvrtc
-
+    """Compile with the NVRTC C API (it gives the log on success too), in a worker process:
+    NVRTC 13.0 has segfaulted now and then on kernels that compile in every other run, which
+    there costs a retry, not the caller's process (:mod:`.nvrtc_worker`)."""
     drv._forbid_inside_host_function("nvrtcCompileProgram")
-    # The source and name are held until the program is destroyed: cudarc's binding of this
-    # C API says the program may keep pointers to them (cuda-python's own use, temporary
-    # header arrays, suggests NVRTC copies). nvrtcCompileProgram segfaulted twice in GPU
-    # test runs (sessions 51 and 52) on kernels that compiled in every other run; this is
-    # a guess at that, not an explanation.
-    src, prog_name = text.encode(), name.encode()
-    err, prog = nvrtc.nvrtcCreateProgram(src, prog_name, 0, [], [])
-    if int(err) != 0:
-        raise CompileError(name, f"nvrtcCreateProgram: {err}")
-    try:
-        opts = [*flags, f"-arch={arch}", "-Xptxas=-v"]
-        opts += [f"-I{d}" for d in include_dirs()]
-        encoded_opts = [o.encode() for o in opts]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded_opts), encoded_opts)
-        # NVRTC writes into the buffers given: mutable ones. (``b" " * n`` is the interned b" "
-        # itself for n == 1, an empty log: NVRTC's NUL then made every b" " in the process
-        # b"\x00", and PyTorch's import failed on a schema that had lost its spaces.)
-        _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log_buf = bytearray(log_size)
-        nvrtc.nvrtcGetProgramLog(prog, log_buf)
-        log = log_buf.decode(errors="replace").rstrip("\x00 \n")
-        if int(err) != 0:
-            raise CompileError(name, log or str(err))
-        _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        if size == 0:
-            raise CompileError(name, f"NVRTC produced no cubin for {arch} (is the arch real?)\n{log}")
-        cubin = bytearray(size)
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
-        if int(err) != 0:
-            raise CompileError(name, f"nvrtcGetCUBIN: {err}")
-        return bytes(cubin), log
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-        del src, prog_name  # (only now)
+    opts = [*flags, f"-arch={arch}", "-Xptxas=-v", *(f"-I{d}" for d in include_dirs())]
+    cubin, log, error = nvrtc_worker.compile_isolated(text, name, opts)
+    if error is not None:
+        raise CompileError(name, error)
+    return cubin, log
 
 
 def compile_file(path: str | os.PathLike, **kwargs: Any) -> CompiledModule:

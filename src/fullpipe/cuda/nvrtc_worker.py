@@ -1,0 +1,227 @@
+"""NVRTC in a child process, so that a crash inside it is a retry, not the end of the caller's process.
+
+NVRTC 13.0's ``nvrtcCompileProgram`` has segfaulted now and then on kernels that compiled in
+every other run: in GPU test runs of sessions 51 and 52, and twice in session 60 on H200 hosts
+(a pytest process compiling the 1 x 2 persistent GEMM build for ``w.T``, which had compiled in
+an earlier process on another machine of the same kind; and a probe compiling 80 builds on 16
+threads, all of which then compiled one process each). In-process, that kills the user's
+program at its first call of a kernel. Here a worker process compiles: where it dies, a new one
+compiles the same program again (up to ``ATTEMPTS`` times), and the caller gets a
+:class:`~fullpipe.errors.CompileError` if every one died. Workers are started on demand (one per
+compile running at once, so compiles on several threads still run side by side), kept for the
+next compile, and end with the parent (their stdin closes). ``FULLPIPE_NVRTC_IN_PROCESS=1``
+compiles in the calling process instead (as does any host where a worker cannot start).
+
+This file imports nothing of fullpipe: a worker loads it by its path (:data:`BOOT`), paying
+for ``cuda.bindings.nvrtc`` (~0.2 s) and not for the package.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, BinaryIO
+
+ENV_IN_PROCESS = "FULLPIPE_NVRTC_IN_PROCESS"
+ATTEMPTS = 3          # workers that may die on one program before it is reported as failed
+KEEP_IDLE = 4         # idle workers kept for later compiles; more are closed
+
+# How a worker starts: this file, loaded by its path, serving requests on stdin/stdout.
+BOOT = ("import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('fullpipe_nvrtc_worker', sys.argv[1])\n"
+        "mod = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(mod)\n"
+        "mod.serve(sys.stdin.buffer, sys.stdout.buffer)\n")
+
+
+def compile_in_process(text: str, name: str, options: list[str]) -> tuple[bytes | None, str, str | None]:
+    """Compile ``text`` with the NVRTC C API in this process: (cubin, log, None), or (None,
+    log, what failed). The log comes on success too (ptxas's report, with ``-Xptxas=-v``)."""
+    from cuda.bindings import nvrtc
+
+    # The source and name are held until the program is destroyed: cudarc's binding of this
+    # C API says the program may keep pointers to them (cuda-python's own use, temporary
+    # header arrays, suggests NVRTC copies).
+    src, prog_name = text.encode(), name.encode()
+    err, prog = nvrtc.nvrtcCreateProgram(src, prog_name, 0, [], [])
+    if int(err) != 0:
+        return None, "", f"nvrtcCreateProgram: {err}"
+    try:
+        encoded = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        # NVRTC writes into the buffers given: mutable ones. (``b" " * n`` is the interned b" "
+        # itself for n == 1, an empty log: NVRTC's NUL then made every b" " in the process
+        # b"\x00", and PyTorch's import failed on a schema that had lost its spaces.)
+        _, log_size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log_buf = bytearray(log_size)
+        nvrtc.nvrtcGetProgramLog(prog, log_buf)
+        log = log_buf.decode(errors="replace").rstrip("\x00 \n")
+        if int(err) != 0:
+            return None, log, log or str(err)
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        if size == 0:
+            arch = next((o for o in options if o.startswith("-arch=")), "the arch")
+            return None, log, f"NVRTC produced no cubin for {arch[6:]} (is the arch real?)\n{log}"
+        cubin = bytearray(size)
+        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
+        if int(err) != 0:
+            return None, log, f"nvrtcGetCUBIN: {err}"
+        return bytes(cubin), log, None
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+        del src, prog_name  # (only now)
+
+
+# --------------------------------------------------------------------------- the worker's side
+def _send(stream: BinaryIO, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> Any:
+    """The next message, or None where the other side has closed the pipe (or died)."""
+    header = stream.read(8)
+    if len(header) < 8:
+        return None
+    (size,) = struct.unpack("<Q", header)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """A worker's loop: (text, name, options) in, :func:`compile_in_process`'s answer out,
+    until the parent closes the pipe."""
+    while True:
+        request = _receive(requests)
+        if request is None:
+            return
+        try:
+            answer = compile_in_process(*request)
+        except Exception as exc:  # (a broken binding or library: said to the parent, not a dead worker)
+            answer = (None, "", f"{type(exc).__name__}: {exc}")
+        _send(replies, answer)
+
+
+# --------------------------------------------------------------------------- the parent's side
+class WorkerDied(Exception):
+    """The worker ended before it answered (``returncode``: its exit status, -N for signal N)."""
+
+    def __init__(self, returncode: int | None):
+        super().__init__(f"the NVRTC worker ended (status {returncode})")
+        self.returncode = returncode
+
+
+class _Worker:
+    def __init__(self, boot: str):
+        env = dict(os.environ)
+        # (the parent's module path, so that the worker finds the same cuda.bindings and NVRTC)
+        path = [p or os.getcwd() for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join([*path, *filter(None, [env.get("PYTHONPATH")])])
+        self.proc = subprocess.Popen([sys.executable, "-c", boot, os.path.abspath(__file__)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def compile(self, text: str, name: str, options: list[str]) -> tuple[bytes | None, str, str | None]:
+        try:
+            _send(self.proc.stdin, (text, name, options))
+            answer = _receive(self.proc.stdout)
+        except (BrokenPipeError, OSError):
+            answer = None
+        if answer is None:
+            raise WorkerDied(self.proc.wait())
+        return answer
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # (the worker's loop ends)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class WorkerPool:
+    """Worker processes for :func:`compile_isolated`: one taken for each compile, a new one
+    where none is idle, given back after (at most ``keep_idle`` kept), replaced where it died.
+    ``boot``: the Python code a worker runs (given this file's path as ``sys.argv[1]``)."""
+
+    def __init__(self, boot: str = BOOT, keep_idle: int = KEEP_IDLE, attempts: int = ATTEMPTS):
+        self.boot, self.keep_idle, self.attempts = boot, keep_idle, attempts
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.started = 0   # workers started
+        self.died = 0      # workers that ended before answering
+
+    def compile(self, text: str, name: str, options: list[str]) -> tuple[bytes | None, str, str | None]:
+        """:func:`compile_in_process`'s answer, from a worker; where ``attempts`` workers in a
+        row were killed by a signal on this program: (None, "", what happened). OSError where a
+        worker cannot start or exits before it answers (it cannot serve on this host)."""
+        statuses = []
+        for _ in range(self.attempts):
+            worker = self._take()
+            try:
+                answer = worker.compile(text, name, options)
+            except WorkerDied as died:
+                with self._lock:
+                    self.died += 1
+                if died.returncode is not None and died.returncode >= 0:  # (it exited: it could not serve,
+                    raise OSError(f"the NVRTC worker exited with status {died.returncode} before it answered")
+                statuses.append(died.returncode)  # (a signal: NVRTC crashed on this program; again)
+                continue
+            self._give_back(worker)
+            return answer
+        return None, "", (f"NVRTC's worker process died compiling {name}, {self.attempts} times "
+                          f"(exit statuses {statuses}; -11 is a segmentation fault); "
+                          f"{ENV_IN_PROCESS}=1 compiles in this process instead")
+
+    def _take(self) -> _Worker:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            self.started += 1
+        return _Worker(self.boot)
+
+    def _give_back(self, worker: _Worker) -> None:
+        with self._lock:
+            if len(self._idle) < self.keep_idle:
+                self._idle.append(worker)
+                return
+        worker.close()
+
+    def close(self) -> None:
+        """End the idle workers (a compile running now keeps its own)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+
+_pool: WorkerPool | None = None
+_pool_lock = threading.Lock()
+_unavailable: str | None = None  # why a worker could not start here (then compiles run in-process)
+
+
+def compile_isolated(text: str, name: str, options: list[str]) -> tuple[bytes | None, str, str | None]:
+    """:func:`compile_in_process`'s answer, computed in a worker process (in this process
+    under ``FULLPIPE_NVRTC_IN_PROCESS=1``, or where a worker cannot be started)."""
+    global _pool, _unavailable
+    if os.environ.get(ENV_IN_PROCESS, "").strip().lower() not in ("", "0", "false", "no", "off") or _unavailable:
+        return compile_in_process(text, name, options)
+    with _pool_lock:
+        if _pool is None:
+            _pool = WorkerPool()
+            atexit.register(_pool.close)
+        pool = _pool
+    try:
+        return pool.compile(text, name, options)
+    except OSError as exc:  # (no interpreter to start, none allowed, or one that cannot serve: compile here)
+        _unavailable = f"{type(exc).__name__}: {exc}"
+        return compile_in_process(text, name, options)
