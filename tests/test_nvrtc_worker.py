@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from fullpipe.cuda import compiler, nvrtc_worker
-from fullpipe.cuda.resources import parse_ptxas_log
+from fullpipe.cuda.resources import parse_ptxas_log, resource_usage
 from fullpipe.errors import CompileError
 
 OPTIONS = ["-arch=sm_90a", "-Xptxas=-v"]
@@ -38,7 +38,9 @@ def test_a_worker_compiles_what_this_process_compiles():
         cubin, log, error = pool.compile(_kernel("k_worker"), "k_worker.cu", OPTIONS)
         here, here_log, _ = nvrtc_worker.compile_in_process(_kernel("k_worker"), "k_worker.cu", OPTIONS)
         assert error is None and cubin[:4] == b"\x7fELF" and b"k_worker" in cubin
-        assert parse_ptxas_log(log).keys() == parse_ptxas_log(here_log).keys() == {"k_worker"}
+        # (the same kernel and resources; NVRTC 13.0 leaves ptxas's report out of some logs, either way)
+        assert resource_usage(cubin) == resource_usage(here) and set(resource_usage(cubin)) == {"k_worker"}
+        assert set(parse_ptxas_log(log)) <= {"k_worker"} and set(parse_ptxas_log(here_log)) <= {"k_worker"}
         # the worker is kept and serves the next program; a broken one comes back as NVRTC's log
         _, bad_log, bad = pool.compile("__global__ void k( {", "bad.cu", OPTIONS)
         assert bad is not None and "bad.cu" in bad and bad == bad_log
