@@ -107,3 +107,28 @@ def test_where_no_worker_can_serve_the_caller_compiles_itself(monkeypatch):
     assert "status 3" in nvrtc_worker._unavailable and pool.started == 1
     nvrtc_worker.compile_isolated(_kernel("k_here2"), "k_here2.cu", OPTIONS)
     assert pool.started == 1  # (no second try)
+
+
+def test_what_a_library_prints_in_the_worker_does_not_garble_its_replies():
+    chatty = nvrtc_worker.BOOT.replace("mod.serve(", (
+        "real = mod.compile_in_process\n"
+        "mod.compile_in_process = lambda *a: (print('chatter from a library' * 100), sys.stdout.flush(), real(*a))[2]\n"
+        "mod.serve("))
+    pool = nvrtc_worker.WorkerPool(boot=chatty)
+    try:
+        for name in ("k_chat1", "k_chat2"):
+            cubin, _, error = pool.compile(_kernel(name), f"{name}.cu", OPTIONS)
+            assert error is None and name.encode() in cubin
+        assert pool.started == 1 and pool.died == 0
+    finally:
+        pool.close()
+
+
+def test_a_worker_whose_replies_are_garbled_is_not_trusted(monkeypatch):
+    garbling = nvrtc_worker.BOOT.replace("mod.serve(", "replies.write(b'not a reply' * 10)\nmod.serve(")
+    pool = nvrtc_worker.WorkerPool(boot=garbling)
+    monkeypatch.setattr(nvrtc_worker, "_pool", pool)
+    monkeypatch.setattr(nvrtc_worker, "_unavailable", None)
+    cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_garbled"), "k_garbled.cu", OPTIONS)
+    assert error is None and b"k_garbled" in cubin  # (compiled in this process instead)
+    assert "garbled" in nvrtc_worker._unavailable

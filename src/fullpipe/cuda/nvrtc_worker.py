@@ -30,13 +30,17 @@ from typing import Any, BinaryIO
 ENV_IN_PROCESS = "FULLPIPE_NVRTC_IN_PROCESS"
 ATTEMPTS = 3          # workers that may die on one program before it is reported as failed
 KEEP_IDLE = 4         # idle workers kept for later compiles; more are closed
+MAX_MESSAGE = 1 << 30  # bytes: a source or a cubin is far smaller
 
-# How a worker starts: this file, loaded by its path, serving requests on stdin/stdout.
-BOOT = ("import importlib.util, sys\n"
+# How a worker starts: this file, loaded by its path, serving requests on stdin and replying on
+# what was stdout (fd 1 then points at stderr: a library's print cannot garble a reply).
+BOOT = ("import importlib.util, os, sys\n"
+        "replies = os.fdopen(os.dup(1), 'wb')\n"
+        "os.dup2(2, 1)\n"
         "spec = importlib.util.spec_from_file_location('fullpipe_nvrtc_worker', sys.argv[1])\n"
         "mod = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(mod)\n"
-        "mod.serve(sys.stdin.buffer, sys.stdout.buffer)\n")
+        "mod.serve(sys.stdin.buffer, replies)\n")
 
 
 def compile_in_process(text: str, name: str, options: list[str]) -> tuple[bytes | None, str, str | None]:
@@ -90,6 +94,8 @@ def _receive(stream: BinaryIO) -> Any:
     if len(header) < 8:
         return None
     (size,) = struct.unpack("<Q", header)
+    if size > MAX_MESSAGE:
+        raise ValueError(f"a message of {size} bytes: not one of ours")
     data = stream.read(size)
     return pickle.loads(data) if len(data) == size else None
 
@@ -132,15 +138,22 @@ class _Worker:
             answer = _receive(self.proc.stdout)
         except (BrokenPipeError, OSError):
             answer = None
+        except Exception as exc:  # (a reply that is not one: this worker cannot serve)
+            self.proc.kill()
+            self.close()
+            raise OSError(f"the NVRTC worker's reply was garbled ({type(exc).__name__})") from exc
         if answer is None:
-            raise WorkerDied(self.proc.wait())
+            self.close()
+            raise WorkerDied(self.proc.returncode)
         return answer
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.close()  # (the worker's loop ends)
-        except OSError:
-            pass
+        """Close its pipes (a live worker's loop then ends) and reap it."""
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
