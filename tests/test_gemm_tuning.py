@@ -123,6 +123,13 @@ def test_plans_round_trip_through_json_without_the_layout():
             d = json.loads(json.dumps(p.to_json()))
             assert gt.GemmPlan.from_json(d) == p
             assert d["build"] is None or "b_k_major" not in d["build"]  # (b's layout decides at run time)
+    # b = w.T: each plan comes back as the same kernel (the launch lays a build out for b's layout),
+    # the 192-wide pairs among them (they exist for w.T only)
+    for shape in [*SHAPES, (512, 6144, 4096), (1516, 5120, 9920)]:
+        for p in gt.candidates(*shape, SMS, b_transposed=True):
+            back = gt.GemmPlan.from_json(json.loads(json.dumps(p.to_json())))
+            assert back.kernel == p.kernel and back.stream_k == p.stream_k
+            assert p.build is None or hg.as_laid_out(back.build, True) == p.build, p.label
     with pytest.raises(ValueError, match="needs its build"):
         gt.GemmPlan("persistent")
     with pytest.raises(ValueError, match="stream_k"):

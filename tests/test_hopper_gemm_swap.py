@@ -88,8 +88,10 @@ def test_widths_follow_the_rows_and_clusters_avoid_what_ptxas_13_0_cannot_compil
     with pytest.raises(ValueError, match="a_mn_major"):
         _row_major(hg.swap_build(200, 128, 1, row_tiles=2, cluster_n=2))
     assert _row_major(hg.swap_build(200)).label == "2x1-g8-n208-bT-swap-bkn"
-    with pytest.raises(ValueError, match="64-row tiles"):  # (64-row blocks pair along W's rows only)
-        hg.swap_build(200, 64, 1, cluster_n=2)
+    with pytest.raises(ValueError, match="64-row tiles"):  # (64-row blocks pair along W's rows only,
+        hg.swap_build(200, 64, 1, cluster_n=2)                # and only in the transposed product: measured there)
+    with pytest.raises(ValueError, match="64-row tiles"):
+        hg.PersistentBuild(tile_m=64, tile_n=128, stages=6)
 
 
 def test_the_plan_hands_the_kernel_w_as_a_and_the_activations_as_b():

@@ -1,10 +1,17 @@
 """NVRTC in worker processes (fullpipe.cuda.nvrtc_worker): real NVRTC compiles in real child
-processes, a worker that segfaults is replaced and the program compiled again, a program on
-which every worker dies is a CompileError (not a dead caller), compiles on several threads
-run side by side, and FULLPIPE_NVRTC_IN_PROCESS=1 compiles in the caller."""
+processes; a worker that segfaults is replaced and the program compiled again; a program on
+which every worker dies is a CompileError (not a dead caller); compiles on several threads run
+side by side; a worker that ended while idle is not counted as a crash; a forked child uses
+workers of its own; and where no worker can serve (it cannot start, loaded another NVRTC, or
+garbles its replies) the caller compiles itself, with a warning. FULLPIPE_NVRTC_IN_PROCESS=1
+compiles in the caller."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import signal
+import sys
 import threading
 
 import pytest
@@ -20,20 +27,39 @@ def _kernel(name: str) -> str:
     return f'extern "C" __global__ void {name}(float* p) {{ p[threadIdx.x] = threadIdx.x * 2.0f; }}\n'
 
 
-# A worker that segfaults (a real SIGSEGV: reading address 0) the first time a pool starts one,
-# then works: the marker file counts the starts.
-CRASH_FIRST = ("import ctypes, os, sys\n"
-               "marker = os.environ['FP_TEST_MARKER']\n"
-               "if not os.path.exists(marker):\n"
-               "    open(marker, 'w').close()\n"
-               "    sys.stdin.buffer.read(8)\n"
-               "    ctypes.string_at(0)\n"
-               + nvrtc_worker.BOOT)
-CRASH_ALWAYS = "import ctypes, sys\nsys.stdin.buffer.read(8)\nctypes.string_at(0)\n"
+def _boot_with(compile_in_process: str) -> str:
+    """A worker's boot whose compile_in_process is replaced by the expression given (``real``:
+    the module's own; ``replies``: the reply pipe; ``ctypes``, ``os``, ``sys`` imported)."""
+    return nvrtc_worker.BOOT.replace("mod.serve(", (
+        "import ctypes\n"
+        "real = mod.compile_in_process\n"
+        f"mod.compile_in_process = {compile_in_process}\n"
+        "mod.serve("))
+
+
+# A real SIGSEGV (reading address 0) on the first program a pool's workers get, counted by a
+# marker file: the first worker dies compiling, the next one compiles.
+CRASH_FIRST = _boot_with("lambda *a: ctypes.string_at(0) if not os.path.exists(os.environ['FP_TEST_MARKER']) "
+                         "and not open(os.environ['FP_TEST_MARKER'], 'w').close() else real(*a)")
+CRASH_ALWAYS = _boot_with("lambda *a: ctypes.string_at(0)")
+
+
+@pytest.fixture
+def own_pool(monkeypatch):
+    """compile_isolated's pool and fallback state, the test's own."""
+    monkeypatch.setattr(nvrtc_worker, "_unavailable", None)
+
+    def use(pool):
+        monkeypatch.setattr(nvrtc_worker, "_pool", pool)
+        return pool
+
+    yield use
+    if nvrtc_worker._pool is not None:
+        nvrtc_worker._pool.close()
 
 
 def test_a_worker_compiles_what_this_process_compiles():
-    pool = nvrtc_worker.WorkerPool()
+    pool = nvrtc_worker.WorkerPool(version=nvrtc_worker.nvrtc_version())
     try:
         cubin, log, error = pool.compile(_kernel("k_worker"), "k_worker.cu", OPTIONS)
         here, here_log, _ = nvrtc_worker.compile_in_process(_kernel("k_worker"), "k_worker.cu", OPTIONS)
@@ -50,7 +76,7 @@ def test_a_worker_compiles_what_this_process_compiles():
 
 
 def test_a_worker_that_segfaults_is_replaced_and_the_program_compiled_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("FP_TEST_MARKER", str(tmp_path / "started"))
+    monkeypatch.setenv("FP_TEST_MARKER", str(tmp_path / "crashed"))
     pool = nvrtc_worker.WorkerPool(boot=CRASH_FIRST)
     try:
         cubin, _, error = pool.compile(_kernel("k_again"), "k_again.cu", OPTIONS)
@@ -60,9 +86,8 @@ def test_a_worker_that_segfaults_is_replaced_and_the_program_compiled_again(tmp_
         pool.close()
 
 
-def test_a_program_every_worker_dies_on_is_a_compile_error_not_a_dead_caller(monkeypatch, fresh_cubin_cache):
-    pool = nvrtc_worker.WorkerPool(boot=CRASH_ALWAYS, attempts=2)
-    monkeypatch.setattr(nvrtc_worker, "_pool", pool)
+def test_a_program_every_worker_dies_on_is_a_compile_error_not_a_dead_caller(own_pool, monkeypatch, fresh_cubin_cache):
+    pool = own_pool(nvrtc_worker.WorkerPool(boot=CRASH_ALWAYS, attempts=2))
     with pytest.raises(CompileError, match=r"died compiling k_dead\.cu, 2 times \(exit statuses \[-11, -11\]"):
         compiler.compile_source(_kernel("k_dead"), name="k_dead.cu", arch="sm_90a")
     assert pool.died == 2
@@ -96,24 +121,70 @@ def test_compiles_on_several_threads_run_in_workers_of_their_own():
         pool.close()
 
 
-def test_where_no_worker_can_serve_the_caller_compiles_itself(monkeypatch):
-    """A worker that exits before it answers (no cuda.bindings in its interpreter, say) is not
-    NVRTC crashing: the process compiles in-process from then on."""
-    pool = nvrtc_worker.WorkerPool(boot="import sys\nsys.exit(3)\n")
-    monkeypatch.setattr(nvrtc_worker, "_pool", pool)
-    monkeypatch.setattr(nvrtc_worker, "_unavailable", None)
-    cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_here"), "k_here.cu", OPTIONS)
+def test_a_worker_that_ended_while_idle_is_not_counted_as_a_crash():
+    """A Ctrl-C to the caller's process group, or the OOM killer, may end idle workers: the
+    next compile starts a new one instead of spending its attempts on the dead."""
+    pool = nvrtc_worker.WorkerPool()
+    try:
+        pool.compile(_kernel("k_idle1"), "k_idle1.cu", OPTIONS)
+        (idle,) = pool._idle
+        assert os.getpgid(idle.proc.pid) != os.getpgid(0)  # (its own session: the terminal's Ctrl-C misses it)
+        idle.proc.send_signal(signal.SIGKILL)
+        idle.proc.wait()
+        cubin, _, error = pool.compile(_kernel("k_idle2"), "k_idle2.cu", OPTIONS)
+        assert error is None and b"k_idle2" in cubin and pool.died == 0 and pool.started == 2
+    finally:
+        pool.close()
+
+
+def test_a_forked_child_compiles_in_workers_of_its_own(own_pool):
+    """After fork the parent's idle workers' pipes are in both processes: the child must not
+    read the parent's replies (the cubin cache would keep a kernel under another's key)."""
+    own_pool(None)
+    nvrtc_worker.compile_isolated(_kernel("k_before_fork"), "k_before_fork.cu", OPTIONS)
+    parent_pool = nvrtc_worker._pool
+    assert parent_pool._idle
+    pid = os.fork()
+    if pid == 0:  # (the child: report through the exit status only)
+        try:
+            cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_child"), "k_child.cu", OPTIONS)
+            ok = error is None and b"k_child" in cubin and nvrtc_worker._pool is not parent_pool
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_parent"), "k_parent.cu", OPTIONS)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert error is None and b"k_parent" in cubin and nvrtc_worker._pool is parent_pool
+
+
+def test_a_path_entry_that_is_not_a_string_is_left_out(monkeypatch):
+    monkeypatch.setattr(sys, "path", [*sys.path, pathlib.Path("/nonexistent")])
+    pool = nvrtc_worker.WorkerPool()
+    try:
+        cubin, _, error = pool.compile(_kernel("k_path"), "k_path.cu", OPTIONS)
+        assert error is None and b"k_path" in cubin
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("pool_args, why", [
+    ({"boot": "import sys\nsys.exit(3)\n"}, "did not start (status 3)"),                      # cannot import, say
+    ({"version": (0, 1)}, "loaded NVRTC"),                                                     # another NVRTC
+    ({"boot": _boot_with("lambda *a: (replies.write(b'not a reply' * 10), replies.flush())")}, "garbled"),
+], ids=["exits-before-hello", "another-nvrtc", "garbled-reply"])
+def test_where_no_worker_can_serve_the_caller_compiles_itself_and_says_so(own_pool, pool_args, why):
+    pool = own_pool(nvrtc_worker.WorkerPool(**pool_args))
+    with pytest.warns(RuntimeWarning, match="compiles kernels in this process"):
+        cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_here"), "k_here.cu", OPTIONS)
     assert error is None and b"k_here" in cubin
-    assert "status 3" in nvrtc_worker._unavailable and pool.started == 1
+    assert why in nvrtc_worker._unavailable and pool.started == 1
     nvrtc_worker.compile_isolated(_kernel("k_here2"), "k_here2.cu", OPTIONS)
     assert pool.started == 1  # (no second try)
 
 
 def test_what_a_library_prints_in_the_worker_does_not_garble_its_replies():
-    chatty = nvrtc_worker.BOOT.replace("mod.serve(", (
-        "real = mod.compile_in_process\n"
-        "mod.compile_in_process = lambda *a: (print('chatter from a library' * 100), sys.stdout.flush(), real(*a))[2]\n"
-        "mod.serve("))
+    chatty = _boot_with("lambda *a: (print('chatter from a library' * 100), sys.stdout.flush(), real(*a))[2]")
     pool = nvrtc_worker.WorkerPool(boot=chatty)
     try:
         for name in ("k_chat1", "k_chat2"):
@@ -122,13 +193,3 @@ def test_what_a_library_prints_in_the_worker_does_not_garble_its_replies():
         assert pool.started == 1 and pool.died == 0
     finally:
         pool.close()
-
-
-def test_a_worker_whose_replies_are_garbled_is_not_trusted(monkeypatch):
-    garbling = nvrtc_worker.BOOT.replace("mod.serve(", "replies.write(b'not a reply' * 10)\nmod.serve(")
-    pool = nvrtc_worker.WorkerPool(boot=garbling)
-    monkeypatch.setattr(nvrtc_worker, "_pool", pool)
-    monkeypatch.setattr(nvrtc_worker, "_unavailable", None)
-    cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_garbled"), "k_garbled.cu", OPTIONS)
-    assert error is None and b"k_garbled" in cubin  # (compiled in this process instead)
-    assert "garbled" in nvrtc_worker._unavailable

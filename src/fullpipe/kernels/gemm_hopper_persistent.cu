@@ -59,8 +59,9 @@
 // 128 x 128 tiles leave half the SMs without; 192: 128 x 192 tiles, m64n192k16, for products
 // whose waves 192-wide tiles fill where 256-wide ones leave a quarter or a third empty; in a
 // cluster of 2 along M only for B = W^T, each block loading 96 of W's rows), TILE_M (64:
-// 64-row tiles, one consumer warpgroup, 256 threads, one block a cluster, no register
-// moves), STAGES (slices in the
+// 64-row tiles, one consumer warpgroup, 256 threads, no register moves; one block a
+// cluster, or pairs along M sharing B: the transposed product's 64-row blocks of W in pairs
+// sharing x's slice, as cuBLAS runs 64 x 152 tiles at 300 tokens), STAGES (slices in the
 // ring) and B_K_MAJOR (B given as W^T for a row-major N x K matrix W, e.g. an nn.Linear
 // weight; the tile header).
 //

@@ -96,7 +96,9 @@ class GemmPlan:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "GemmPlan":
         fields = dict(d["build"]) if d.get("build") else None
-        if fields and fields.get("swap_ab"):  # (the transposed product's activations are its K-major B)
+        # (builds that exist for one layout only: the transposed product's activations are its K-major B,
+        # and 128 x 192 pairs share W's slice in boxes of its rows, b = w.T)
+        if fields and (fields.get("swap_ab") or (fields.get("tile_n") == 192 and fields.get("cluster_m", 1) > 1)):
             fields["b_k_major"] = True
         build = hg.PersistentBuild(**fields) if fields else None
         return cls(d["kernel"], build, d.get("stream_k", "rule"))

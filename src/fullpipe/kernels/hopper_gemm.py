@@ -157,7 +157,8 @@ class PersistentBuild:
     KiB, so 6 of them fit where 4 of 48 KiB do; 8 of a 64-wide one's 24); ``b_k_major``: B
     given as the transpose of a row-major (N, K) matrix (``w.T`` of an nn.Linear weight),
     read as it lies; ``tile_m`` the block tile's rows (128: two consumer warpgroups, or 64:
-    one, in a block of 256 threads, one block a cluster); ``swap_ab``: the transposed
+    one, in a block of 256 threads, one block a cluster or, for the transposed product, pairs
+    along M sharing x's slice); ``swap_ab``: the transposed
     product C^T = W X^T for b = ``w.T``: W's rows walked in ``tile_m`` blocks, the
     product's rows the tile's ``tile_n`` columns, any of 80 ... 256 in steps of 16
     (:data:`SWAP_WIDTHS`), so that M = 200 computes 208 rows in one tile, not the 256 of two
@@ -195,9 +196,9 @@ class PersistentBuild:
                              f"got {self.tile_n}")
         if self.tile_m not in (128, 64):
             raise ValueError(f"tile_m must be 128 or 64, got {self.tile_m}")
-        if self.tile_m == 64 and (self.cluster_m > 2 or self.cluster_n != 1):
-            raise ValueError(f"64-row tiles run one block a cluster or in pairs along M, got {self.cluster_m} x "
-                             f"{self.cluster_n}")
+        if self.tile_m == 64 and self.cluster != 1 and not (self.swap_ab and (self.cluster_m, self.cluster_n) == (2, 1)):
+            raise ValueError(f"64-row tiles run one block a cluster, or for the transposed product (swap_ab) in pairs "
+                             f"along M, got {self.cluster_m} x {self.cluster_n}")
         # (boxes of W's rows other than 64: the transposed product's, and the 96 of a 192-wide pair's)
         w_boxes = self.b_k_major and self.b_box_rows % 8 == 0 and (self.swap_ab or self.tile_n == 192)
         if self.tile_n % self.cluster_m or (self.b_box_rows != CHUNK_N and not w_boxes):
