@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import threading
 
@@ -137,25 +138,36 @@ def test_a_worker_that_ended_while_idle_is_not_counted_as_a_crash():
         pool.close()
 
 
-def test_a_forked_child_compiles_in_workers_of_its_own(own_pool):
+FORK_SCRIPT = """
+import os, sys
+from fullpipe.cuda import nvrtc_worker as w
+k = lambda name: 'extern "C" __global__ void %s(float* p) { p[0] = 1.0f; }' % name
+opts = ["-arch=sm_90a"]
+w.compile_isolated(k("k_before_fork"), "k_before_fork.cu", opts)
+parent_pool = w._pool
+assert parent_pool._idle
+pid = os.fork()
+if pid == 0:  # (the child: reports through its exit status only)
+    try:
+        cubin, _, error = w.compile_isolated(k("k_child"), "k_child.cu", opts)
+        ok = error is None and b"k_child" in cubin and w._pool is not parent_pool
+    except BaseException:
+        ok = False
+    os._exit(0 if ok else 1)
+cubin, _, error = w.compile_isolated(k("k_parent"), "k_parent.cu", opts)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "the child compiled with the parent's workers"
+assert error is None and b"k_parent" in cubin and w._pool is parent_pool
+print("ok")
+"""
+
+
+def test_a_forked_child_compiles_in_workers_of_its_own():
     """After fork the parent's idle workers' pipes are in both processes: the child must not
-    read the parent's replies (the cubin cache would keep a kernel under another's key)."""
-    own_pool(None)
-    nvrtc_worker.compile_isolated(_kernel("k_before_fork"), "k_before_fork.cu", OPTIONS)
-    parent_pool = nvrtc_worker._pool
-    assert parent_pool._idle
-    pid = os.fork()
-    if pid == 0:  # (the child: report through the exit status only)
-        try:
-            cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_child"), "k_child.cu", OPTIONS)
-            ok = error is None and b"k_child" in cubin and nvrtc_worker._pool is not parent_pool
-        except BaseException:
-            ok = False
-        os._exit(0 if ok else 1)
-    cubin, _, error = nvrtc_worker.compile_isolated(_kernel("k_parent"), "k_parent.cu", OPTIONS)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert error is None and b"k_parent" in cubin and nvrtc_worker._pool is parent_pool
+    read the parent's replies (the cubin cache would keep a kernel under another's key). In a
+    process of its own: forking this (multi-threaded) test process could deadlock the child."""
+    done = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_a_path_entry_that_is_not_a_string_is_left_out(monkeypatch):
