@@ -176,7 +176,7 @@ class _Worker:
         try:
             _send(self.proc.stdin, (text, name, options))
             answer = _receive(self.proc.stdout)
-        except (BrokenPipeError, OSError):
+        except OSError:  # (a broken pipe among them: the worker is gone)
             answer = None
         except Exception as exc:  # (a reply that is not one: this worker cannot serve)
             self.proc.kill()
